@@ -1,0 +1,230 @@
+//! Loading a checkpoint folder (`config.json` + `model.safetensors`) into memory.
+
+use crate::config_json::{parse_config, parse_lenient_json};
+use crate::layout::Layout;
+use loglinear_runtime::{Model, ModelConfig, ModelError, TensorName, TensorView, WeightSource};
+use safetensors::{Dtype, SafeTensors};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// Why a checkpoint could not be imported. Every variant names the file, key or field.
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    /// A file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// `config.json` is not JSON.
+    #[error("{path} is not valid JSON: {source}")]
+    Json {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: serde_json::Error,
+    },
+    /// A config field is missing or malformed.
+    #[error("config field `{key}`: {problem}")]
+    ConfigField {
+        /// The field.
+        key: String,
+        /// What is wrong.
+        problem: String,
+    },
+    /// The config asks for something the runtime does not implement.
+    #[error("unsupported config: {0}")]
+    Unsupported(String),
+    /// The safetensors file is malformed.
+    #[error("{path}: malformed safetensors: {message}")]
+    Safetensors {
+        /// The file.
+        path: PathBuf,
+        /// The parser's message.
+        message: String,
+    },
+    /// A key that this layout does not have.
+    #[error("unexpected tensor `{key}` for layout {layout:?}")]
+    UnknownKey {
+        /// The key.
+        key: String,
+        /// The layout.
+        layout: Layout,
+    },
+    /// A tensor in an unsupported dtype.
+    #[error("tensor `{key}` has dtype {dtype}, expected F32, F16, BF16 or F64")]
+    Dtype {
+        /// The key.
+        key: String,
+        /// Its dtype.
+        dtype: String,
+    },
+    /// The weights do not fit the config (missing key, wrong shape).
+    #[error("tensor `{key}`: {error}")]
+    Tensor {
+        /// The checkpoint key.
+        key: String,
+        /// What is wrong.
+        error: ModelError,
+    },
+}
+
+/// An owned f32 tensor with its 2-D view shape.
+#[derive(Clone, Debug)]
+pub struct Tensor {
+    /// Rows of the 2-D view.
+    pub rows: usize,
+    /// Columns of the 2-D view.
+    pub cols: usize,
+    /// Row-major data.
+    pub data: Vec<f32>,
+}
+
+/// Owned tensors by name: a [`WeightSource`] over host memory.
+#[derive(Clone, Debug, Default)]
+pub struct TensorStore {
+    tensors: HashMap<TensorName, Tensor>,
+}
+
+impl TensorStore {
+    /// Adds or replaces a tensor.
+    pub fn insert(&mut self, name: TensorName, t: Tensor) {
+        self.tensors.insert(name, t);
+    }
+
+    /// Reads every tensor of a safetensors buffer whose key `name_of` maps to a name; a key it
+    /// maps to `None` is an [`ImportError::UnknownKey`]-style error built by `unknown`.
+    pub fn from_safetensors(
+        path: &Path,
+        bytes: &[u8],
+        mut name_of: impl FnMut(&str) -> Result<Option<TensorName>, ImportError>,
+    ) -> Result<(Self, HashMap<TensorName, String>), ImportError> {
+        let st = SafeTensors::deserialize(bytes).map_err(|e| ImportError::Safetensors {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        let mut store = TensorStore::default();
+        let mut keys = HashMap::new();
+        for (key, view) in st.tensors() {
+            let Some(name) = name_of(&key)? else { continue };
+            let data = to_f32(&key, view.dtype(), view.data())?;
+            let shape = view.shape();
+            let (rows, cols) = match shape {
+                [] => (1, 1),
+                [n] => (*n, 1),
+                [r, rest @ ..] => (*r, rest.iter().product()),
+            };
+            store.insert(name, Tensor { rows, cols, data });
+            keys.insert(name, key);
+        }
+        Ok((store, keys))
+    }
+}
+
+impl WeightSource for TensorStore {
+    fn tensor(&self, name: TensorName) -> Option<TensorView<'_>> {
+        let t = self.tensors.get(&name)?;
+        TensorView::f32(t.rows, t.cols, &t.data)
+    }
+}
+
+fn to_f32(key: &str, dtype: Dtype, b: &[u8]) -> Result<Vec<f32>, ImportError> {
+    let chunks = |n: usize| b.chunks_exact(n);
+    Ok(match dtype {
+        Dtype::F32 => chunks(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+        Dtype::F64 => chunks(8)
+            .map(|c| f64::from_le_bytes(c.try_into().unwrap_or([0; 8])) as f32)
+            .collect(),
+        Dtype::F16 => chunks(2)
+            .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+            .collect(),
+        Dtype::BF16 => chunks(2)
+            .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f32())
+            .collect(),
+        other => {
+            return Err(ImportError::Dtype {
+                key: key.to_string(),
+                dtype: format!("{other:?}"),
+            })
+        }
+    })
+}
+
+/// An imported checkpoint: config, layout and f32 weights.
+#[derive(Debug)]
+pub struct Checkpoint {
+    /// The runtime config.
+    pub config: ModelConfig,
+    /// The layout it was read from.
+    pub layout: Layout,
+    /// The weights.
+    pub store: TensorStore,
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, ImportError> {
+    std::fs::read(path).map_err(|source| ImportError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+impl Checkpoint {
+    /// Loads `dir/config.json` and `dir/model.safetensors`, and checks that the weights fit.
+    pub fn load(dir: impl AsRef<Path>) -> Result<Self, ImportError> {
+        let dir = dir.as_ref();
+        let cfg_path = dir.join("config.json");
+        let text = String::from_utf8_lossy(&read(&cfg_path)?).into_owned();
+        let json = parse_lenient_json(&text).map_err(|source| ImportError::Json {
+            path: cfg_path.clone(),
+            source,
+        })?;
+        let (config, layout) = parse_config(&json)?;
+        let st_path = dir.join("model.safetensors");
+        let bytes = read(&st_path)?;
+        Self::from_parts(config, layout, &st_path, &bytes)
+    }
+
+    /// Builds a checkpoint from a parsed config and safetensors bytes (`path` is for messages).
+    pub fn from_parts(
+        config: ModelConfig,
+        layout: Layout,
+        path: &Path,
+        bytes: &[u8],
+    ) -> Result<Self, ImportError> {
+        let layers = config.num_layers;
+        let (store, _) =
+            TensorStore::from_safetensors(path, bytes, |key| match layout.parse_key(key) {
+                Some(n) if n.layer.is_none_or(|l| (l as usize) < layers) => Ok(Some(n)),
+                _ => Err(ImportError::UnknownKey {
+                    key: key.to_string(),
+                    layout,
+                }),
+            })?;
+        let ckpt = Self {
+            config,
+            layout,
+            store,
+        };
+        ckpt.model()?;
+        Ok(ckpt)
+    }
+
+    /// The runtime model over these weights.
+    pub fn model(&self) -> Result<Model<'_>, ImportError> {
+        Model::new(self.config, &self.store).map_err(|error| {
+            let key = match error {
+                ModelError::MissingTensor(n)
+                | ModelError::NotF32(n)
+                | ModelError::ShapeMismatch { name: n, .. } => {
+                    self.layout.key(n).unwrap_or_else(|| format!("{n:?}"))
+                }
+                ModelError::Config(_) => "config.json".to_string(),
+            };
+            ImportError::Tensor { key, error }
+        })
+    }
+}

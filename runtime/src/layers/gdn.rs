@@ -1,0 +1,97 @@
+//! (Log-Linear) Gated DeltaNet mixer, one token (spec §6.2).
+
+use crate::config::ModelConfig;
+use crate::fenwick::{FenwickState, StateElem};
+use crate::layers::conv_step;
+use crate::math::{exp, l2norm_in_place, rmsnorm_in_place, sigmoid, silu, softplus, sqrt};
+use crate::model::GdnWeights;
+
+/// Scratch floats: q, k, v, gate, a, b, λ inputs, and dv for the transition.
+pub fn scratch_len(c: &ModelConfig) -> usize {
+    2 * c.key_dim()
+        + 2 * c.d_inner()
+        + 2 * c.num_heads
+        + c.num_heads * c.lambda_levels
+        + c.head_v_dim
+}
+
+/// One token through the mixer: `x` (D) → `out` (D). `t` is the token's position.
+/// `conv` holds the q, k and v conv states one after another.
+#[allow(clippy::too_many_arguments)]
+pub fn step<E: StateElem>(
+    c: &ModelConfig,
+    w: &GdnWeights<'_>,
+    state: &mut FenwickState<'_, E>,
+    conv: &mut [f32],
+    t: u64,
+    x: &[f32],
+    out: &mut [f32],
+    scratch: &mut [f32],
+) {
+    let (h_count, dk, dv, kd, vd) = (
+        c.num_heads,
+        c.head_k_dim,
+        c.head_v_dim,
+        c.key_dim(),
+        c.d_inner(),
+    );
+    let (nl, width) = (c.lambda_levels, c.conv_kernel);
+    let (q, rest) = scratch.split_at_mut(kd);
+    let (k, rest) = rest.split_at_mut(kd);
+    let (v, rest) = rest.split_at_mut(vd);
+    let (gate, rest) = rest.split_at_mut(vd);
+    let (a, rest) = rest.split_at_mut(h_count);
+    let (b, rest) = rest.split_at_mut(h_count);
+    let (l_in, u) = rest.split_at_mut(h_count * nl);
+
+    // 1. q, k, v = SiLU(ShortConv(proj x)); the other projections.
+    w.q_proj.matvec(x, q);
+    w.k_proj.matvec(x, k);
+    w.v_proj.matvec(x, v);
+    let (conv_q, rest) = conv.split_at_mut(kd * width);
+    let (conv_k, conv_v) = rest.split_at_mut(kd * width);
+    conv_step(conv_q, w.q_conv, None, width, q);
+    conv_step(conv_k, w.k_conv, None, width, k);
+    conv_step(conv_v, w.v_conv, None, width, v);
+    w.g_proj.matvec(x, gate);
+    w.a_proj.matvec(x, a);
+    w.b_proj.matvec(x, b);
+    if let Some(lp) = &w.l_proj {
+        lp.matvec(x, l_in);
+    }
+
+    // The q scale dk^-1/2 and the λ scale dk^1/2 cancel in exact maths (§5.2), but both are
+    // applied as the reference does so that rounding matches.
+    let q_scale = 1.0 / sqrt(dk as f32);
+    let lam_scale = sqrt(dk as f32);
+    state.merge(t);
+    for h in 0..h_count {
+        let qh = &mut q[h * dk..(h + 1) * dk];
+        let kh = &mut k[h * dk..(h + 1) * dk];
+        l2norm_in_place(qh);
+        for x in qh.iter_mut() {
+            *x *= q_scale;
+        }
+        l2norm_in_place(kh);
+        let beta = sigmoid(b[h]);
+        let alpha = exp(-exp(w.a_log[h]) * softplus(a[h] + w.dt_bias[h]));
+        let vh = &mut v[h * dv..(h + 1) * dv];
+        state.transition_delta(t, h, alpha, beta, kh, u);
+        state.insert(h, kh, vh, beta);
+        let lam = |l: u32| match w.lambda_scale {
+            Some(ls) => {
+                let i = h * nl + l as usize;
+                softplus(ls[i] * l_in[i]) * lam_scale
+            }
+            None => 1.0,
+        };
+        // v is consumed; reuse its slot for the head output.
+        state.read(t, h, qh, lam, vh);
+        // Output norm and gate, per head: RMSNorm_dv(o) · w · SiLU(g_proj x).
+        rmsnorm_in_place(vh, w.o_norm, c.norm_eps);
+        for (o, g) in vh.iter_mut().zip(&gate[h * dv..(h + 1) * dv]) {
+            *o *= silu(*g);
+        }
+    }
+    w.o_proj.matvec(v, out);
+}

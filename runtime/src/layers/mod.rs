@@ -1,0 +1,63 @@
+//! One decode step of each block part: the two mixers (spec §6.1, §6.2), the short causal
+//! convolution and the SwiGLU MLP. Every function works on caller-provided buffers.
+
+pub mod gdn;
+pub mod mamba2;
+
+use crate::config::ModelConfig;
+use crate::math::silu;
+use crate::model::MlpWeights;
+
+/// One step of the depthwise causal convolution followed by SiLU, for every channel.
+///
+/// `state` is `[channels][W]` holding the last W pre-conv inputs, newest in column W−1
+/// (the official `conv_states` layout). On entry `x` is the new input; on exit it is
+/// `SiLU(Σ_w state[c][w]·weight[c][w] + bias[c])`.
+pub fn conv_step(
+    state: &mut [f32],
+    weight: &[f32],
+    bias: Option<&[f32]>,
+    width: usize,
+    x: &mut [f32],
+) {
+    for (c, ((xc, row), wrow)) in x
+        .iter_mut()
+        .zip(state.chunks_exact_mut(width))
+        .zip(weight.chunks_exact(width))
+        .enumerate()
+    {
+        row.copy_within(1.., 0);
+        row[width - 1] = *xc;
+        let mut y = crate::math::dot(row, wrow);
+        if let Some(b) = bias {
+            y += b[c];
+        }
+        *xc = silu(y);
+    }
+}
+
+/// Scratch floats the MLP needs: gate and up activations.
+pub fn mlp_scratch_len(c: &ModelConfig) -> usize {
+    2 * c.intermediate_size
+}
+
+/// out = down(SiLU(gate x) ⊙ up x).
+pub fn mlp_step(w: &MlpWeights<'_>, x: &[f32], out: &mut [f32], scratch: &mut [f32]) {
+    let (gate, rest) = scratch.split_at_mut(w.gate.rows);
+    let up = &mut rest[..w.up.rows];
+    w.gate.matvec(x, gate);
+    w.up.matvec(x, up);
+    for (g, u) in gate.iter_mut().zip(up.iter()) {
+        *g = silu(*g) * u;
+    }
+    w.down.matvec(gate, out);
+}
+
+/// Scratch floats the mixer of this model needs for one step.
+pub fn mixer_scratch_len(c: &ModelConfig) -> usize {
+    if c.arch.is_mamba2() {
+        mamba2::scratch_len(c)
+    } else {
+        gdn::scratch_len(c)
+    }
+}

@@ -1,0 +1,38 @@
+//! `loglinear-runtime`: the `no_std`, heap-free decoding core of Log-Linear Attention
+//! (Guo et al., 2025): Log-Linear Mamba-2 and Log-Linear Gated DeltaNet, plus their plain
+//! (single-state) baselines.
+//!
+//! The maths follows `shared/spec/log-linear-attention.md`; section numbers in comments
+//! (`§4.2`, …) refer to it.
+//!
+//! * [`level`]: the Fenwick level of a (query, key) pair and the capacity policy.
+//! * [`fenwick`]: the fixed-capacity per-level state and the exact decode step (§4.2).
+//! * [`tensor`]: read-only weight views and the [`WeightSource`] trait a model file plugs into.
+//! * [`config`], [`model`]: the model description and its validated weights.
+//! * [`session`]: one decoding stream over a caller-provided byte arena.
+//! * [`sampler`], [`tokenizer`]: token selection and the byte-level tokenizer.
+#![cfg_attr(not(feature = "std"), no_std)]
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+mod fmt;
+
+pub mod arena;
+pub mod config;
+pub mod fenwick;
+pub mod layers;
+pub mod level;
+pub mod math;
+pub mod model;
+pub mod sampler;
+pub mod session;
+pub mod tensor;
+pub mod tokenizer;
+
+pub use config::{Arch, ConfigError, ModelConfig};
+pub use fenwick::{FenwickState, StateElem};
+pub use level::{bitlen, level_of, LevelPolicy, LAMBDA_LEVELS};
+pub use model::{Model, ModelError};
+pub use sampler::{Sampler, SamplerConfig};
+pub use session::{Session, SessionConfig, SessionError, StepError};
+pub use tensor::{Role, TensorData, TensorName, TensorView, WeightSource};

@@ -1,0 +1,279 @@
+//! A model: its [`ModelConfig`] plus a [`WeightSource`] whose every tensor has been checked.
+
+use crate::config::{Arch, ConfigError, ModelConfig};
+use crate::tensor::{Role, TensorName, TensorView, WeightSource};
+
+/// Why a model cannot be built from a config and a weight source.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum ModelError {
+    /// The config is inconsistent.
+    Config(ConfigError),
+    /// A required tensor is absent.
+    MissingTensor(TensorName),
+    /// A tensor has the wrong shape: `(rows, cols)` expected and found.
+    ShapeMismatch {
+        /// Which tensor.
+        name: TensorName,
+        /// Expected (rows, cols).
+        expected: (usize, usize),
+        /// Found (rows, cols).
+        found: (usize, usize),
+    },
+    /// A tensor that the recurrence needs in full precision is not stored as f32.
+    NotF32(TensorName),
+}
+
+impl core::fmt::Display for ModelError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            ModelError::Config(e) => write!(f, "invalid config: {e}"),
+            ModelError::MissingTensor(n) => write!(f, "missing tensor {n:?}"),
+            ModelError::ShapeMismatch {
+                name,
+                expected,
+                found,
+            } => write!(
+                f,
+                "tensor {name:?} has shape {}x{}, expected {}x{}",
+                found.0, found.1, expected.0, expected.1
+            ),
+            ModelError::NotF32(n) => write!(f, "tensor {n:?} must be stored as f32"),
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for ModelError {}
+
+impl From<ConfigError> for ModelError {
+    fn from(e: ConfigError) -> Self {
+        ModelError::Config(e)
+    }
+}
+
+/// A validated model. Cheap to copy: it borrows its weights.
+#[derive(Clone, Copy)]
+pub struct Model<'w> {
+    config: ModelConfig,
+    source: &'w dyn WeightSource,
+}
+
+impl<'w> Model<'w> {
+    /// Checks the config and the shape and storage of every tensor the model will read.
+    pub fn new(config: ModelConfig, source: &'w dyn WeightSource) -> Result<Self, ModelError> {
+        config.validate()?;
+        let model = Self { config, source };
+        model.globals()?;
+        for layer in 0..config.num_layers {
+            model.mlp(layer)?;
+            model.norms(layer)?;
+            match config.arch {
+                Arch::LogLinearMamba2 | Arch::Mamba2 => {
+                    model.mamba2(layer)?;
+                }
+                Arch::LogLinearGatedDeltaNet | Arch::GatedDeltaNet => {
+                    model.gdn(layer)?;
+                }
+            }
+        }
+        Ok(model)
+    }
+
+    /// The config.
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// The weight source.
+    pub fn source(&self) -> &'w dyn WeightSource {
+        self.source
+    }
+
+    fn view(
+        &self,
+        name: TensorName,
+        rows: usize,
+        cols: usize,
+    ) -> Result<TensorView<'w>, ModelError> {
+        let v = self
+            .source
+            .tensor(name)
+            .ok_or(ModelError::MissingTensor(name))?;
+        if (v.rows, v.cols) != (rows, cols) {
+            return Err(ModelError::ShapeMismatch {
+                name,
+                expected: (rows, cols),
+                found: (v.rows, v.cols),
+            });
+        }
+        Ok(v)
+    }
+
+    fn vector(&self, name: TensorName, n: usize) -> Result<&'w [f32], ModelError> {
+        self.small(name, n, 1)
+    }
+
+    fn small(&self, name: TensorName, rows: usize, cols: usize) -> Result<&'w [f32], ModelError> {
+        self.view(name, rows, cols)?
+            .as_f32()
+            .ok_or(ModelError::NotF32(name))
+    }
+
+    /// Embedding, final norm and LM head.
+    pub fn globals(&self) -> Result<GlobalWeights<'w>, ModelError> {
+        let c = &self.config;
+        Ok(GlobalWeights {
+            embedding: self.view(
+                TensorName::model(Role::Embedding),
+                c.vocab_size,
+                c.hidden_size,
+            )?,
+            final_norm: self.vector(TensorName::model(Role::FinalNorm), c.hidden_size)?,
+            lm_head: self.view(TensorName::model(Role::LmHead), c.vocab_size, c.hidden_size)?,
+        })
+    }
+
+    /// The two pre-norms of block `layer`.
+    pub fn norms(&self, layer: usize) -> Result<BlockNorms<'w>, ModelError> {
+        let d = self.config.hidden_size;
+        Ok(BlockNorms {
+            mixer: self.vector(TensorName::block(layer, Role::MixerNorm), d)?,
+            mlp: self.vector(TensorName::block(layer, Role::MlpNorm), d)?,
+        })
+    }
+
+    /// The SwiGLU MLP of block `layer`.
+    pub fn mlp(&self, layer: usize) -> Result<MlpWeights<'w>, ModelError> {
+        let (d, i) = (self.config.hidden_size, self.config.intermediate_size);
+        let n = |r| TensorName::block(layer, r);
+        Ok(MlpWeights {
+            gate: self.view(n(Role::MlpGate), i, d)?,
+            up: self.view(n(Role::MlpUp), i, d)?,
+            down: self.view(n(Role::MlpDown), d, i)?,
+        })
+    }
+
+    /// The (Log-Linear) Mamba-2 mixer of block `layer`.
+    pub fn mamba2(&self, layer: usize) -> Result<Mamba2Weights<'w>, ModelError> {
+        let c = &self.config;
+        let n = |r| TensorName::block(layer, r);
+        let (h, conv) = (c.num_heads, c.conv_channels());
+        Ok(Mamba2Weights {
+            in_proj: self.view(n(Role::InProj), c.in_proj_rows(), c.hidden_size)?,
+            conv: self.small(n(Role::Conv), conv, c.conv_kernel)?,
+            conv_bias: if c.conv_bias {
+                Some(self.vector(n(Role::ConvBias), conv)?)
+            } else {
+                None
+            },
+            dt_bias: self.vector(n(Role::DtBias), h)?,
+            a_log: self.vector(n(Role::ALog), h)?,
+            d_skip: self.vector(n(Role::DSkip), h)?,
+            lambda_scale: self.lambda_scale(layer)?,
+            norm: self.vector(n(Role::OutNorm), c.d_inner())?,
+            out_proj: self.view(n(Role::OutProj), c.hidden_size, c.d_inner())?,
+        })
+    }
+
+    /// The (Log-Linear) Gated DeltaNet mixer of block `layer`.
+    pub fn gdn(&self, layer: usize) -> Result<GdnWeights<'w>, ModelError> {
+        let c = &self.config;
+        let n = |r| TensorName::block(layer, r);
+        let (d, h, kd, vd, w) = (
+            c.hidden_size,
+            c.num_heads,
+            c.key_dim(),
+            c.d_inner(),
+            c.conv_kernel,
+        );
+        Ok(GdnWeights {
+            q_proj: self.view(n(Role::QProj), kd, d)?,
+            k_proj: self.view(n(Role::KProj), kd, d)?,
+            v_proj: self.view(n(Role::VProj), vd, d)?,
+            a_proj: self.view(n(Role::AProj), h, d)?,
+            b_proj: self.view(n(Role::BProj), h, d)?,
+            g_proj: self.view(n(Role::GProj), vd, d)?,
+            l_proj: if c.arch.is_log_linear() {
+                Some(self.view(n(Role::LProj), h * c.lambda_levels, d)?)
+            } else {
+                None
+            },
+            q_conv: self.small(n(Role::QConv), kd, w)?,
+            k_conv: self.small(n(Role::KConv), kd, w)?,
+            v_conv: self.small(n(Role::VConv), vd, w)?,
+            a_log: self.vector(n(Role::ALog), h)?,
+            dt_bias: self.vector(n(Role::DtBias), h)?,
+            lambda_scale: self.lambda_scale(layer)?,
+            o_norm: self.vector(n(Role::OutNorm), c.head_v_dim)?,
+            o_proj: self.view(n(Role::OutProj), d, vd)?,
+        })
+    }
+
+    fn lambda_scale(&self, layer: usize) -> Result<Option<&'w [f32]>, ModelError> {
+        let c = &self.config;
+        if c.arch.is_log_linear() {
+            let name = TensorName::block(layer, Role::LambdaScale);
+            Ok(Some(self.small(name, c.num_heads, c.lambda_levels)?))
+        } else {
+            Ok(None)
+        }
+    }
+}
+
+/// Model-level weights.
+#[allow(missing_docs)]
+pub struct GlobalWeights<'w> {
+    pub embedding: TensorView<'w>,
+    pub final_norm: &'w [f32],
+    pub lm_head: TensorView<'w>,
+}
+
+/// The pre-norm weights of one block.
+#[allow(missing_docs)]
+pub struct BlockNorms<'w> {
+    pub mixer: &'w [f32],
+    pub mlp: &'w [f32],
+}
+
+/// SwiGLU MLP weights: down(SiLU(gate x) ⊙ up x).
+#[allow(missing_docs)]
+pub struct MlpWeights<'w> {
+    pub gate: TensorView<'w>,
+    pub up: TensorView<'w>,
+    pub down: TensorView<'w>,
+}
+
+/// Mamba-2 mixer weights (spec §6.1). `lambda_scale` is `L` for the log-linear form.
+#[allow(missing_docs)]
+pub struct Mamba2Weights<'w> {
+    pub in_proj: TensorView<'w>,
+    pub conv: &'w [f32],
+    pub conv_bias: Option<&'w [f32]>,
+    pub dt_bias: &'w [f32],
+    pub a_log: &'w [f32],
+    pub d_skip: &'w [f32],
+    pub lambda_scale: Option<&'w [f32]>,
+    pub norm: &'w [f32],
+    pub out_proj: TensorView<'w>,
+}
+
+/// Gated DeltaNet mixer weights (spec §6.2). `l_proj` and `lambda_scale` for the log-linear form.
+#[allow(missing_docs)]
+pub struct GdnWeights<'w> {
+    pub q_proj: TensorView<'w>,
+    pub k_proj: TensorView<'w>,
+    pub v_proj: TensorView<'w>,
+    pub a_proj: TensorView<'w>,
+    pub b_proj: TensorView<'w>,
+    pub g_proj: TensorView<'w>,
+    pub l_proj: Option<TensorView<'w>>,
+    pub q_conv: &'w [f32],
+    pub k_conv: &'w [f32],
+    pub v_conv: &'w [f32],
+    pub a_log: &'w [f32],
+    pub dt_bias: &'w [f32],
+    pub lambda_scale: Option<&'w [f32]>,
+    pub o_norm: &'w [f32],
+    pub o_proj: TensorView<'w>,
+}
