@@ -34,5 +34,5 @@ pub use fenwick::{FenwickState, StateElem};
 pub use level::{bitlen, level_of, LevelPolicy, LAMBDA_LEVELS};
 pub use model::{Model, ModelError};
 pub use sampler::{Sampler, SamplerConfig};
-pub use session::{Session, SessionConfig, SessionError, StepError};
+pub use session::{Probe, Session, SessionConfig, SessionError, StepError};
 pub use tensor::{Role, TensorData, TensorName, TensorView, WeightSource};

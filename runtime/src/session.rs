@@ -10,6 +10,15 @@ use crate::level::{LevelPolicy, LAMBDA_LEVELS};
 use crate::math::rmsnorm;
 use crate::model::{Model, ModelError};
 
+/// Points inside a step where [`Session::step_observed`] shows intermediate values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Probe {
+    /// The mixer's output (before the residual add).
+    MixerOut,
+    /// The residual stream after the whole block.
+    BlockOut,
+}
+
 /// Options fixed at session creation.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SessionConfig {
@@ -268,14 +277,14 @@ impl<'m, E: StateElem> Session<'m, E> {
 
     /// Feeds one token; returns the next-token logits.
     pub fn step(&mut self, token: u32) -> Result<&[f32], StepError> {
-        self.step_observed(token, &mut |_, _| {})
+        self.step_observed(token, &mut |_, _, _| {})
     }
 
-    /// [`Session::step`], calling `observe(layer, residual)` after each block.
+    /// [`Session::step`], calling `observe(layer, probe, values)` at each [`Probe`] point.
     pub fn step_observed(
         &mut self,
         token: u32,
-        observe: &mut dyn FnMut(usize, &[f32]),
+        observe: &mut dyn FnMut(usize, Probe, &[f32]),
     ) -> Result<&[f32], StepError> {
         let c = *self.model.config();
         if token as usize >= c.vocab_size {
@@ -312,6 +321,7 @@ impl<'m, E: StateElem> Session<'m, E> {
                     gdn::step(&c, &w, &mut fen, conv, t, self.h, out, self.mixer_scratch);
                 }
             }
+            observe(layer, Probe::MixerOut, out);
             for (x, o) in self.x.iter_mut().zip(out.iter()) {
                 *x += o;
             }
@@ -323,7 +333,7 @@ impl<'m, E: StateElem> Session<'m, E> {
             for (x, o) in self.x.iter_mut().zip(out.iter()) {
                 *x += o;
             }
-            observe(layer, self.x);
+            observe(layer, Probe::BlockOut, self.x);
         }
         rmsnorm(self.x, g.final_norm, c.norm_eps, self.h);
         g.lm_head.matvec(self.h, self.logits);

@@ -1,1 +1,129 @@
-//! Shared helpers for the integration tests.
+//! Shared helpers for the integration tests: where the data lives, reading safetensors
+//! references, and the relative error metric of the golden README.
+
+use safetensors::{Dtype, SafeTensors};
+use serde_json::Value;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// The golden folder: `LOGLINEAR_GOLDEN_DIR`, or the project copy `tests/golden`.
+pub fn golden_dir() -> PathBuf {
+    match std::env::var_os("LOGLINEAR_GOLDEN_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("golden"),
+    }
+}
+
+/// The trained models: `LOGLINEAR_MODELS_DIR`, or the project copy `models/`.
+pub fn models_dir() -> PathBuf {
+    match std::env::var_os("LOGLINEAR_MODELS_DIR") {
+        Some(d) => PathBuf::from(d),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../models"),
+    }
+}
+
+/// `../shared` beside the checkout, if present (developer machines and CI have it).
+pub fn shared_dir() -> Option<PathBuf> {
+    let d = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../shared");
+    d.is_dir().then_some(d)
+}
+
+/// The golden `manifest.json`.
+pub fn manifest() -> Value {
+    let path = golden_dir().join("manifest.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+/// The cases of one manifest section, sorted by name. Panics (fails the test) if the section is
+/// missing or empty: a golden run that checks nothing must not pass.
+pub fn cases(manifest: &Value, section: &str) -> Vec<(String, Value)> {
+    let obj = manifest[section]
+        .as_object()
+        .unwrap_or_else(|| panic!("manifest has no `{section}` section"));
+    assert!(!obj.is_empty(), "manifest section `{section}` is empty");
+    let mut v: Vec<_> = obj.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    v.sort_by(|a, b| a.0.cmp(&b.0));
+    v
+}
+
+/// A tensor read as f64 with its shape.
+#[derive(Clone, Debug)]
+pub struct Array {
+    /// Shape.
+    pub shape: Vec<usize>,
+    /// Row-major values.
+    pub data: Vec<f64>,
+}
+
+impl Array {
+    /// Values cast to f32 (the golden inputs are f32-representable).
+    pub fn f32(&self) -> Vec<f32> {
+        self.data.iter().map(|&x| x as f32).collect()
+    }
+    /// Values as token ids.
+    pub fn ids(&self) -> Vec<u32> {
+        self.data.iter().map(|&x| x as u32).collect()
+    }
+}
+
+/// Every tensor of a safetensors file, as f64 (F64, F32, I64 supported).
+pub fn read_arrays(path: &Path) -> HashMap<String, Array> {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let st = SafeTensors::deserialize(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    st.tensors()
+        .into_iter()
+        .map(|(k, v)| {
+            let b = v.data();
+            let data: Vec<f64> = match v.dtype() {
+                Dtype::F64 => b.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect(),
+                Dtype::F32 => b
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64)
+                    .collect(),
+                Dtype::I64 => b
+                    .chunks_exact(8)
+                    .map(|c| i64::from_le_bytes(c.try_into().unwrap()) as f64)
+                    .collect(),
+                d => panic!("{}: tensor {k} has unsupported dtype {d:?}", path.display()),
+            };
+            (k, Array { shape: v.shape().to_vec(), data })
+        })
+        .collect()
+}
+
+/// Fetches a tensor or fails naming the file and key.
+pub fn get<'a>(arrays: &'a HashMap<String, Array>, key: &str, what: &str) -> &'a Array {
+    arrays
+        .get(key)
+        .unwrap_or_else(|| panic!("{what}: golden tensor `{key}` is missing"))
+}
+
+/// The golden README's metric: max|a − b| / max|b|.
+pub fn rel_max(a: &[f32], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len(), "length mismatch");
+    let num = a.iter().zip(b).map(|(x, y)| (*x as f64 - y).abs()).fold(0.0, f64::max);
+    let den = b.iter().map(|y| y.abs()).fold(0.0, f64::max);
+    if den == 0.0 {
+        num
+    } else {
+        num / den
+    }
+}
+
+/// Asserts `rel_max(a, b) <= tol`, naming the case.
+#[track_caller]
+pub fn assert_close(a: &[f32], b: &[f64], tol: f64, what: &str) {
+    let e = rel_max(a, b);
+    assert!(e.is_finite() && e <= tol, "{what}: rel_max {e:.3e} > {tol:.0e}");
+}
+
+/// Tolerances of golden README §7 for an exact-fp32 implementation.
+pub mod tol {
+    /// Operator outputs and states.
+    pub const OPERATOR: f64 = 2e-5;
+    /// Layer outputs.
+    pub const LAYER: f64 = 5e-5;
+    /// Logits, decode logits and model states.
+    pub const MODEL: f64 = 1e-4;
+}
