@@ -185,6 +185,11 @@ impl<'m, E: StateElem> Session<'m, E> {
         let policy = Self::policy_for(model, &cfg)?;
         let needed = Self::arena_bytes(model, &cfg)?;
         let available = arena.len();
+        // Refuse anything below the advertised size, even when a lucky alignment would fit:
+        // the figure a memory planner reads must be the one that decides.
+        if available < needed {
+            return Err(SessionError::ArenaTooSmall { needed, available });
+        }
         let mut a = Arena::new(arena);
         let (states, conv, x, h, mixer_scratch, mlp_scratch, logits) =
             Self::carve(model, policy, &mut a)

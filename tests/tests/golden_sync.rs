@@ -1,0 +1,85 @@
+//! The project's copies of the golden data and of the trained models agree with `../shared`
+//! whenever it is present (developer machines and CI), so they cannot drift apart.
+
+use loglinear_tests::*;
+use std::path::Path;
+
+fn files_under(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.push(p);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn golden_copy_matches_shared() {
+    let Some(shared) = shared_dir() else {
+        eprintln!("../shared is absent (a user's clone): nothing to compare");
+        return;
+    };
+    let copy = Path::new(env!("CARGO_MANIFEST_DIR")).join("golden");
+    let shared = shared.join("golden");
+    let mut n = 0;
+    for f in files_under(&copy) {
+        let rel = f.strip_prefix(&copy).unwrap();
+        if rel == Path::new("manifest.json") || rel == Path::new("COPY.md") {
+            continue;
+        }
+        let theirs = std::fs::read(shared.join(rel))
+            .unwrap_or_else(|e| panic!("{}: not in ../shared/golden: {e}", rel.display()));
+        assert!(
+            std::fs::read(&f).unwrap() == theirs,
+            "{} differs from ../shared/golden",
+            rel.display()
+        );
+        n += 1;
+    }
+    // The pruned manifest: every entry it keeps is the original entry, untouched.
+    let ours: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(copy.join("manifest.json")).unwrap()).unwrap();
+    let theirs: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(shared.join("manifest.json")).unwrap()).unwrap();
+    assert_eq!(ours["plan"], theirs["plan"]);
+    for section in ["operator", "layer", "model"] {
+        for (name, entry) in cases(&ours, section) {
+            assert_eq!(
+                entry, theirs[section][&name],
+                "manifest entry {section}/{name} differs"
+            );
+        }
+    }
+    assert!(n > 50, "only {n} files compared");
+}
+
+#[test]
+fn model_copies_match_shared() {
+    let Some(shared) = shared_dir() else {
+        eprintln!("../shared is absent (a user's clone): nothing to compare");
+        return;
+    };
+    let copy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models");
+    let shared = shared.join("models");
+    let mut n = 0;
+    for f in files_under(&copy) {
+        let rel = f.strip_prefix(&copy).unwrap();
+        let theirs = std::fs::read(shared.join(rel))
+            .unwrap_or_else(|e| panic!("{}: not in ../shared/models: {e}", rel.display()));
+        assert!(
+            std::fs::read(&f).unwrap() == theirs,
+            "{} differs from ../shared/models",
+            rel.display()
+        );
+        n += 1;
+    }
+    assert!(n >= 3 * 5, "only {n} files compared");
+}
