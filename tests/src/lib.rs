@@ -76,7 +76,10 @@ pub fn read_arrays(path: &Path) -> HashMap<String, Array> {
         .map(|(k, v)| {
             let b = v.data();
             let data: Vec<f64> = match v.dtype() {
-                Dtype::F64 => b.chunks_exact(8).map(|c| f64::from_le_bytes(c.try_into().unwrap())).collect(),
+                Dtype::F64 => b
+                    .chunks_exact(8)
+                    .map(|c| f64::from_le_bytes(c.try_into().unwrap()))
+                    .collect(),
                 Dtype::F32 => b
                     .chunks_exact(4)
                     .map(|c| f32::from_le_bytes(c.try_into().unwrap()) as f64)
@@ -87,7 +90,13 @@ pub fn read_arrays(path: &Path) -> HashMap<String, Array> {
                     .collect(),
                 d => panic!("{}: tensor {k} has unsupported dtype {d:?}", path.display()),
             };
-            (k, Array { shape: v.shape().to_vec(), data })
+            (
+                k,
+                Array {
+                    shape: v.shape().to_vec(),
+                    data,
+                },
+            )
         })
         .collect()
 }
@@ -102,7 +111,11 @@ pub fn get<'a>(arrays: &'a HashMap<String, Array>, key: &str, what: &str) -> &'a
 /// The golden README's metric: max|a − b| / max|b|.
 pub fn rel_max(a: &[f32], b: &[f64]) -> f64 {
     assert_eq!(a.len(), b.len(), "length mismatch");
-    let num = a.iter().zip(b).map(|(x, y)| (*x as f64 - y).abs()).fold(0.0, f64::max);
+    let num = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| (*x as f64 - y).abs())
+        .fold(0.0, f64::max);
     let den = b.iter().map(|y| y.abs()).fold(0.0, f64::max);
     if den == 0.0 {
         num
@@ -115,7 +128,10 @@ pub fn rel_max(a: &[f32], b: &[f64]) -> f64 {
 #[track_caller]
 pub fn assert_close(a: &[f32], b: &[f64], tol: f64, what: &str) {
     let e = rel_max(a, b);
-    assert!(e.is_finite() && e <= tol, "{what}: rel_max {e:.3e} > {tol:.0e}");
+    assert!(
+        e.is_finite() && e <= tol,
+        "{what}: rel_max {e:.3e} > {tol:.0e}"
+    );
 }
 
 /// Tolerances of golden README §7 for an exact-fp32 implementation.

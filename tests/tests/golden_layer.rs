@@ -23,9 +23,16 @@ fn model_type(kind: &str) -> &'static str {
 
 /// A one-block model whose embedding rows are the layer inputs, so that feeding token t feeds
 /// x_t to the block. The final norm and LM head are placeholders.
-fn layer_model(name: &str, entry: &Value, arrays: &std::collections::HashMap<String, Array>, x: &Array) -> (ModelConfig, TensorStore) {
+fn layer_model(
+    name: &str,
+    entry: &Value,
+    arrays: &std::collections::HashMap<String, Array>,
+    x: &Array,
+) -> (ModelConfig, TensorStore) {
     let mut cfg = entry["config"].clone();
-    let kind = entry["kind"].as_str().unwrap_or_else(|| panic!("{name}: no kind"));
+    let kind = entry["kind"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{name}: no kind"));
     let t_len = x.shape[1];
     cfg["model_type"] = model_type(kind).into();
     cfg["vocab_size"] = t_len.into();
@@ -33,21 +40,55 @@ fn layer_model(name: &str, entry: &Value, arrays: &std::collections::HashMap<Str
     let (config, layout) = parse_config(&cfg).unwrap_or_else(|e| panic!("{name}: {e}"));
     let mut store = TensorStore::default();
     for (key, a) in arrays {
-        if key.starts_with('T') && key.split('.').next().is_some_and(|p| p[1..].parse::<u32>().is_ok()) {
+        if key.starts_with('T')
+            && key
+                .split('.')
+                .next()
+                .is_some_and(|p| p[1..].parse::<u32>().is_ok())
+        {
             continue; // T{n}.* are data, not weights
         }
-        let role = layout_role(layout, key).unwrap_or_else(|| panic!("{name}: unknown weight `{key}`"));
+        let role =
+            layout_role(layout, key).unwrap_or_else(|| panic!("{name}: unknown weight `{key}`"));
         let (rows, cols) = match a.shape.as_slice() {
             [n] => (*n, 1),
             [r, rest @ ..] => (*r, rest.iter().product()),
             [] => (1, 1),
         };
-        store.insert(TensorName::block(0, role), Tensor { rows, cols, data: a.f32() });
+        store.insert(
+            TensorName::block(0, role),
+            Tensor {
+                rows,
+                cols,
+                data: a.f32(),
+            },
+        );
     }
     let d = config.hidden_size;
-    store.insert(TensorName::model(Role::Embedding), Tensor { rows: t_len, cols: d, data: x.f32() });
-    store.insert(TensorName::model(Role::FinalNorm), Tensor { rows: d, cols: 1, data: vec![1.0; d] });
-    store.insert(TensorName::model(Role::LmHead), Tensor { rows: t_len, cols: d, data: vec![0.0; t_len * d] });
+    store.insert(
+        TensorName::model(Role::Embedding),
+        Tensor {
+            rows: t_len,
+            cols: d,
+            data: x.f32(),
+        },
+    );
+    store.insert(
+        TensorName::model(Role::FinalNorm),
+        Tensor {
+            rows: d,
+            cols: 1,
+            data: vec![1.0; d],
+        },
+    );
+    store.insert(
+        TensorName::model(Role::LmHead),
+        Tensor {
+            rows: t_len,
+            cols: d,
+            data: vec![0.0; t_len * d],
+        },
+    );
     (config, store)
 }
 
@@ -60,9 +101,16 @@ fn layers_match_golden() {
     let m = manifest();
     let mut checked = 0;
     for (name, entry) in cases(&m, "layer") {
-        let file = entry["file"].as_str().unwrap_or_else(|| panic!("{name}: no file"));
+        let file = entry["file"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{name}: no file"));
         let arrays = read_arrays(&golden_dir().join(file));
-        let ts: Vec<u64> = entry["T"].as_array().unwrap_or_else(|| panic!("{name}: no T")).iter().filter_map(Value::as_u64).collect();
+        let ts: Vec<u64> = entry["T"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{name}: no T"))
+            .iter()
+            .filter_map(Value::as_u64)
+            .collect();
         assert!(!ts.is_empty(), "{name}: no sequence lengths");
         for t_len in ts {
             let what = format!("{name} T{t_len}");
@@ -75,8 +123,23 @@ fn layers_match_golden() {
 
             // The mixer alone on x.
             let policy = LevelPolicy::new(config.default_state_levels()).unwrap();
-            let mut state = vec![0f32; state_len(policy.levels(), config.num_heads, config.head_k_dim, config.head_v_dim)];
-            let mut fen = FenwickState::new(&mut state, policy, config.num_heads, config.head_k_dim, config.head_v_dim).unwrap();
+            let mut state = vec![
+                0f32;
+                state_len(
+                    policy.levels(),
+                    config.num_heads,
+                    config.head_k_dim,
+                    config.head_v_dim
+                )
+            ];
+            let mut fen = FenwickState::new(
+                &mut state,
+                policy,
+                config.num_heads,
+                config.head_k_dim,
+                config.head_v_dim,
+            )
+            .unwrap();
             let mut conv = vec![0f32; config.conv_channels() * config.conv_kernel];
             let mut scratch = vec![0f32; mixer_scratch_len(&config)];
             let xs = x.f32();
@@ -85,10 +148,28 @@ fn layers_match_golden() {
                 let (xt, yt) = (&xs[t * d..][..d], &mut y[t * d..][..d]);
                 if config.arch.is_mamba2() {
                     let w = model.mamba2(0).unwrap();
-                    mamba2::step(&config, &w, &mut fen, &mut conv, t as u64, xt, yt, &mut scratch);
+                    mamba2::step(
+                        &config,
+                        &w,
+                        &mut fen,
+                        &mut conv,
+                        t as u64,
+                        xt,
+                        yt,
+                        &mut scratch,
+                    );
                 } else {
                     let w = model.gdn(0).unwrap();
-                    gdn::step(&config, &w, &mut fen, &mut conv, t as u64, xt, yt, &mut scratch);
+                    gdn::step(
+                        &config,
+                        &w,
+                        &mut fen,
+                        &mut conv,
+                        t as u64,
+                        xt,
+                        yt,
+                        &mut scratch,
+                    );
                 }
             }
             let y_ref = get(&arrays, &format!("T{t_len}.y_mixer"), &what);

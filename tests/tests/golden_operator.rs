@@ -17,8 +17,14 @@ struct Case {
 }
 
 fn load(name: &str, entry: &Value) -> Case {
-    let dim = |k: &str| entry[k].as_u64().unwrap_or_else(|| panic!("{name}: manifest field `{k}`")) as usize;
-    let file = entry["file"].as_str().unwrap_or_else(|| panic!("{name}: no `file`"));
+    let dim = |k: &str| {
+        entry[k]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{name}: manifest field `{k}`")) as usize
+    };
+    let file = entry["file"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{name}: no `file`"));
     Case {
         name: name.to_string(),
         form: entry["form"].as_str().unwrap_or_default().to_string(),
@@ -47,7 +53,11 @@ fn run(c: &Case, batch: usize, levels: usize) -> (Vec<f32>, Vec<f32>) {
     let nl = *lam.shape.last().unwrap();
     assert_eq!(nl, LAMBDA_LEVELS, "{}: λ width", c.name);
     let lam = lam.f32();
-    let beta = if gdn { Some(get(&c.arrays, "beta", &c.name).f32()) } else { None };
+    let beta = if gdn {
+        Some(get(&c.arrays, "beta", &c.name).f32())
+    } else {
+        None
+    };
     let policy = LevelPolicy::new(levels).unwrap();
     let mut data = vec![0f32; levels * h * dk * dv];
     let mut st = FenwickState::new(&mut data, policy, h, dk, dv).unwrap();
@@ -57,7 +67,11 @@ fn run(c: &Case, batch: usize, levels: usize) -> (Vec<f32>, Vec<f32>) {
         st.merge(t as u64);
         for hh in 0..h {
             let bt = (batch * t_len + t) * h + hh;
-            let (qs, ks, vs) = (&q[bt * dk..][..dk], &k[bt * dk..][..dk], &v[bt * dv..][..dv]);
+            let (qs, ks, vs) = (
+                &q[bt * dk..][..dk],
+                &k[bt * dk..][..dk],
+                &v[bt * dv..][..dv],
+            );
             let alpha = g[bt].exp();
             let b = beta.as_ref().map_or(1.0, |b| b[bt]);
             if gdn {
@@ -68,8 +82,20 @@ fn run(c: &Case, batch: usize, levels: usize) -> (Vec<f32>, Vec<f32>) {
             st.insert(hh, ks, vs, b);
             let lam_row = &lam[bt * nl..][..nl];
             // Plain runs (one level) use λ = 1: the `_lameq` reduction.
-            let lam_of = |l: u32| if levels == 1 { 1.0 } else { lam_row[l as usize] };
-            st.read(t as u64, hh, qs, lam_of, &mut out[(t * h + hh) * dv..][..dv]);
+            let lam_of = |l: u32| {
+                if levels == 1 {
+                    1.0
+                } else {
+                    lam_row[l as usize]
+                }
+            };
+            st.read(
+                t as u64,
+                hh,
+                qs,
+                lam_of,
+                &mut out[(t * h + hh) * dv..][..dv],
+            );
         }
     }
     (out, data)
@@ -95,10 +121,21 @@ fn operator_outputs_and_states_match_golden() {
                 let (ours, refs) = (&s[l * lvl..][..lvl], &s_ref[l * lvl..][..lvl]);
                 let live = l == 0 || (last >> (l - 1)) & 1 == 1;
                 if live {
-                    assert_close(ours, refs, tol::OPERATOR, &format!("{name} S level {l} (batch {b})"));
+                    assert_close(
+                        ours,
+                        refs,
+                        tol::OPERATOR,
+                        &format!("{name} S level {l} (batch {b})"),
+                    );
                 } else {
-                    assert!(refs.iter().all(|&x| x == 0.0), "{name}: golden level {l} should be empty");
-                    assert!(ours.iter().all(|&x| x == 0.0), "{name}: dead level {l} is not zero");
+                    assert!(
+                        refs.iter().all(|&x| x == 0.0),
+                        "{name}: golden level {l} should be empty"
+                    );
+                    assert!(
+                        ours.iter().all(|&x| x == 0.0),
+                        "{name}: dead level {l} is not zero"
+                    );
                 }
             }
             if name.ends_with("_lameq") {
