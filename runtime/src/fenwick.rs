@@ -133,27 +133,10 @@ impl<'a, E: StateElem> FenwickState<'a, E> {
         low.fill(E::default());
     }
 
-    /// Levels whose contents carry history into token `t` and so take the transition:
-    /// the live levels ≥ 1, or level 0 in the plain single-state case.
-    fn for_each_history_level(&self, t: u64, mut f: impl FnMut(u32)) {
-        if self.policy.levels() == 1 {
-            f(0);
-        } else {
-            for l in self.policy.live_upper_levels(t) {
-                f(l);
-            }
-        }
-    }
-
-    /// Step 2 of §4.2, Mamba-2 form, one head: S ← α S on every level holding history.
+    /// Step 2 of §4.2, Mamba-2 form, one head: S ← α S on every level holding history
+    /// ([`LevelPolicy::history_levels`]).
     pub fn transition_decay(&mut self, t: u64, head: usize, alpha: f32) {
-        let mut levels = [0u32; 64];
-        let mut n = 0;
-        self.for_each_history_level(t, |l| {
-            levels[n] = l;
-            n += 1;
-        });
-        for &l in &levels[..n] {
+        for l in self.policy.history_levels(t) {
             let r = self.matrix_range(l, head);
             for s in &mut self.data[r] {
                 *s = E::store(alpha * s.load());
@@ -172,15 +155,9 @@ impl<'a, E: StateElem> FenwickState<'a, E> {
         k: &[f32],
         u: &mut [f32],
     ) {
-        let mut levels = [0u32; 64];
-        let mut n = 0;
-        self.for_each_history_level(t, |l| {
-            levels[n] = l;
-            n += 1;
-        });
         let (dk, dv) = (self.dk, self.dv);
         let u = &mut u[..dv];
-        for &l in &levels[..n] {
+        for l in self.policy.history_levels(t) {
             let r = self.matrix_range(l, head);
             let s = &mut self.data[r];
             // u = kᵀ S (a dv-vector), then one pass S[i][j] = α (S[i][j] − β k[i] u[j]).

@@ -117,6 +117,21 @@ impl LevelPolicy {
         }
     }
 
+    /// The levels whose contents carry history into token `t` (after the merge), and so take
+    /// the per-token transition: the live levels ≥ 1, or level 0 alone in the plain
+    /// single-state case, where it holds the whole history.
+    #[inline]
+    pub fn history_levels(&self, t: u64) -> LiveLevels {
+        if self.levels == 1 {
+            LiveLevels {
+                bits: 0,
+                top: Some(0),
+            }
+        } else {
+            self.live_upper_levels(t)
+        }
+    }
+
     /// Number of live levels at token `t`, level 0 included.
     pub fn live_count(&self, t: u64) -> usize {
         1 + self.live_upper_levels(t).count()
