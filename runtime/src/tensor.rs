@@ -5,6 +5,9 @@
 //! [`WeightSource`]. New storage types (F16, Q8_0, Q4_0) become new [`TensorData`] variants
 //! with their own kernels, without touching the layers.
 
+use crate::quant::{BlockQ4_0, BlockQ8_0, QK};
+use half::f16;
+
 /// What a tensor is for, independent of any file format's key names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
@@ -71,11 +74,117 @@ impl TensorName {
     }
 }
 
-/// Borrowed tensor data.
+/// Storage type of a tensor, with ggml's type ids.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum DType {
+    /// 32-bit float.
+    F32,
+    /// 16-bit float.
+    F16,
+    /// 32-weight blocks of i8 with an f16 scale.
+    Q8_0,
+    /// 32-weight blocks of 4-bit values with an f16 scale.
+    Q4_0,
+}
+
+impl DType {
+    /// ggml's `ggml_type` id.
+    pub const fn ggml_id(self) -> u32 {
+        match self {
+            DType::F32 => 0,
+            DType::F16 => 1,
+            DType::Q4_0 => 2,
+            DType::Q8_0 => 8,
+        }
+    }
+
+    /// The type with this ggml id, if supported.
+    pub const fn from_ggml_id(id: u32) -> Option<Self> {
+        Some(match id {
+            0 => DType::F32,
+            1 => DType::F16,
+            2 => DType::Q4_0,
+            8 => DType::Q8_0,
+            _ => return None,
+        })
+    }
+
+    /// Weights per block (1 for float types).
+    pub const fn block_len(self) -> usize {
+        match self {
+            DType::F32 | DType::F16 => 1,
+            DType::Q8_0 | DType::Q4_0 => QK,
+        }
+    }
+
+    /// Bytes per block.
+    pub const fn block_bytes(self) -> usize {
+        match self {
+            DType::F32 => 4,
+            DType::F16 => 2,
+            DType::Q8_0 => core::mem::size_of::<BlockQ8_0>(),
+            DType::Q4_0 => core::mem::size_of::<BlockQ4_0>(),
+        }
+    }
+
+    /// Bytes of `n` elements, `None` if `n` is not a whole number of blocks or overflows.
+    pub const fn bytes_for(self, n: usize) -> Option<usize> {
+        if n % self.block_len() != 0 {
+            return None;
+        }
+        (n / self.block_len()).checked_mul(self.block_bytes())
+    }
+
+    /// Lowercase name as ggml spells it ("f32", "q8_0", ...).
+    pub const fn name(self) -> &'static str {
+        match self {
+            DType::F32 => "f32",
+            DType::F16 => "f16",
+            DType::Q8_0 => "q8_0",
+            DType::Q4_0 => "q4_0",
+        }
+    }
+}
+
+/// Borrowed tensor data, row-major; quantized rows are whole blocks.
 #[derive(Clone, Copy, Debug)]
 pub enum TensorData<'a> {
-    /// Row-major f32.
+    /// 32-bit floats.
     F32(&'a [f32]),
+    /// 16-bit floats.
+    F16(&'a [f16]),
+    /// Q8_0 blocks.
+    Q8_0(&'a [BlockQ8_0]),
+    /// Q4_0 blocks.
+    Q4_0(&'a [BlockQ4_0]),
+}
+
+impl TensorData<'_> {
+    /// The storage type.
+    pub fn dtype(&self) -> DType {
+        match self {
+            TensorData::F32(_) => DType::F32,
+            TensorData::F16(_) => DType::F16,
+            TensorData::Q8_0(_) => DType::Q8_0,
+            TensorData::Q4_0(_) => DType::Q4_0,
+        }
+    }
+
+    /// Number of elements.
+    pub fn len(&self) -> usize {
+        match self {
+            TensorData::F32(d) => d.len(),
+            TensorData::F16(d) => d.len(),
+            TensorData::Q8_0(d) => d.len() * QK,
+            TensorData::Q4_0(d) => d.len() * QK,
+        }
+    }
+
+    /// Whether there are no elements.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// A 2-D view: `rows × cols`. Vectors are `n × 1`; a depthwise conv weight (C, 1, W) is `C × W`.
@@ -90,13 +199,19 @@ pub struct TensorView<'a> {
 }
 
 impl<'a> TensorView<'a> {
+    /// A view over `data`; `None` unless it holds exactly `rows × cols` elements and, for
+    /// block types, each row is a whole number of blocks.
+    pub fn new(rows: usize, cols: usize, data: TensorData<'a>) -> Option<Self> {
+        let n = rows.checked_mul(cols)?;
+        if n != data.len() || cols % data.dtype().block_len() != 0 {
+            return None;
+        }
+        Some(Self { rows, cols, data })
+    }
+
     /// A row-major f32 view; `None` if `data.len() != rows * cols`.
     pub fn f32(rows: usize, cols: usize, data: &'a [f32]) -> Option<Self> {
-        (rows.checked_mul(cols)? == data.len()).then_some(Self {
-            rows,
-            cols,
-            data: TensorData::F32(data),
-        })
+        Self::new(rows, cols, TensorData::F32(data))
     }
 
     /// Number of elements.
@@ -109,29 +224,82 @@ impl<'a> TensorView<'a> {
         self.len() == 0
     }
 
+    /// The storage type.
+    pub fn dtype(&self) -> DType {
+        self.data.dtype()
+    }
+
     /// The data as f32 if it is stored that way (small recurrent-critical tensors always are).
     pub fn as_f32(&self) -> Option<&'a [f32]> {
         match self.data {
             TensorData::F32(d) => Some(d),
+            _ => None,
         }
     }
 
     /// out = W x, with W this `rows × cols` matrix. `x` has `cols` and `out` has `rows` entries.
+    /// Quantized weights are used in place, block by block.
     pub fn matvec(&self, x: &[f32], out: &mut [f32]) {
+        let x = &x[..self.cols];
+        let out = &mut out[..self.rows];
         match self.data {
             TensorData::F32(w) => {
-                for (o, row) in out[..self.rows].iter_mut().zip(w.chunks_exact(self.cols)) {
-                    *o = crate::math::dot(row, &x[..self.cols]);
+                for (o, row) in out.iter_mut().zip(w.chunks_exact(self.cols)) {
+                    *o = crate::math::dot(row, x);
+                }
+            }
+            TensorData::F16(w) => {
+                for (o, row) in out.iter_mut().zip(w.chunks_exact(self.cols)) {
+                    *o = row.iter().zip(x).map(|(a, b)| a.to_f32() * b).sum();
+                }
+            }
+            TensorData::Q8_0(w) => {
+                for (o, row) in out.iter_mut().zip(w.chunks_exact(self.cols / QK)) {
+                    *o = row
+                        .iter()
+                        .zip(x.chunks_exact(QK))
+                        .map(|(b, xs)| b.dot(xs))
+                        .sum();
+                }
+            }
+            TensorData::Q4_0(w) => {
+                for (o, row) in out.iter_mut().zip(w.chunks_exact(self.cols / QK)) {
+                    *o = row
+                        .iter()
+                        .zip(x.chunks_exact(QK))
+                        .map(|(b, xs)| b.dot(xs))
+                        .sum();
                 }
             }
         }
     }
 
-    /// Copies row `r` into `out` (embedding lookup).
+    /// Copies (dequantizes) row `r` into `out` (embedding lookup).
     pub fn row_into(&self, r: usize, out: &mut [f32]) {
+        let c = self.cols;
+        let out = &mut out[..c];
         match self.data {
-            TensorData::F32(w) => {
-                out[..self.cols].copy_from_slice(&w[r * self.cols..(r + 1) * self.cols])
+            TensorData::F32(w) => out.copy_from_slice(&w[r * c..(r + 1) * c]),
+            TensorData::F16(w) => {
+                for (o, v) in out.iter_mut().zip(&w[r * c..(r + 1) * c]) {
+                    *o = v.to_f32();
+                }
+            }
+            TensorData::Q8_0(w) => {
+                for (b, o) in w[r * c / QK..(r + 1) * c / QK]
+                    .iter()
+                    .zip(out.chunks_exact_mut(QK))
+                {
+                    b.dequantize(o);
+                }
+            }
+            TensorData::Q4_0(w) => {
+                for (b, o) in w[r * c / QK..(r + 1) * c / QK]
+                    .iter()
+                    .zip(out.chunks_exact_mut(QK))
+                {
+                    b.dequantize(o);
+                }
             }
         }
     }

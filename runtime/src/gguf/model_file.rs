@@ -1,0 +1,204 @@
+//! A model read from a GGUF file: the [`ModelConfig`] from metadata, and the tensors as a
+//! [`WeightSource`] over the file's bytes.
+
+use super::names::{self, key};
+use super::reader::{GgufError, GgufFile, MetaValue};
+use crate::config::{Arch, ModelConfig};
+use crate::model::{Model, ModelError};
+use crate::tensor::{Role, TensorName, TensorView, WeightSource};
+
+/// Why a GGUF file is not a usable model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub enum ModelFileError {
+    /// The file itself is malformed.
+    Gguf(GgufError),
+    /// `general.architecture` is missing or names no supported model.
+    UnknownArchitecture,
+    /// A required metadata key (under the architecture prefix) is missing.
+    MissingKey(&'static str),
+    /// A metadata key has the wrong type or an unusable value.
+    BadValue(&'static str),
+    /// The capacity policy is not one this runtime implements.
+    UnsupportedCapacityPolicy,
+    /// The file has a tensor this model does not use (index in the file).
+    UnexpectedTensor(u64),
+    /// The file has `found` tensors where the model has `expected`.
+    TensorCount {
+        /// Tensors the config implies.
+        expected: u64,
+        /// Tensors in the file.
+        found: u64,
+    },
+    /// A tensor fails the model's checks (missing, shape, storage).
+    Model(ModelError),
+}
+
+impl core::fmt::Display for ModelFileError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            ModelFileError::Gguf(e) => write!(f, "{e}"),
+            ModelFileError::UnknownArchitecture => {
+                write!(f, "general.architecture is missing or unsupported")
+            }
+            ModelFileError::MissingKey(k) => write!(f, "metadata key {{arch}}.{k} is missing"),
+            ModelFileError::BadValue(k) => write!(f, "metadata key {k} has a wrong type or value"),
+            ModelFileError::UnsupportedCapacityPolicy => write!(f, "unsupported capacity_policy"),
+            ModelFileError::UnexpectedTensor(i) => {
+                write!(f, "tensor #{i} is not part of this model")
+            }
+            ModelFileError::TensorCount { expected, found } => {
+                write!(f, "{found} tensors in the file, the model has {expected}")
+            }
+            ModelFileError::Model(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for ModelFileError {}
+
+impl From<GgufError> for ModelFileError {
+    fn from(e: GgufError) -> Self {
+        ModelFileError::Gguf(e)
+    }
+}
+
+impl From<ModelError> for ModelFileError {
+    fn from(e: ModelError) -> Self {
+        ModelFileError::Model(e)
+    }
+}
+
+/// A model file: validated GGUF plus its config.
+#[derive(Clone, Copy, Debug)]
+pub struct GgufModel<'a> {
+    file: GgufFile<'a>,
+    config: ModelConfig,
+}
+
+impl<'a> GgufModel<'a> {
+    /// Parses `bytes`, reads the config and checks that the tensors are exactly the model's,
+    /// with the right shapes and storage.
+    pub fn parse(bytes: &'a [u8]) -> Result<Self, ModelFileError> {
+        let file = GgufFile::parse(bytes)?;
+        let arch = file
+            .get("general.architecture")
+            .and_then(|v| v.as_str())
+            .and_then(names::arch_from_name)
+            .ok_or(ModelFileError::UnknownArchitecture)?;
+        let prefix = names::arch_name(arch);
+        let get = |k: &'static str| {
+            file.get_prefixed(prefix, k)
+                .ok_or(ModelFileError::MissingKey(k))
+        };
+        let dim = |k: &'static str| -> Result<usize, ModelFileError> {
+            get(k)?
+                .as_u64()
+                .and_then(|v| usize::try_from(v).ok())
+                .ok_or(ModelFileError::BadValue(k))
+        };
+        let config = ModelConfig {
+            arch,
+            vocab_size: dim(key::VOCAB_SIZE)?,
+            hidden_size: dim(key::EMBEDDING_LENGTH)?,
+            num_layers: dim(key::BLOCK_COUNT)?,
+            intermediate_size: dim(key::FEED_FORWARD_LENGTH)?,
+            norm_eps: get(key::NORM_EPSILON)?
+                .as_f32()
+                .filter(|e| e.is_finite() && *e >= 0.0)
+                .ok_or(ModelFileError::BadValue(key::NORM_EPSILON))?,
+            num_heads: dim(key::HEAD_COUNT)?,
+            head_k_dim: dim(key::HEAD_K_DIM)?,
+            head_v_dim: dim(key::HEAD_V_DIM)?,
+            num_groups: dim(key::GROUP_COUNT)?,
+            conv_kernel: dim(key::CONV_KERNEL)?,
+            conv_bias: get(key::CONV_BIAS)?
+                .as_bool()
+                .ok_or(ModelFileError::BadValue(key::CONV_BIAS))?,
+            norm_group_size: dim(key::NORM_GROUP_SIZE)?,
+            lambda_levels: dim(key::LAMBDA_LEVELS)?,
+        };
+        if let Some(v) = file.get_prefixed(prefix, key::CAPACITY_POLICY) {
+            if v.as_str() != Some(names::CAPACITY_POLICY_SATURATE) {
+                return Err(ModelFileError::UnsupportedCapacityPolicy);
+            }
+        }
+        config
+            .validate()
+            .map_err(|e| ModelFileError::Model(ModelError::Config(e)))?;
+        // Exactly the model's tensors: every name known and in range, and as many as the
+        // config implies, so that with the per-tensor checks of `Model::new` no duplicate or
+        // stray tensor can hide.
+        for (index, t) in file.tensors().enumerate() {
+            let used = names::parse_tensor_name(t.name).is_some_and(|(layer, role)| match layer {
+                None => true,
+                Some(l) => (l as usize) < config.num_layers && uses_block_role(&config, role),
+            });
+            if !used {
+                return Err(ModelFileError::UnexpectedTensor(index as u64));
+            }
+        }
+        let per_block = names::ALL_ROLES
+            .iter()
+            .filter(|&&r| !names::is_model_level(r) && uses_block_role(&config, r))
+            .count() as u64;
+        let expected = 3 + per_block * config.num_layers as u64;
+        if file.tensor_count() != expected {
+            return Err(ModelFileError::TensorCount {
+                expected,
+                found: file.tensor_count(),
+            });
+        }
+        let me = Self { file, config };
+        Model::new(config, &me)?;
+        Ok(me)
+    }
+
+    /// The config from the metadata.
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// The underlying file.
+    pub fn file(&self) -> &GgufFile<'a> {
+        &self.file
+    }
+
+    /// The runtime model over this file.
+    pub fn model(&self) -> Result<Model<'_>, ModelError> {
+        Model::new(self.config, self)
+    }
+
+    /// A metadata value under the architecture prefix.
+    pub fn arch_value(&self, k: &str) -> Option<MetaValue<'a>> {
+        self.file
+            .get_prefixed(names::arch_name(self.config.arch), k)
+    }
+}
+
+/// Whether a block of this config has a tensor with `role`.
+pub fn uses_block_role(c: &ModelConfig, role: Role) -> bool {
+    use Role::*;
+    let ll = c.arch.is_log_linear();
+    match role {
+        Embedding | FinalNorm | LmHead => false,
+        MixerNorm | MlpNorm | MlpGate | MlpUp | MlpDown | ALog | DtBias | OutNorm | OutProj => true,
+        LambdaScale => ll,
+        InProj | Conv | DSkip => c.arch.is_mamba2(),
+        ConvBias => c.arch.is_mamba2() && c.conv_bias,
+        QProj | KProj | VProj | AProj | BProj | GProj | QConv | KConv | VConv => {
+            matches!(c.arch, Arch::GatedDeltaNet | Arch::LogLinearGatedDeltaNet)
+        }
+        LProj => c.arch == Arch::LogLinearGatedDeltaNet,
+    }
+}
+
+impl WeightSource for GgufModel<'_> {
+    fn tensor(&self, name: TensorName) -> Option<TensorView<'_>> {
+        self.file
+            .tensors()
+            .find(|t| names::name_matches(t.name, name.layer, name.role))
+            .and_then(|t| t.view())
+    }
+}
