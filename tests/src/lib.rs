@@ -6,20 +6,28 @@ use serde_json::Value;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// A folder from an environment variable, a relative path taken from the repository root
+/// (cargo runs tests inside `tests/`, which is not where a user types the command).
+fn dir_from_env(var: &str, default: &str) -> PathBuf {
+    match std::env::var_os(var) {
+        Some(d) => repo_root().join(PathBuf::from(d)),
+        None => repo_root().join(default),
+    }
+}
+
 /// The golden folder: `LOGLINEAR_GOLDEN_DIR`, or the project copy `tests/golden`.
 pub fn golden_dir() -> PathBuf {
-    match std::env::var_os("LOGLINEAR_GOLDEN_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("golden"),
-    }
+    dir_from_env("LOGLINEAR_GOLDEN_DIR", "tests/golden")
 }
 
 /// The trained models: `LOGLINEAR_MODELS_DIR`, or the project copy `models/`.
 pub fn models_dir() -> PathBuf {
-    match std::env::var_os("LOGLINEAR_MODELS_DIR") {
-        Some(d) => PathBuf::from(d),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../models"),
-    }
+    dir_from_env("LOGLINEAR_MODELS_DIR", "models")
 }
 
 /// `../shared` beside the checkout, if present (developer machines and CI have it).

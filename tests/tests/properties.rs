@@ -92,6 +92,7 @@ fn inputs(seed: u64, t_len: usize, h: usize, dk: usize, dv: usize, gdn: bool, nl
 }
 
 /// [Π_{r=s+1..t} A_r] x, with A_r = α_r (I − β_r k_r k_rᵀ) (GDN) or α_r I, in f64.
+#[allow(clippy::too_many_arguments)] // the reference spells out every index it uses
 fn carry(
     x: &mut [f64],
     inp: &Inputs,
