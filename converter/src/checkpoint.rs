@@ -94,6 +94,16 @@ impl TensorStore {
         self.tensors.insert(name, t);
     }
 
+    /// The names of the tensors held, in no particular order.
+    pub fn names(&self) -> impl Iterator<Item = TensorName> + '_ {
+        self.tensors.keys().copied()
+    }
+
+    /// The tensors held, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = (TensorName, &Tensor)> + '_ {
+        self.tensors.iter().map(|(n, t)| (*n, t))
+    }
+
     /// Reads every tensor of a safetensors buffer whose key `name_of` maps to a name; a key it
     /// maps to `None` is an [`ImportError::UnknownKey`]-style error built by `unknown`.
     pub fn from_safetensors(

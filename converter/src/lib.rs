@@ -1,11 +1,21 @@
-//! Host-side (std) tools for loglinear. For now: importing the official checkpoints
-//! (`config.json` + `model.safetensors`) into a [`Checkpoint`] that the runtime reads through
-//! its [`WeightSource`](loglinear_runtime::WeightSource) trait.
+//! Host-side (std) tools for loglinear:
+//!
+//! * [`checkpoint`]: importing the official checkpoints (`config.json` + `model.safetensors`)
+//!   into a [`Checkpoint`] that the runtime reads through its
+//!   [`WeightSource`](loglinear_runtime::WeightSource) trait;
+//! * [`gguf_writer`], [`export`]: writing GGUF v3 model files (`docs/model-file.md`) with
+//!   f32/f16/Q8_0/Q4_0 weights;
+//! * [`eval`]: bits per byte on text, and a quantized model's distance from the f32 one.
 
 pub mod checkpoint;
 pub mod config_json;
+pub mod eval;
+pub mod export;
+pub mod gguf_writer;
 pub mod layout;
 
 pub use checkpoint::{Checkpoint, ImportError, Tensor, TensorStore};
 pub use config_json::{parse_config, parse_lenient_json};
+pub use export::{export_gguf, ExportError, ExportOptions, ExportedModel, TypeOverride};
+pub use gguf_writer::{GgufWriter, OwnedTensorData, Value, WriterError};
 pub use layout::Layout;

@@ -1,0 +1,579 @@
+//! Exporting a model (a checkpoint, or any [`WeightSource`] with its [`ModelConfig`]) to a GGUF
+//! v3 model file as `docs/model-file.md` describes it, with per-tensor storage types.
+//!
+//! Type choice: [`ExportOptions::matrix_type`] applies to the 2-D weight matrices
+//! (projections, MLP, embedding, LM head). The recurrence-critical small tensors (`A_log`,
+//! `dt_bias`, `D`, `L`, all norms, conv weights and conv bias) are always F32: the runtime
+//! refuses a file where they are not. [`TypeOverride`]s (`PATTERN=TYPE`, like llama-quantize's
+//! `--tensor-type`) change the type of the matrices whose GGUF name matches, the last match
+//! winning. A matrix whose rows are not a multiple of 32 weights cannot be Q8_0/Q4_0 and falls
+//! back to F16; the report says so.
+
+use crate::checkpoint::Checkpoint;
+use crate::gguf_writer::{GgufWriter, OwnedTensorData, Value, WriterError};
+use loglinear_runtime::gguf::names::{self, key};
+use loglinear_runtime::quant::QK;
+use loglinear_runtime::{
+    Arch, DType, Model, ModelConfig, ModelError, Role, TensorName, TensorView, WeightSource,
+};
+use std::collections::HashMap;
+use std::str::FromStr;
+
+/// Why a model could not be exported. Every variant names the tensor, key or option.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    /// The GGUF writer refused something.
+    #[error(transparent)]
+    Writer(#[from] WriterError),
+    /// A tensor the config needs is not in the source.
+    #[error("tensor `{0}` is missing from the source")]
+    MissingTensor(String),
+    /// The source holds a tensor that the config does not use.
+    #[error("tensor `{0}` is not used by the config: refusing to drop it silently")]
+    UnusedTensor(String),
+    /// A vector tensor that is not 1-D.
+    #[error("tensor `{name}` should be a vector, found shape {rows}x{cols}")]
+    NotAVector {
+        /// The tensor.
+        name: String,
+        /// Its rows.
+        rows: usize,
+        /// Its columns.
+        cols: usize,
+    },
+    /// The exported weights do not make a valid model (wrong shape, ...).
+    #[error("tensor `{name}`: {error}")]
+    Model {
+        /// GGUF name of the tensor, or `config` for a config error.
+        name: String,
+        /// The runtime's complaint.
+        error: ModelError,
+    },
+    /// A config value does not fit the metadata type.
+    #[error("metadata `{key}` = {value} does not fit a u32")]
+    TooLarge {
+        /// The key.
+        key: String,
+        /// The value.
+        value: usize,
+    },
+    /// An override pattern that matches no tensor (a typo would otherwise go unnoticed).
+    #[error("--tensor-type pattern `{0}` matches no tensor")]
+    PatternMatchesNothing(String),
+}
+
+/// A storage type name that is not one of f32, f16, q8_0, q4_0.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TypeParseError {
+    /// Unknown type.
+    #[error("unknown tensor type `{0}` (expected f32, f16, q8_0 or q4_0)")]
+    UnknownType(String),
+    /// `PATTERN=TYPE` without `=` or with an empty pattern.
+    #[error("`{0}` is not PATTERN=TYPE")]
+    NotAnOverride(String),
+}
+
+/// Parses `f32`, `f16`, `q8_0` or `q4_0` (any case).
+pub fn parse_dtype(s: &str) -> Result<DType, TypeParseError> {
+    Ok(match s.to_ascii_lowercase().as_str() {
+        "f32" => DType::F32,
+        "f16" => DType::F16,
+        "q8_0" => DType::Q8_0,
+        "q4_0" => DType::Q4_0,
+        _ => return Err(TypeParseError::UnknownType(s.to_string())),
+    })
+}
+
+/// `PATTERN=TYPE`: matrices whose GGUF name matches `PATTERN` are stored as `TYPE`.
+///
+/// The pattern matches if it occurs anywhere in the name, `*` standing for any run of
+/// characters: `ffn_down` matches every block's `ffn_down.weight`, `blk.0.*` every tensor of
+/// block 0, `output.weight` the LM head, `attn_*.weight` the GDN q/k/v/gate projections.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TypeOverride {
+    /// The pattern.
+    pub pattern: String,
+    /// The type.
+    pub dtype: DType,
+}
+
+impl TypeOverride {
+    /// Whether `name` matches the pattern.
+    pub fn matches(&self, name: &str) -> bool {
+        glob_search(&self.pattern, name)
+    }
+}
+
+impl FromStr for TypeOverride {
+    type Err = TypeParseError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let (pattern, ty) = s
+            .rsplit_once('=')
+            .filter(|(p, _)| !p.is_empty())
+            .ok_or_else(|| TypeParseError::NotAnOverride(s.to_string()))?;
+        Ok(Self {
+            pattern: pattern.to_string(),
+            dtype: parse_dtype(ty)?,
+        })
+    }
+}
+
+/// Whether `text` contains a run matching `pattern`, where `*` matches any characters.
+/// Greedy leftmost search is exact here because the pattern is unanchored at both ends.
+fn glob_search(pattern: &str, text: &str) -> bool {
+    let mut rest = text;
+    for part in pattern.split('*').filter(|p| !p.is_empty()) {
+        match rest.find(part) {
+            Some(i) => rest = &rest[i + part.len()..],
+            None => return false,
+        }
+    }
+    true
+}
+
+/// What to export and how.
+#[derive(Clone, Debug)]
+pub struct ExportOptions {
+    /// `general.name` (default: the architecture's name).
+    pub name: Option<String>,
+    /// Storage type of the 2-D weight matrices.
+    pub matrix_type: DType,
+    /// Per-tensor overrides, the last match winning.
+    pub overrides: Vec<TypeOverride>,
+}
+
+impl Default for ExportOptions {
+    fn default() -> Self {
+        Self {
+            name: None,
+            matrix_type: DType::F32,
+            overrides: Vec::new(),
+        }
+    }
+}
+
+/// Whether a role is a 2-D weight matrix (quantizable); the others are recurrence-critical.
+pub const fn is_matrix(role: Role) -> bool {
+    use Role::*;
+    matches!(
+        role,
+        Embedding
+            | LmHead
+            | MlpGate
+            | MlpUp
+            | MlpDown
+            | OutProj
+            | InProj
+            | QProj
+            | KProj
+            | VProj
+            | AProj
+            | BProj
+            | GProj
+            | LProj
+    )
+}
+
+/// Whether a role is stored 1-D (`[n]`).
+pub const fn is_vector(role: Role) -> bool {
+    use Role::*;
+    matches!(
+        role,
+        FinalNorm | MixerNorm | MlpNorm | ALog | DtBias | OutNorm | ConvBias | DSkip
+    )
+}
+
+/// The GGUF name of a tensor: `token_embd.weight`, `blk.3.ffn_up.weight`, ...
+pub fn gguf_name(name: TensorName) -> String {
+    match name.layer {
+        None => names::tensor_suffix(name.role).to_string(),
+        Some(l) => format!("blk.{l}.{}", names::tensor_suffix(name.role)),
+    }
+}
+
+/// Every tensor a model with this config reads, in file order.
+pub fn expected_tensors(config: &ModelConfig) -> Vec<TensorName> {
+    use Role::*;
+    let ll = config.arch.is_log_linear();
+    let mut out = vec![
+        TensorName::model(Embedding),
+        TensorName::model(FinalNorm),
+        TensorName::model(LmHead),
+    ];
+    for layer in 0..config.num_layers {
+        let roles: Vec<Role> = match config.arch {
+            Arch::LogLinearMamba2 | Arch::Mamba2 => [MixerNorm, InProj, Conv]
+                .into_iter()
+                .chain(config.conv_bias.then_some(ConvBias))
+                .chain([DtBias, ALog, DSkip])
+                .chain(ll.then_some(LambdaScale))
+                .chain([OutNorm, OutProj])
+                .collect(),
+            Arch::LogLinearGatedDeltaNet | Arch::GatedDeltaNet => {
+                [MixerNorm, QProj, KProj, VProj, AProj, BProj, GProj]
+                    .into_iter()
+                    .chain(ll.then_some(LProj))
+                    .chain([QConv, KConv, VConv, ALog, DtBias])
+                    .chain(ll.then_some(LambdaScale))
+                    .chain([OutNorm, OutProj])
+                    .collect()
+            }
+        };
+        out.extend(
+            roles
+                .into_iter()
+                .chain([MlpNorm, MlpGate, MlpUp, MlpDown])
+                .map(|r| TensorName::block(layer, r)),
+        );
+    }
+    out
+}
+
+/// What happened to one tensor.
+#[derive(Clone, Debug)]
+pub struct TensorReport {
+    /// GGUF name.
+    pub name: String,
+    /// Shape as the runtime sees it: `[n]` or `[rows, cols]`.
+    pub shape: Vec<usize>,
+    /// The type asked for (matrix type or override).
+    pub requested: DType,
+    /// The type stored.
+    pub dtype: DType,
+    /// Elements.
+    pub elements: usize,
+    /// Bytes of data (without alignment padding).
+    pub bytes: usize,
+    /// Why the stored type differs from the requested one, or other remarks.
+    pub note: Option<String>,
+}
+
+/// An exported model held in memory: its tensors in their storage types. It is a
+/// [`WeightSource`], so the runtime can run exactly the weights that go into the file.
+#[derive(Clone, Debug)]
+pub struct ExportedModel {
+    config: ModelConfig,
+    name: String,
+    tensors: Vec<(TensorName, Vec<usize>, OwnedTensorData)>,
+    index: HashMap<TensorName, usize>,
+    report: Vec<TensorReport>,
+}
+
+impl ExportedModel {
+    /// Converts a checkpoint; every tensor it holds must be one the config uses.
+    pub fn from_checkpoint(ckpt: &Checkpoint, opts: &ExportOptions) -> Result<Self, ExportError> {
+        Self::from_checkpoint_with_progress(ckpt, opts, &mut |_| {})
+    }
+
+    /// [`ExportedModel::from_checkpoint`], calling `progress` after each tensor.
+    pub fn from_checkpoint_with_progress(
+        ckpt: &Checkpoint,
+        opts: &ExportOptions,
+        progress: &mut dyn FnMut(&TensorReport),
+    ) -> Result<Self, ExportError> {
+        let expected = expected_tensors(&ckpt.config);
+        if let Some(extra) = ckpt.store.names().find(|n| !expected.contains(n)) {
+            return Err(ExportError::UnusedTensor(
+                ckpt.layout.key(extra).unwrap_or_else(|| gguf_name(extra)),
+            ));
+        }
+        Self::from_source(ckpt.config, &ckpt.store, opts, progress)
+    }
+
+    /// Converts the tensors that `config` needs from `source`, in any storage type: tensors
+    /// already in the target type are copied as they are, the others are dequantized to f32
+    /// and stored (quantized) as asked.
+    pub fn from_source(
+        config: ModelConfig,
+        source: &dyn WeightSource,
+        opts: &ExportOptions,
+        progress: &mut dyn FnMut(&TensorReport),
+    ) -> Result<Self, ExportError> {
+        let expected = expected_tensors(&config);
+        let gguf_names: Vec<String> = expected.iter().map(|&n| gguf_name(n)).collect();
+        for o in &opts.overrides {
+            if !gguf_names.iter().any(|n| o.matches(n)) {
+                return Err(ExportError::PatternMatchesNothing(o.pattern.clone()));
+            }
+        }
+        let mut out = Self {
+            config,
+            name: opts
+                .name
+                .clone()
+                .unwrap_or_else(|| config.arch.name().to_string()),
+            tensors: Vec::with_capacity(expected.len()),
+            index: HashMap::new(),
+            report: Vec::with_capacity(expected.len()),
+        };
+        for (&tn, gname) in expected.iter().zip(gguf_names) {
+            let view = source
+                .tensor(tn)
+                .ok_or_else(|| ExportError::MissingTensor(gname.clone()))?;
+            let (tensor, shape, report) = convert_one(tn, gname, view, opts)?;
+            progress(&report);
+            out.index.insert(tn, out.tensors.len());
+            out.tensors.push((tn, shape, tensor));
+            out.report.push(report);
+        }
+        Model::new(config, &out).map_err(|error| ExportError::Model {
+            name: match error {
+                ModelError::MissingTensor(n)
+                | ModelError::NotF32(n)
+                | ModelError::ShapeMismatch { name: n, .. } => gguf_name(n),
+                ModelError::Config(_) => "config".to_string(),
+            },
+            error,
+        })?;
+        Ok(out)
+    }
+
+    /// The config.
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// What was stored for each tensor, in file order.
+    pub fn report(&self) -> &[TensorReport] {
+        &self.report
+    }
+
+    /// The runtime model over the exported weights.
+    pub fn model(&self) -> Result<Model<'_>, ModelError> {
+        Model::new(self.config, self)
+    }
+
+    /// The metadata pairs of the file, in order (`general.*`, `{arch}.*`, `tokenizer.*`).
+    pub fn metadata(&self) -> Result<Vec<(String, Value)>, ExportError> {
+        metadata(&self.config, &self.name)
+    }
+
+    /// The GGUF file.
+    pub fn to_gguf(&self) -> Result<Vec<u8>, ExportError> {
+        let mut w = GgufWriter::new(names::ALIGNMENT);
+        for (k, v) in self.metadata()? {
+            w.add(k, v)?;
+        }
+        for (tn, shape, data) in &self.tensors {
+            w.add_tensor(gguf_name(*tn), shape, data.clone())?;
+        }
+        Ok(w.to_bytes())
+    }
+}
+
+impl WeightSource for ExportedModel {
+    fn tensor(&self, name: TensorName) -> Option<TensorView<'_>> {
+        let (_, shape, data) = &self.tensors[*self.index.get(&name)?];
+        let (rows, cols) = match shape.as_slice() {
+            [n] => (*n, 1),
+            [r, c] => (*r, *c),
+            _ => return None,
+        };
+        TensorView::new(rows, cols, data.as_data())
+    }
+}
+
+/// The f32 values of a view, row-major.
+pub fn dequantize(view: &TensorView<'_>) -> Vec<f32> {
+    if let Some(d) = view.as_f32() {
+        return d.to_vec();
+    }
+    let mut out = vec![0f32; view.rows * view.cols];
+    if view.cols > 0 {
+        for (r, row) in out.chunks_exact_mut(view.cols).enumerate() {
+            view.row_into(r, row);
+        }
+    }
+    out
+}
+
+fn convert_one(
+    tn: TensorName,
+    name: String,
+    view: TensorView<'_>,
+    opts: &ExportOptions,
+) -> Result<(OwnedTensorData, Vec<usize>, TensorReport), ExportError> {
+    let (rows, cols) = (view.rows, view.cols);
+    let shape = if is_vector(tn.role) {
+        if cols != 1 {
+            return Err(ExportError::NotAVector { name, rows, cols });
+        }
+        vec![rows]
+    } else {
+        vec![rows, cols]
+    };
+    let mut notes = Vec::new();
+    let (requested, mut dtype) = if is_matrix(tn.role) {
+        let t = opts
+            .overrides
+            .iter()
+            .rev()
+            .find(|o| o.matches(&name))
+            .map_or(opts.matrix_type, |o| o.dtype);
+        (t, t)
+    } else {
+        let t = opts
+            .overrides
+            .iter()
+            .rev()
+            .find(|o| o.matches(&name))
+            .map_or(DType::F32, |o| o.dtype);
+        if t != DType::F32 {
+            notes.push(format!(
+                "kept f32 instead of {}: recurrence-critical",
+                t.name()
+            ));
+        }
+        (t, DType::F32)
+    };
+    if matches!(dtype, DType::Q8_0 | DType::Q4_0) && cols % QK != 0 {
+        notes.push(format!(
+            "f16 instead of {}: rows of {cols} are not a multiple of {QK}",
+            dtype.name()
+        ));
+        dtype = DType::F16;
+    }
+    let source = view.dtype();
+    let data = if source == dtype {
+        OwnedTensorData::from_view(view.data)
+    } else {
+        if matches!(source, DType::Q8_0 | DType::Q4_0) {
+            notes.push(format!("requantized from {}", source.name()));
+        }
+        let f = dequantize(&view);
+        // `cols` is a multiple of the block length here, so this cannot fail.
+        OwnedTensorData::from_f32(&f, cols, dtype).unwrap_or(OwnedTensorData::F32(f))
+    };
+    let report = TensorReport {
+        name,
+        shape: shape.clone(),
+        requested,
+        dtype: data.dtype(),
+        elements: data.len(),
+        bytes: data.byte_len(),
+        note: (!notes.is_empty()).then(|| notes.join("; ")),
+    };
+    Ok((data, shape, report))
+}
+
+fn u32_value(key: &str, v: usize) -> Result<Value, ExportError> {
+    u32::try_from(v)
+        .map(Value::U32)
+        .map_err(|_| ExportError::TooLarge {
+            key: key.to_string(),
+            value: v,
+        })
+}
+
+/// The metadata pairs `docs/model-file.md` lists, for a model of this config.
+pub fn metadata(config: &ModelConfig, name: &str) -> Result<Vec<(String, Value)>, ExportError> {
+    let arch = names::arch_name(config.arch);
+    let k = |s: &str| format!("{arch}.{s}");
+    let c = config;
+    let mut kv = vec![
+        ("general.architecture".to_string(), Value::string(arch)),
+        ("general.name".to_string(), Value::string(name)),
+        (
+            "general.alignment".to_string(),
+            Value::U32(names::ALIGNMENT),
+        ),
+    ];
+    for (key, v) in [
+        (key::VOCAB_SIZE, c.vocab_size),
+        (key::EMBEDDING_LENGTH, c.hidden_size),
+        (key::BLOCK_COUNT, c.num_layers),
+        (key::FEED_FORWARD_LENGTH, c.intermediate_size),
+        (key::HEAD_COUNT, c.num_heads),
+        (key::HEAD_K_DIM, c.head_k_dim),
+        (key::HEAD_V_DIM, c.head_v_dim),
+        (key::GROUP_COUNT, c.num_groups),
+        (key::CONV_KERNEL, c.conv_kernel),
+    ] {
+        let key = k(key);
+        let v = u32_value(&key, v)?;
+        kv.push((key, v));
+    }
+    kv.push((k(key::CONV_BIAS), Value::Bool(c.conv_bias)));
+    let key = k(key::NORM_GROUP_SIZE);
+    kv.push((key.clone(), u32_value(&key, c.norm_group_size)?));
+    kv.push((k(key::NORM_EPSILON), Value::F32(c.norm_eps)));
+    let key = k(key::LAMBDA_LEVELS);
+    kv.push((key.clone(), u32_value(&key, c.lambda_levels)?));
+    let key = k(key::STATE_LEVELS);
+    kv.push((key.clone(), u32_value(&key, c.default_state_levels())?));
+    kv.push((
+        k(key::CAPACITY_POLICY),
+        Value::string(names::CAPACITY_POLICY_SATURATE),
+    ));
+    if c.vocab_size == 256 {
+        kv.push((
+            "tokenizer.ggml.model".to_string(),
+            Value::string(names::TOKENIZER_BYTES),
+        ));
+        kv.push((
+            "tokenizer.ggml.tokens".to_string(),
+            Value::strings((0..256).map(|b| format!("<0x{b:02X}>"))),
+        ));
+        kv.push((
+            "tokenizer.ggml.token_type".to_string(),
+            Value::i32s(std::iter::repeat_n(6, 256)),
+        ));
+    }
+    Ok(kv)
+}
+
+/// Exports a checkpoint to a GGUF v3 file.
+pub fn export_gguf(ckpt: &Checkpoint, opts: &ExportOptions) -> Result<Vec<u8>, ExportError> {
+    ExportedModel::from_checkpoint(ckpt, opts)?.to_gguf()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_are_unanchored_globs() {
+        let o = |p: &str| TypeOverride {
+            pattern: p.into(),
+            dtype: DType::F16,
+        };
+        assert!(o("ffn_down").matches("blk.3.ffn_down.weight"));
+        assert!(o("blk.0.*").matches("blk.0.attn_q.weight"));
+        assert!(!o("blk.1.*").matches("blk.11.attn_q.weight"));
+        assert!(o("attn_*.weight").matches("blk.2.attn_gate.weight"));
+        assert!(!o("attn_*.weight").matches("blk.2.ssm_out.weight"));
+        assert!(o("output.weight").matches("output.weight"));
+        assert!(!o("output.weight").matches("output_norm.weight"));
+        assert!(o("*").matches("anything"));
+    }
+
+    #[test]
+    fn override_parsing() {
+        assert_eq!(
+            "blk.0.*=Q4_0".parse::<TypeOverride>().unwrap(),
+            TypeOverride {
+                pattern: "blk.0.*".into(),
+                dtype: DType::Q4_0
+            }
+        );
+        assert!(matches!(
+            "ffn=q5_k".parse::<TypeOverride>(),
+            Err(TypeParseError::UnknownType(_))
+        ));
+        assert!(matches!(
+            "=q8_0".parse::<TypeOverride>(),
+            Err(TypeParseError::NotAnOverride(_))
+        ));
+        assert!(matches!(
+            "q8_0".parse::<TypeOverride>(),
+            Err(TypeParseError::NotAnOverride(_))
+        ));
+    }
+
+    #[test]
+    fn every_role_is_matrix_vector_or_small_2d() {
+        for role in names::ALL_ROLES {
+            assert!(!(is_matrix(role) && is_vector(role)), "{role:?}");
+        }
+    }
+}
