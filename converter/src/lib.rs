@@ -13,6 +13,7 @@ pub mod eval;
 pub mod export;
 pub mod gguf_writer;
 pub mod layout;
+pub mod model_source;
 
 pub use checkpoint::{Checkpoint, ImportError, Tensor, TensorStore};
 pub use config_json::{parse_config, parse_lenient_json};

@@ -3,12 +3,13 @@
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use loglinear_converter::eval::{self, Comparison};
-use loglinear_converter::export::{parse_dtype, ExportedModel, TensorReport};
+use loglinear_converter::export::{expected_tensors, parse_dtype, ExportedModel, TensorReport};
+use loglinear_converter::model_source::{AlignedBytes, IndexedGguf, LoadError, ModelSource};
 use loglinear_converter::{Checkpoint, ExportOptions, TypeOverride};
+use loglinear_runtime::gguf::{GgufFile, GgufModel, MetaArray, MetaValue};
 use loglinear_runtime::sampler::{Sampler, SamplerConfig};
 use loglinear_runtime::session::{Session, SessionConfig};
-use loglinear_runtime::DType;
-use loglinear_runtime::{tokenizer, StateElem};
+use loglinear_runtime::{tokenizer, DType, Model, StateElem};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -31,6 +32,40 @@ enum StateDtype {
     F16,
 }
 
+/// Storage types: `--type` and `--tensor-type`.
+#[derive(clap::Args)]
+struct TypeArgs {
+    /// Storage type of the weight matrices (projections, MLP, embedding, LM head):
+    /// f32, f16, q8_0 or q4_0. Norms, A_log, dt_bias, D, L and conv weights stay f32.
+    #[arg(long = "type", value_parser = parse_dtype, default_value = "f32")]
+    matrix_type: DType,
+    /// Per-tensor type, PATTERN=TYPE (repeatable, last match wins): PATTERN is searched in the
+    /// GGUF tensor name, `*` matching anything, e.g. `output.weight=q8_0`, `blk.0.*=f16`.
+    #[arg(long = "tensor-type", value_name = "PATTERN=TYPE")]
+    tensor_type: Vec<TypeOverride>,
+    /// `general.name` (default: the checkpoint folder's name, or the input file's name).
+    #[arg(long)]
+    name: Option<String>,
+}
+
+/// How `convert` and `quantize` measure what quantization costs.
+#[derive(clap::Args)]
+struct QualityArgs {
+    /// Text to measure the new file on against the reference (default: a built-in excerpt of
+    /// Hamlet, which is in the shipped models' validation split).
+    #[arg(long)]
+    eval_text: Option<PathBuf>,
+    /// Bytes of the evaluation text to use.
+    #[arg(long, default_value_t = 8192)]
+    eval_bytes: usize,
+    /// Predictions per evaluation window (each window starts from an empty state).
+    #[arg(long, default_value_t = 512)]
+    eval_ctx: usize,
+    /// Skip the measurement.
+    #[arg(long)]
+    no_eval: bool,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Convert a checkpoint folder (config.json + model.safetensors) to a GGUF model file.
@@ -40,23 +75,46 @@ enum Command {
         /// Output file.
         #[arg(short, long)]
         output: PathBuf,
-        /// Storage type of the weight matrices (projections, MLP, embedding, LM head):
-        /// f32, f16, q8_0 or q4_0. Norms, A_log, dt_bias, D, L and conv weights stay f32.
-        #[arg(long = "type", value_parser = parse_dtype, default_value = "f32")]
-        matrix_type: DType,
-        /// Per-tensor type, PATTERN=TYPE (repeatable, last match wins): PATTERN is searched in
-        /// the GGUF tensor name, `*` matching anything, e.g. `output.weight=q8_0`, `blk.0.*=f16`.
-        #[arg(long = "tensor-type", value_name = "PATTERN=TYPE")]
-        tensor_type: Vec<TypeOverride>,
-        /// `general.name` (default: the checkpoint folder's name).
-        #[arg(long)]
-        name: Option<String>,
+        #[command(flatten)]
+        types: TypeArgs,
         #[command(flatten)]
         quality: QualityArgs,
     },
+    /// Re-store a GGUF model file with other tensor types (GGUF to GGUF).
+    Quantize {
+        /// Input model file.
+        input: PathBuf,
+        /// Output file.
+        #[arg(short, long)]
+        output: PathBuf,
+        #[command(flatten)]
+        types: TypeArgs,
+        #[command(flatten)]
+        quality: QualityArgs,
+    },
+    /// Show a GGUF file's metadata, tensors, types, sizes and bits per weight.
+    Inspect {
+        /// The file.
+        file: PathBuf,
+    },
+    /// Bits per byte of a model (GGUF file or checkpoint folder) on a text file.
+    Eval {
+        /// GGUF model file or checkpoint folder.
+        model: PathBuf,
+        /// The text (raw bytes; one token per byte).
+        #[arg(long)]
+        text: PathBuf,
+        /// Predictions per window; windows do not overlap and each starts from an empty state,
+        /// feeding ctx + 1 bytes and predicting ctx.
+        #[arg(long, default_value_t = 512)]
+        ctx: usize,
+        /// Use only the first this many bytes of the text.
+        #[arg(long)]
+        bytes: Option<usize>,
+    },
     /// Generate text from a prompt, streaming it to stdout (speed on stderr).
     Generate {
-        /// Checkpoint folder (config.json + model.safetensors).
+        /// GGUF model file or checkpoint folder (config.json + model.safetensors).
         #[arg(long, default_value = "models/ll-gdn-mcu")]
         model: PathBuf,
         /// Prompt text; `\n` escapes are honoured.
@@ -85,24 +143,6 @@ enum Command {
     },
 }
 
-/// How `convert` measures what quantization costs.
-#[derive(clap::Args)]
-struct QualityArgs {
-    /// Text to measure the quantized model on against the f32 one (default: a built-in
-    /// excerpt of Hamlet, which is in the shipped models' validation split).
-    #[arg(long)]
-    eval_text: Option<PathBuf>,
-    /// Bytes of the evaluation text to use.
-    #[arg(long, default_value_t = 8192)]
-    eval_bytes: usize,
-    /// Predictions per evaluation window (each window starts from an empty state).
-    #[arg(long, default_value_t = 512)]
-    eval_ctx: usize,
-    /// Skip the measurement.
-    #[arg(long)]
-    no_eval: bool,
-}
-
 /// Held-out text for the quality measurement: Hamlet is in the shipped models' validation
 /// split, not their training split (see models/*/TRAINING.md).
 const BUILTIN_EVAL_TEXT: &str = include_str!("eval_text.txt");
@@ -120,6 +160,15 @@ enum CliError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("{path}: {error}")]
+    Gguf {
+        path: PathBuf,
+        error: loglinear_runtime::gguf::GgufError,
+    },
+    #[error("the file just written does not read back: {0}")]
+    ReadBack(loglinear_runtime::gguf::ModelFileError),
+    #[error("the prompt must not be empty")]
+    EmptyPrompt,
 }
 
 fn main() -> ExitCode {
@@ -132,23 +181,29 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
+type Res<T = ()> = Result<T, Box<dyn std::error::Error>>;
+
+fn run(cli: Cli) -> Res {
     match cli.command {
         Command::Convert {
             checkpoint,
             output,
-            matrix_type,
-            tensor_type,
-            name,
+            types,
             quality,
-        } => convert(
-            &checkpoint,
-            &output,
-            matrix_type,
-            tensor_type,
-            name,
-            &quality,
-        ),
+        } => convert(&checkpoint, &output, types, &quality),
+        Command::Quantize {
+            input,
+            output,
+            types,
+            quality,
+        } => quantize(&input, &output, types, &quality),
+        Command::Inspect { file } => inspect(&file),
+        Command::Eval {
+            model,
+            text,
+            ctx,
+            bytes,
+        } => eval_cmd(&model, &text, ctx, bytes),
         Command::Generate {
             model,
             prompt,
@@ -160,7 +215,7 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
             levels,
             state,
         } => {
-            let ckpt = Checkpoint::load(&model)?;
+            let source = ModelSource::open(&model)?;
             let prompt = prompt.replace("\\n", "\n");
             let sampler = SamplerConfig {
                 temperature,
@@ -169,28 +224,27 @@ fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
                 seed,
             };
             let cfg = SessionConfig { levels };
-            match state {
-                StateDtype::F32 => generate::<f32>(&ckpt, &prompt, tokens, sampler, cfg),
-                StateDtype::F16 => generate::<half::f16>(&ckpt, &prompt, tokens, sampler, cfg),
-            }
+            source.with_model(&model, |m| match state {
+                StateDtype::F32 => generate::<f32>(m, &prompt, tokens, sampler, cfg),
+                StateDtype::F16 => generate::<half::f16>(m, &prompt, tokens, sampler, cfg),
+            })?
         }
     }
 }
 
 fn generate<E: StateElem>(
-    ckpt: &Checkpoint,
+    model: &Model<'_>,
     prompt: &str,
     tokens: usize,
     sampler: SamplerConfig,
     cfg: SessionConfig,
-) -> Result<(), Box<dyn std::error::Error>> {
-    let model = ckpt.model()?;
-    let mut arena = vec![0u8; Session::<E>::arena_bytes(&model, &cfg)?];
-    let mut session = Session::<E>::new(&model, &mut arena, cfg)?;
+) -> Res {
+    let mut arena = vec![0u8; Session::<E>::arena_bytes(model, &cfg)?];
+    let mut session = Session::<E>::new(model, &mut arena, cfg)?;
     let mut sampler = Sampler::new(sampler);
     let mut scratch = vec![0u32; model.config().vocab_size];
     if prompt.is_empty() {
-        return Err("the prompt must not be empty".into());
+        return Err(CliError::EmptyPrompt.into());
     }
     let out = std::io::stdout();
     let mut out = out.lock();
@@ -249,61 +303,87 @@ fn human_bytes(n: usize) -> String {
     }
 }
 
-/// Prints the per-tensor table and the totals; returns (tensor bytes, elements).
-fn print_tensor_table(reports: &[TensorReport]) -> (usize, usize) {
-    let w = reports
+fn bpw(bytes: usize, elems: usize) -> f64 {
+    bytes as f64 * 8.0 / elems.max(1) as f64
+}
+
+/// One row of a tensor table.
+struct Row {
+    name: String,
+    shape: String,
+    dtype: DType,
+    elements: usize,
+    bytes: usize,
+    note: String,
+}
+
+/// Prints a tensor table and the totals per type and overall.
+fn print_tensor_table(rows: &[Row], shape_title: &str) {
+    let w = rows.iter().map(|r| r.name.len()).max().unwrap_or(6).max(6);
+    let sw = rows
         .iter()
-        .map(|r| r.name.len())
+        .map(|r| r.shape.len())
         .max()
-        .unwrap_or(4)
-        .max(4);
+        .unwrap_or(5)
+        .max(shape_title.len());
     println!(
-        "{:<w$}  {:>11}  {:<5}  {:>10}  note",
-        "tensor", "shape", "type", "bytes"
+        "{:<w$}  {shape_title:>sw$}  {:<5}  {:>10}  note",
+        "tensor", "type", "bytes"
     );
     let (mut bytes, mut elems) = (0, 0);
-    let mut by_type: Vec<(DType, usize, usize)> = Vec::new();
-    for r in reports {
-        let shape = match r.shape.as_slice() {
-            [n] => format!("{n}"),
-            [a, b] => format!("{a}x{b}"),
-            s => format!("{s:?}"),
-        };
+    let mut by_type: Vec<(DType, usize, usize, usize)> = Vec::new();
+    for r in rows {
         println!(
-            "{:<w$}  {:>11}  {:<5}  {:>10}  {}",
+            "{:<w$}  {:>sw$}  {:<5}  {:>10}  {}",
             r.name,
-            shape,
+            r.shape,
             r.dtype.name(),
             r.bytes,
-            r.note.as_deref().unwrap_or("")
+            r.note
         );
         bytes += r.bytes;
         elems += r.elements;
         match by_type.iter_mut().find(|(t, ..)| *t == r.dtype) {
-            Some((_, n, b)) => {
+            Some((_, c, n, b)) => {
+                *c += 1;
                 *n += r.elements;
                 *b += r.bytes;
             }
-            None => by_type.push((r.dtype, r.elements, r.bytes)),
+            None => by_type.push((r.dtype, 1, r.elements, r.bytes)),
         }
     }
-    for (t, n, b) in by_type {
+    for (t, c, n, b) in by_type {
         println!(
-            "  {:<5} {:>10} weights  {:>10}  ({:.2} bits/weight)",
+            "  {:<5} {c:>4} tensors {n:>10} weights {:>11}  {:.2} bits/weight",
             t.name(),
-            n,
             human_bytes(b),
-            b as f64 * 8.0 / n.max(1) as f64
+            bpw(b, n)
         );
     }
     println!(
-        "{} tensors, {} weights, {} of tensor data, {:.3} bits per weight",
-        reports.len(),
-        elems,
+        "{} tensors, {elems} weights, {} of tensor data, {:.3} bits per weight",
+        rows.len(),
         human_bytes(bytes),
-        bytes as f64 * 8.0 / elems.max(1) as f64
+        bpw(bytes, elems)
     );
-    (bytes, elems)
+}
+
+fn report_rows(reports: &[TensorReport]) -> Vec<Row> {
+    reports
+        .iter()
+        .map(|r| Row {
+            name: r.name.clone(),
+            shape: match r.shape.as_slice() {
+                [n] => format!("{n}"),
+                [a, b] => format!("{a}x{b}"),
+                s => format!("{s:?}"),
+            },
+            dtype: r.dtype,
+            elements: r.elements,
+            bytes: r.bytes,
+            note: r.note.clone().unwrap_or_default(),
+        })
+        .collect()
 }
 
 fn read_file(path: &Path) -> Result<Vec<u8>, CliError> {
@@ -313,7 +393,14 @@ fn read_file(path: &Path) -> Result<Vec<u8>, CliError> {
     })
 }
 
-/// The evaluation text of `convert`: (description, bytes).
+fn write_file(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
+    std::fs::write(path, bytes).map_err(|source| CliError::Write {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// The evaluation text of `convert`/`quantize`: (description, bytes).
 fn quality_text(q: &QualityArgs) -> Result<(String, Vec<u8>), CliError> {
     let (what, mut text) = match &q.eval_text {
         Some(p) => (p.display().to_string(), read_file(p)?),
@@ -326,10 +413,11 @@ fn quality_text(q: &QualityArgs) -> Result<(String, Vec<u8>), CliError> {
     Ok((format!("{what} ({} bytes)", text.len()), text))
 }
 
-fn print_comparison(c: &Comparison, label: &str) {
+fn print_comparison(c: &Comparison, reference: &str) {
     println!(
-        "quality vs f32 ({} windows x {} predictions): bits/byte f32 {:.4}, {label} {:.4} ({:+.4}); \
-         relative logit error {:.3e} (max |diff| {:.3e}); top-1 agreement {:.2}%",
+        "quality vs {reference} ({} windows x {} predictions): bits/byte {reference} {:.4}, \
+         new file {:.4} ({:+.4}); relative logit error {:.3e} (max |diff| {:.3e}); \
+         top-1 agreement {:.2}%",
         c.reference.windows,
         c.reference.predictions / c.reference.windows.max(1),
         c.reference.bpb(),
@@ -341,62 +429,297 @@ fn print_comparison(c: &Comparison, label: &str) {
     );
 }
 
-fn convert(
-    checkpoint: &Path,
+/// Writes the export, reads the file back with the runtime's reader, and measures it against
+/// `reference` unless every tensor is stored exactly as in the reference.
+fn finish_export(
+    exported: &ExportedModel,
     output: &Path,
-    matrix_type: DType,
-    overrides: Vec<TypeOverride>,
-    name: Option<String>,
+    reference: &Model<'_>,
+    reference_name: &str,
+    lossless: bool,
     quality: &QualityArgs,
-) -> Result<(), Box<dyn std::error::Error>> {
-    let ckpt = Checkpoint::load(checkpoint)?;
-    let name = name.or_else(|| {
-        std::fs::canonicalize(checkpoint)
-            .ok()
-            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
-    });
-    let opts = ExportOptions {
-        name,
-        matrix_type,
-        overrides,
-    };
-    let n = loglinear_converter::export::expected_tensors(&ckpt.config).len();
-    let pb = progress_bar(n, "converting");
-    let exported = ExportedModel::from_checkpoint_with_progress(&ckpt, &opts, &mut |r| {
-        pb.set_message(r.name.clone());
-        pb.inc(1);
-    })?;
-    pb.finish_and_clear();
+) -> Res {
     let bytes = exported.to_gguf()?;
-    std::fs::write(output, &bytes).map_err(|source| CliError::Write {
-        path: output.to_path_buf(),
-        source,
-    })?;
-    print_tensor_table(exported.report());
+    write_file(output, &bytes)?;
+    print_tensor_table(&report_rows(exported.report()), "shape");
     println!(
-        "wrote {} ({}, {} bytes; f32 checkpoint weights {})",
+        "wrote {} ({}, {} bytes)",
         output.display(),
         human_bytes(bytes.len()),
-        bytes.len(),
-        human_bytes(exported.report().iter().map(|r| r.elements * 4).sum())
+        bytes.len()
     );
+    let aligned = AlignedBytes::from_slice(&bytes);
+    let file = IndexedGguf::parse(aligned.as_bytes());
+    let candidate = match &file {
+        Ok(f) => {
+            println!("read back with the runtime's GGUF reader: ok");
+            f.model()?
+        }
+        Err(e) => {
+            // The file follows docs/model-file.md (gguf-py reads it); say so loudly but keep
+            // the conversion usable, measuring the very same weights from memory.
+            eprintln!(
+                "warning: {}; measuring the exported weights in memory instead",
+                CliError::ReadBack(*e)
+            );
+            exported.model()?
+        }
+    };
     if quality.no_eval {
         return Ok(());
     }
-    if exported.report().iter().all(|r| r.dtype == DType::F32) {
-        println!("quality: every tensor is f32, the file holds the checkpoint's weights exactly");
+    if lossless {
+        println!("quality: every tensor is stored exactly as in the {reference_name}");
         return Ok(());
     }
     let (what, text) = quality_text(quality)?;
     let windows = eval::window_count(text.len(), quality.eval_ctx);
     println!("measuring quality on {what}");
     let pb = progress_bar(windows, "evaluating");
-    let reference = ckpt.model()?;
-    let candidate = exported.model()?;
-    let c = eval::compare(&reference, &candidate, &text, quality.eval_ctx, &mut |w| {
+    let c = eval::compare(reference, &candidate, &text, quality.eval_ctx, &mut |w| {
         pb.set_position(w as u64)
     })?;
     pb.finish_and_clear();
-    print_comparison(&c, matrix_type.name());
+    print_comparison(&c, reference_name);
+    Ok(())
+}
+
+fn export_with_bar(
+    n: usize,
+    f: impl FnOnce(&mut dyn FnMut(&TensorReport)) -> Res<ExportedModel>,
+) -> Res<ExportedModel> {
+    let pb = progress_bar(n, "converting");
+    let out = f(&mut |r| {
+        pb.set_message(r.name.clone());
+        pb.inc(1);
+    });
+    pb.finish_and_clear();
+    out
+}
+
+fn convert(checkpoint: &Path, output: &Path, types: TypeArgs, quality: &QualityArgs) -> Res {
+    let ckpt = Checkpoint::load(checkpoint).map_err(|source| LoadError::Checkpoint {
+        path: checkpoint.to_path_buf(),
+        source,
+    })?;
+    let name = types.name.or_else(|| {
+        std::fs::canonicalize(checkpoint)
+            .ok()
+            .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+    });
+    let opts = ExportOptions {
+        name,
+        matrix_type: types.matrix_type,
+        overrides: types.tensor_type,
+    };
+    let n = expected_tensors(&ckpt.config).len();
+    let exported = export_with_bar(n, |progress| {
+        Ok(ExportedModel::from_checkpoint_with_progress(
+            &ckpt, &opts, progress,
+        )?)
+    })?;
+    let lossless = exported.report().iter().all(|r| r.dtype == DType::F32);
+    let reference = ckpt.model()?;
+    finish_export(
+        &exported,
+        output,
+        &reference,
+        "f32 checkpoint",
+        lossless,
+        quality,
+    )
+}
+
+fn quantize(input: &Path, output: &Path, types: TypeArgs, quality: &QualityArgs) -> Res {
+    let bytes = AlignedBytes::read(input)?;
+    let src = IndexedGguf::parse(bytes.as_bytes()).map_err(|error| LoadError::ModelFile {
+        path: input.to_path_buf(),
+        error,
+    })?;
+    let name = types.name.or_else(|| {
+        src.gguf()
+            .file()
+            .get("general.name")
+            .and_then(|v| v.as_str().map(str::to_string))
+    });
+    let opts = ExportOptions {
+        name,
+        matrix_type: types.matrix_type,
+        overrides: types.tensor_type,
+    };
+    let config = *src.config();
+    let exported = export_with_bar(expected_tensors(&config).len(), |progress| {
+        Ok(ExportedModel::from_source(config, &src, &opts, progress)?)
+    })?;
+    // Lossless when every tensor kept its input type (the bytes are then copied).
+    let lossless = exported.report().iter().all(|r| {
+        src.gguf()
+            .file()
+            .tensor(&r.name)
+            .is_some_and(|t| t.dtype == r.dtype)
+    });
+    let reference = src.model()?;
+    finish_export(&exported, output, &reference, "input", lossless, quality)
+}
+
+fn eval_cmd(model: &Path, text: &Path, ctx: usize, limit: Option<usize>) -> Res {
+    let source = ModelSource::open(model)?;
+    let mut bytes = read_file(text)?;
+    if let Some(n) = limit {
+        bytes.truncate(n);
+    }
+    let windows = eval::window_count(bytes.len(), ctx);
+    let r = source.with_model(model, |m| {
+        eprintln!(
+            "{}: {} {}, {} windows of {ctx} predictions over {} bytes of {}",
+            model.display(),
+            source.kind(),
+            m.config().arch.name(),
+            windows,
+            bytes.len(),
+            text.display()
+        );
+        let pb = progress_bar(windows, "evaluating");
+        let start = Instant::now();
+        let r = eval::bits_per_byte(m, &bytes, ctx, &mut |w| pb.set_position(w as u64));
+        pb.finish_and_clear();
+        r.map(|r| (r, start.elapsed()))
+    })??;
+    let (r, took) = r;
+    println!(
+        "bits per byte: {:.5} ({:.5} nats/byte; {} windows x {ctx} = {} predictions; {:.1} s, {:.0} tokens/s)",
+        r.bpb(),
+        r.bpb() * std::f64::consts::LN_2,
+        r.windows,
+        r.predictions,
+        took.as_secs_f64(),
+        r.predictions as f64 / took.as_secs_f64()
+    );
+    Ok(())
+}
+
+fn type_name(id: u32) -> &'static str {
+    match id {
+        0 => "u8",
+        1 => "i8",
+        2 => "u16",
+        3 => "i16",
+        4 => "u32",
+        5 => "i32",
+        6 => "f32",
+        7 => "bool",
+        8 => "string",
+        9 => "array",
+        10 => "u64",
+        11 => "i64",
+        12 => "f64",
+        _ => "?",
+    }
+}
+
+fn meta_type(v: &MetaValue<'_>) -> String {
+    match v {
+        MetaValue::U8(_) => "u8".into(),
+        MetaValue::I8(_) => "i8".into(),
+        MetaValue::U16(_) => "u16".into(),
+        MetaValue::I16(_) => "i16".into(),
+        MetaValue::U32(_) => "u32".into(),
+        MetaValue::I32(_) => "i32".into(),
+        MetaValue::F32(_) => "f32".into(),
+        MetaValue::Bool(_) => "bool".into(),
+        MetaValue::Str(_) => "string".into(),
+        MetaValue::Array(a) => format!("[{}; {}]", type_name(a.elem_type), a.len),
+        MetaValue::U64(_) => "u64".into(),
+        MetaValue::I64(_) => "i64".into(),
+        MetaValue::F64(_) => "f64".into(),
+    }
+}
+
+fn meta_text(v: &MetaValue<'_>) -> String {
+    match v {
+        MetaValue::U8(x) => x.to_string(),
+        MetaValue::I8(x) => x.to_string(),
+        MetaValue::U16(x) => x.to_string(),
+        MetaValue::I16(x) => x.to_string(),
+        MetaValue::U32(x) => x.to_string(),
+        MetaValue::I32(x) => x.to_string(),
+        MetaValue::F32(x) => format!("{x:e}"),
+        MetaValue::Bool(x) => x.to_string(),
+        MetaValue::Str(s) => format!("{s:?}"),
+        MetaValue::Array(a) => array_text(a),
+        MetaValue::U64(x) => x.to_string(),
+        MetaValue::I64(x) => x.to_string(),
+        MetaValue::F64(x) => format!("{x:e}"),
+    }
+}
+
+fn array_text(a: &MetaArray<'_>) -> String {
+    const SHOW: usize = 6;
+    let items: Vec<String> = a.iter().take(SHOW).map(|v| meta_text(&v)).collect();
+    let more = if a.len as usize > SHOW { ", …" } else { "" };
+    format!("[{}{more}]", items.join(", "))
+}
+
+fn inspect(path: &Path) -> Res {
+    let bytes = AlignedBytes::read(path)?;
+    let file = GgufFile::parse(bytes.as_bytes()).map_err(|error| CliError::Gguf {
+        path: path.to_path_buf(),
+        error,
+    })?;
+    println!(
+        "{}: GGUF v3, {} bytes ({}), alignment {}, {} metadata keys, {} tensors",
+        path.display(),
+        bytes.as_bytes().len(),
+        human_bytes(bytes.as_bytes().len()),
+        file.alignment(),
+        file.metadata_len(),
+        file.tensor_count()
+    );
+    println!("\nmetadata:");
+    let kw = file.metadata().map(|(k, _)| k.len()).max().unwrap_or(3);
+    for (k, v) in file.metadata() {
+        println!("  {k:<kw$}  {:<14}  {}", meta_type(&v), meta_text(&v));
+    }
+    println!("\ntensors:");
+    let rows: Vec<Row> = file
+        .tensors()
+        .map(|t| {
+            let dims = &t.dims[..t.n_dims as usize];
+            Row {
+                name: t.name.to_string(),
+                shape: format!(
+                    "[{}]",
+                    dims.iter()
+                        .map(u64::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                dtype: t.dtype,
+                elements: t.len(),
+                bytes: t.data.len(),
+                note: format!("@{}", t.offset),
+            }
+        })
+        .collect();
+    print_tensor_table(&rows, "ggml dims");
+    match GgufModel::parse(bytes.as_bytes()) {
+        Ok(m) => {
+            let c = m.config();
+            println!(
+                "\nmodel: ok: {} ({}), {} blocks, width {}, {} heads ({}x{}), vocab {}",
+                c.arch.name(),
+                file.get("general.name")
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("unnamed"),
+                c.num_layers,
+                c.hidden_size,
+                c.num_heads,
+                c.head_k_dim,
+                c.head_v_dim,
+                c.vocab_size
+            );
+        }
+        Err(e) => println!("\nmodel: the runtime would refuse this file: {e}"),
+    }
     Ok(())
 }

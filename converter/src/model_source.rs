@@ -1,0 +1,204 @@
+//! Opening a model from either a checkpoint folder or a GGUF model file.
+//!
+//! A GGUF file is read into a buffer aligned for its tensors' element types and parsed in place
+//! with the runtime's reader ([`GgufModel`]); an [`IndexedGguf`] then looks tensors up by name
+//! through a hash map instead of re-walking the file header on every lookup.
+
+use crate::checkpoint::{Checkpoint, ImportError};
+use loglinear_runtime::gguf::names;
+use loglinear_runtime::gguf::{GgufModel, ModelFileError};
+use loglinear_runtime::{Model, ModelConfig, ModelError, TensorName, TensorView, WeightSource};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// Why a model could not be opened. Every variant names the path.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// A checkpoint folder that does not import.
+    #[error("{path}: {source}")]
+    Checkpoint {
+        /// The folder.
+        path: PathBuf,
+        /// The cause.
+        source: ImportError,
+    },
+    /// A file that cannot be read.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// A GGUF file that is not a valid loglinear model file.
+    #[error("{path}: {error}")]
+    ModelFile {
+        /// The file.
+        path: PathBuf,
+        /// What the runtime's reader found.
+        error: ModelFileError,
+    },
+    /// The weights do not make a model (only for sources that were not checked on load).
+    #[error("{path}: {error}")]
+    Model {
+        /// The file or folder.
+        path: PathBuf,
+        /// The runtime's complaint.
+        error: ModelError,
+    },
+}
+
+/// File bytes in a buffer aligned to 8 bytes, so that the reader can view F32/F16/block data
+/// in place.
+#[derive(Clone, Debug, Default)]
+pub struct AlignedBytes {
+    words: Vec<u64>,
+    len: usize,
+}
+
+impl AlignedBytes {
+    /// A copy of `bytes`.
+    pub fn from_slice(bytes: &[u8]) -> Self {
+        let mut words = vec![0u64; bytes.len().div_ceil(8)];
+        bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes);
+        Self {
+            words,
+            len: bytes.len(),
+        }
+    }
+
+    /// Reads a file.
+    pub fn read(path: &Path) -> Result<Self, LoadError> {
+        std::fs::read(path)
+            .map(|b| Self::from_slice(&b))
+            .map_err(|source| LoadError::Io {
+                path: path.to_path_buf(),
+                source,
+            })
+    }
+
+    /// The bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &bytemuck::cast_slice::<u64, u8>(&self.words)[..self.len]
+    }
+}
+
+/// A parsed GGUF model whose tensors are found through a hash map.
+pub struct IndexedGguf<'a> {
+    gguf: GgufModel<'a>,
+    views: HashMap<TensorName, TensorView<'a>>,
+}
+
+impl<'a> IndexedGguf<'a> {
+    /// Parses and validates a model file (see [`GgufModel::parse`]).
+    pub fn parse(bytes: &'a [u8]) -> Result<Self, ModelFileError> {
+        let gguf = GgufModel::parse(bytes)?;
+        let views = gguf
+            .file()
+            .tensors()
+            .filter_map(|t| {
+                let (layer, role) = names::parse_tensor_name(t.name)?;
+                Some((TensorName { layer, role }, t.view()?))
+            })
+            .collect();
+        Ok(Self { gguf, views })
+    }
+
+    /// The parsed file.
+    pub fn gguf(&self) -> &GgufModel<'a> {
+        &self.gguf
+    }
+
+    /// The config from the metadata.
+    pub fn config(&self) -> &ModelConfig {
+        self.gguf.config()
+    }
+
+    /// The runtime model.
+    pub fn model(&self) -> Result<Model<'_>, ModelError> {
+        Model::new(*self.config(), self)
+    }
+}
+
+impl WeightSource for IndexedGguf<'_> {
+    fn tensor(&self, name: TensorName) -> Option<TensorView<'_>> {
+        self.views.get(&name).copied()
+    }
+}
+
+/// Whether `path` is a GGUF file (starts with `GGUF`) rather than a checkpoint folder.
+pub fn is_gguf(path: &Path) -> bool {
+    use std::io::Read;
+    if path.is_dir() {
+        return false;
+    }
+    let mut magic = [0u8; 4];
+    std::fs::File::open(path)
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok()
+        && &magic == b"GGUF"
+}
+
+/// A model opened from disk: a checkpoint folder or the bytes of a GGUF file.
+pub enum ModelSource {
+    /// `config.json` + `model.safetensors`.
+    Checkpoint(Box<Checkpoint>),
+    /// A GGUF model file (checked to parse when opened).
+    Gguf(AlignedBytes),
+}
+
+impl ModelSource {
+    /// Opens a checkpoint folder, or a GGUF file (anything that is not a folder).
+    pub fn open(path: &Path) -> Result<Self, LoadError> {
+        if path.is_dir() {
+            Checkpoint::load(path)
+                .map(|c| ModelSource::Checkpoint(Box::new(c)))
+                .map_err(|source| LoadError::Checkpoint {
+                    path: path.to_path_buf(),
+                    source,
+                })
+        } else {
+            let bytes = AlignedBytes::read(path)?;
+            IndexedGguf::parse(bytes.as_bytes()).map_err(|error| LoadError::ModelFile {
+                path: path.to_path_buf(),
+                error,
+            })?;
+            Ok(ModelSource::Gguf(bytes))
+        }
+    }
+
+    /// Runs `f` on the model (the borrow of the weights lasts for the call).
+    pub fn with_model<R>(
+        &self,
+        path: &Path,
+        f: impl FnOnce(&Model<'_>) -> R,
+    ) -> Result<R, LoadError> {
+        let model_err = |error| LoadError::Model {
+            path: path.to_path_buf(),
+            error,
+        };
+        match self {
+            ModelSource::Checkpoint(c) => {
+                let m = Model::new(c.config, &c.store).map_err(model_err)?;
+                Ok(f(&m))
+            }
+            ModelSource::Gguf(bytes) => {
+                let g =
+                    IndexedGguf::parse(bytes.as_bytes()).map_err(|error| LoadError::ModelFile {
+                        path: path.to_path_buf(),
+                        error,
+                    })?;
+                let m = g.model().map_err(model_err)?;
+                Ok(f(&m))
+            }
+        }
+    }
+
+    /// A short description: "GGUF file" or "checkpoint (layout)".
+    pub fn kind(&self) -> String {
+        match self {
+            ModelSource::Checkpoint(c) => format!("checkpoint ({:?} layout)", c.layout),
+            ModelSource::Gguf(_) => "GGUF model file".to_string(),
+        }
+    }
+}
