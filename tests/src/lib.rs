@@ -151,3 +151,45 @@ pub mod tol {
     /// Logits, decode logits and model states.
     pub const MODEL: f64 = 1e-4;
 }
+
+/// Everything a model file from an untrusted source goes through: parse, walk all metadata and
+/// tensors, and if it is a valid model, step it once. Shared by the fuzz target
+/// (`fuzz/fuzz_targets/gguf_model.rs`) and the corpus replay test, so both exercise the same
+/// paths. It must never panic, whatever `data` holds.
+pub fn exercise_model_file(data: &[u8]) {
+    use loglinear_runtime::gguf::{GgufFile, GgufModel, MetaValue};
+    use loglinear_runtime::{Session, SessionConfig};
+    // Copy into u64 words so that the buffer's alignment is not what decides.
+    let mut words = vec![0u64; data.len().div_ceil(8)];
+    let bytes: &mut [u8] = bytemuck_bytes(&mut words);
+    bytes[..data.len()].copy_from_slice(data);
+    let bytes = &bytes[..data.len()];
+    if let Ok(f) = GgufFile::parse(bytes) {
+        for (_, v) in f.metadata() {
+            if let MetaValue::Array(a) = v {
+                a.iter().take(1 << 16).for_each(drop);
+            }
+        }
+        for t in f.tensors() {
+            let _ = t.view();
+        }
+    }
+    if let Ok(m) = GgufModel::parse(bytes) {
+        let Ok(model) = m.model() else { return };
+        let cfg = SessionConfig::default();
+        match Session::<f32>::arena_bytes(&model, &cfg) {
+            Ok(n) if n <= 64 << 20 => {
+                let mut arena = vec![0u8; n];
+                if let Ok(mut s) = Session::<f32>::new(&model, &mut arena, cfg) {
+                    let _ = s.step(0);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn bytemuck_bytes(words: &mut [u64]) -> &mut [u8] {
+    let n = words.len() * 8;
+    &mut bytemuck::cast_slice_mut::<u64, u8>(words)[..n]
+}
