@@ -1,0 +1,599 @@
+//! How far `micromath`'s fast approximations are from `libm` on the inputs the layers really
+//! feed `exp`, `ln`, `sqrt` and `sigmoid`, and so why `runtime/src/math.rs` uses `libm`.
+//!
+//! Inputs come from the golden layer files (`tests/golden/layer/*.safetensors`, both weight
+//! styles): the stored `T50.inter.*` intermediates, plus the few pre-activation values the
+//! files do not store (conv outputs before SiLU, GDN `a`/`b`/gate/λ projections), which are
+//! recomputed in f64 from the stored weights and `T50.x` and checked against the stored
+//! post-activation intermediates before use.
+//!
+//! * `exp`: α = e^g (g ≤ 0), e^A_log, e^x inside softplus, e^−x inside sigmoid / SiLU.
+//! * `ln`: ln(1 + e^x) on every softplus input x ≤ 20 (the non-linear regime).
+//! * `sqrt`: RMSNorm's mean(x²) + eps (block norms, Mamba-2 gated norm, GDN o_norm), l2norm's
+//!   Σx² + 1e-6 (GDN q, k) and √dk.
+//! * `sigmoid`: 1/(1 + e^−x) on GDN β logits and every SiLU input (z, conv outputs, gates).
+//!
+//! Relative error is |approx − ref| / |ref| with the `libm` f32 result as the reference
+//! (`math.rs`'s functions for sigmoid); the last column checks `libm` itself against f64.
+//!
+//! Run: `cargo test --release -p loglinear-tests --test micromath_error -- --nocapture`.
+
+use std::path::{Path, PathBuf};
+
+use loglinear_runtime::math;
+use micromath::F32Ext;
+use safetensors::{Dtype, SafeTensors};
+
+/// Operator tolerance of the golden tests for an exact-fp32 implementation (golden README §7).
+const OPERATOR_TOL: f64 = 2e-5;
+
+fn golden_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("golden/layer")
+}
+
+/// A tensor as f64 (F64 and F32 files both).
+fn tensor(st: &SafeTensors<'_>, name: &str) -> Vec<f64> {
+    let t = st
+        .tensor(name)
+        .unwrap_or_else(|e| panic!("tensor {name}: {e}"));
+    match t.dtype() {
+        Dtype::F64 => t
+            .data()
+            .chunks_exact(8)
+            .map(|b| f64::from_le_bytes(b.try_into().unwrap()))
+            .collect(),
+        Dtype::F32 => t
+            .data()
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes(b.try_into().unwrap()) as f64)
+            .collect(),
+        d => panic!("tensor {name}: unexpected dtype {d:?}"),
+    }
+}
+
+fn shape(st: &SafeTensors<'_>, name: &str) -> Vec<usize> {
+    st.tensor(name).unwrap().shape().to_vec()
+}
+
+/// `W x` for every row of `x` ([T, D]), W [out, D]: returns [T, out].
+fn project(w: &[f64], x: &[f64], d: usize) -> Vec<f64> {
+    let out = w.len() / d;
+    let mut y = Vec::with_capacity(x.len() / d * out);
+    for xr in x.chunks_exact(d) {
+        for wr in w.chunks_exact(d) {
+            y.push(wr.iter().zip(xr).map(|(a, b)| a * b).sum());
+        }
+    }
+    y
+}
+
+/// Causal depthwise conv over time (before SiLU): x [T, C], weight [C, W], bias [C].
+fn conv(x: &[f64], weight: &[f64], bias: Option<&[f64]>, c: usize, w: usize) -> Vec<f64> {
+    let t_len = x.len() / c;
+    let mut y = vec![0.0; x.len()];
+    for t in 0..t_len {
+        for ch in 0..c {
+            let mut acc = bias.map_or(0.0, |b| b[ch]);
+            for k in 0..w {
+                // Column k sees x[t - (w-1) + k].
+                if let Some(s) = (t + k).checked_sub(w - 1) {
+                    acc += weight[ch * w + k] * x[s * c + ch];
+                }
+            }
+            y[t * c + ch] = acc;
+        }
+    }
+    y
+}
+
+fn sigmoid64(x: f64) -> f64 {
+    1.0 / (1.0 + (-x).exp())
+}
+fn silu64(x: f64) -> f64 {
+    x * sigmoid64(x)
+}
+fn softplus64(x: f64) -> f64 {
+    if x > 20.0 {
+        x
+    } else {
+        x.exp().ln_1p()
+    }
+}
+
+/// Largest |a − b| / max(|b|, floor) over the pairs; panics with `what` if above `tol`.
+fn check_close(what: &str, a: &[f64], b: &[f64], tol: f64) {
+    assert_eq!(a.len(), b.len(), "{what}: length");
+    let scale = b.iter().fold(0.0f64, |m, v| m.max(v.abs()));
+    let err = a
+        .iter()
+        .zip(b)
+        .fold(0.0f64, |m, (x, y)| m.max((x - y).abs()))
+        / scale.max(1e-30);
+    assert!(
+        err < tol,
+        "input reconstruction {what}: rel_max {err:.3e} ≥ {tol:.0e}"
+    );
+}
+
+/// Mean of squares (+ eps) of each `n`-long chunk.
+fn mean_squares(x: &[f64], n: usize, eps: f64) -> impl Iterator<Item = f64> + '_ {
+    x.chunks_exact(n)
+        .map(move |r| r.iter().map(|v| v * v).sum::<f64>() / n as f64 + eps)
+}
+
+/// Sum of squares (+ eps) of each `n`-long chunk.
+fn sum_squares(x: &[f64], n: usize, eps: f64) -> impl Iterator<Item = f64> + '_ {
+    x.chunks_exact(n)
+        .map(move |r| r.iter().map(|v| v * v).sum::<f64>() + eps)
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Func {
+    Exp,
+    Ln,
+    Sqrt,
+    Sigmoid,
+    /// ln(1 + e^x) built from the two above (reported, not asserted: it follows from them).
+    Softplus,
+}
+
+impl Func {
+    fn name(self) -> &'static str {
+        match self {
+            Func::Exp => "exp",
+            Func::Ln => "ln",
+            Func::Sqrt => "sqrt",
+            Func::Sigmoid => "sigmoid",
+            Func::Softplus => "softplus",
+        }
+    }
+    /// micromath's version.
+    fn micromath(self, x: f32) -> f32 {
+        match self {
+            Func::Exp => F32Ext::exp(x),
+            Func::Ln => F32Ext::ln(x),
+            Func::Sqrt => F32Ext::sqrt(x),
+            Func::Sigmoid => 1.0 / (1.0 + F32Ext::exp(-x)),
+            Func::Softplus => {
+                if x > 20.0 {
+                    x
+                } else {
+                    F32Ext::ln(1.0 + F32Ext::exp(x))
+                }
+            }
+        }
+    }
+    /// libm's version (what `math.rs` does).
+    fn libm(self, x: f32) -> f32 {
+        match self {
+            Func::Exp => libm::expf(x),
+            Func::Ln => libm::logf(x),
+            Func::Sqrt => libm::sqrtf(x),
+            Func::Sigmoid => math::sigmoid(x),
+            Func::Softplus => math::softplus(x),
+        }
+    }
+    /// f64 reference for libm's own error.
+    fn exact(self, x: f32) -> f64 {
+        let x = x as f64;
+        match self {
+            Func::Exp => libm::exp(x),
+            Func::Ln => libm::log(x),
+            Func::Sqrt => libm::sqrt(x),
+            Func::Sigmoid => {
+                if x >= 0.0 {
+                    1.0 / (1.0 + libm::exp(-x))
+                } else {
+                    let e = libm::exp(x);
+                    e / (1.0 + e)
+                }
+            }
+            Func::Softplus => softplus64(x),
+        }
+    }
+}
+
+/// The inputs of one function from one source.
+struct Sample {
+    func: Func,
+    source: &'static str,
+    xs: Vec<f32>,
+}
+
+#[derive(Default)]
+struct Samples(Vec<Sample>);
+
+impl Samples {
+    fn add(&mut self, func: Func, source: &'static str, xs: impl IntoIterator<Item = f64>) {
+        let xs = xs.into_iter().map(|v| v as f32);
+        match self
+            .0
+            .iter_mut()
+            .find(|s| s.func == func && s.source == source)
+        {
+            Some(s) => s.xs.extend(xs),
+            None => self.0.push(Sample {
+                func,
+                source,
+                xs: xs.collect(),
+            }),
+        }
+    }
+
+    /// Every softplus input x: e^x, and ln(1 + e^x) in the non-linear regime.
+    fn add_softplus(&mut self, source_exp: &'static str, source_ln: &'static str, xs: &[f64]) {
+        self.add(Func::Exp, source_exp, xs.iter().copied());
+        self.add(Func::Softplus, "softplus inputs", xs.iter().copied());
+        // The runtime computes 1 + e^x in f32 with libm, then takes the log.
+        self.add(
+            Func::Ln,
+            source_ln,
+            xs.iter()
+                .filter(|&&x| x <= 20.0)
+                .map(|&x| 1.0 + libm::expf(x as f32) as f64),
+        );
+    }
+
+    /// SiLU / sigmoid input x: e^−x, and the sigmoid itself.
+    fn add_sigmoid(&mut self, source_exp: &'static str, source_sig: &'static str, xs: &[f64]) {
+        self.add(Func::Exp, source_exp, xs.iter().map(|x| -x));
+        self.add(Func::Sigmoid, source_sig, xs.iter().copied());
+    }
+}
+
+fn collect_mamba2(s: &mut Samples, st: &SafeTensors<'_>, log_linear: bool) {
+    let eps = 1e-5;
+    let di = 128;
+    let conv_dim = 256;
+    let d = *shape(st, "T50.x").last().unwrap();
+
+    s.add(Func::Exp, "α = e^g (g ≤ 0)", tensor(st, "T50.inter.g"));
+    s.add(Func::Exp, "e^A_log", tensor(st, "mixer.A_log"));
+
+    // dt = softplus(dt_raw + dt_bias).
+    let dt_raw = tensor(st, "T50.inter.dt_raw");
+    let dt_bias = tensor(st, "mixer.dt_bias");
+    let h = dt_bias.len();
+    let sp_in: Vec<f64> = dt_raw
+        .iter()
+        .enumerate()
+        .map(|(i, v)| v + dt_bias[i % h])
+        .collect();
+    check_close(
+        "mamba2 dt",
+        &sp_in.iter().map(|&v| softplus64(v)).collect::<Vec<_>>(),
+        &tensor(st, "T50.inter.dt"),
+        1e-6,
+    );
+    s.add_softplus("e^x in softplus", "ln(1+e^x), softplus", &sp_in);
+
+    // λ = softplus(L ⊙ dl).
+    if log_linear {
+        let dl = tensor(st, "T50.inter.dl");
+        let l = tensor(st, "mixer.L");
+        let lam_in: Vec<f64> = dl
+            .iter()
+            .enumerate()
+            .map(|(i, v)| v * l[i % l.len()])
+            .collect();
+        check_close(
+            "mamba2 λ",
+            &lam_in.iter().map(|&v| softplus64(v)).collect::<Vec<_>>(),
+            &tensor(st, "T50.inter.lam"),
+            1e-6,
+        );
+        s.add_softplus("e^x in softplus", "ln(1+e^x), softplus", &lam_in);
+    }
+
+    // SiLU inputs: z, and the conv outputs (x | B | C before SiLU).
+    let z = tensor(st, "T50.inter.z");
+    s.add_sigmoid("e^-x in sigmoid/SiLU", "SiLU/sigmoid inputs", &z);
+    let xbc = tensor(st, "T50.inter.xBC");
+    let pre = conv(
+        &xbc,
+        &tensor(st, "mixer.conv1d.weight"),
+        Some(&tensor(st, "mixer.conv1d.bias")),
+        conv_dim,
+        4,
+    );
+    let post: Vec<f64> = pre.iter().map(|&v| silu64(v)).collect();
+    let (xs, bs, cs) = (
+        tensor(st, "T50.inter.xs"),
+        tensor(st, "T50.inter.B"),
+        tensor(st, "T50.inter.C"),
+    );
+    let stored: Vec<f64> = (0..post.len() / conv_dim)
+        .flat_map(|t| {
+            xs[t * di..(t + 1) * di]
+                .iter()
+                .chain(&bs[t * 64..(t + 1) * 64])
+                .chain(&cs[t * 64..(t + 1) * 64])
+                .copied()
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    check_close("mamba2 conv", &post, &stored, 1e-6);
+    s.add_sigmoid("e^-x in sigmoid/SiLU", "SiLU/sigmoid inputs", &pre);
+
+    // RMSNorm: the gated norm over d_inner sees y·SiLU(z).
+    let y = tensor(st, "T50.inter.y");
+    let gated: Vec<f64> = y.iter().zip(&z).map(|(a, b)| a * silu64(*b)).collect();
+    s.add(
+        Func::Sqrt,
+        "RMSNorm mean(x²)+eps",
+        mean_squares(&gated, di, eps),
+    );
+    for name in [
+        "T50.x",
+        "T50.y_mixer",
+        "T50.y_block",
+        "T200.x",
+        "T200.y_block",
+    ] {
+        s.add(
+            Func::Sqrt,
+            "RMSNorm mean(x²)+eps",
+            mean_squares(&tensor(st, name), d, eps),
+        );
+    }
+}
+
+fn collect_gdn(s: &mut Samples, st: &SafeTensors<'_>, log_linear: bool) {
+    let eps = 1e-6;
+    let (h, dk, dv) = (2usize, 64usize, 128usize);
+    let x = tensor(st, "T50.x");
+    let d = *shape(st, "T50.x").last().unwrap();
+
+    s.add(Func::Exp, "α = e^g (g ≤ 0)", tensor(st, "T50.inter.g"));
+    let a_log = tensor(st, "attn.A_log");
+    s.add(Func::Exp, "e^A_log", a_log.iter().copied());
+
+    // g = −e^A_log · softplus(a + dt_bias), a = a_proj x.
+    let dt_bias = tensor(st, "attn.dt_bias");
+    let a = project(&tensor(st, "attn.a_proj.weight"), &x, d);
+    let sp_in: Vec<f64> = a
+        .iter()
+        .enumerate()
+        .map(|(i, v)| v + dt_bias[i % h])
+        .collect();
+    let g: Vec<f64> = sp_in
+        .iter()
+        .enumerate()
+        .map(|(i, &v)| -a_log[i % h].exp() * softplus64(v))
+        .collect();
+    check_close("gdn g", &g, &tensor(st, "T50.inter.g"), 1e-6);
+    s.add_softplus("e^x in softplus", "ln(1+e^x), softplus", &sp_in);
+
+    // β = sigmoid(b_proj x).
+    let b = project(&tensor(st, "attn.b_proj.weight"), &x, d);
+    check_close(
+        "gdn beta",
+        &b.iter().map(|&v| sigmoid64(v)).collect::<Vec<_>>(),
+        &tensor(st, "T50.inter.beta"),
+        1e-6,
+    );
+    s.add_sigmoid("e^-x in sigmoid/SiLU", "SiLU/sigmoid inputs", &b);
+
+    // λ_used = softplus(L ⊙ l_proj x) · √dk.
+    if log_linear {
+        let l = tensor(st, "attn.L");
+        let lin = project(&tensor(st, "attn.l_proj.weight"), &x, d);
+        let lam_in: Vec<f64> = lin
+            .iter()
+            .enumerate()
+            .map(|(i, v)| v * l[i % l.len()])
+            .collect();
+        check_close(
+            "gdn λ",
+            &lam_in
+                .iter()
+                .map(|&v| softplus64(v) * (dk as f64).sqrt())
+                .collect::<Vec<_>>(),
+            &tensor(st, "T50.inter.lam_used"),
+            1e-6,
+        );
+        s.add_softplus("e^x in softplus", "ln(1+e^x), softplus", &lam_in);
+    }
+
+    // SiLU inputs: q, k, v conv outputs and the output gate.
+    for (p, c, stored, ch) in [
+        (
+            "attn.q_proj.weight",
+            "attn.q_conv1d.weight",
+            "T50.inter.q",
+            h * dk,
+        ),
+        (
+            "attn.k_proj.weight",
+            "attn.k_conv1d.weight",
+            "T50.inter.k",
+            h * dk,
+        ),
+        (
+            "attn.v_proj.weight",
+            "attn.v_conv1d.weight",
+            "T50.inter.v",
+            h * dv,
+        ),
+    ] {
+        let pre = conv(&project(&tensor(st, p), &x, d), &tensor(st, c), None, ch, 4);
+        check_close(
+            stored,
+            &pre.iter().map(|&v| silu64(v)).collect::<Vec<_>>(),
+            &tensor(st, stored),
+            1e-6,
+        );
+        s.add_sigmoid("e^-x in sigmoid/SiLU", "SiLU/sigmoid inputs", &pre);
+    }
+    let gate = project(&tensor(st, "attn.g_proj.weight"), &x, d);
+    s.add_sigmoid("e^-x in sigmoid/SiLU", "SiLU/sigmoid inputs", &gate);
+
+    // l2norm Σx² + 1e-6 on q, k (per head); o_norm mean over dv; block norms; √dk.
+    for name in ["T50.inter.q", "T50.inter.k"] {
+        s.add(
+            Func::Sqrt,
+            "l2norm Σx²+1e-6",
+            sum_squares(&tensor(st, name), dk, 1e-6),
+        );
+    }
+    s.add(
+        Func::Sqrt,
+        "RMSNorm mean(x²)+eps",
+        mean_squares(&tensor(st, "T50.inter.o"), dv, eps),
+    );
+    for name in [
+        "T50.x",
+        "T50.y_mixer",
+        "T50.y_block",
+        "T200.x",
+        "T200.y_block",
+    ] {
+        s.add(
+            Func::Sqrt,
+            "RMSNorm mean(x²)+eps",
+            mean_squares(&tensor(st, name), d, eps),
+        );
+    }
+    s.add(Func::Sqrt, "√dk", [dk as f64]);
+}
+
+/// Max and mean relative error, and max absolute error, of `approx` against `reference`.
+fn rel_errors(
+    xs: &[f32],
+    approx: impl Fn(f32) -> f64,
+    reference: impl Fn(f32) -> f64,
+) -> (f64, f64, f64) {
+    let mut max = 0.0f64;
+    let mut sum = 0.0f64;
+    let mut abs = 0.0f64;
+    for &x in xs {
+        let (a, r) = (approx(x), reference(x));
+        abs = abs.max((a - r).abs());
+        let e = if r == 0.0 {
+            if a == 0.0 {
+                0.0
+            } else {
+                f64::INFINITY
+            }
+        } else {
+            ((a - r) / r).abs()
+        };
+        max = max.max(e);
+        sum += e;
+    }
+    (max, sum / xs.len() as f64, abs)
+}
+
+struct Row {
+    func: Func,
+    source: String,
+    n: usize,
+    lo: f32,
+    hi: f32,
+    mm_max: f64,
+    mm_mean: f64,
+    mm_abs: f64,
+    libm_max: f64,
+}
+
+fn row(func: Func, source: &str, xs: &[f32]) -> Row {
+    let (mm_max, mm_mean, mm_abs) =
+        rel_errors(xs, |x| func.micromath(x) as f64, |x| func.libm(x) as f64);
+    let (libm_max, _, _) = rel_errors(xs, |x| func.libm(x) as f64, |x| func.exact(x));
+    Row {
+        func,
+        source: source.to_string(),
+        n: xs.len(),
+        lo: xs.iter().copied().fold(f32::INFINITY, f32::min),
+        hi: xs.iter().copied().fold(f32::NEG_INFINITY, f32::max),
+        mm_max,
+        mm_mean,
+        mm_abs,
+        libm_max,
+    }
+}
+
+#[test]
+fn micromath_is_too_coarse_for_the_operator_tolerance() {
+    let mut samples = Samples::default();
+    let mut files = 0;
+    for kind in ["ll_mamba2", "mamba2", "ll_gdn", "gdn"] {
+        for style in ["stress", "init"] {
+            let path = golden_dir().join(format!("{kind}_{style}.safetensors"));
+            let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            let st = SafeTensors::deserialize(&bytes).unwrap();
+            let log_linear = kind.starts_with("ll_");
+            if kind.ends_with("mamba2") {
+                collect_mamba2(&mut samples, &st, log_linear);
+            } else {
+                collect_gdn(&mut samples, &st, log_linear);
+            }
+            files += 1;
+        }
+    }
+
+    let mut rows: Vec<Row> = Vec::new();
+    for func in [
+        Func::Exp,
+        Func::Ln,
+        Func::Sqrt,
+        Func::Sigmoid,
+        Func::Softplus,
+    ] {
+        let mut all = Vec::new();
+        for s in samples.0.iter().filter(|s| s.func == func) {
+            rows.push(row(func, s.source, &s.xs));
+            all.extend_from_slice(&s.xs);
+        }
+        rows.push(row(func, "ALL", &all));
+    }
+
+    println!(
+        "\nmicromath 2.1 vs libm 0.2 on golden-layer inputs ({files} files: tests/golden/layer/*.safetensors)"
+    );
+    println!("relative error |approx - ref| / |ref|; operator tolerance {OPERATOR_TOL:.0e}\n");
+    println!(
+        "| function | inputs | n | input range | micromath max rel | micromath mean rel | micromath max abs | libm max rel vs f64 |"
+    );
+    println!("| --- | --- | ---: | --- | ---: | ---: | ---: | ---: |");
+    for r in &rows {
+        let src = if r.source == "ALL" {
+            "**all**".to_string()
+        } else {
+            r.source.clone()
+        };
+        println!(
+            "| {} | {} | {} | [{:.3e}, {:.3e}] | {:.2e} | {:.2e} | {:.2e} | {:.2e} |",
+            r.func.name(),
+            src,
+            r.n,
+            r.lo,
+            r.hi,
+            r.mm_max,
+            r.mm_mean,
+            r.mm_abs,
+            r.libm_max
+        );
+    }
+    println!();
+
+    for r in rows.iter().filter(|r| r.source == "ALL") {
+        // libm stays well inside the tolerance (it is within an ulp or two) ...
+        assert!(
+            r.libm_max < 1e-6,
+            "libm {} max rel error {:.3e} vs f64",
+            r.func.name(),
+            r.libm_max
+        );
+        // ... and micromath does not: the decision recorded in runtime/src/math.rs.
+        if matches!(r.func, Func::Exp | Func::Ln | Func::Sqrt | Func::Sigmoid) {
+            assert!(
+                r.mm_max > OPERATOR_TOL,
+                "micromath {} max rel error {:.3e} is within the {OPERATOR_TOL:.0e} tolerance: \
+                 revisit the libm-vs-micromath decision in runtime/src/math.rs",
+                r.func.name(),
+                r.mm_max
+            );
+        }
+    }
+}
