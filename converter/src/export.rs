@@ -14,7 +14,7 @@ use crate::gguf_writer::{GgufWriter, OwnedTensorData, Value, WriterError};
 use loglinear_runtime::gguf::names::{self, key};
 use loglinear_runtime::quant::QK;
 use loglinear_runtime::{
-    Arch, DType, Model, ModelConfig, ModelError, Role, TensorName, TensorView, WeightSource,
+    DType, Model, ModelConfig, ModelError, Role, TensorName, TensorView, WeightSource,
 };
 use std::collections::HashMap;
 use std::str::FromStr;
@@ -193,40 +193,7 @@ pub fn gguf_name(name: TensorName) -> String {
 
 /// Every tensor a model with this config reads, in file order.
 pub fn expected_tensors(config: &ModelConfig) -> Vec<TensorName> {
-    use Role::*;
-    let ll = config.arch.is_log_linear();
-    let mut out = vec![
-        TensorName::model(Embedding),
-        TensorName::model(FinalNorm),
-        TensorName::model(LmHead),
-    ];
-    for layer in 0..config.num_layers {
-        let roles: Vec<Role> = match config.arch {
-            Arch::LogLinearMamba2 | Arch::Mamba2 => [MixerNorm, InProj, Conv]
-                .into_iter()
-                .chain(config.conv_bias.then_some(ConvBias))
-                .chain([DtBias, ALog, DSkip])
-                .chain(ll.then_some(LambdaScale))
-                .chain([OutNorm, OutProj])
-                .collect(),
-            Arch::LogLinearGatedDeltaNet | Arch::GatedDeltaNet => {
-                [MixerNorm, QProj, KProj, VProj, AProj, BProj, GProj]
-                    .into_iter()
-                    .chain(ll.then_some(LProj))
-                    .chain([QConv, KConv, VConv, ALog, DtBias])
-                    .chain(ll.then_some(LambdaScale))
-                    .chain([OutNorm, OutProj])
-                    .collect()
-            }
-        };
-        out.extend(
-            roles
-                .into_iter()
-                .chain([MlpNorm, MlpGate, MlpUp, MlpDown])
-                .map(|r| TensorName::block(layer, r)),
-        );
-    }
-    out
+    config.tensor_names().collect()
 }
 
 /// What happened to one tensor.

@@ -2,6 +2,7 @@
 //! model-file metadata) build a [`ModelConfig`]; [`ModelConfig::validate`] checks it.
 
 use crate::level::LAMBDA_LEVELS;
+use crate::tensor::{Role, TensorName};
 
 /// The four supported architectures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -195,5 +196,67 @@ impl ModelConfig {
         } else {
             1
         }
+    }
+
+    /// Whether a model of this config has a tensor with `role` (in every block, for block
+    /// roles).
+    pub fn has_role(&self, role: Role) -> bool {
+        use Role::*;
+        let gdn = !self.arch.is_mamba2();
+        match role {
+            Embedding | FinalNorm | LmHead => true,
+            MixerNorm | MlpNorm | MlpGate | MlpUp | MlpDown | ALog | DtBias | OutNorm | OutProj => {
+                true
+            }
+            LambdaScale => self.arch.is_log_linear(),
+            InProj | Conv | DSkip => !gdn,
+            ConvBias => !gdn && self.conv_bias,
+            QProj | KProj | VProj | AProj | BProj | GProj | QConv | KConv | VConv => gdn,
+            LProj => gdn && self.arch.is_log_linear(),
+        }
+    }
+
+    /// The (rows, cols) of the tensor with `role`: matrices are out × in, vectors n × 1, conv
+    /// weights channels × width, λ scales heads × 15.
+    pub fn tensor_shape(&self, role: Role) -> (usize, usize) {
+        use Role::*;
+        let (d, h) = (self.hidden_size, self.num_heads);
+        let (kd, vd) = (self.key_dim(), self.d_inner());
+        match role {
+            Embedding | LmHead => (self.vocab_size, d),
+            FinalNorm | MixerNorm | MlpNorm => (d, 1),
+            MlpGate | MlpUp => (self.intermediate_size, d),
+            MlpDown => (d, self.intermediate_size),
+            ALog | DtBias | DSkip => (h, 1),
+            LambdaScale => (h, self.lambda_levels),
+            OutNorm if self.arch.is_mamba2() => (vd, 1),
+            OutNorm => (self.head_v_dim, 1),
+            OutProj => (d, vd),
+            InProj => (self.in_proj_rows(), d),
+            Conv => (self.conv_channels(), self.conv_kernel),
+            ConvBias => (self.conv_channels(), 1),
+            QProj | KProj => (kd, d),
+            VProj | GProj => (vd, d),
+            AProj | BProj => (h, d),
+            LProj => (h * self.lambda_levels, d),
+            QConv | KConv => (kd, self.conv_kernel),
+            VConv => (vd, self.conv_kernel),
+        }
+    }
+
+    /// Every tensor of the model in canonical order: model-level ones, then block by block in
+    /// [`Role::ALL`] order.
+    pub fn tensor_names(&self) -> impl Iterator<Item = TensorName> + '_ {
+        let globals = Role::ALL
+            .into_iter()
+            .filter(|r| r.is_model_level())
+            .map(TensorName::model);
+        let blocks = (0..self.num_layers).flat_map(move |l| {
+            Role::ALL
+                .into_iter()
+                .filter(move |&r| !r.is_model_level() && self.has_role(r))
+                .map(move |r| TensorName::block(l, r))
+        });
+        globals.chain(blocks)
     }
 }

@@ -90,12 +90,9 @@ impl<'w> Model<'w> {
         self.source
     }
 
-    fn view(
-        &self,
-        name: TensorName,
-        rows: usize,
-        cols: usize,
-    ) -> Result<TensorView<'w>, ModelError> {
+    /// A tensor, checked against the shape the config implies.
+    fn view(&self, name: TensorName) -> Result<TensorView<'w>, ModelError> {
+        let (rows, cols) = self.config.tensor_shape(name.role);
         let v = self
             .source
             .tensor(name)
@@ -110,47 +107,35 @@ impl<'w> Model<'w> {
         Ok(v)
     }
 
-    fn vector(&self, name: TensorName, n: usize) -> Result<&'w [f32], ModelError> {
-        self.small(name, n, 1)
-    }
-
-    fn small(&self, name: TensorName, rows: usize, cols: usize) -> Result<&'w [f32], ModelError> {
-        self.view(name, rows, cols)?
-            .as_f32()
-            .ok_or(ModelError::NotF32(name))
+    /// A tensor the recurrence needs in full precision.
+    fn small(&self, name: TensorName) -> Result<&'w [f32], ModelError> {
+        self.view(name)?.as_f32().ok_or(ModelError::NotF32(name))
     }
 
     /// Embedding, final norm and LM head.
     pub fn globals(&self) -> Result<GlobalWeights<'w>, ModelError> {
-        let c = &self.config;
         Ok(GlobalWeights {
-            embedding: self.view(
-                TensorName::model(Role::Embedding),
-                c.vocab_size,
-                c.hidden_size,
-            )?,
-            final_norm: self.vector(TensorName::model(Role::FinalNorm), c.hidden_size)?,
-            lm_head: self.view(TensorName::model(Role::LmHead), c.vocab_size, c.hidden_size)?,
+            embedding: self.view(TensorName::model(Role::Embedding))?,
+            final_norm: self.small(TensorName::model(Role::FinalNorm))?,
+            lm_head: self.view(TensorName::model(Role::LmHead))?,
         })
     }
 
     /// The two pre-norms of block `layer`.
     pub fn norms(&self, layer: usize) -> Result<BlockNorms<'w>, ModelError> {
-        let d = self.config.hidden_size;
         Ok(BlockNorms {
-            mixer: self.vector(TensorName::block(layer, Role::MixerNorm), d)?,
-            mlp: self.vector(TensorName::block(layer, Role::MlpNorm), d)?,
+            mixer: self.small(TensorName::block(layer, Role::MixerNorm))?,
+            mlp: self.small(TensorName::block(layer, Role::MlpNorm))?,
         })
     }
 
     /// The SwiGLU MLP of block `layer`.
     pub fn mlp(&self, layer: usize) -> Result<MlpWeights<'w>, ModelError> {
-        let (d, i) = (self.config.hidden_size, self.config.intermediate_size);
         let n = |r| TensorName::block(layer, r);
         Ok(MlpWeights {
-            gate: self.view(n(Role::MlpGate), i, d)?,
-            up: self.view(n(Role::MlpUp), i, d)?,
-            down: self.view(n(Role::MlpDown), d, i)?,
+            gate: self.view(n(Role::MlpGate))?,
+            up: self.view(n(Role::MlpUp))?,
+            down: self.view(n(Role::MlpDown))?,
         })
     }
 
@@ -158,21 +143,20 @@ impl<'w> Model<'w> {
     pub fn mamba2(&self, layer: usize) -> Result<Mamba2Weights<'w>, ModelError> {
         let c = &self.config;
         let n = |r| TensorName::block(layer, r);
-        let (h, conv) = (c.num_heads, c.conv_channels());
         Ok(Mamba2Weights {
-            in_proj: self.view(n(Role::InProj), c.in_proj_rows(), c.hidden_size)?,
-            conv: self.small(n(Role::Conv), conv, c.conv_kernel)?,
+            in_proj: self.view(n(Role::InProj))?,
+            conv: self.small(n(Role::Conv))?,
             conv_bias: if c.conv_bias {
-                Some(self.vector(n(Role::ConvBias), conv)?)
+                Some(self.small(n(Role::ConvBias))?)
             } else {
                 None
             },
-            dt_bias: self.vector(n(Role::DtBias), h)?,
-            a_log: self.vector(n(Role::ALog), h)?,
-            d_skip: self.vector(n(Role::DSkip), h)?,
+            dt_bias: self.small(n(Role::DtBias))?,
+            a_log: self.small(n(Role::ALog))?,
+            d_skip: self.small(n(Role::DSkip))?,
             lambda_scale: self.lambda_scale(layer)?,
-            norm: self.vector(n(Role::OutNorm), c.d_inner())?,
-            out_proj: self.view(n(Role::OutProj), c.hidden_size, c.d_inner())?,
+            norm: self.small(n(Role::OutNorm))?,
+            out_proj: self.view(n(Role::OutProj))?,
         })
     }
 
@@ -180,33 +164,26 @@ impl<'w> Model<'w> {
     pub fn gdn(&self, layer: usize) -> Result<GdnWeights<'w>, ModelError> {
         let c = &self.config;
         let n = |r| TensorName::block(layer, r);
-        let (d, h, kd, vd, w) = (
-            c.hidden_size,
-            c.num_heads,
-            c.key_dim(),
-            c.d_inner(),
-            c.conv_kernel,
-        );
         Ok(GdnWeights {
-            q_proj: self.view(n(Role::QProj), kd, d)?,
-            k_proj: self.view(n(Role::KProj), kd, d)?,
-            v_proj: self.view(n(Role::VProj), vd, d)?,
-            a_proj: self.view(n(Role::AProj), h, d)?,
-            b_proj: self.view(n(Role::BProj), h, d)?,
-            g_proj: self.view(n(Role::GProj), vd, d)?,
+            q_proj: self.view(n(Role::QProj))?,
+            k_proj: self.view(n(Role::KProj))?,
+            v_proj: self.view(n(Role::VProj))?,
+            a_proj: self.view(n(Role::AProj))?,
+            b_proj: self.view(n(Role::BProj))?,
+            g_proj: self.view(n(Role::GProj))?,
             l_proj: if c.arch.is_log_linear() {
-                Some(self.view(n(Role::LProj), h * c.lambda_levels, d)?)
+                Some(self.view(n(Role::LProj))?)
             } else {
                 None
             },
-            q_conv: self.small(n(Role::QConv), kd, w)?,
-            k_conv: self.small(n(Role::KConv), kd, w)?,
-            v_conv: self.small(n(Role::VConv), vd, w)?,
-            a_log: self.vector(n(Role::ALog), h)?,
-            dt_bias: self.vector(n(Role::DtBias), h)?,
+            q_conv: self.small(n(Role::QConv))?,
+            k_conv: self.small(n(Role::KConv))?,
+            v_conv: self.small(n(Role::VConv))?,
+            a_log: self.small(n(Role::ALog))?,
+            dt_bias: self.small(n(Role::DtBias))?,
             lambda_scale: self.lambda_scale(layer)?,
-            o_norm: self.vector(n(Role::OutNorm), c.head_v_dim)?,
-            o_proj: self.view(n(Role::OutProj), d, vd)?,
+            o_norm: self.small(n(Role::OutNorm))?,
+            o_proj: self.view(n(Role::OutProj))?,
         })
     }
 
@@ -214,7 +191,7 @@ impl<'w> Model<'w> {
         let c = &self.config;
         if c.arch.is_log_linear() {
             let name = TensorName::block(layer, Role::LambdaScale);
-            Ok(Some(self.small(name, c.num_heads, c.lambda_levels)?))
+            Ok(Some(self.small(name)?))
         } else {
             Ok(None)
         }

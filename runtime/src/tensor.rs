@@ -50,6 +50,45 @@ pub enum Role {
     VConv,
 }
 
+impl Role {
+    /// Every role: model-level ones first, then a block's in data-flow order (the canonical
+    /// tensor order of a model file).
+    pub const ALL: [Role; 27] = [
+        Role::Embedding,
+        Role::FinalNorm,
+        Role::LmHead,
+        Role::MixerNorm,
+        Role::InProj,
+        Role::Conv,
+        Role::ConvBias,
+        Role::QProj,
+        Role::KProj,
+        Role::VProj,
+        Role::AProj,
+        Role::BProj,
+        Role::GProj,
+        Role::LProj,
+        Role::QConv,
+        Role::KConv,
+        Role::VConv,
+        Role::DtBias,
+        Role::ALog,
+        Role::DSkip,
+        Role::LambdaScale,
+        Role::OutNorm,
+        Role::OutProj,
+        Role::MlpNorm,
+        Role::MlpGate,
+        Role::MlpUp,
+        Role::MlpDown,
+    ];
+
+    /// Whether the role is a model-level tensor (embedding, final norm, LM head).
+    pub const fn is_model_level(self) -> bool {
+        matches!(self, Role::Embedding | Role::FinalNorm | Role::LmHead)
+    }
+}
+
 /// A tensor's identity: its role and, for block tensors, the layer index.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]

@@ -8,7 +8,9 @@ use loglinear_tests::{exercise_model_file, repo_root};
 fn model_file_corpus_replays_without_panics() {
     let mut n = 0;
     for dir in ["fuzz/corpus/gguf_model", "fuzz/regressions/gguf_model"] {
-        let Ok(entries) = std::fs::read_dir(repo_root().join(dir)) else { continue };
+        let Ok(entries) = std::fs::read_dir(repo_root().join(dir)) else {
+            continue;
+        };
         for e in entries {
             let p = e.unwrap().path();
             exercise_model_file(&std::fs::read(&p).unwrap());

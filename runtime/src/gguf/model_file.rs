@@ -3,9 +3,9 @@
 
 use super::names::{self, key};
 use super::reader::{GgufError, GgufFile, MetaValue};
-use crate::config::{Arch, ModelConfig};
+use crate::config::ModelConfig;
 use crate::model::{Model, ModelError};
-use crate::tensor::{Role, TensorName, TensorView, WeightSource};
+use crate::tensor::{TensorName, TensorView, WeightSource};
 
 /// Why a GGUF file is not a usable model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -133,17 +133,13 @@ impl<'a> GgufModel<'a> {
         for (index, t) in file.tensors().enumerate() {
             let used = names::parse_tensor_name(t.name).is_some_and(|(layer, role)| match layer {
                 None => true,
-                Some(l) => (l as usize) < config.num_layers && uses_block_role(&config, role),
+                Some(l) => (l as usize) < config.num_layers && config.has_role(role),
             });
             if !used {
                 return Err(ModelFileError::UnexpectedTensor(index as u64));
             }
         }
-        let per_block = names::ALL_ROLES
-            .iter()
-            .filter(|&&r| !names::is_model_level(r) && uses_block_role(&config, r))
-            .count() as u64;
-        let expected = 3 + per_block * config.num_layers as u64;
+        let expected = config.tensor_names().count() as u64;
         if file.tensor_count() != expected {
             return Err(ModelFileError::TensorCount {
                 expected,
@@ -174,23 +170,6 @@ impl<'a> GgufModel<'a> {
     pub fn arch_value(&self, k: &str) -> Option<MetaValue<'a>> {
         self.file
             .get_prefixed(names::arch_name(self.config.arch), k)
-    }
-}
-
-/// Whether a block of this config has a tensor with `role`.
-pub fn uses_block_role(c: &ModelConfig, role: Role) -> bool {
-    use Role::*;
-    let ll = c.arch.is_log_linear();
-    match role {
-        Embedding | FinalNorm | LmHead => false,
-        MixerNorm | MlpNorm | MlpGate | MlpUp | MlpDown | ALog | DtBias | OutNorm | OutProj => true,
-        LambdaScale => ll,
-        InProj | Conv | DSkip => c.arch.is_mamba2(),
-        ConvBias => c.arch.is_mamba2() && c.conv_bias,
-        QProj | KProj | VProj | AProj | BProj | GProj | QConv | KConv | VConv => {
-            matches!(c.arch, Arch::GatedDeltaNet | Arch::LogLinearGatedDeltaNet)
-        }
-        LProj => c.arch == Arch::LogLinearGatedDeltaNet,
     }
 }
 

@@ -104,39 +104,11 @@ pub const fn tensor_suffix(role: Role) -> &'static str {
 }
 
 /// Every role, model-level ones first.
-pub const ALL_ROLES: [Role; 27] = [
-    Role::Embedding,
-    Role::FinalNorm,
-    Role::LmHead,
-    Role::MixerNorm,
-    Role::MlpNorm,
-    Role::MlpGate,
-    Role::MlpUp,
-    Role::MlpDown,
-    Role::ALog,
-    Role::DtBias,
-    Role::LambdaScale,
-    Role::OutNorm,
-    Role::OutProj,
-    Role::InProj,
-    Role::Conv,
-    Role::ConvBias,
-    Role::DSkip,
-    Role::QProj,
-    Role::KProj,
-    Role::VProj,
-    Role::AProj,
-    Role::BProj,
-    Role::GProj,
-    Role::LProj,
-    Role::QConv,
-    Role::KConv,
-    Role::VConv,
-];
+pub const ALL_ROLES: [Role; 27] = Role::ALL;
 
 /// Whether a role is a model-level tensor (no `blk.{i}.` prefix).
 pub const fn is_model_level(role: Role) -> bool {
-    matches!(role, Role::Embedding | Role::FinalNorm | Role::LmHead)
+    role.is_model_level()
 }
 
 /// Whether a GGUF tensor name is the name of `(layer, role)`, without allocating.
