@@ -123,7 +123,7 @@ impl TensorStore {
             let shape = view.shape();
             let (rows, cols) = match shape {
                 [] => (1, 1),
-                [n] => (*n, 1),
+                [n] => (1, *n),
                 [r, rest @ ..] => (*r, rest.iter().product()),
             };
             store.insert(name, Tensor { rows, cols, data });

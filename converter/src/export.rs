@@ -332,7 +332,7 @@ impl WeightSource for ExportedModel {
     fn tensor(&self, name: TensorName) -> Option<TensorView<'_>> {
         let (_, shape, data) = &self.tensors[*self.index.get(&name)?];
         let (rows, cols) = match shape.as_slice() {
-            [n] => (*n, 1),
+            [n] => (1, *n),
             [r, c] => (*r, *c),
             _ => return None,
         };
@@ -362,10 +362,10 @@ fn convert_one(
 ) -> Result<(OwnedTensorData, Vec<usize>, TensorReport), ExportError> {
     let (rows, cols) = (view.rows, view.cols);
     let shape = if is_vector(tn.role) {
-        if cols != 1 {
+        if rows != 1 {
             return Err(ExportError::NotAVector { name, rows, cols });
         }
-        vec![rows]
+        vec![cols]
     } else {
         vec![rows, cols]
     };

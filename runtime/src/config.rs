@@ -216,7 +216,7 @@ impl ModelConfig {
         }
     }
 
-    /// The (rows, cols) of the tensor with `role`: matrices are out × in, vectors n × 1, conv
+    /// The (rows, cols) of the tensor with `role`: matrices are out × in, vectors one row (1 × n), conv
     /// weights channels × width, λ scales heads × 15.
     pub fn tensor_shape(&self, role: Role) -> (usize, usize) {
         use Role::*;
@@ -224,17 +224,17 @@ impl ModelConfig {
         let (kd, vd) = (self.key_dim(), self.d_inner());
         match role {
             Embedding | LmHead => (self.vocab_size, d),
-            FinalNorm | MixerNorm | MlpNorm => (d, 1),
+            FinalNorm | MixerNorm | MlpNorm => (1, d),
             MlpGate | MlpUp => (self.intermediate_size, d),
             MlpDown => (d, self.intermediate_size),
-            ALog | DtBias | DSkip => (h, 1),
+            ALog | DtBias | DSkip => (1, h),
             LambdaScale => (h, self.lambda_levels),
-            OutNorm if self.arch.is_mamba2() => (vd, 1),
-            OutNorm => (self.head_v_dim, 1),
+            OutNorm if self.arch.is_mamba2() => (1, vd),
+            OutNorm => (1, self.head_v_dim),
             OutProj => (d, vd),
             InProj => (self.in_proj_rows(), d),
             Conv => (self.conv_channels(), self.conv_kernel),
-            ConvBias => (self.conv_channels(), 1),
+            ConvBias => (1, self.conv_channels()),
             QProj | KProj => (kd, d),
             VProj | GProj => (vd, d),
             AProj | BProj => (h, d),

@@ -226,7 +226,8 @@ impl TensorData<'_> {
     }
 }
 
-/// A 2-D view: `rows × cols`. Vectors are `n × 1`; a depthwise conv weight (C, 1, W) is `C × W`.
+/// A 2-D view: `rows × cols`. Vectors are one row (`1 × n`, as ggml's 1-D tensors); a
+/// depthwise conv weight (C, 1, W) is `C × W`.
 #[derive(Clone, Copy, Debug)]
 pub struct TensorView<'a> {
     /// Number of rows (output features of a linear layer).

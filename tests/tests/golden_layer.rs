@@ -51,7 +51,7 @@ fn layer_model(
         let role =
             layout_role(layout, key).unwrap_or_else(|| panic!("{name}: unknown weight `{key}`"));
         let (rows, cols) = match a.shape.as_slice() {
-            [n] => (*n, 1),
+            [n] => (1, *n),
             [r, rest @ ..] => (*r, rest.iter().product()),
             [] => (1, 1),
         };
@@ -76,8 +76,8 @@ fn layer_model(
     store.insert(
         TensorName::model(Role::FinalNorm),
         Tensor {
-            rows: d,
-            cols: 1,
+            rows: 1,
+            cols: d,
             data: vec![1.0; d],
         },
     );
