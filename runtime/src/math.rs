@@ -2,10 +2,11 @@
 //! kernels) rounds the same way.
 //!
 //! Why `libm` and not `micromath`: `micromath` was measured against `libm` on the inputs the
-//! golden tests feed these functions (`tests/tests/micromath_error.rs`, figures in
-//! BENCHMARKS.md). Its `exp`, `ln` and `sqrt` are fast approximations with relative errors
-//! around 1e-3 to 1e-2, far above the 2e-5 operator tolerance, so every function here uses
-//! `libm`, which is correctly rounded or within 1 ulp and identical on every target.
+//! golden layers feed these functions (`tests/tests/micromath_error.rs`, table in
+//! BENCHMARKS.md). Its worst relative errors are 2.4e-3 (exp), 2.6e-1 (ln, near 1, as in
+//! softplus of a very negative input), 6.1e-2 (sqrt) and 8.0e-4 (sigmoid): every one far above
+//! the 2e-5 operator tolerance. So every function here uses `libm` (≤ 1.4e-7 against f64 on the
+//! same inputs), which is also the same software routine on every target.
 
 /// e^x.
 #[inline]
