@@ -35,40 +35,12 @@ fn odd_config() -> ModelConfig {
     }
 }
 
-fn shape(c: &ModelConfig, role: Role) -> (usize, usize) {
-    use Role::*;
-    let (d, h, kd, vd, w) = (
-        c.hidden_size,
-        c.num_heads,
-        c.key_dim(),
-        c.d_inner(),
-        c.conv_kernel,
-    );
-    match role {
-        Embedding | LmHead => (c.vocab_size, d),
-        FinalNorm | MixerNorm | MlpNorm => (d, 1),
-        MlpGate | MlpUp => (c.intermediate_size, d),
-        MlpDown => (d, c.intermediate_size),
-        QProj | KProj => (kd, d),
-        VProj | GProj => (vd, d),
-        AProj | BProj => (h, d),
-        LProj => (h * c.lambda_levels, d),
-        QConv | KConv => (kd, w),
-        VConv => (vd, w),
-        ALog | DtBias => (h, 1),
-        LambdaScale => (h, c.lambda_levels),
-        OutNorm => (c.head_v_dim, 1),
-        OutProj => (d, vd),
-        other => panic!("{other:?} is not a GDN tensor"),
-    }
-}
-
 /// Deterministic pseudo-random weights for every tensor of `c`.
 fn store(c: &ModelConfig) -> TensorStore {
     let mut s = TensorStore::default();
     let mut x = 0x2545_f491_4f6c_dd1du64;
     for name in expected_tensors(c) {
-        let (rows, cols) = shape(c, name.role);
+        let (rows, cols) = c.tensor_shape(name.role);
         let data = (0..rows * cols)
             .map(|_| {
                 x ^= x << 13;
@@ -273,11 +245,8 @@ fn overrides_parse_like_the_cli() {
 }
 
 /// The runtime's `GgufModel` accepts what `convert` writes and runs the same logits as the
-/// checkpoint. Ignored until the reader maps 1-D tensors (`ne = [n]`, the documented form of
-/// vectors) to `n × 1` views: today `TensorInfo::view` makes them `1 × n` and `Model::new`
-/// refuses the norms with a shape mismatch.
+/// checkpoint, bit for bit, at f32.
 #[test]
-#[ignore = "runtime reader: 1-D tensors need n x 1 views (docs/model-file.md)"]
 fn gguf_model_runs_the_exported_file() {
     use loglinear_converter::model_source::IndexedGguf;
     use loglinear_runtime::gguf::GgufModel;
