@@ -1,6 +1,8 @@
 //! Shared helpers for the integration tests: where the data lives, reading safetensors
 //! references, and the relative error metric of the golden README.
 
+pub mod golden;
+
 use safetensors::{Dtype, SafeTensors};
 use serde_json::Value;
 use std::collections::HashMap;
