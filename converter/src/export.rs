@@ -315,6 +315,11 @@ impl ExportedModel {
         metadata(&self.config, &self.name)
     }
 
+    /// The converted tensors in file order: name, GGUF shape (`[n]` or `[rows, cols]`), data.
+    pub fn tensors(&self) -> impl Iterator<Item = (TensorName, &[usize], &OwnedTensorData)> + '_ {
+        self.tensors.iter().map(|(n, s, d)| (*n, s.as_slice(), d))
+    }
+
     /// The GGUF file.
     pub fn to_gguf(&self) -> Result<Vec<u8>, ExportError> {
         let mut w = GgufWriter::new(names::ALIGNMENT);

@@ -85,6 +85,8 @@ pub enum ConfigError {
     BadLambdaLevels,
     /// Some size overflows `usize`.
     Overflow,
+    /// More blocks than tensor names can index (65,535).
+    TooManyLayers,
 }
 
 impl core::fmt::Display for ConfigError {
@@ -100,6 +102,7 @@ impl core::fmt::Display for ConfigError {
                 "log-linear models need {LAMBDA_LEVELS} lambda levels, plain ones 0"
             ),
             ConfigError::Overflow => write!(f, "a tensor size overflows"),
+            ConfigError::TooManyLayers => write!(f, "more than {} layers", u16::MAX),
         }
     }
 }
@@ -124,6 +127,9 @@ impl ModelConfig {
             if v == 0 {
                 return Err(ConfigError::ZeroDimension(name));
             }
+        }
+        if self.num_layers > u16::MAX as usize {
+            return Err(ConfigError::TooManyLayers);
         }
         if self.num_heads % self.num_groups != 0 {
             return Err(ConfigError::HeadsNotDivisibleByGroups);
@@ -242,6 +248,19 @@ impl ModelConfig {
             QConv | KConv => (kd, self.conv_kernel),
             VConv => (vd, self.conv_kernel),
         }
+    }
+
+    /// Number of tensors of the model (what [`ModelConfig::tensor_names`] yields), computed
+    /// without iterating, so a hostile layer count costs nothing.
+    pub fn tensor_count(&self) -> Option<u64> {
+        let globals = Role::ALL.iter().filter(|r| r.is_model_level()).count() as u64;
+        let per_block = Role::ALL
+            .iter()
+            .filter(|&&r| !r.is_model_level() && self.has_role(r))
+            .count() as u64;
+        per_block
+            .checked_mul(self.num_layers as u64)?
+            .checked_add(globals)
     }
 
     /// Every tensor of the model in canonical order: model-level ones, then block by block in

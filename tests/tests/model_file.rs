@@ -2,12 +2,13 @@
 //! exactly as the checkpoint does, quantized files stay within their measured error, and the
 //! trained models' greedy continuations come out of the F32 file byte for byte.
 
-use loglinear_converter::export::{ExportOptions, ExportedModel};
+use loglinear_converter::export::{dequantize, gguf_name, ExportOptions, ExportedModel};
+use loglinear_converter::gguf_writer::{GgufWriter, OwnedTensorData};
 use loglinear_converter::model_source::AlignedBytes;
 use loglinear_converter::Checkpoint;
 use loglinear_runtime::gguf::GgufModel;
 use loglinear_runtime::sampler::{Sampler, SamplerConfig};
-use loglinear_runtime::{DType, Session, SessionConfig};
+use loglinear_runtime::{DType, Session, SessionConfig, TensorView};
 use loglinear_tests::golden::{check_model, full_sequence_error};
 use loglinear_tests::*;
 
@@ -102,4 +103,117 @@ fn trained_models_reproduce_greedy_from_the_f32_file() {
             s.step(next).unwrap();
         }
     }
+}
+
+/// Patches the u32 value of metadata `key` in a model file.
+fn patch_u32(bytes: &[u8], key: &str, value: u32) -> Vec<u8> {
+    let pos = bytes
+        .windows(key.len())
+        .position(|w| w == key.as_bytes())
+        .unwrap()
+        + key.len();
+    assert_eq!(&bytes[pos..pos + 4], &4u32.to_le_bytes(), "{key} is a u32");
+    let mut b = bytes.to_vec();
+    b[pos + 4..pos + 8].copy_from_slice(&value.to_le_bytes());
+    b
+}
+
+#[test]
+fn hostile_model_files_give_typed_errors() {
+    use loglinear_runtime::gguf::{GgufError, ModelFileError};
+    use loglinear_runtime::{ConfigError, ModelError, Role, TensorName};
+    let ckpt = Checkpoint::load(golden_dir().join("model/hattention_stress")).unwrap();
+    let good = to_gguf(&ckpt, DType::F32).as_bytes().to_vec();
+    let parse = |b: &[u8]| {
+        GgufModel::parse(AlignedBytes::from_slice(b).as_bytes())
+            .map(|_| ())
+            .err()
+    };
+
+    // A layer count that would make validation iterate for ever is refused at once.
+    let e = parse(&patch_u32(&good, "loglinear_mamba2.block_count", u32::MAX));
+    assert_eq!(
+        e,
+        Some(ModelFileError::Model(ModelError::Config(
+            ConfigError::TooManyLayers
+        )))
+    );
+    let e = parse(&patch_u32(&good, "loglinear_mamba2.block_count", 3));
+    assert!(
+        matches!(e, Some(ModelFileError::TensorCount { expected, found }) if expected > found),
+        "{e:?}"
+    );
+    // A dimension that disagrees with the tensors names the tensor.
+    let e = parse(&patch_u32(
+        &good,
+        "loglinear_mamba2.feed_forward_length",
+        128,
+    ));
+    assert!(
+        matches!(e, Some(ModelFileError::Model(ModelError::ShapeMismatch { name, .. })) if name.role == Role::MlpGate),
+        "{e:?}"
+    );
+    // An unknown architecture, a truncated file, a wrong version.
+    let mut b = good.clone();
+    let p = b
+        .windows(16)
+        .position(|w| w == b"loglinear_mamba2")
+        .unwrap();
+    b[p..p + 16].copy_from_slice(b"loglinear_mambaX");
+    assert_eq!(parse(&b), Some(ModelFileError::UnknownArchitecture));
+    assert!(matches!(
+        parse(&good[..good.len() - 1]),
+        Some(ModelFileError::Gguf(GgufError::Tensor { .. }))
+    ));
+    let mut b = good.clone();
+    b[4] = 2;
+    assert_eq!(
+        parse(&b),
+        Some(ModelFileError::Gguf(GgufError::UnsupportedVersion(2)))
+    );
+    // The exporter keeps a recurrence-critical tensor f32 whatever the overrides say, and
+    // says so; a file written elsewhere with such a tensor quantized is refused, naming it.
+    let opts = ExportOptions {
+        overrides: vec!["ssm_norm.weight=q8_0".parse().unwrap()],
+        ..Default::default()
+    };
+    let m = ExportedModel::from_checkpoint(&ckpt, &opts).unwrap();
+    let r = m
+        .report()
+        .iter()
+        .find(|r| r.name == "blk.0.ssm_norm.weight")
+        .unwrap();
+    assert_eq!(r.dtype, DType::F32);
+    assert!(
+        r.note
+            .as_deref()
+            .unwrap_or("")
+            .contains("recurrence-critical"),
+        "{r:?}"
+    );
+    let mut w = GgufWriter::new(32);
+    for (k, v) in m.metadata().unwrap() {
+        w.add(k, v).unwrap();
+    }
+    for (name, shape, data) in m.tensors() {
+        let data = if name == TensorName::block(0, Role::OutNorm) {
+            let f = dequantize(&TensorView::new(1, data.len(), data.as_data()).unwrap());
+            OwnedTensorData::from_f32(&f, f.len(), DType::F16).unwrap()
+        } else {
+            data.clone()
+        };
+        w.add_tensor(gguf_name(name), shape, data).unwrap();
+    }
+    let e = parse(&w.to_bytes());
+    assert!(
+        matches!(
+            e,
+            Some(ModelFileError::Model(ModelError::NotF32(TensorName {
+                role: Role::OutNorm,
+                layer: Some(0)
+            })))
+        ),
+        "{e:?}"
+    );
+    assert_eq!(parse(&good), None);
 }

@@ -3,7 +3,7 @@
 
 use super::names::{self, key};
 use super::reader::{GgufError, GgufFile, MetaValue};
-use crate::config::ModelConfig;
+use crate::config::{ConfigError, ModelConfig};
 use crate::model::{Model, ModelError};
 use crate::tensor::{TensorName, TensorView, WeightSource};
 
@@ -127,9 +127,21 @@ impl<'a> GgufModel<'a> {
         config
             .validate()
             .map_err(|e| ModelFileError::Model(ModelError::Config(e)))?;
-        // Exactly the model's tensors: every name known and in range, and as many as the
-        // config implies, so that with the per-tensor checks of `Model::new` no duplicate or
-        // stray tensor can hide.
+        // Exactly the model's tensors: as many as the config implies (checked first, so that a
+        // hostile layer count is refused before anything iterates over layers), every name known
+        // and in range; with the per-tensor checks of `Model::new` no duplicate or stray tensor
+        // can hide.
+        let expected = config
+            .tensor_count()
+            .ok_or(ModelFileError::Model(ModelError::Config(
+                ConfigError::Overflow,
+            )))?;
+        if file.tensor_count() != expected {
+            return Err(ModelFileError::TensorCount {
+                expected,
+                found: file.tensor_count(),
+            });
+        }
         for (index, t) in file.tensors().enumerate() {
             let used = names::parse_tensor_name(t.name).is_some_and(|(layer, role)| match layer {
                 None => true,
@@ -138,13 +150,6 @@ impl<'a> GgufModel<'a> {
             if !used {
                 return Err(ModelFileError::UnexpectedTensor(index as u64));
             }
-        }
-        let expected = config.tensor_names().count() as u64;
-        if file.tensor_count() != expected {
-            return Err(ModelFileError::TensorCount {
-                expected,
-                found: file.tensor_count(),
-            });
         }
         let me = Self { file, config };
         Model::new(config, &me)?;

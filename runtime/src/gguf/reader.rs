@@ -12,6 +12,9 @@ use half::f16;
 
 /// The largest number of dimensions ggml supports.
 pub const MAX_DIMS: usize = 4;
+/// The most tensors a file may have. Lookups walk the header, so model validation is
+/// quadratic in this; 4096 covers 200 blocks of 20 tensors and bounds a hostile file's cost.
+pub const MAX_TENSORS: u64 = 4096;
 /// How deep arrays of arrays may nest in metadata.
 const MAX_ARRAY_DEPTH: u32 = 4;
 
@@ -56,6 +59,8 @@ pub enum GgufError {
         /// What is wrong.
         problem: TensorProblem,
     },
+    /// More tensors than [`MAX_TENSORS`].
+    TooManyTensors(u64),
     /// A size computed from the file overflows.
     Overflow {
         /// Byte offset.
@@ -102,6 +107,7 @@ impl core::fmt::Display for GgufError {
                 write!(f, "general.alignment must be a u32 power of two ≤ 65536")
             }
             GgufError::Tensor { index, problem } => write!(f, "tensor #{index}: {problem}"),
+            GgufError::TooManyTensors(n) => write!(f, "{n} tensors (at most {MAX_TENSORS})"),
             GgufError::Overflow { at } => write!(f, "size overflow at byte {at}"),
         }
     }
@@ -396,6 +402,9 @@ impl<'a> GgufFile<'a> {
             return Err(GgufError::UnsupportedVersion(version));
         }
         let n_tensors = c.u64("tensor count")?;
+        if n_tensors > MAX_TENSORS {
+            return Err(GgufError::TooManyTensors(n_tensors));
+        }
         let n_kv = c.u64("metadata count")?;
         let kv_start = c.pos;
         let mut alignment = super::names::ALIGNMENT as usize;
