@@ -21,6 +21,28 @@ fn files_under(dir: &Path) -> Vec<std::path::PathBuf> {
     out
 }
 
+/// Asserts that every file under `copy` (but `skip`) equals its namesake under `shared`;
+/// returns how many were compared.
+fn assert_files_match(copy: &Path, shared: &Path, skip: &[&str]) -> usize {
+    let mut n = 0;
+    for f in files_under(copy) {
+        let rel = f.strip_prefix(copy).unwrap();
+        if skip.iter().any(|s| rel == Path::new(s)) {
+            continue;
+        }
+        let theirs = std::fs::read(shared.join(rel))
+            .unwrap_or_else(|e| panic!("{}: not in {}: {e}", rel.display(), shared.display()));
+        assert!(
+            std::fs::read(&f).unwrap() == theirs,
+            "{} differs from {}",
+            rel.display(),
+            shared.display()
+        );
+        n += 1;
+    }
+    n
+}
+
 #[test]
 fn golden_copy_matches_shared() {
     let Some(shared) = shared_dir() else {
@@ -29,21 +51,7 @@ fn golden_copy_matches_shared() {
     };
     let copy = Path::new(env!("CARGO_MANIFEST_DIR")).join("golden");
     let shared = shared.join("golden");
-    let mut n = 0;
-    for f in files_under(&copy) {
-        let rel = f.strip_prefix(&copy).unwrap();
-        if rel == Path::new("manifest.json") || rel == Path::new("COPY.md") {
-            continue;
-        }
-        let theirs = std::fs::read(shared.join(rel))
-            .unwrap_or_else(|e| panic!("{}: not in ../shared/golden: {e}", rel.display()));
-        assert!(
-            std::fs::read(&f).unwrap() == theirs,
-            "{} differs from ../shared/golden",
-            rel.display()
-        );
-        n += 1;
-    }
+    let n = assert_files_match(&copy, &shared, &["manifest.json", "COPY.md"]);
     // The pruned manifest: every entry it keeps is the original entry, untouched.
     let ours: serde_json::Value =
         serde_json::from_slice(&std::fs::read(copy.join("manifest.json")).unwrap()).unwrap();
@@ -69,17 +77,6 @@ fn model_copies_match_shared() {
     };
     let copy = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models");
     let shared = shared.join("models");
-    let mut n = 0;
-    for f in files_under(&copy) {
-        let rel = f.strip_prefix(&copy).unwrap();
-        let theirs = std::fs::read(shared.join(rel))
-            .unwrap_or_else(|e| panic!("{}: not in ../shared/models: {e}", rel.display()));
-        assert!(
-            std::fs::read(&f).unwrap() == theirs,
-            "{} differs from ../shared/models",
-            rel.display()
-        );
-        n += 1;
-    }
+    let n = assert_files_match(&copy, &shared, &[]);
     assert!(n >= 3 * 5, "only {n} files compared");
 }
