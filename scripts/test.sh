@@ -11,6 +11,8 @@
 #   3. no_std builds of loglinear-runtime for thumbv7em-none-eabihf, thumbv6m-none-eabi and
 #      riscv32imac-unknown-none-elf, each with a check that no `alloc` crate is linked
 #   4. cargo test --workspace --release         (release: the golden tests step long sequences)
+#   5. gguf-py (ggml's reference Python reader, installed with pip) reads and dequantizes model
+#      files written by `loglinear convert` at every tensor type
 #
 # It stops at the first failing step. Re-running is cheap: installed pieces are detected and
 # cargo reuses its build cache. `CI=true`, no stdin and a read-only `../shared` are fine.
@@ -130,5 +132,21 @@ done
 # ---------------------------------------------------------------------------------------------
 section "cargo test --workspace --release"
 cargo test --workspace --release
+
+# ---------------------------------------------------------------------------------------------
+section "gguf-py reads our model files (every tensor type)"
+if ! python3 -c "import gguf, numpy, safetensors" 2>/dev/null; then
+    python3 -m pip install --quiet --disable-pip-version-check "gguf==0.19.0" numpy safetensors
+fi
+GGUF_DIR="$TARGET_DIR/gguf-py-check"
+mkdir -p "$GGUF_DIR"
+LOGLINEAR="$TARGET_DIR/release/loglinear"
+for ckpt in models/ll-gdn-mcu tests/golden/model/hattention_stress tests/golden/model/gated_deltanet_stress; do
+    for t in f32 f16 q8_0 q4_0; do
+        out="$GGUF_DIR/$(basename "$ckpt")-$t.gguf"
+        "$LOGLINEAR" convert "$ckpt" -o "$out" --type "$t" --no-eval >/dev/null
+        python3 tests/gguf_py_check.py "$out" "$ckpt"
+    done
+done
 
 section "All checks passed in $((SECONDS - START)) s"

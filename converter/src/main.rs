@@ -114,8 +114,9 @@ enum Command {
     },
     /// Generate text from a prompt, streaming it to stdout (speed on stderr).
     Generate {
-        /// GGUF model file or checkpoint folder (config.json + model.safetensors).
-        #[arg(long, default_value = "models/ll-gdn-mcu")]
+        /// GGUF model file or checkpoint folder (config.json + model.safetensors). The default
+        /// is the shipped model: ll-gdn-mcu (Shakespeare, 1.4M parameters) in Q8_0.
+        #[arg(long, default_value = "models/ll-gdn-mcu-q8_0.gguf")]
         model: PathBuf,
         /// Prompt text; `\n` escapes are honoured.
         #[arg(long, default_value = "ROMEO:\\n")]

@@ -18,18 +18,12 @@
 //!
 //! Run: `cargo test --release -p loglinear-tests --test micromath_error -- --nocapture`.
 
-use std::path::{Path, PathBuf};
-
 use loglinear_runtime::math;
 use micromath::F32Ext;
 use safetensors::{Dtype, SafeTensors};
 
 /// Operator tolerance of the golden tests for an exact-fp32 implementation (golden README §7).
 const OPERATOR_TOL: f64 = 2e-5;
-
-fn golden_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("golden/layer")
-}
 
 /// A tensor as f64 (F64 and F32 files both).
 fn tensor(st: &SafeTensors<'_>, name: &str) -> Vec<f64> {
@@ -517,9 +511,11 @@ fn row(func: Func, source: &str, xs: &[f32]) -> Row {
 fn micromath_is_too_coarse_for_the_operator_tolerance() {
     let mut samples = Samples::default();
     let mut files = 0;
-    for kind in ["ll_mamba2", "mamba2", "ll_gdn", "gdn"] {
-        for style in ["stress", "init"] {
-            let path = golden_dir().join(format!("{kind}_{style}.safetensors"));
+    for (_, entry) in loglinear_tests::cases(&loglinear_tests::manifest(), "layer") {
+        let kind = entry["kind"].as_str().expect("layer kind");
+        {
+            let path =
+                loglinear_tests::golden_dir().join(entry["file"].as_str().expect("layer file"));
             let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             let st = SafeTensors::deserialize(&bytes).unwrap();
             let log_linear = kind.starts_with("ll_");
