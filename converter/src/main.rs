@@ -172,9 +172,19 @@ enum CliError {
     EmptyPrompt,
 }
 
+/// `println!` that returns the write error instead of panicking, so that `loglinear … | head`
+/// ends quietly when the reader goes away.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        writeln!(std::io::stdout().lock(), $($arg)*)?
+    }};
+}
+
 fn main() -> ExitCode {
     match run(Cli::parse()) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(e) if is_broken_pipe(e.as_ref()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
             ExitCode::FAILURE
@@ -183,6 +193,12 @@ fn main() -> ExitCode {
 }
 
 type Res<T = ()> = Result<T, Box<dyn std::error::Error>>;
+
+/// Whether an error is stdout's reader having gone away (`loglinear generate | head`).
+fn is_broken_pipe(e: &(dyn std::error::Error + 'static)) -> bool {
+    e.downcast_ref::<std::io::Error>()
+        .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+}
 
 fn run(cli: Cli) -> Res {
     match cli.command {
@@ -319,7 +335,7 @@ struct Row {
 }
 
 /// Prints a tensor table and the totals per type and overall.
-fn print_tensor_table(rows: &[Row], shape_title: &str) {
+fn print_tensor_table(rows: &[Row], shape_title: &str) -> Res {
     let w = rows.iter().map(|r| r.name.len()).max().unwrap_or(6).max(6);
     let sw = rows
         .iter()
@@ -327,14 +343,16 @@ fn print_tensor_table(rows: &[Row], shape_title: &str) {
         .max()
         .unwrap_or(5)
         .max(shape_title.len());
-    println!(
+    outln!(
         "{:<w$}  {shape_title:>sw$}  {:<5}  {:>10}  note",
-        "tensor", "type", "bytes"
+        "tensor",
+        "type",
+        "bytes"
     );
     let (mut bytes, mut elems) = (0, 0);
     let mut by_type: Vec<(DType, usize, usize, usize)> = Vec::new();
     for r in rows {
-        println!(
+        outln!(
             "{:<w$}  {:>sw$}  {:<5}  {:>10}  {}",
             r.name,
             r.shape,
@@ -354,19 +372,20 @@ fn print_tensor_table(rows: &[Row], shape_title: &str) {
         }
     }
     for (t, c, n, b) in by_type {
-        println!(
+        outln!(
             "  {:<5} {c:>4} tensors {n:>10} weights {:>11}  {:.2} bits/weight",
             t.name(),
             human_bytes(b),
             bpw(b, n)
         );
     }
-    println!(
+    outln!(
         "{} tensors, {elems} weights, {} of tensor data, {:.3} bits per weight",
         rows.len(),
         human_bytes(bytes),
         bpw(bytes, elems)
     );
+    Ok(())
 }
 
 fn report_rows(reports: &[TensorReport]) -> Vec<Row> {
@@ -414,10 +433,10 @@ fn quality_text(q: &QualityArgs) -> Result<(String, Vec<u8>), CliError> {
     Ok((format!("{what} ({} bytes)", text.len()), text))
 }
 
-fn print_comparison(c: &Comparison, reference: &str) {
-    println!(
+fn print_comparison(c: &Comparison, reference: &str) -> Res {
+    outln!(
         "quality vs {reference} ({} windows x {} predictions): bits/byte {reference} {:.4}, \
-         new file {:.4} ({:+.4}); relative logit error {:.3e} (max |diff| {:.3e}); \
+         new file {:.4} ({:+.4})?; relative logit error {:.3e} (max |diff| {:.3e}); \
          top-1 agreement {:.2}%",
         c.reference.windows,
         c.reference.predictions / c.reference.windows.max(1),
@@ -428,6 +447,7 @@ fn print_comparison(c: &Comparison, reference: &str) {
         c.max_abs_logit_error,
         100.0 * c.top1_agreement
     );
+    Ok(())
 }
 
 /// Writes the export, reads the file back with the runtime's reader, and measures it against
@@ -442,8 +462,8 @@ fn finish_export(
 ) -> Res {
     let bytes = exported.to_gguf()?;
     write_file(output, &bytes)?;
-    print_tensor_table(&report_rows(exported.report()), "shape");
-    println!(
+    print_tensor_table(&report_rows(exported.report()), "shape")?;
+    outln!(
         "wrote {} ({}, {} bytes)",
         output.display(),
         human_bytes(bytes.len()),
@@ -453,7 +473,7 @@ fn finish_export(
     let file = IndexedGguf::parse(aligned.as_bytes());
     let candidate = match &file {
         Ok(f) => {
-            println!("read back with the runtime's GGUF reader: ok");
+            outln!("read back with the runtime's GGUF reader: ok");
             f.model()?
         }
         Err(e) => {
@@ -470,18 +490,18 @@ fn finish_export(
         return Ok(());
     }
     if lossless {
-        println!("quality: every tensor is stored exactly as in the {reference_name}");
+        outln!("quality: every tensor is stored exactly as in the {reference_name}");
         return Ok(());
     }
     let (what, text) = quality_text(quality)?;
     let windows = eval::window_count(text.len(), quality.eval_ctx);
-    println!("measuring quality on {what}");
+    outln!("measuring quality on {what}");
     let pb = progress_bar(windows, "evaluating");
     let c = eval::compare(reference, &candidate, &text, quality.eval_ctx, &mut |w| {
         pb.set_position(w as u64)
     })?;
     pb.finish_and_clear();
-    print_comparison(&c, reference_name);
+    print_comparison(&c, reference_name)?;
     Ok(())
 }
 
@@ -587,7 +607,7 @@ fn eval_cmd(model: &Path, text: &Path, ctx: usize, limit: Option<usize>) -> Res 
         r.map(|r| (r, start.elapsed()))
     })??;
     let (r, took) = r;
-    println!(
+    outln!(
         "bits per byte: {:.5} ({:.5} nats/byte; {} windows x {ctx} = {} predictions; {:.1} s, {:.0} tokens/s)",
         r.bpb(),
         r.bpb() * std::f64::consts::LN_2,
@@ -667,7 +687,7 @@ fn inspect(path: &Path) -> Res {
         path: path.to_path_buf(),
         error,
     })?;
-    println!(
+    outln!(
         "{}: GGUF v3, {} bytes ({}), alignment {}, {} metadata keys, {} tensors",
         path.display(),
         bytes.as_bytes().len(),
@@ -676,12 +696,12 @@ fn inspect(path: &Path) -> Res {
         file.metadata_len(),
         file.tensor_count()
     );
-    println!("\nmetadata:");
+    outln!("\nmetadata:");
     let kw = file.metadata().map(|(k, _)| k.len()).max().unwrap_or(3);
     for (k, v) in file.metadata() {
-        println!("  {k:<kw$}  {:<14}  {}", meta_type(&v), meta_text(&v));
+        outln!("  {k:<kw$}  {:<14}  {}", meta_type(&v), meta_text(&v));
     }
-    println!("\ntensors:");
+    outln!("\ntensors:");
     let rows: Vec<Row> = file
         .tensors()
         .map(|t| {
@@ -702,11 +722,11 @@ fn inspect(path: &Path) -> Res {
             }
         })
         .collect();
-    print_tensor_table(&rows, "ggml dims");
+    print_tensor_table(&rows, "ggml dims")?;
     match GgufModel::parse(bytes.as_bytes()) {
         Ok(m) => {
             let c = m.config();
-            println!(
+            outln!(
                 "\nmodel: ok: {} ({}), {} blocks, width {}, {} heads ({}x{}), vocab {}",
                 c.arch.name(),
                 file.get("general.name")
@@ -720,7 +740,7 @@ fn inspect(path: &Path) -> Res {
                 c.vocab_size
             );
         }
-        Err(e) => println!("\nmodel: the runtime would refuse this file: {e}"),
+        Err(e) => outln!("\nmodel: the runtime would refuse this file: {e}"),
     }
     Ok(())
 }
