@@ -2,6 +2,7 @@
 
 use crate::config_json::{parse_config, parse_lenient_json};
 use crate::layout::Layout;
+use crate::vocab::Vocabulary;
 use loglinear_runtime::{Model, ModelConfig, ModelError, TensorName, TensorView, WeightSource};
 use safetensors::{Dtype, SafeTensors};
 use std::collections::HashMap;
@@ -60,6 +61,14 @@ pub enum ImportError {
         key: String,
         /// Its dtype.
         dtype: String,
+    },
+    /// `tokenizer.json` is unusable.
+    #[error("{path}: {problem}")]
+    Tokenizer {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        problem: String,
     },
     /// The weights do not fit the config (missing key, wrong shape).
     #[error("tensor `{key}`: {error}")]
@@ -173,6 +182,9 @@ pub struct Checkpoint {
     pub layout: Layout,
     /// The weights.
     pub store: TensorStore,
+    /// The tokenizer: from `tokenizer.json` when the folder has one, else byte-level for a
+    /// vocabulary of 256, else none.
+    pub vocabulary: Option<Vocabulary>,
 }
 
 fn read(path: &Path) -> Result<Vec<u8>, ImportError> {
@@ -195,7 +207,17 @@ impl Checkpoint {
         let (config, layout) = parse_config(&json)?;
         let st_path = dir.join("model.safetensors");
         let bytes = read(&st_path)?;
-        Self::from_parts(config, layout, &st_path, &bytes)
+        let mut ckpt = Self::from_parts(config, layout, &st_path, &bytes)?;
+        let tok_path = dir.join("tokenizer.json");
+        if tok_path.exists() {
+            let text = String::from_utf8_lossy(&read(&tok_path)?).into_owned();
+            ckpt.vocabulary = Some(Vocabulary::from_tokenizer_json(
+                &tok_path,
+                &text,
+                config.vocab_size,
+            )?);
+        }
+        Ok(ckpt)
     }
 
     /// Builds a checkpoint from a parsed config and safetensors bytes (`path` is for messages).
@@ -218,6 +240,7 @@ impl Checkpoint {
             config,
             layout,
             store,
+            vocabulary: (config.vocab_size == 256).then_some(Vocabulary::Bytes),
         };
         ckpt.model()?;
         Ok(ckpt)

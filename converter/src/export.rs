@@ -11,6 +11,7 @@
 
 use crate::checkpoint::Checkpoint;
 use crate::gguf_writer::{GgufWriter, OwnedTensorData, Value, WriterError};
+use crate::vocab::Vocabulary;
 use loglinear_runtime::gguf::names::{self, key};
 use loglinear_runtime::quant::QK;
 use loglinear_runtime::{
@@ -224,6 +225,7 @@ pub struct ExportedModel {
     tensors: Vec<(TensorName, Vec<usize>, OwnedTensorData)>,
     index: HashMap<TensorName, usize>,
     report: Vec<TensorReport>,
+    vocabulary: Option<Vocabulary>,
 }
 
 impl ExportedModel {
@@ -244,7 +246,15 @@ impl ExportedModel {
                 ckpt.layout.key(extra).unwrap_or_else(|| gguf_name(extra)),
             ));
         }
-        Self::from_source(ckpt.config, &ckpt.store, opts, progress)
+        Ok(Self::from_source(ckpt.config, &ckpt.store, opts, progress)?
+            .with_vocabulary(ckpt.vocabulary.clone()))
+    }
+
+    /// Sets the tokenizer written to `tokenizer.ggml.*` (by default byte-level for a vocabulary
+    /// of 256 and none otherwise).
+    pub fn with_vocabulary(mut self, vocabulary: Option<Vocabulary>) -> Self {
+        self.vocabulary = vocabulary;
+        self
     }
 
     /// Converts the tensors that `config` needs from `source`, in any storage type: tensors
@@ -272,6 +282,7 @@ impl ExportedModel {
             tensors: Vec::with_capacity(expected.len()),
             index: HashMap::new(),
             report: Vec::with_capacity(expected.len()),
+            vocabulary: (config.vocab_size == 256).then_some(Vocabulary::Bytes),
         };
         for (&tn, gname) in expected.iter().zip(gguf_names) {
             let view = source
@@ -312,7 +323,11 @@ impl ExportedModel {
 
     /// The metadata pairs of the file, in order (`general.*`, `{arch}.*`, `tokenizer.*`).
     pub fn metadata(&self) -> Result<Vec<(String, Value)>, ExportError> {
-        metadata(&self.config, &self.name)
+        let mut kv = metadata(&self.config, &self.name)?;
+        if let Some(v) = &self.vocabulary {
+            kv.extend(v.metadata());
+        }
+        Ok(kv)
     }
 
     /// The converted tensors in file order: name, GGUF shape (`[n]` or `[rows, cols]`), data.
@@ -437,7 +452,8 @@ fn u32_value(key: &str, v: usize) -> Result<Value, ExportError> {
         })
 }
 
-/// The metadata pairs `docs/model-file.md` lists, for a model of this config.
+/// The `general.*` and `{arch}.*` metadata pairs `docs/model-file.md` lists, for a model of
+/// this config (the tokenizer's come from [`Vocabulary::metadata`]).
 pub fn metadata(config: &ModelConfig, name: &str) -> Result<Vec<(String, Value)>, ExportError> {
     let arch = names::arch_name(config.arch);
     let k = |s: &str| format!("{arch}.{s}");
@@ -477,20 +493,6 @@ pub fn metadata(config: &ModelConfig, name: &str) -> Result<Vec<(String, Value)>
         k(key::CAPACITY_POLICY),
         Value::string(names::CAPACITY_POLICY_SATURATE),
     ));
-    if c.vocab_size == 256 {
-        kv.push((
-            "tokenizer.ggml.model".to_string(),
-            Value::string(names::TOKENIZER_BYTES),
-        ));
-        kv.push((
-            "tokenizer.ggml.tokens".to_string(),
-            Value::strings((0..256).map(|b| format!("<0x{b:02X}>"))),
-        ));
-        kv.push((
-            "tokenizer.ggml.token_type".to_string(),
-            Value::i32s(std::iter::repeat_n(6, 256)),
-        ));
-    }
     Ok(kv)
 }
 

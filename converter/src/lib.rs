@@ -14,6 +14,7 @@ pub mod export;
 pub mod gguf_writer;
 pub mod layout;
 pub mod model_source;
+pub mod vocab;
 
 pub use checkpoint::{Checkpoint, ImportError, Tensor, TensorStore};
 pub use config_json::{parse_config, parse_lenient_json};

@@ -5,6 +5,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use loglinear_converter::eval::{self, Comparison};
 use loglinear_converter::export::{expected_tensors, parse_dtype, ExportedModel, TensorReport};
 use loglinear_converter::model_source::{AlignedBytes, IndexedGguf, LoadError, ModelSource};
+use loglinear_converter::vocab::Vocabulary;
 use loglinear_converter::{Checkpoint, ExportOptions, TypeOverride};
 use loglinear_runtime::gguf::{GgufFile, GgufModel, MetaArray, MetaValue};
 use loglinear_runtime::sampler::{Sampler, SamplerConfig};
@@ -233,6 +234,7 @@ fn run(cli: Cli) -> Res {
             state,
         } => {
             let source = ModelSource::open(&model)?;
+            source.require_byte_tokenizer(&model)?;
             let prompt = prompt.replace("\\n", "\n");
             let sampler = SamplerConfig {
                 temperature,
@@ -570,7 +572,8 @@ fn quantize(input: &Path, output: &Path, types: TypeArgs, quality: &QualityArgs)
     };
     let config = *src.config();
     let exported = export_with_bar(expected_tensors(&config).len(), |progress| {
-        Ok(ExportedModel::from_source(config, &src, &opts, progress)?)
+        Ok(ExportedModel::from_source(config, &src, &opts, progress)?
+            .with_vocabulary(Vocabulary::from_gguf(src.gguf().file())))
     })?;
     // Lossless when every tensor kept its input type (the bytes are then copied).
     let lossless = exported.report().iter().all(|r| {
@@ -585,6 +588,7 @@ fn quantize(input: &Path, output: &Path, types: TypeArgs, quality: &QualityArgs)
 
 fn eval_cmd(model: &Path, text: &Path, ctx: usize, limit: Option<usize>) -> Res {
     let source = ModelSource::open(model)?;
+    source.require_byte_tokenizer(model)?;
     let mut bytes = read_file(text)?;
     if let Some(n) = limit {
         bytes.truncate(n);

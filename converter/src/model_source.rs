@@ -5,8 +5,9 @@
 //! through a hash map instead of re-walking the file header on every lookup.
 
 use crate::checkpoint::{Checkpoint, ImportError};
+use crate::vocab::Vocabulary;
 use loglinear_runtime::gguf::names;
-use loglinear_runtime::gguf::{GgufModel, ModelFileError};
+use loglinear_runtime::gguf::{GgufFile, GgufModel, ModelFileError};
 use loglinear_runtime::{Model, ModelConfig, ModelError, TensorName, TensorView, WeightSource};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -37,6 +38,14 @@ pub enum LoadError {
         path: PathBuf,
         /// What the runtime's reader found.
         error: ModelFileError,
+    },
+    /// The model's tokenizer is not the byte-level one this command needs.
+    #[error("{path}: has {found}; this command only handles byte-level models (token = byte)")]
+    Tokenizer {
+        /// The file or folder.
+        path: PathBuf,
+        /// What it has instead.
+        found: String,
     },
     /// The weights do not make a model (only for sources that were not checked on load).
     #[error("{path}: {error}")]
@@ -191,6 +200,34 @@ impl ModelSource {
                 let m = g.model().map_err(model_err)?;
                 Ok(f(&m))
             }
+        }
+    }
+
+    /// The model's tokenizer, if it has one this tool knows.
+    pub fn vocabulary(&self) -> Option<Vocabulary> {
+        match self {
+            ModelSource::Checkpoint(c) => c.vocabulary.clone(),
+            ModelSource::Gguf(bytes) => GgufFile::parse(bytes.as_bytes())
+                .ok()
+                .as_ref()
+                .and_then(Vocabulary::from_gguf),
+        }
+    }
+
+    /// Fails unless the model is byte-level: `generate` and `eval` feed text bytes as tokens,
+    /// which is only right for the byte vocabulary (BPE encoding is not implemented yet).
+    pub fn require_byte_tokenizer(&self, path: &Path) -> Result<(), LoadError> {
+        match self.vocabulary() {
+            Some(Vocabulary::Bytes) => Ok(()),
+            other => Err(LoadError::Tokenizer {
+                path: path.to_path_buf(),
+                found: match other {
+                    Some(Vocabulary::Bpe { .. }) => {
+                        "a BPE vocabulary (tokenizer.ggml.model gpt2)".into()
+                    }
+                    _ => "no known tokenizer".into(),
+                },
+            }),
         }
     }
 

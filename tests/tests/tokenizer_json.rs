@@ -1,0 +1,82 @@
+//! A checkpoint with a `tokenizer.json` (BPE) carries its vocabulary into the model file's
+//! `tokenizer.ggml.*` keys; bad tokenizer files are clear errors; byte-only commands refuse it.
+
+use loglinear_converter::export::{ExportOptions, ExportedModel};
+use loglinear_converter::model_source::{AlignedBytes, ModelSource};
+use loglinear_converter::vocab::{token_type, Vocabulary};
+use loglinear_converter::{Checkpoint, ImportError};
+use loglinear_runtime::gguf::{GgufFile, GgufModel};
+use loglinear_tests::golden_dir;
+use std::path::PathBuf;
+
+/// A copy of a 256-token golden checkpoint with `tokenizer` as its tokenizer.json.
+fn checkpoint_with(tag: &str, tokenizer: &str) -> PathBuf {
+    let src = golden_dir().join("model/h_gated_deltanet_stress");
+    let dir = std::env::temp_dir().join(format!("loglinear-tok-{}-{tag}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for f in ["config.json", "model.safetensors"] {
+        std::fs::copy(src.join(f), dir.join(f)).unwrap();
+    }
+    std::fs::write(dir.join("tokenizer.json"), tokenizer).unwrap();
+    dir
+}
+
+const BPE: &str = r#"{
+  "version": "1.0",
+  "added_tokens": [{"id": 5, "content": "<|endoftext|>", "special": true}],
+  "model": {
+    "type": "BPE",
+    "vocab": {"a": 0, "b": 1, "ab": 2, "Ġ": 3, "Ġab": 4},
+    "merges": ["a b", ["Ġ", "ab"]]
+  }
+}"#;
+
+#[test]
+fn bpe_vocabulary_goes_into_the_model_file() {
+    let dir = checkpoint_with("ok", BPE);
+    let ckpt = Checkpoint::load(&dir).unwrap();
+    let Some(Vocabulary::Bpe { tokens, token_types, merges }) = &ckpt.vocabulary else {
+        panic!("{:?}", ckpt.vocabulary)
+    };
+    assert_eq!(tokens.len(), 256, "padded to the model's vocabulary");
+    assert_eq!(&tokens[..6], ["a", "b", "ab", "Ġ", "Ġab", "<|endoftext|>"]);
+    assert_eq!(tokens[6], "[PAD6]");
+    assert_eq!(&token_types[..7], &[1, 1, 1, 1, 1, token_type::CONTROL, token_type::UNUSED]);
+    assert_eq!(merges, &["a b", "Ġ ab"]);
+
+    let bytes = ExportedModel::from_checkpoint(&ckpt, &ExportOptions::default()).unwrap().to_gguf().unwrap();
+    let bytes = AlignedBytes::from_slice(&bytes);
+    GgufModel::parse(bytes.as_bytes()).unwrap();
+    let file = GgufFile::parse(bytes.as_bytes()).unwrap();
+    assert_eq!(file.get("tokenizer.ggml.model").and_then(|v| v.as_str()), Some("gpt2"));
+    assert_eq!(Vocabulary::from_gguf(&file).as_ref(), ckpt.vocabulary.as_ref(), "round trip");
+
+    // Commands that feed text bytes as tokens refuse a BPE model instead of producing garbage.
+    let gguf_path = dir.join("model.gguf");
+    std::fs::write(&gguf_path, bytes.as_bytes()).unwrap();
+    for p in [&dir, &gguf_path] {
+        let e = ModelSource::open(p).unwrap().require_byte_tokenizer(p).unwrap_err().to_string();
+        assert!(e.contains("BPE") && e.contains("byte-level"), "{e}");
+    }
+}
+
+#[test]
+fn bad_tokenizer_files_are_named_errors() {
+    let cases = [
+        ("unigram", r#"{"model": {"type": "Unigram", "vocab": []}}"#, "only BPE"),
+        ("big-id", r#"{"model": {"type": "BPE", "vocab": {"a": 256}, "merges": []}}"#, "id 256"),
+        ("dup", r#"{"model": {"type": "BPE", "vocab": {"a": 1, "b": 1}, "merges": []}}"#, "id 1 is both"),
+        ("merge", r#"{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [1]}}"#, "merge"),
+        ("json", r#"{"model": "#, "tokenizer.json"),
+    ];
+    for (tag, text, want) in cases {
+        let dir = checkpoint_with(tag, text);
+        match Checkpoint::load(&dir) {
+            Err(e @ ImportError::Tokenizer { .. }) => {
+                let msg = e.to_string();
+                assert!(msg.contains(want) && msg.contains("tokenizer.json"), "{tag}: {msg}");
+            }
+            other => panic!("{tag}: expected a tokenizer error, got {other:?}"),
+        }
+    }
+}
