@@ -6,6 +6,7 @@
 //! an empty state, feeds its first `ctx` bytes and predicts the `ctx` bytes that follow each.
 //! Only whole windows count, so `(len − 1) / ctx` windows and `ctx` predictions each.
 
+use loglinear_runtime::sampler::argmax;
 use loglinear_runtime::session::{Session, SessionConfig, SessionError, StepError};
 use loglinear_runtime::Model;
 
@@ -77,19 +78,6 @@ pub fn bits_of(logits: &[f32], target: usize) -> f64 {
     let m = logits.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
     let s: f64 = logits.iter().map(|&l| (l as f64 - m).exp()).sum();
     (m + s.ln() - logits[target] as f64) / std::f64::consts::LN_2
-}
-
-fn argmax(x: &[f32]) -> usize {
-    x.iter()
-        .enumerate()
-        .fold((0, f32::NEG_INFINITY), |(bi, bv), (i, &v)| {
-            if v > bv {
-                (i, v)
-            } else {
-                (bi, bv)
-            }
-        })
-        .0
 }
 
 fn check(text: &[u8], ctx: usize) -> Result<usize, EvalError> {

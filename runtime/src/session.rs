@@ -3,9 +3,8 @@
 //! allocates and never fails for capacity (see [`crate::level::LevelPolicy`]).
 
 use crate::arena::Arena;
-use crate::config::Arch;
 use crate::fenwick::{state_len, FenwickState, StateElem};
-use crate::layers::{gdn, mamba2, mixer_scratch_len, mlp_scratch_len, mlp_step};
+use crate::layers::{mixer_scratch_len, mixer_step, mlp_scratch_len, mlp_step};
 use crate::level::{LevelPolicy, LAMBDA_LEVELS};
 use crate::math::rmsnorm;
 use crate::model::{Model, ModelError};
@@ -316,16 +315,16 @@ impl<'m, E: StateElem> Session<'m, E> {
             // Mixer: x += mixer(RMSNorm(x)).
             rmsnorm(self.x, norms.mixer, c.norm_eps, self.h);
             let out = &mut self.mlp_scratch[..c.hidden_size];
-            match c.arch {
-                Arch::LogLinearMamba2 | Arch::Mamba2 => {
-                    let w = self.model.mamba2(layer)?;
-                    mamba2::step(&c, &w, &mut fen, conv, t, self.h, out, self.mixer_scratch);
-                }
-                Arch::LogLinearGatedDeltaNet | Arch::GatedDeltaNet => {
-                    let w = self.model.gdn(layer)?;
-                    gdn::step(&c, &w, &mut fen, conv, t, self.h, out, self.mixer_scratch);
-                }
-            }
+            mixer_step(
+                &self.model,
+                layer,
+                &mut fen,
+                conv,
+                t,
+                self.h,
+                out,
+                self.mixer_scratch,
+            )?;
             observe(layer, Probe::MixerOut, out);
             for (x, o) in self.x.iter_mut().zip(out.iter()) {
                 *x += o;

@@ -8,6 +8,7 @@
 //! `cargo test --release -p loglinear-tests --test f16_state -- --nocapture`
 //! (about 15 s in release; a debug build gives the same figures but takes about 3 minutes).
 
+use loglinear_runtime::sampler::argmax;
 use std::path::{Path, PathBuf};
 
 use half::f16;
@@ -76,19 +77,6 @@ fn run<E: StateElem>(model: &Model<'_>, text: &[u8]) -> (Vec<Vec<f32>>, usize) {
         .map(|&b| s.step(u32::from(b)).unwrap().to_vec())
         .collect();
     (logits, s.allocated_state_bytes())
-}
-
-fn argmax(x: &[f32]) -> usize {
-    x.iter()
-        .enumerate()
-        .fold((0, f32::NEG_INFINITY), |(bi, bv), (i, &v)| {
-            if v > bv {
-                (i, v)
-            } else {
-                (bi, bv)
-            }
-        })
-        .0
 }
 
 struct Figures {

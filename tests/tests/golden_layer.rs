@@ -3,7 +3,7 @@
 
 use loglinear_converter::{parse_config, Layout, Tensor, TensorStore};
 use loglinear_runtime::fenwick::state_len;
-use loglinear_runtime::layers::{gdn, mamba2, mixer_scratch_len};
+use loglinear_runtime::layers::{mixer_scratch_len, mixer_step};
 use loglinear_runtime::{
     FenwickState, LevelPolicy, Model, ModelConfig, Probe, Role, Session, SessionConfig, TensorName,
 };
@@ -146,31 +146,17 @@ fn layers_match_golden() {
             let mut y = vec![0f32; t_len * d];
             for t in 0..t_len {
                 let (xt, yt) = (&xs[t * d..][..d], &mut y[t * d..][..d]);
-                if config.arch.is_mamba2() {
-                    let w = model.mamba2(0).unwrap();
-                    mamba2::step(
-                        &config,
-                        &w,
-                        &mut fen,
-                        &mut conv,
-                        t as u64,
-                        xt,
-                        yt,
-                        &mut scratch,
-                    );
-                } else {
-                    let w = model.gdn(0).unwrap();
-                    gdn::step(
-                        &config,
-                        &w,
-                        &mut fen,
-                        &mut conv,
-                        t as u64,
-                        xt,
-                        yt,
-                        &mut scratch,
-                    );
-                }
+                mixer_step(
+                    &model,
+                    0,
+                    &mut fen,
+                    &mut conv,
+                    t as u64,
+                    xt,
+                    yt,
+                    &mut scratch,
+                )
+                .unwrap();
             }
             let y_ref = get(&arrays, &format!("T{t_len}.y_mixer"), &what);
             assert_close(&y, &y_ref.data, tol::LAYER, &format!("{what} y_mixer"));

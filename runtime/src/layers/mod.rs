@@ -5,8 +5,9 @@ pub mod gdn;
 pub mod mamba2;
 
 use crate::config::ModelConfig;
+use crate::fenwick::{FenwickState, StateElem};
 use crate::math::silu;
-use crate::model::MlpWeights;
+use crate::model::{MlpWeights, Model, ModelError};
 
 /// One step of the depthwise causal convolution followed by SiLU, for every channel.
 ///
@@ -60,4 +61,27 @@ pub fn mixer_scratch_len(c: &ModelConfig) -> usize {
     } else {
         gdn::scratch_len(c)
     }
+}
+
+/// One token through the mixer of block `layer`, whichever architecture the model has:
+/// `x` (D) → `out` (D). `conv` is the layer's conv state, `scratch` has
+/// [`mixer_scratch_len`] floats.
+#[allow(clippy::too_many_arguments)]
+pub fn mixer_step<E: StateElem>(
+    model: &Model<'_>,
+    layer: usize,
+    state: &mut FenwickState<'_, E>,
+    conv: &mut [f32],
+    t: u64,
+    x: &[f32],
+    out: &mut [f32],
+    scratch: &mut [f32],
+) -> Result<(), ModelError> {
+    let c = model.config();
+    if c.arch.is_mamba2() {
+        mamba2::step(c, &model.mamba2(layer)?, state, conv, t, x, out, scratch);
+    } else {
+        gdn::step(c, &model.gdn(layer)?, state, conv, t, x, out, scratch);
+    }
+    Ok(())
 }
