@@ -35,27 +35,49 @@ const BPE: &str = r#"{
 fn bpe_vocabulary_goes_into_the_model_file() {
     let dir = checkpoint_with("ok", BPE);
     let ckpt = Checkpoint::load(&dir).unwrap();
-    let Some(Vocabulary::Bpe { tokens, token_types, merges }) = &ckpt.vocabulary else {
+    let Some(Vocabulary::Bpe {
+        tokens,
+        token_types,
+        merges,
+    }) = &ckpt.vocabulary
+    else {
         panic!("{:?}", ckpt.vocabulary)
     };
     assert_eq!(tokens.len(), 256, "padded to the model's vocabulary");
     assert_eq!(&tokens[..6], ["a", "b", "ab", "Ġ", "Ġab", "<|endoftext|>"]);
     assert_eq!(tokens[6], "[PAD6]");
-    assert_eq!(&token_types[..7], &[1, 1, 1, 1, 1, token_type::CONTROL, token_type::UNUSED]);
+    assert_eq!(
+        &token_types[..7],
+        &[1, 1, 1, 1, 1, token_type::CONTROL, token_type::UNUSED]
+    );
     assert_eq!(merges, &["a b", "Ġ ab"]);
 
-    let bytes = ExportedModel::from_checkpoint(&ckpt, &ExportOptions::default()).unwrap().to_gguf().unwrap();
+    let bytes = ExportedModel::from_checkpoint(&ckpt, &ExportOptions::default())
+        .unwrap()
+        .to_gguf()
+        .unwrap();
     let bytes = AlignedBytes::from_slice(&bytes);
     GgufModel::parse(bytes.as_bytes()).unwrap();
     let file = GgufFile::parse(bytes.as_bytes()).unwrap();
-    assert_eq!(file.get("tokenizer.ggml.model").and_then(|v| v.as_str()), Some("gpt2"));
-    assert_eq!(Vocabulary::from_gguf(&file).as_ref(), ckpt.vocabulary.as_ref(), "round trip");
+    assert_eq!(
+        file.get("tokenizer.ggml.model").and_then(|v| v.as_str()),
+        Some("gpt2")
+    );
+    assert_eq!(
+        Vocabulary::from_gguf(&file).as_ref(),
+        ckpt.vocabulary.as_ref(),
+        "round trip"
+    );
 
     // Commands that feed text bytes as tokens refuse a BPE model instead of producing garbage.
     let gguf_path = dir.join("model.gguf");
     std::fs::write(&gguf_path, bytes.as_bytes()).unwrap();
     for p in [&dir, &gguf_path] {
-        let e = ModelSource::open(p).unwrap().require_byte_tokenizer(p).unwrap_err().to_string();
+        let e = ModelSource::open(p)
+            .unwrap()
+            .require_byte_tokenizer(p)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("BPE") && e.contains("byte-level"), "{e}");
     }
 }
@@ -63,10 +85,26 @@ fn bpe_vocabulary_goes_into_the_model_file() {
 #[test]
 fn bad_tokenizer_files_are_named_errors() {
     let cases = [
-        ("unigram", r#"{"model": {"type": "Unigram", "vocab": []}}"#, "only BPE"),
-        ("big-id", r#"{"model": {"type": "BPE", "vocab": {"a": 256}, "merges": []}}"#, "id 256"),
-        ("dup", r#"{"model": {"type": "BPE", "vocab": {"a": 1, "b": 1}, "merges": []}}"#, "id 1 is both"),
-        ("merge", r#"{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [1]}}"#, "merge"),
+        (
+            "unigram",
+            r#"{"model": {"type": "Unigram", "vocab": []}}"#,
+            "only BPE",
+        ),
+        (
+            "big-id",
+            r#"{"model": {"type": "BPE", "vocab": {"a": 256}, "merges": []}}"#,
+            "id 256",
+        ),
+        (
+            "dup",
+            r#"{"model": {"type": "BPE", "vocab": {"a": 1, "b": 1}, "merges": []}}"#,
+            "id 1 is both",
+        ),
+        (
+            "merge",
+            r#"{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [1]}}"#,
+            "merge",
+        ),
         ("json", r#"{"model": "#, "tokenizer.json"),
     ];
     for (tag, text, want) in cases {
@@ -74,7 +112,10 @@ fn bad_tokenizer_files_are_named_errors() {
         match Checkpoint::load(&dir) {
             Err(e @ ImportError::Tokenizer { .. }) => {
                 let msg = e.to_string();
-                assert!(msg.contains(want) && msg.contains("tokenizer.json"), "{tag}: {msg}");
+                assert!(
+                    msg.contains(want) && msg.contains("tokenizer.json"),
+                    "{tag}: {msg}"
+                );
             }
             other => panic!("{tag}: expected a tokenizer error, got {other:?}"),
         }
