@@ -181,8 +181,7 @@ impl<'a> GgufModel<'a> {
 impl WeightSource for GgufModel<'_> {
     fn tensor(&self, name: TensorName) -> Option<TensorView<'_>> {
         self.file
-            .tensors()
-            .find(|t| names::name_matches(t.name, name.layer, name.role))
+            .find_tensor(|n| names::name_bytes_match(n, name.layer, name.role))
             .and_then(|t| t.view())
     }
 }

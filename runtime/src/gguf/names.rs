@@ -113,17 +113,23 @@ pub const fn is_model_level(role: Role) -> bool {
 
 /// Whether a GGUF tensor name is the name of `(layer, role)`, without allocating.
 pub fn name_matches(name: &str, layer: Option<u16>, role: Role) -> bool {
-    let suffix = tensor_suffix(role);
+    name_bytes_match(name.as_bytes(), layer, role)
+}
+
+/// [`name_matches`] on raw bytes, for walking a validated file without re-checking UTF-8.
+pub fn name_bytes_match(name: &[u8], layer: Option<u16>, role: Role) -> bool {
+    let suffix = tensor_suffix(role).as_bytes();
     match layer {
         None => is_model_level(role) && name == suffix,
         Some(l) => {
-            let Some(rest) = name.strip_prefix("blk.") else {
+            let Some(rest) = name.strip_prefix(b"blk.") else {
                 return false;
             };
-            let Some((idx, tail)) = rest.split_once('.') else {
+            let Some(dot) = rest.iter().position(|&b| b == b'.') else {
                 return false;
             };
-            tail == suffix && parse_index(idx) == Some(l)
+            let (idx, tail) = (&rest[..dot], &rest[dot + 1..]);
+            tail == suffix && core::str::from_utf8(idx).ok().and_then(parse_index) == Some(l)
         }
     }
 }

@@ -519,6 +519,39 @@ impl<'a> GgufFile<'a> {
         })
     }
 
+    /// The first tensor whose name bytes satisfy `pred`. Cheaper than filtering
+    /// [`GgufFile::tensors`]: only the matching header is fully decoded, the others are skipped
+    /// by their lengths (the file was validated by [`GgufFile::parse`]).
+    pub fn find_tensor(&self, pred: impl Fn(&[u8]) -> bool) -> Option<TensorInfo<'a>> {
+        let mut c = Cursor {
+            bytes: self.bytes,
+            pos: self.tensors_start,
+        };
+        for _ in 0..self.n_tensors {
+            let start = c.pos;
+            let n = c.len("tensor name").ok()?;
+            let name = c.take(n, "tensor name").ok()?;
+            let n_dims = c.u32("tensor dimension count").ok()? as usize;
+            if pred(name) {
+                c.pos = start;
+                let h = read_tensor_header(&mut c).ok()?;
+                let data = self.locate(&h).ok()?;
+                return Some(TensorInfo {
+                    name: h.name,
+                    n_dims: h.n_dims,
+                    dims: h.dims,
+                    dtype: h.dtype,
+                    offset: h.offset,
+                    data,
+                });
+            }
+            // dims (8 bytes each), type (4) and offset (8).
+            c.take(n_dims.checked_mul(8)?.checked_add(12)?, "tensor header")
+                .ok()?;
+        }
+        None
+    }
+
     /// The tensor called `name`, if present.
     pub fn tensor(&self, name: &str) -> Option<TensorInfo<'a>> {
         self.tensors().find(|t| t.name == name)
