@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Installs what the QEMU firmware test needs, idempotently:
+#   * qemu-system-arm and qemu-system-riscv32 (package qemu-system-misc) from bookworm-backports
+#     (Debian's plain bookworm QEMU conflicts with the preinstalled qemu-utils from backports;
+#     see ../shared/spec/platform-notes.md, "QEMU for firmware");
+#   * the Rust targets of the QEMU boards and the llvm-tools component (for `size`).
+# Skips every piece that is already there.
+set -euo pipefail
+
+as_root() {
+    if [ "$(id -u)" -eq 0 ]; then
+        "$@"
+    elif command -v sudo >/dev/null 2>&1; then
+        sudo "$@"
+    else
+        echo "error: need root to run: $*" >&2
+        return 1
+    fi
+}
+
+if command -v qemu-system-arm >/dev/null 2>&1 && command -v qemu-system-riscv32 >/dev/null 2>&1; then
+    echo "qemu: $(qemu-system-arm --version | head -n1) (already installed)"
+else
+    src=/etc/apt/sources.list.d/bookworm-backports.sources
+    if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
+        uri="$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)"
+        uri="${uri:-http://deb.debian.org/debian}"
+        printf 'Types: deb deb-src\nURIs: %s\nSuites: bookworm-backports\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+            "$uri" | as_root tee "$src" >/dev/null
+        echo "added $src ($uri)"
+    fi
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+        -t bookworm-backports qemu-system-arm qemu-system-misc
+    qemu-system-arm --version | head -n1
+fi
+
+targets=(thumbv7em-none-eabihf riscv32imac-unknown-none-elf)
+installed="$(rustup target list --installed)"
+missing=()
+for t in "${targets[@]}"; do
+    grep -qx "$t" <<<"$installed" || missing+=("$t")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+    rustup target add "${missing[@]}"
+fi
