@@ -149,4 +149,7 @@ for ckpt in models/ll-gdn-mcu tests/golden/model/hattention_stress tests/golden/
     done
 done
 
+section "Firmware under QEMU, token-identical to the host (scripts/qemu-test.sh)"
+bash "$ROOT/scripts/qemu-test.sh"
+
 section "All checks passed in $((SECONDS - START)) s"
