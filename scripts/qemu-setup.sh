@@ -3,7 +3,7 @@
 #   * qemu-system-arm and qemu-system-riscv32 (package qemu-system-misc) from bookworm-backports
 #     (Debian's plain bookworm QEMU conflicts with the preinstalled qemu-utils from backports;
 #     see ../shared/spec/platform-notes.md, "QEMU for firmware");
-#   * the Rust targets of the QEMU boards and the llvm-tools component (for `size`).
+#   * the Rust targets of the QEMU boards, rustfmt and clippy.
 # Skips every piece that is already there.
 set -euo pipefail
 
@@ -44,3 +44,9 @@ done
 if [ "${#missing[@]}" -gt 0 ]; then
     rustup target add "${missing[@]}"
 fi
+
+# qemu-test.sh also checks the firmware crate with rustfmt and clippy.
+installed_components="$(rustup component list --installed)"
+for c in rustfmt clippy; do
+    grep -q "^${c}" <<<"$installed_components" || rustup component add "$c"
+done
