@@ -20,7 +20,9 @@ fn tokens_per_s(model: &Model<'_>, n: usize) -> f64 {
 }
 
 fn main() {
-    let path = std::env::args().nth(1).unwrap_or_else(|| "models/ll-gdn-mcu-q8_0.gguf".into());
+    let path = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "models/ll-gdn-mcu-q8_0.gguf".into());
     let bytes = AlignedBytes::read(path.as_ref()).unwrap();
     let direct = GgufModel::parse(bytes.as_bytes()).unwrap();
     let indexed = IndexedGguf::parse(bytes.as_bytes()).unwrap();
