@@ -41,6 +41,8 @@ except ImportError:  # pragma: no cover
     sys.exit("gguf_py_check: needs the gguf package (pip install gguf)")
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "model-file.md"
+# Metadata keys that only a BPE (`tokenizer.ggml.model` = gpt2) file has.
+GPT2_ONLY_KEYS = {"tokenizer.ggml.merges"}
 ALIGNMENT = 32
 QK = 32
 ARCHES = {"loglinear_gdn", "loglinear_mamba2", "gated_deltanet", "mamba2"}
@@ -230,6 +232,10 @@ def check_metadata(c: Checker, reader: GGUFReader) -> dict:
         if not c.check(want is not None, f"docs: unknown type `{word}` for `{key}`"):
             continue
         f = fields.get(key)
+        # Keys of the BPE tokenizer only (docs/model-file.md: "`gpt2` only") may be absent.
+        tok_model = fields.get("tokenizer.ggml.model")
+        if f is None and key in GPT2_ONLY_KEYS and field_value(tok_model) != "gpt2":
+            continue
         if not c.check(f is not None, f"metadata `{key}` is missing"):
             continue
         main, sub = want
@@ -244,12 +250,20 @@ def check_metadata(c: Checker, reader: GGUFReader) -> dict:
     c.check(meta.get("lambda_levels") == (15 if ll else 0), f"lambda_levels {meta.get('lambda_levels')} for {arch}")
     c.check(meta.get("state_levels") == (15 if ll else 1), f"state_levels {meta.get('state_levels')} for {arch}")
     c.check(meta.get("capacity_policy") == "saturate_top_level", f"capacity_policy {meta.get('capacity_policy')!r}")
-    c.check(meta.get("tokenizer.ggml.model") == "bytes", f"tokenizer.ggml.model {meta.get('tokenizer.ggml.model')!r}")
+    tok_model = meta.get("tokenizer.ggml.model")
     toks = meta.get("tokenizer.ggml.tokens")
-    c.check(toks == [f"<0x{b:02X}>" for b in range(256)], "tokenizer.ggml.tokens is not <0x00>..<0xFF>")
     tt = meta.get("tokenizer.ggml.token_type")
-    c.check(tt is not None and list(tt) == [6] * 256, "tokenizer.ggml.token_type is not 256 x 6")
-    c.check(meta.get("vocab_size") == 256, f"vocab_size {meta.get('vocab_size')} with a byte tokenizer")
+    if tok_model == "gpt2":
+        # BPE from a tokenizer.json: one token per embedding row, ggml token types.
+        c.check(toks is not None and len(toks) == meta.get("vocab_size"), "tokenizer.ggml.tokens does not cover the vocabulary")
+        c.check(tt is not None and len(tt) == len(toks or []) and set(tt) <= {1, 3, 5}, "tokenizer.ggml.token_type")
+        merges = meta.get("tokenizer.ggml.merges")
+        c.check(merges is not None and all(len(m.split(" ")) == 2 for m in merges), "tokenizer.ggml.merges")
+    else:
+        c.check(tok_model == "bytes", f"tokenizer.ggml.model {tok_model!r}")
+        c.check(toks == [f"<0x{b:02X}>" for b in range(256)], "tokenizer.ggml.tokens is not <0x00>..<0xFF>")
+        c.check(tt is not None and list(tt) == [6] * 256, "tokenizer.ggml.token_type is not 256 x 6")
+        c.check(meta.get("vocab_size") == 256, f"vocab_size {meta.get('vocab_size')} with a byte tokenizer")
     eps = meta.get("norm_epsilon")
     c.check(eps is not None and 0 < eps < 1e-2, f"norm_epsilon {eps}")
     return meta
