@@ -72,6 +72,9 @@ pub enum StepError {
     },
     /// The weight source stopped returning a tensor it returned at validation.
     Weights(ModelError),
+    /// The session's state slices do not fit the model's layout. They are carved from the same
+    /// layout, so this is an internal error; it is reported rather than risking wrong output.
+    StateLayout,
 }
 
 impl core::fmt::Display for StepError {
@@ -81,6 +84,7 @@ impl core::fmt::Display for StepError {
                 write!(f, "token {token} out of range (vocabulary {vocab_size})")
             }
             StepError::Weights(e) => write!(f, "weights: {e}"),
+            StepError::StateLayout => write!(f, "internal error: session state layout mismatch"),
         }
     }
 }
@@ -309,8 +313,7 @@ impl<'m, E: StateElem> Session<'m, E> {
             let Some(mut fen) =
                 FenwickState::new(states, self.policy, c.num_heads, c.head_k_dim, c.head_v_dim)
             else {
-                unreachable_layout();
-                return Ok(self.logits);
+                return Err(StepError::StateLayout);
             };
             // Mixer: x += mixer(RMSNorm(x)).
             rmsnorm(self.x, norms.mixer, c.norm_eps, self.h);
@@ -344,11 +347,4 @@ impl<'m, E: StateElem> Session<'m, E> {
         self.t += 1;
         Ok(self.logits)
     }
-}
-
-/// The state slice lengths are computed from the same layout that carved them, so
-/// `FenwickState::new` cannot fail; this marks the branch without panicking.
-#[cold]
-fn unreachable_layout() {
-    debug_assert!(false, "state layout mismatch");
 }
