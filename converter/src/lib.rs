@@ -14,6 +14,7 @@ pub mod export;
 pub mod gguf_writer;
 pub mod layout;
 pub mod model_source;
+pub mod plan;
 pub mod vocab;
 
 pub use checkpoint::{Checkpoint, ImportError, Tensor, TensorStore};

@@ -143,6 +143,8 @@ enum Command {
         #[arg(long, value_enum, default_value = "f32")]
         state: StateDtype,
     },
+    /// Plan a model on a board: flash, RAM (state at a context, conv, scratch, stack), fit.
+    Plan(loglinear_converter::plan::PlanArgs),
 }
 
 /// Held-out text for the quality measurement: Hamlet is in the shipped models' validation
@@ -216,6 +218,14 @@ fn run(cli: Cli) -> Res {
             quality,
         } => quantize(&input, &output, types, &quality),
         Command::Inspect { file } => inspect(&file),
+        Command::Plan(args) => {
+            let plan = loglinear_converter::plan::plan(&args)?;
+            outln!("{plan}");
+            if !plan.fits() {
+                return Err(format!("the model does not fit board {}", plan.board.name).into());
+            }
+            Ok(())
+        }
         Command::Eval {
             model,
             text,
