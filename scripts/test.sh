@@ -152,4 +152,7 @@ done
 section "Firmware under QEMU, token-identical to the host (scripts/qemu-test.sh)"
 bash "$ROOT/scripts/qemu-test.sh"
 
+section "Memory planner vs the linked firmware, size snapshots (scripts/plan-test.sh)"
+bash "$ROOT/scripts/plan-test.sh"
+
 section "All checks passed in $((SECONDS - START)) s"

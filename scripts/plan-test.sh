@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# The memory planner against the linked firmware, and the firmware size snapshot.
+#
+#   bash scripts/plan-test.sh [BOARD...]            check (default: every QEMU board below)
+#   bash scripts/plan-test.sh --update [BOARD...]   rewrite boards/<board>/size.txt
+#
+# For each board it builds firmware/ exactly as scripts/qemu-test.sh does (same flags and
+# target dir, so after qemu-test.sh this is a no-op), reads the ELF's sections with `size -A`
+# (or `llvm-size -A`) and checks:
+#
+# 1. planner vs ELF: `loglinear plan --board B --model M` reports the session arena that the
+#    firmware links as `static ARENA`; the ELF's .bss + .data must lie within
+#    [arena, arena + 4096 B] (4096 B = the planner's "other statics" allowance, OTHER_STATICS
+#    in converter/src/plan.rs and OTHER_RAM in firmware/build.rs). And the code the ELF holds
+#    besides the model (text + rodata + data − model bytes) must fit the planner's code
+#    estimate (the board's firmware.code_reserve).
+# 2. size snapshot (the RTIC way): text (code: .vector_table, .text, .init.rust, .eh_frame...),
+#    rodata (model + constants), data and bss must match boards/<board>/size.txt: bss exactly
+#    (it is the arena), the others within max(4096 B, 2 %). On a mismatch it prints a diff;
+#    after an intended change run `bash scripts/plan-test.sh --update` and commit the
+#    size.txt files (and the "Firmware sizes" table in BENCHMARKS.md).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
+FW_TARGET_DIR="$TARGET_DIR/firmware"
+MODEL="models/ll-gdn-mcu-q8_0.gguf"
+STATICS_MARGIN=4096 # bytes of .bss + .data allowed beyond the arena
+TEXT_ABS=4096       # snapshot tolerance of text, rodata and data: max(TEXT_ABS, TEXT_PCT %)
+TEXT_PCT=2
+
+UPDATE=0
+if [ "${1:-}" = "--update" ]; then
+    UPDATE=1
+    shift
+fi
+BOARDS=("$@")
+if [ "${#BOARDS[@]}" -eq 0 ]; then
+    BOARDS=(mps2-an386 mps2-an500 riscv-virt)
+fi
+
+fail() {
+    echo "FAIL: $*" >&2
+    exit 1
+}
+
+if command -v size >/dev/null 2>&1; then
+    SIZE=size
+elif command -v llvm-size >/dev/null 2>&1; then
+    SIZE=llvm-size
+else
+    fail "neither size (binutils) nor llvm-size is installed"
+fi
+
+board_value() {
+    local file="$1" key="$2"
+    sed -n "s/^${key}[[:space:]]*=[[:space:]]*\"\{0,1\}\([^\"#]*\)\"\{0,1\}.*/\1/p" "$file" | head -n1 |
+        sed 's/[[:space:]]*$//'
+}
+
+for t in thumbv7em-none-eabihf riscv32imac-unknown-none-elf; do
+    rustup target list --installed 2>/dev/null | grep -qx "$t" || rustup target add "$t"
+done
+
+echo "building the host CLI"
+cargo build --release -q -p loglinear-converter --bin loglinear
+LOGLINEAR="$TARGET_DIR/release/loglinear"
+model_bytes=$(stat -c %s "$MODEL")
+
+failed=0
+for board in "${BOARDS[@]}"; do
+    toml="boards/$board/board.toml"
+    [ -f "$toml" ] || fail "no board $board ($toml missing)"
+    target="$(board_value "$toml" target)"
+    echo
+    echo "==== $board ($target) ===="
+    LOGLINEAR_BOARD="$board" LOGLINEAR_MODEL="$MODEL" LOGLINEAR_LEVELS="" LOGLINEAR_STATE="" \
+        cargo build --release -q --manifest-path firmware/Cargo.toml --target "$target" \
+        --target-dir "$FW_TARGET_DIR"
+    elf="$FW_TARGET_DIR/$target/release/loglinear-firmware"
+
+    # text / rodata / data / bss of the ELF's allocated sections. riscv-rt's .stack and .heap
+    # (the rest of RAM) and the empty .uninit are not statics; debug sections are not loaded.
+    read -r text rodata data bss < <("$SIZE" -A "$elf" | awk '
+        $1 ~ /^\.(vector_table|text|text\..*|init\.rust|eh_frame|gnu\.sgstubs)$/ { t += $2 }
+        $1 == ".rodata" { r += $2 }
+        $1 == ".data"   { d += $2 }
+        $1 == ".bss"    { b += $2 }
+        END { printf "%d %d %d %d\n", t, r, d, b }')
+
+    # 1. planner vs ELF
+    plan_out="$("$LOGLINEAR" plan --board "$board" --model "$MODEL")" ||
+        fail "$board: loglinear plan failed: $plan_out"
+    arena=$(sed -n 's/^  session arena *\([0-9]*\) B.*/\1/p' <<<"$plan_out")
+    code=$(sed -n 's/^  code estimate *\([0-9]*\) B.*/\1/p' <<<"$plan_out")
+    [ -n "$arena" ] && [ -n "$code" ] || fail "$board: no arena/code figure in the plan:
+$plan_out"
+    statics=$((bss + data))
+    if [ "$statics" -lt "$arena" ] || [ "$statics" -gt $((arena + STATICS_MARGIN)) ]; then
+        echo "FAIL: $board: ELF .bss + .data = $statics B, planner arena = $arena B (allowed: arena .. arena + $STATICS_MARGIN B)" >&2
+        failed=1
+    else
+        echo "  ok: planner RAM matches the ELF: .bss + .data = $statics B = arena $arena B + $((statics - arena)) B (margin $STATICS_MARGIN B)"
+    fi
+    code_used=$((text + rodata + data - model_bytes))
+    if [ "$code_used" -gt "$code" ]; then
+        echo "FAIL: $board: code and constants take $code_used B of flash besides the model, more than the planner's code estimate $code B (firmware.code_reserve in $toml)" >&2
+        failed=1
+    else
+        echo "  ok: flash besides the model $code_used B ≤ planner code estimate $code B"
+    fi
+
+    # 2. size snapshot
+    snap="boards/$board/size.txt"
+    current="$(printf '%-6s %9d\n' text "$text" rodata "$rodata" data "$data" bss "$bss")"
+    if [ "$UPDATE" -eq 1 ]; then
+        {
+            echo "# Firmware ELF sizes in bytes ($MODEL, the board's [firmware] settings)."
+            echo "# Checked by scripts/plan-test.sh; update with: bash scripts/plan-test.sh --update"
+            echo "# text = .vector_table .text .init.rust .eh_frame; bss = session arena + statics"
+            echo "$current"
+        } >"$snap"
+        echo "  updated $snap"
+        sed 's/^/    /' <<<"$current"
+        continue
+    fi
+    [ -f "$snap" ] || {
+        echo "FAIL: $board: no $snap (create it with: bash scripts/plan-test.sh --update $board)" >&2
+        failed=1
+        continue
+    }
+    bad=""
+    for key in text rodata data bss; do
+        want=$(awk -v k="$key" '$1 == k { print $2 }' "$snap")
+        got=$(awk -v k="$key" '$1 == k { print $2 }' <<<"$current")
+        [ -n "$want" ] || {
+            bad+="  $key missing from $snap"$'\n'
+            continue
+        }
+        diff=$((got > want ? got - want : want - got))
+        if [ "$key" = bss ]; then
+            tol=0
+        else
+            tol=$((want * TEXT_PCT / 100))
+            [ "$tol" -ge "$TEXT_ABS" ] || tol=$TEXT_ABS
+        fi
+        if [ "$diff" -gt "$tol" ]; then
+            bad+="  $key: snapshot $want B, build $got B (${diff} B apart, tolerance $tol B)"$'\n'
+        fi
+    done
+    if [ -n "$bad" ]; then
+        echo "FAIL: $board: firmware sizes differ from $snap:" >&2
+        printf '%s' "$bad" >&2
+        diff -u --label "$snap (snapshot)" --label "$board build" \
+            <(grep -v '^#' "$snap") <(echo "$current") >&2 || true
+        echo "  If the change is intended: bash scripts/plan-test.sh --update $board, and commit $snap" >&2
+        failed=1
+    else
+        echo "  ok: sizes match $snap (bss exact, others within max($TEXT_ABS B, $TEXT_PCT %))"
+        sed 's/^/    /' <<<"$current"
+    fi
+done
+
+[ "$failed" -eq 0 ] || fail "plan-test: see above"
+echo
+echo "plan-test: all boards passed (${BOARDS[*]})"
