@@ -1,5 +1,7 @@
 //! `loglinear`: the host command line.
 
+mod serial_client;
+
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use loglinear_converter::eval::{self, Comparison};
@@ -145,6 +147,9 @@ enum Command {
     },
     /// Plan a model on a board: flash, RAM (state at a context, conv, scratch, stack), fit.
     Plan(loglinear_converter::plan::PlanArgs),
+    /// Talk to the firmware over its serial protocol (a serial device or a QEMU board): send a
+    /// prompt, print the tokens as they stream back.
+    Serial(serial_client::SerialArgs),
 }
 
 /// Held-out text for the quality measurement: Hamlet is in the shipped models' validation
@@ -218,6 +223,7 @@ fn run(cli: Cli) -> Res {
             quality,
         } => quantize(&input, &output, types, &quality),
         Command::Inspect { file } => inspect(&file),
+        Command::Serial(args) => serial_client::run(&args),
         Command::Plan(args) => {
             let plan = loglinear_converter::plan::plan(&args)?;
             outln!("{plan}");

@@ -1,0 +1,235 @@
+//! `loglinear serial`: the host side of the firmware's serial protocol
+//! (`docs/serial-protocol.md`). Talks to a serial device opened as a plain file, or to a QEMU
+//! process running a board's firmware with semihosting stdin/stdout piped.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+type Res<T = ()> = Result<T, Box<dyn std::error::Error>>;
+
+/// Arguments of `loglinear serial`.
+#[derive(clap::Args)]
+pub struct SerialArgs {
+    /// Serial device, opened as a plain file (set it up first, e.g.
+    /// `stty -F /dev/ttyACM0 115200 raw -echo`).
+    #[arg(
+        long,
+        required_unless_present = "qemu_board",
+        conflicts_with = "qemu_board"
+    )]
+    port: Option<PathBuf>,
+    /// Run the firmware of this QEMU board (boards/<BOARD>/board.toml's runner) as a child.
+    #[arg(long)]
+    qemu_board: Option<String>,
+    /// Firmware ELF for --qemu-board (default: target/firmware/<target>/release/loglinear-firmware).
+    #[arg(long, requires = "qemu_board")]
+    elf: Option<PathBuf>,
+    /// Prompt text; `\n` escapes are honoured.
+    #[arg(long, default_value = "ROMEO:\\n")]
+    prompt: String,
+    /// Tokens to generate.
+    #[arg(short = 'n', long, default_value_t = 32)]
+    tokens: usize,
+    /// 0 = greedy.
+    #[arg(long, default_value_t = 0.8)]
+    temperature: f32,
+    /// 0 = no top-k cut.
+    #[arg(long, default_value_t = 0)]
+    top_k: usize,
+    /// 1 = no nucleus cut.
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f32,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Send `RESET` first (a fresh session instead of continuing the board's context).
+    #[arg(long)]
+    reset: bool,
+    /// Print the board's `STATUS` line on stderr afterwards.
+    #[arg(long)]
+    status: bool,
+}
+
+/// Runs `loglinear serial`.
+pub fn run(args: &SerialArgs) -> Res {
+    let (mut tx, rx, child): (Box<dyn Write>, Box<dyn Read>, Option<Child>) =
+        match (&args.port, &args.qemu_board) {
+            (Some(port), _) => {
+                let f = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(port)?;
+                let r = f.try_clone()?;
+                (Box::new(f), Box::new(r), None)
+            }
+            (None, Some(board)) => {
+                let mut child = spawn_qemu(board, args.elf.as_deref())?;
+                let stdin = child.stdin.take().ok_or("no stdin pipe")?;
+                let stdout = child.stdout.take().ok_or("no stdout pipe")?;
+                (Box::new(stdin), Box::new(stdout), Some(child))
+            }
+            (None, None) => return Err("give --port or --qemu-board".into()),
+        };
+    let mut rx = BufReader::new(rx);
+    let prompt = args.prompt.replace("\\n", "\n");
+    if args.reset {
+        writeln!(tx, "RESET")?;
+    }
+    writeln!(
+        tx,
+        "GEN n={} temperature={} top_k={} top_p={} seed={} prompt={}",
+        args.tokens,
+        args.temperature,
+        args.top_k,
+        args.top_p,
+        args.seed,
+        escape(prompt.as_bytes())
+    )?;
+    tx.flush()?;
+    let out = std::io::stdout();
+    let mut out = out.lock();
+    out.write_all(prompt.as_bytes())?;
+    out.flush()?;
+    loop {
+        let line = read_reply(&mut rx)?;
+        let (word, rest) = line.split_once(' ').unwrap_or((line.as_str(), ""));
+        match word {
+            "TOK" => {
+                let esc = rest.split_once(' ').map_or("", |(_, e)| e);
+                out.write_all(&unescape(esc))?;
+                out.flush()?;
+            }
+            "DONE" => break,
+            "ERR" => return Err(format!("the board refused the request: {line}").into()),
+            // READY (start of a QEMU run), OK RESET: shown, not needed.
+            _ => eprintln!("[{line}]"),
+        }
+    }
+    writeln!(out)?;
+    if args.status {
+        writeln!(tx, "STATUS")?;
+        tx.flush()?;
+        loop {
+            let line = read_reply(&mut rx)?;
+            if line.starts_with("STATUS ") {
+                eprintln!("[{line}]");
+                break;
+            }
+        }
+    }
+    if let Some(mut child) = child {
+        writeln!(tx, "QUIT")?;
+        tx.flush()?;
+        drop(tx);
+        let status = child.wait()?;
+        if !status.success() {
+            return Err(format!("QEMU exited with {status}").into());
+        }
+    }
+    Ok(())
+}
+
+/// One reply line, without its newline; end of input is an error.
+fn read_reply(rx: &mut impl BufRead) -> Res<String> {
+    let mut buf = Vec::new();
+    if rx.read_until(b'\n', &mut buf)? == 0 {
+        return Err("the board closed the connection".into());
+    }
+    while buf.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+        buf.pop();
+    }
+    Ok(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// Starts the board's QEMU runner (its board.toml `runner`, then the ELF) with stdin and stdout
+/// piped; stderr (the firmware's log) goes to ours.
+fn spawn_qemu(board: &str, elf: Option<&Path>) -> Res<Child> {
+    let toml_path = Path::new("boards").join(board).join("board.toml");
+    let toml = std::fs::read_to_string(&toml_path)
+        .map_err(|e| format!("cannot read {}: {e}", toml_path.display()))?;
+    let value = |key: &str| {
+        toml.lines().find_map(|l| {
+            let (k, v) = l.split_once('=')?;
+            (k.trim() == key).then(|| v.trim().trim_matches('"').to_string())
+        })
+    };
+    let runner = value("runner").ok_or_else(|| format!("{}: no runner", toml_path.display()))?;
+    let target = value("target").ok_or_else(|| format!("{}: no target", toml_path.display()))?;
+    let elf = elf.map(Path::to_path_buf).unwrap_or_else(|| {
+        Path::new("target/firmware")
+            .join(&target)
+            .join("release/loglinear-firmware")
+    });
+    if !elf.is_file() {
+        return Err(format!(
+            "no firmware at {} (build it: LOGLINEAR_BOARD={board} cargo build --release \
+             --manifest-path firmware/Cargo.toml --target {target} --target-dir target/firmware)",
+            elf.display()
+        )
+        .into());
+    }
+    let mut words = runner.split_whitespace();
+    let program = words.next().ok_or("empty runner")?;
+    Ok(Command::new(program)
+        .args(words)
+        .arg(&elf)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start {program}: {e}"))?)
+}
+
+/// Escapes bytes for a `prompt=` field: `\n`, `\t`, `\r`, `\\`, and `\xHH` for other bytes that
+/// are not printable ASCII (space stays).
+fn escape(bytes: &[u8]) -> String {
+    let mut s = String::with_capacity(bytes.len());
+    for &b in bytes {
+        match b {
+            b'\n' => s.push_str("\\n"),
+            b'\t' => s.push_str("\\t"),
+            b'\r' => s.push_str("\\r"),
+            b'\\' => s.push_str("\\\\"),
+            b' '..=b'~' => s.push(b as char),
+            _ => s.push_str(&format!("\\x{b:02x}")),
+        }
+    }
+    s
+}
+
+/// Decodes the byte field of a `TOK` line (empty: the token is not a byte).
+fn unescape(field: &str) -> Vec<u8> {
+    let b = field.as_bytes();
+    match b {
+        [b'\\', b'n'] => vec![b'\n'],
+        [b'\\', b't'] => vec![b'\t'],
+        [b'\\', b'r'] => vec![b'\r'],
+        [b'\\', b'\\'] => vec![b'\\'],
+        [b'\\', b'x', h @ ..] => std::str::from_utf8(h)
+            .ok()
+            .and_then(|h| u8::from_str_radix(h, 16).ok())
+            .map_or_else(Vec::new, |v| vec![v]),
+        _ => b.to_vec(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escape_round_trip() {
+        assert_eq!(escape(b"A b\n\\\x01\xff"), "A b\\n\\\\\\x01\\xff");
+        for b in 0..=255u8 {
+            let field = match b {
+                b'\n' => "\\n".to_string(),
+                b'\t' => "\\t".to_string(),
+                b'\r' => "\\r".to_string(),
+                b'\\' => "\\\\".to_string(),
+                b'!'..=b'~' => (b as char).to_string(),
+                _ => format!("\\x{b:02x}"),
+            };
+            assert_eq!(unescape(&field), vec![b]);
+        }
+        assert_eq!(unescape(""), Vec::<u8>::new());
+    }
+}
