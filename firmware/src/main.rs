@@ -1,17 +1,11 @@
 //! loglinear firmware: a Log-Linear Attention language model running from flash on a
 //! microcontroller, with its whole Fenwick state in one static arena and no heap.
 //!
-//! On start it reads one request line from semihosting stdin (see [`request`]; end of input or
-//! an empty line means the defaults), feeds the prompt through a [`Session`], generates the
-//! requested number of tokens with the runtime's [`Sampler`], and prints on semihosting stdout:
-//!
-//! ```text
-//! <prompt><generated text>
-//! tokens: <generated token ids, space separated>
-//! status: tokens=<t> prompt=<p> generated=<n> live_levels=<l> levels=<L> state=<f32|f16> state_live_bytes=<b> state_allocated_bytes=<b> arena_bytes=<b>
-//! ```
-//!
-//! then exits through semihosting with 0 (1 for a runtime error, 2 for a malformed request,
+//! It serves the line-based serial protocol of `docs/serial-protocol.md` ([`protocol`]):
+//! `GEN` streams tokens as they are produced, `STATUS`, `RESET`, `QUIT`; every bad request gets
+//! an `ERR` reply and the firmware keeps serving. The transport is anything that implements
+//! `embedded_io::Read` + `Write`; under QEMU it is semihosting stdin/stdout ([`serial`]).
+//! End of input (or `QUIT`) exits through semihosting with 0 (1 for a runtime error at start,
 //! 101 for a panic). Board, model, levels and state type are fixed at build time (`build.rs`).
 #![no_std]
 #![no_main]
@@ -19,14 +13,17 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 mod fmt;
+mod protocol;
 mod request;
+mod serial;
 
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, Ordering};
 
+use embedded_io::{Read, Write};
 use loglinear_runtime::gguf::GgufModel;
+use loglinear_runtime::Model;
 use loglinear_runtime::{tokenizer, Sampler, SamplerConfig, Session, SessionConfig};
-use semihosting::io::{Read as _, Write as _};
 
 #[cfg(target_arch = "arm")]
 use cortex_m as _;
@@ -34,6 +31,7 @@ use cortex_m as _;
 use defmt_semihosting as _;
 
 use crate::fmt::{error, info};
+use crate::protocol::{reply_err, reply_tok, Command, CommandError, ErrCode, Line, LineReader};
 
 /// Build-time constants from `build.rs`: BOARD, MODEL_NAME, LEVELS, ARENA_BYTES, VOCAB.
 mod board {
@@ -95,7 +93,6 @@ static ARENA: ArenaCell<{ board::ARENA_BYTES }> = ArenaCell::new();
 
 /// Exit codes.
 const EXIT_RUNTIME: i32 = 1;
-const EXIT_REQUEST: i32 = 2;
 const EXIT_PANIC: i32 = 101;
 
 #[cfg_attr(target_arch = "arm", cortex_m_rt::entry)]
@@ -126,70 +123,150 @@ fn run() -> Result<(), i32> {
         board::ARENA_BYTES,
         board::LEVELS
     );
-
-    let mut line = [0u8; 512];
-    let len = read_line(&mut line);
-    let req = request::parse(&mut line[..len]).map_err(|e| {
-        error!("request: {}", e);
-        EXIT_REQUEST
-    })?;
-    let levels = req.levels.unwrap_or(board::LEVELS);
-    if levels > board::LEVELS {
-        error!(
-            "request: levels={} but this image has room for {}",
-            levels,
-            board::LEVELS
-        );
-        return Err(EXIT_REQUEST);
-    }
-
     let arena = ARENA.take().ok_or(EXIT_RUNTIME)?;
-    let cfg = SessionConfig {
-        levels: Some(levels),
-    };
-    let mut session = Session::<StateElem>::new(&model, arena, cfg).map_err(|e| {
-        error!("session: {}", e);
-        EXIT_REQUEST
-    })?;
-    let mut sampler = Sampler::new(SamplerConfig {
-        temperature: req.temperature,
-        top_k: req.top_k,
-        top_p: req.top_p,
-        seed: req.seed,
-    });
+    let (mut rx, mut tx) = serial::open().map_err(|_| EXIT_RUNTIME)?;
+    serve(&model, arena, &mut rx, &mut tx)
+}
 
-    let mut out = semihosting::io::stdout().map_err(|_| EXIT_RUNTIME)?;
+/// Serves protocol commands from `rx`, replies on `tx`, until end of input or `QUIT`. Only a
+/// failure to build the session or to read `rx` ends it with an error; bad requests get `ERR`.
+fn serve<R: Read, W: Write>(
+    model: &Model<'_>,
+    arena: &mut [u8],
+    rx: &mut R,
+    tx: &mut W,
+) -> Result<(), i32> {
+    let _ = writeln!(
+        tx,
+        "READY loglinear board={} model={} state={} levels={} max_line={} max_tokens={}",
+        board::BOARD,
+        board::MODEL_NAME,
+        STATE_NAME,
+        board::LEVELS,
+        protocol::MAX_LINE,
+        request::MAX_TOKENS
+    );
+    let mut lines = LineReader::new();
+    let mut levels = board::LEVELS;
+    // One pass per session: `RESET` ends the inner loop and builds a fresh one.
+    loop {
+        let cfg = SessionConfig {
+            levels: Some(levels),
+        };
+        let mut session = Session::<StateElem>::new(model, &mut *arena, cfg).map_err(|e| {
+            error!("session: {}", e);
+            EXIT_RUNTIME
+        })?;
+        session.reset();
+        let mut generated = 0usize;
+        loop {
+            let line = match lines.next_line(rx) {
+                Line::Complete(line) => line,
+                Line::TooLong => {
+                    let max = protocol::MAX_LINE;
+                    reply_err(tx, ErrCode::TooLong, format_args!("line over {max} bytes"));
+                    continue;
+                }
+                Line::CutShort => {
+                    let msg = format_args!("end of input inside a line; not run");
+                    reply_err(tx, ErrCode::CutShort, msg);
+                    continue;
+                }
+                Line::Eof => return Ok(()),
+                Line::Io => {
+                    error!("serial: read failed");
+                    return Err(EXIT_RUNTIME);
+                }
+            };
+            match protocol::parse_command(line) {
+                Ok(Command::Blank) => {}
+                Ok(Command::Quit) => {
+                    let _ = writeln!(tx, "BYE");
+                    return Ok(());
+                }
+                Ok(Command::Status) => status(tx, &session, levels, generated),
+                Ok(Command::Reset(args)) => match request::parse_reset(args, board::LEVELS) {
+                    Ok(new_levels) => {
+                        levels = new_levels.unwrap_or(levels);
+                        let _ = writeln!(tx, "OK RESET levels={levels}");
+                        break;
+                    }
+                    Err(e) => reply_err(tx, ErrCode::BadParam, format_args!("{e}")),
+                },
+                Ok(Command::Gen(args)) => match request::parse_gen(args) {
+                    Ok(params) => match generate(&mut session, &params, tx) {
+                        Ok(n) => {
+                            generated += n;
+                            let _ = writeln!(tx, "DONE {n}");
+                        }
+                        Err(msg) => reply_err(tx, ErrCode::Runtime, format_args!("{msg}")),
+                    },
+                    Err(e) => reply_err(tx, ErrCode::BadParam, format_args!("{e}")),
+                },
+                Err(CommandError::NotUtf8) => {
+                    let msg = format_args!("the line is not UTF-8 (escape bytes as \\xHH)");
+                    reply_err(tx, ErrCode::NotUtf8, msg)
+                }
+                Err(CommandError::Unknown(w)) => reply_err(
+                    tx,
+                    ErrCode::UnknownCommand,
+                    format_args!("unknown command {w}"),
+                ),
+                Err(CommandError::UnexpectedArgs(c)) => reply_err(
+                    tx,
+                    ErrCode::BadParam,
+                    format_args!("{c} takes no parameters"),
+                ),
+            }
+        }
+    }
+}
+
+/// `GEN`: feeds the prompt (the default prompt on a fresh session without one), then samples
+/// and streams `params.tokens` tokens, each as a `TOK` line as soon as it is sampled. Returns
+/// the number generated.
+fn generate<W: Write>(
+    session: &mut Session<'_, StateElem>,
+    params: &request::GenParams<'_>,
+    tx: &mut W,
+) -> Result<usize, &'static str> {
+    let prompt = match params.prompt {
+        Some(p) => p,
+        None if session.t() == 0 => request::DEFAULT_PROMPT,
+        None => &[],
+    };
     let step_err = |e| {
         error!("step: {}", e);
-        EXIT_RUNTIME
+        "model step failed"
     };
-    let _ = out.write_all(req.prompt);
-    for tok in tokenizer::encode(req.prompt) {
+    for tok in tokenizer::encode(prompt) {
         session.step(tok).map_err(step_err)?;
     }
+    let mut sampler = Sampler::new(SamplerConfig {
+        temperature: params.temperature,
+        top_k: params.top_k,
+        top_p: params.top_p,
+        seed: params.seed,
+    });
     let mut scratch = [0u32; board::VOCAB];
-    let mut ids = [0u32; request::MAX_TOKENS];
-    for id in ids.iter_mut().take(req.tokens) {
+    for _ in 0..params.tokens {
         let next = sampler
             .sample(session.logits(), &mut scratch)
-            .map_err(|_| EXIT_RUNTIME)?;
-        if let Some(b) = tokenizer::decode(next) {
-            let _ = out.write_all(&[b]);
-        }
-        *id = next;
+            .map_err(|_| "sampling failed")?;
+        reply_tok(tx, next, tokenizer::decode(next));
         session.step(next).map_err(step_err)?;
     }
-    let _ = out.write_all(b"\ntokens:");
-    for id in &ids[..req.tokens] {
-        let _ = write!(out, " {id}");
-    }
+    Ok(params.tokens)
+}
+
+/// `STATUS`: one line of `key=value` words.
+fn status<W: Write>(tx: &mut W, session: &Session<'_, StateElem>, levels: usize, generated: usize) {
     let _ = writeln!(
-        out,
-        "\nstatus: tokens={} prompt={} generated={} live_levels={} levels={} state={} \
+        tx,
+        "STATUS tokens={} generated={} live_levels={} levels={} state={} \
          state_live_bytes={} state_allocated_bytes={} arena_bytes={}",
         session.t(),
-        req.prompt.len(),
-        req.tokens,
+        generated,
         session.live_levels(),
         levels,
         STATE_NAME,
@@ -197,33 +274,6 @@ fn run() -> Result<(), i32> {
         session.allocated_state_bytes(),
         board::ARENA_BYTES
     );
-    Ok(())
-}
-
-/// Reads one line from semihosting stdin into `buf` (without the newline); stops at a newline,
-/// at end of input or when `buf` is full. Returns its length (0: use the defaults).
-fn read_line(buf: &mut [u8]) -> usize {
-    let Ok(mut stdin) = semihosting::io::stdin() else {
-        return 0;
-    };
-    let mut len = 0;
-    while len < buf.len() {
-        match stdin.read(&mut buf[len..]) {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                if let Some(nl) = buf[len..len + n].iter().position(|&b| b == b'\n') {
-                    len += nl;
-                    break;
-                }
-                len += n;
-            }
-        }
-    }
-    // Tolerate CRLF.
-    if len > 0 && buf[len - 1] == b'\r' {
-        len -= 1;
-    }
-    len
 }
 
 /// Reports the panic on semihosting stderr and ends the QEMU run with a non-zero code.

@@ -1,23 +1,31 @@
-//! The request line: generation parameters and the prompt, as `key=value` words.
+//! Parameters of the `GEN` and `RESET` commands (`docs/serial-protocol.md`): `key=value` words,
+//! then for `GEN` an optional `prompt=` that takes the rest of the line.
 //!
 //! ```text
-//! n=32 temperature=0.8 top_k=0 top_p=1 seed=0 levels=15 prompt=ROMEO:\n
+//! n=32 temperature=0.8 top_k=0 top_p=1 seed=0 prompt=ROMEO:\n
 //! ```
 //!
-//! Every key is optional (missing ones keep [`Request::default`]); `prompt=` must come last and
-//! takes the rest of the line, with the escapes `\n`, `\t` and `\\`. An empty line means all
-//! defaults. Unknown keys, bad numbers and an empty prompt are errors, never guesses.
+//! Every key is optional (missing ones keep [`GenParams::default`]). The prompt is escaped text
+//! (`\n`, `\t`, `\r`, `\\`, `\xHH`), unescaped in place. Unknown keys, bad numbers, unknown
+//! escapes and an empty prompt are errors, never guesses. Nothing here can panic: no indexing,
+//! no `unwrap`.
+#![deny(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::indexing_slicing,
+    clippy::panic
+)]
 
 use core::fmt;
 
-/// Default prompt (the host CLI's default, `ROMEO:\n`).
+/// Default prompt on a fresh session (the host CLI's default, `ROMEO:\n`).
 pub const DEFAULT_PROMPT: &[u8] = b"ROMEO:\n";
-/// At most this many tokens per request: the firmware keeps their ids to list them at the end.
+/// At most this many tokens per `GEN`.
 pub const MAX_TOKENS: usize = 1024;
 
-/// One generation request.
+/// One `GEN` command's parameters.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Request<'a> {
+pub struct GenParams<'a> {
     /// Tokens to generate.
     pub tokens: usize,
     /// 0 = greedy.
@@ -28,13 +36,11 @@ pub struct Request<'a> {
     pub top_p: f32,
     /// Sampler seed.
     pub seed: u64,
-    /// State levels (`None`: as many as the arena was built for).
-    pub levels: Option<usize>,
-    /// Prompt bytes (unescaped).
-    pub prompt: &'a [u8],
+    /// Prompt bytes (unescaped); `None`: no new input.
+    pub prompt: Option<&'a [u8]>,
 }
 
-impl Default for Request<'_> {
+impl Default for GenParams<'_> {
     fn default() -> Self {
         Self {
             tokens: 32,
@@ -42,124 +48,159 @@ impl Default for Request<'_> {
             top_k: 0,
             top_p: 1.0,
             seed: 0,
-            levels: None,
-            prompt: DEFAULT_PROMPT,
+            prompt: None,
         }
     }
 }
 
-/// Why a request line was refused.
+/// Why a parameter list was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RequestError<'a> {
+pub enum ParamError<'a> {
     /// A word is not `key=value`.
-    NotKeyValue,
-    /// A key this firmware does not know.
+    NotKeyValue(&'a str),
+    /// A key this command does not know.
     UnknownKey(&'a str),
     /// A value that does not parse or is out of range, for this key.
     BadValue(&'static str),
     /// The prompt is empty.
     EmptyPrompt,
-    /// The line is not UTF-8 before the prompt.
-    NotUtf8,
+    /// A backslash escape in the prompt that is not `\n`, `\t`, `\r`, `\\` or `\xHH`.
+    BadEscape,
 }
 
-impl fmt::Display for RequestError<'_> {
+impl fmt::Display for ParamError<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            RequestError::NotKeyValue => write!(f, "expected key=value words"),
-            RequestError::UnknownKey(k) => write!(f, "unknown key {k}"),
-            RequestError::BadValue(k) => write!(f, "bad value for {k}"),
-            RequestError::EmptyPrompt => write!(f, "the prompt must not be empty"),
-            RequestError::NotUtf8 => write!(f, "the parameters are not UTF-8"),
+            ParamError::NotKeyValue(w) => write!(f, "expected key=value, got {w}"),
+            ParamError::UnknownKey(k) => write!(f, "unknown key {k}"),
+            ParamError::BadValue(k) => write!(f, "bad value for {k}"),
+            ParamError::EmptyPrompt => write!(f, "the prompt must not be empty"),
+            ParamError::BadEscape => write!(f, "bad escape in the prompt"),
         }
     }
 }
 
-#[cfg(feature = "defmt")]
-impl defmt::Format for RequestError<'_> {
-    fn format(&self, f: defmt::Formatter<'_>) {
-        match self {
-            RequestError::NotKeyValue => defmt::write!(f, "expected key=value words"),
-            RequestError::UnknownKey(k) => defmt::write!(f, "unknown key {}", k),
-            RequestError::BadValue(k) => defmt::write!(f, "bad value for {}", k),
-            RequestError::EmptyPrompt => defmt::write!(f, "the prompt must not be empty"),
-            RequestError::NotUtf8 => defmt::write!(f, "the parameters are not UTF-8"),
-        }
-    }
-}
-
-/// Parses `line` (without its newline). The prompt is unescaped in place, so the result
-/// borrows `line`.
-pub fn parse(line: &mut [u8]) -> Result<Request<'_>, RequestError<'_>> {
-    let mut req = Request::default();
-    // Split off `prompt=...` first: it may contain spaces and any bytes.
-    let (params, prompt) = match find(line, b"prompt=") {
-        Some(i) if i == 0 || line[i - 1] == b' ' => {
-            let (p, rest) = line.split_at_mut(i);
-            (p, Some(&mut rest[b"prompt=".len()..]))
-        }
-        _ => (line, None),
-    };
-    let params = core::str::from_utf8(params).map_err(|_| RequestError::NotUtf8)?;
+/// Parses the parameters of `GEN` (the line after the command word). The prompt is unescaped
+/// in place, so the result borrows `args`.
+pub fn parse_gen(args: &mut [u8]) -> Result<GenParams<'_>, ParamError<'_>> {
+    let mut req = GenParams::default();
+    // Split off `prompt=...` first: it may contain spaces.
+    let (params, prompt) = split_prompt(args);
+    let params = core::str::from_utf8(params).map_err(|_| ParamError::BadValue("prompt"))?;
     for word in params.split_ascii_whitespace() {
-        let (k, v) = word.split_once('=').ok_or(RequestError::NotKeyValue)?;
+        let (k, v) = word.split_once('=').ok_or(ParamError::NotKeyValue(word))?;
         match k {
             "n" => {
                 req.tokens = v
                     .parse()
                     .ok()
                     .filter(|n| *n <= MAX_TOKENS)
-                    .ok_or(RequestError::BadValue("n"))?
+                    .ok_or(ParamError::BadValue("n"))?
             }
             "temperature" => {
                 req.temperature = v
                     .parse()
                     .ok()
                     .filter(|t: &f32| t.is_finite() && *t >= 0.0)
-                    .ok_or(RequestError::BadValue("temperature"))?
+                    .ok_or(ParamError::BadValue("temperature"))?
             }
-            "top_k" => req.top_k = v.parse().map_err(|_| RequestError::BadValue("top_k"))?,
+            "top_k" => req.top_k = v.parse().map_err(|_| ParamError::BadValue("top_k"))?,
             "top_p" => {
                 req.top_p = v
                     .parse()
                     .ok()
                     .filter(|p: &f32| *p > 0.0 && *p <= 1.0)
-                    .ok_or(RequestError::BadValue("top_p"))?
+                    .ok_or(ParamError::BadValue("top_p"))?
             }
-            "seed" => req.seed = v.parse().map_err(|_| RequestError::BadValue("seed"))?,
-            "levels" => req.levels = Some(v.parse().map_err(|_| RequestError::BadValue("levels"))?),
-            _ => return Err(RequestError::UnknownKey(k)),
+            "seed" => req.seed = v.parse().map_err(|_| ParamError::BadValue("seed"))?,
+            _ => return Err(ParamError::UnknownKey(k)),
         }
     }
     if let Some(p) = prompt {
-        let n = unescape(p);
-        if n == 0 {
-            return Err(RequestError::EmptyPrompt);
+        let n = unescape(p).ok_or(ParamError::BadEscape)?;
+        match p.get(..n) {
+            Some(text) if !text.is_empty() => req.prompt = Some(text),
+            _ => return Err(ParamError::EmptyPrompt),
         }
-        req.prompt = &p[..n];
     }
     Ok(req)
 }
 
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
+/// Parses the parameters of `RESET`: an optional `levels=L`, at most `max_levels`. Returns the
+/// requested levels (`None`: keep the current ones).
+pub fn parse_reset(args: &str, max_levels: usize) -> Result<Option<usize>, ParamError<'_>> {
+    let mut levels = None;
+    for word in args.split_ascii_whitespace() {
+        let (k, v) = word.split_once('=').ok_or(ParamError::NotKeyValue(word))?;
+        match k {
+            "levels" => {
+                levels = Some(
+                    v.parse()
+                        .ok()
+                        .filter(|l| (1..=max_levels).contains(l))
+                        .ok_or(ParamError::BadValue("levels"))?,
+                )
+            }
+            _ => return Err(ParamError::UnknownKey(k)),
+        }
+    }
+    Ok(levels)
 }
 
-/// Rewrites `\n`, `\t`, `\\` in place; returns the new length. Other backslashes stay.
-fn unescape(buf: &mut [u8]) -> usize {
-    let (mut r, mut w) = (0, 0);
-    while r < buf.len() {
-        let b = buf[r];
-        let next = buf.get(r + 1).copied();
-        let (out, used) = match (b, next) {
-            (b'\\', Some(b'n')) => (b'\n', 2),
-            (b'\\', Some(b't')) => (b'\t', 2),
-            (b'\\', Some(b'\\')) => (b'\\', 2),
-            _ => (b, 1),
+/// Splits `args` at a `prompt=` word (at the start or after a space) into the parameters
+/// before it and the escaped prompt after it.
+fn split_prompt(args: &mut [u8]) -> (&mut [u8], Option<&mut [u8]>) {
+    const KEY: &[u8] = b"prompt=";
+    let at = args
+        .windows(KEY.len())
+        .enumerate()
+        .find(|&(i, w)| {
+            w == KEY && (i == 0 || i.checked_sub(1).and_then(|j| args.get(j)) == Some(&b' '))
+        })
+        .map(|(i, _)| i);
+    match at {
+        Some(i) if i <= args.len() => {
+            let (params, rest) = args.split_at_mut(i);
+            let prompt = rest.get_mut(KEY.len()..);
+            (params, prompt)
+        }
+        _ => (args, None),
+    }
+}
+
+/// Rewrites `\n`, `\t`, `\r`, `\\` and `\xHH` in place; returns the new length, or `None` for
+/// any other backslash sequence (a trailing lone backslash included).
+fn unescape(buf: &mut [u8]) -> Option<usize> {
+    let (mut r, mut w) = (0usize, 0usize);
+    while let Some(&b) = buf.get(r) {
+        let (out, used) = if b == b'\\' {
+            match buf.get(r + 1).copied()? {
+                b'n' => (b'\n', 2),
+                b't' => (b'\t', 2),
+                b'r' => (b'\r', 2),
+                b'\\' => (b'\\', 2),
+                b'x' => {
+                    let hi = hex(*buf.get(r + 2)?)?;
+                    let lo = hex(*buf.get(r + 3)?)?;
+                    ((hi << 4) | lo, 4)
+                }
+                _ => return None,
+            }
+        } else {
+            (b, 1)
         };
-        buf[w] = out;
+        *buf.get_mut(w)? = out;
         w += 1;
         r += used;
     }
-    w
+    Some(w)
+}
+
+fn hex(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    }
 }
