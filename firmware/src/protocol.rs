@@ -11,9 +11,11 @@
 
 use embedded_io::{Read, Write};
 
-/// Longest request line, without its newline. Longer lines are discarded up to their newline
-/// and answered with [`ErrCode::TooLong`].
+/// Longest request line: bytes before its newline (a `\r` included). Longer lines are discarded
+/// up to their newline and answered with [`ErrCode::TooLong`].
 pub const MAX_LINE: usize = 512;
+/// The line buffer: a whole line and its newline.
+const BUF: usize = MAX_LINE + 1;
 
 /// `ERR` reply codes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -49,7 +51,7 @@ pub enum Line<'a> {
 
 /// Splits a byte stream into lines, in a fixed buffer.
 pub struct LineReader {
-    buf: [u8; MAX_LINE],
+    buf: [u8; BUF],
     /// Bytes of `buf` holding data.
     filled: usize,
     /// Bytes at the start of `buf` that belong to the line returned last.
@@ -61,7 +63,7 @@ pub struct LineReader {
 impl LineReader {
     pub const fn new() -> Self {
         Self {
-            buf: [0; MAX_LINE],
+            buf: [0; BUF],
             filled: 0,
             consumed: 0,
             discarding: false,
