@@ -25,7 +25,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 FW_TARGET_DIR="$TARGET_DIR/firmware"
-MODEL="models/ll-gdn-mcu-q8_0.gguf"
+DEFAULT_MODEL="models/ll-gdn-mcu-q8_0.gguf" # unless the board.toml names its own `model`
 STATICS_MARGIN=4096 # bytes of .bss + .data allowed beyond the arena
 TEXT_ABS=4096       # snapshot tolerance of text, rodata and data: max(TEXT_ABS, TEXT_PCT %)
 TEXT_PCT=2
@@ -37,7 +37,7 @@ if [ "${1:-}" = "--update" ]; then
 fi
 BOARDS=("$@")
 if [ "${#BOARDS[@]}" -eq 0 ]; then
-    BOARDS=(mps2-an386 mps2-an500 riscv-virt)
+    BOARDS=(mps2-an386 mps2-an500 riscv-virt microbit)
 fi
 
 fail() {
@@ -59,20 +59,22 @@ board_value() {
         sed 's/[[:space:]]*$//'
 }
 
-for t in thumbv7em-none-eabihf riscv32imac-unknown-none-elf; do
+for t in thumbv7em-none-eabihf riscv32imac-unknown-none-elf thumbv6m-none-eabi; do
     rustup target list --installed 2>/dev/null | grep -qx "$t" || rustup target add "$t"
 done
 
 echo "building the host CLI"
 cargo build --release -q -p loglinear-converter --bin loglinear
 LOGLINEAR="$TARGET_DIR/release/loglinear"
-model_bytes=$(stat -c %s "$MODEL")
 
 failed=0
 for board in "${BOARDS[@]}"; do
     toml="boards/$board/board.toml"
     [ -f "$toml" ] || fail "no board $board ($toml missing)"
     target="$(board_value "$toml" target)"
+    MODEL="$(board_value "$toml" model)"
+    MODEL="${MODEL:-$DEFAULT_MODEL}"
+    model_bytes=$(stat -c %s "$MODEL")
     echo
     echo "==== $board ($target) ===="
     LOGLINEAR_BOARD="$board" LOGLINEAR_MODEL="$MODEL" LOGLINEAR_LEVELS="" LOGLINEAR_STATE="" \

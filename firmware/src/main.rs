@@ -18,7 +18,10 @@ mod request;
 mod serial;
 
 use core::cell::UnsafeCell;
-use core::sync::atomic::{AtomicBool, Ordering};
+// `portable-atomic`: the arena's `swap` is native on thumbv7em and rv32imac; on thumbv6m
+// (Cortex-M0, no compare-and-swap) it runs inside a critical section (cortex-m's single-core
+// implementation).
+use portable_atomic::{AtomicBool, Ordering};
 
 use embedded_io::{Read, Write};
 use loglinear_runtime::gguf::GgufModel;

@@ -2,6 +2,7 @@
 //! references, and the relative error metric of the golden README.
 
 pub mod golden;
+pub mod microbit_model;
 
 use safetensors::{Dtype, SafeTensors};
 use serde_json::Value;
