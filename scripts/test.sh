@@ -155,4 +155,7 @@ bash "$ROOT/scripts/qemu-test.sh"
 section "Memory planner vs the linked firmware, size snapshots (scripts/plan-test.sh)"
 bash "$ROOT/scripts/plan-test.sh"
 
+section "Hardware board profiles build (scripts/boards-build.sh; probe-rs not run)"
+bash "$ROOT/scripts/boards-build.sh"
+
 section "All checks passed in $((SECONDS - START)) s"

@@ -12,6 +12,8 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+#[cfg(feature = "rp2040")]
+mod boot2;
 mod fmt;
 mod protocol;
 mod request;
