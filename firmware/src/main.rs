@@ -18,6 +18,7 @@ mod fmt;
 mod protocol;
 mod request;
 mod serial;
+mod stack;
 
 use core::cell::UnsafeCell;
 // `portable-atomic`: the arena's `swap` is native on thumbv7em and rv32imac; on thumbv6m
@@ -103,6 +104,7 @@ const EXIT_PANIC: i32 = 101;
 #[cfg_attr(target_arch = "arm", cortex_m_rt::entry)]
 #[cfg_attr(target_arch = "riscv32", riscv_rt::entry)]
 fn main() -> ! {
+    stack::paint();
     let code = match run() {
         Ok(()) => 0,
         Err(code) => code,
@@ -269,7 +271,7 @@ fn status<W: Write>(tx: &mut W, session: &Session<'_, StateElem>, levels: usize,
     let _ = writeln!(
         tx,
         "STATUS tokens={} generated={} live_levels={} levels={} state={} \
-         state_live_bytes={} state_allocated_bytes={} arena_bytes={}",
+         state_live_bytes={} state_allocated_bytes={} arena_bytes={} stack_peak_bytes={}",
         session.t(),
         generated,
         session.live_levels(),
@@ -277,7 +279,8 @@ fn status<W: Write>(tx: &mut W, session: &Session<'_, StateElem>, levels: usize,
         STATE_NAME,
         session.live_state_bytes(),
         session.allocated_state_bytes(),
-        board::ARENA_BYTES
+        board::ARENA_BYTES,
+        stack::peak_bytes()
     );
 }
 
