@@ -15,6 +15,8 @@
 # libc6-dev-arm64-cross with apt). probe-rs, the runner of real boards (their
 # .cargo/config.toml), is neither installed nor run.
 set -euo pipefail
+# shellcheck source=scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -34,24 +36,6 @@ fi
 fail() {
     echo "boards-build: error: $*" >&2
     exit 1
-}
-
-as_root() {
-    if [ "$(id -u)" -eq 0 ]; then
-        "$@"
-    elif command -v sudo >/dev/null 2>&1; then
-        sudo "$@"
-    else
-        echo "error: need root to run: $*" >&2
-        return 1
-    fi
-}
-
-# `key = "value"` or `key = value` from a board.toml (first match, comment stripped).
-board_value() {
-    local file="$1" key="$2"
-    sed -n "s/^${key}[[:space:]]*=[[:space:]]*\"\{0,1\}\([^\"#]*\)\"\{0,1\}.*/\1/p" "$file" | head -n1 |
-        sed 's/[[:space:]]*$//'
 }
 
 # `origin` of a [memory.NAME] table, as a number.

@@ -22,6 +22,8 @@
 #    firmware's painted-stack high-water mark, next to the board's firmware.stack_reserve.
 # Prints a markdown table.
 set -euo pipefail
+# shellcheck source=scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -43,23 +45,6 @@ fi
 fail() {
     echo "FAIL: $*" >&2
     exit 1
-}
-
-as_root() {
-    if [ "$(id -u)" -eq 0 ]; then
-        "$@"
-    elif command -v sudo >/dev/null 2>&1; then
-        sudo "$@"
-    else
-        echo "error: need root to run: $*" >&2
-        return 1
-    fi
-}
-
-board_value() {
-    local file="$1" key="$2"
-    sed -n "s/^${key}[[:space:]]*=[[:space:]]*\"\{0,1\}\([^\"#]*\)\"\{0,1\}.*/\1/p" "$file" | head -n1 |
-        sed 's/[[:space:]]*$//'
 }
 
 bash "$ROOT/scripts/qemu-setup.sh" >/dev/null

@@ -20,6 +20,8 @@
 #    after an intended change run `bash scripts/plan-test.sh --update` and commit the
 #    size.txt files (and the "Firmware sizes" table in BENCHMARKS.md).
 set -euo pipefail
+# shellcheck source=scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -52,12 +54,6 @@ elif command -v llvm-size >/dev/null 2>&1; then
 else
     fail "neither size (binutils) nor llvm-size is installed"
 fi
-
-board_value() {
-    local file="$1" key="$2"
-    sed -n "s/^${key}[[:space:]]*=[[:space:]]*\"\{0,1\}\([^\"#]*\)\"\{0,1\}.*/\1/p" "$file" | head -n1 |
-        sed 's/[[:space:]]*$//'
-}
 
 for t in thumbv7em-none-eabihf riscv32imac-unknown-none-elf thumbv6m-none-eabi; do
     rustup target list --installed 2>/dev/null | grep -qx "$t" || rustup target add "$t"

@@ -6,17 +6,8 @@
 #   * the Rust targets of the QEMU boards, rustfmt and clippy.
 # Skips every piece that is already there.
 set -euo pipefail
-
-as_root() {
-    if [ "$(id -u)" -eq 0 ]; then
-        "$@"
-    elif command -v sudo >/dev/null 2>&1; then
-        sudo "$@"
-    else
-        echo "error: need root to run: $*" >&2
-        return 1
-    fi
-}
+# shellcheck source=scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 if command -v qemu-system-arm >/dev/null 2>&1 && command -v qemu-system-riscv32 >/dev/null 2>&1; then
     echo "qemu: $(qemu-system-arm --version | head -n1) (already installed)"

@@ -22,6 +22,8 @@
 # crate's formatting and clippy (it is outside the main workspace).
 # It prints the QEMU wall time of every run and `size` of every ELF.
 set -euo pipefail
+# shellcheck source=scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -78,13 +80,6 @@ host_ids() {
     n=$(stat -c %s "$1")
     head -c "$((n - 1))" "$1" | tail -c "+$(($2 + 1))" | od -An -tu1 -v | tr -s ' \n' ' ' |
         sed 's/^ //; s/ $//'
-}
-
-# board.toml value of a top-level or [firmware] key (the files keep `key = value` one per line).
-board_value() {
-    local file="$1" key="$2"
-    sed -n "s/^${key}[[:space:]]*=[[:space:]]*\"\{0,1\}\([^\"#]*\)\"\{0,1\}.*/\1/p" "$file" | head -n1 |
-        sed 's/[[:space:]]*$//'
 }
 
 bash "$ROOT/scripts/qemu-setup.sh"

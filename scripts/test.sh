@@ -17,6 +17,8 @@
 # It stops at the first failing step. Re-running is cheap: installed pieces are detected and
 # cargo reuses its build cache. `CI=true`, no stdin and a read-only `../shared` are fine.
 set -euo pipefail
+# shellcheck source=scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -28,17 +30,6 @@ START=$SECONDS
 
 section() {
     printf '\n==== %s ====\n' "$*"
-}
-
-as_root() {
-    if [ "$(id -u)" -eq 0 ]; then
-        "$@"
-    elif command -v sudo >/dev/null 2>&1; then
-        sudo "$@"
-    else
-        echo "error: need root to run: $*" >&2
-        return 1
-    fi
 }
 
 # ---------------------------------------------------------------------------------------------
