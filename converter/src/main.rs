@@ -69,6 +69,33 @@ struct QualityArgs {
     no_eval: bool,
 }
 
+/// Sampling settings shared by `generate` and `serial`.
+#[derive(clap::Args, Clone, Copy, Debug)]
+struct SamplingArgs {
+    /// 0 = greedy.
+    #[arg(long, default_value_t = 0.8)]
+    temperature: f32,
+    /// 0 = no top-k cut.
+    #[arg(long, default_value_t = 0)]
+    top_k: usize,
+    /// 1 = no nucleus cut.
+    #[arg(long, default_value_t = 1.0)]
+    top_p: f32,
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+impl SamplingArgs {
+    fn config(&self) -> SamplerConfig {
+        SamplerConfig {
+            temperature: self.temperature,
+            top_k: self.top_k,
+            top_p: self.top_p,
+            seed: self.seed,
+        }
+    }
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Convert a checkpoint folder (config.json + model.safetensors) to a GGUF model file.
@@ -127,17 +154,8 @@ enum Command {
         /// Tokens to generate.
         #[arg(short = 'n', long, default_value_t = 300)]
         tokens: usize,
-        /// 0 = greedy.
-        #[arg(long, default_value_t = 0.8)]
-        temperature: f32,
-        /// 0 = no top-k cut.
-        #[arg(long, default_value_t = 0)]
-        top_k: usize,
-        /// 1 = no nucleus cut.
-        #[arg(long, default_value_t = 1.0)]
-        top_p: f32,
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
+        #[command(flatten)]
+        sampling: SamplingArgs,
         /// State levels (default: the model's: 15 log-linear, 1 plain).
         #[arg(long)]
         levels: Option<usize>,
@@ -242,22 +260,14 @@ fn run(cli: Cli) -> Res {
             model,
             prompt,
             tokens,
-            temperature,
-            top_k,
-            top_p,
-            seed,
+            sampling,
             levels,
             state,
         } => {
             let source = ModelSource::open(&model)?;
             source.require_byte_tokenizer(&model)?;
             let prompt = prompt.replace("\\n", "\n");
-            let sampler = SamplerConfig {
-                temperature,
-                top_k,
-                top_p,
-                seed,
-            };
+            let sampler = sampling.config();
             let cfg = SessionConfig { levels };
             source.with_model(&model, |m| match state {
                 StateDtype::F32 => generate::<f32>(m, &prompt, tokens, sampler, cfg),

@@ -31,17 +31,8 @@ pub struct SerialArgs {
     /// Tokens to generate.
     #[arg(short = 'n', long, default_value_t = 32)]
     tokens: usize,
-    /// 0 = greedy.
-    #[arg(long, default_value_t = 0.8)]
-    temperature: f32,
-    /// 0 = no top-k cut.
-    #[arg(long, default_value_t = 0)]
-    top_k: usize,
-    /// 1 = no nucleus cut.
-    #[arg(long, default_value_t = 1.0)]
-    top_p: f32,
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
+    #[command(flatten)]
+    sampling: crate::SamplingArgs,
     /// Send `RESET` first (a fresh session instead of continuing the board's context).
     #[arg(long)]
     reset: bool,
@@ -79,10 +70,10 @@ pub fn run(args: &SerialArgs) -> Res {
         tx,
         "GEN n={} temperature={} top_k={} top_p={} seed={} prompt={}",
         args.tokens,
-        args.temperature,
-        args.top_k,
-        args.top_p,
-        args.seed,
+        args.sampling.temperature,
+        args.sampling.top_k,
+        args.sampling.top_p,
+        args.sampling.seed,
         escape(prompt.as_bytes())
     )?;
     tx.flush()?;

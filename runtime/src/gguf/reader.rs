@@ -505,18 +505,7 @@ impl<'a> GgufFile<'a> {
             bytes: self.bytes,
             pos: self.tensors_start,
         };
-        (0..self.n_tensors).map_while(move |_| {
-            let h = read_tensor_header(&mut c).ok()?;
-            let data = file.locate(&h).ok()?;
-            Some(TensorInfo {
-                name: h.name,
-                n_dims: h.n_dims,
-                dims: h.dims,
-                dtype: h.dtype,
-                offset: h.offset,
-                data,
-            })
-        })
+        (0..self.n_tensors).map_while(move |_| file.info(&read_tensor_header(&mut c).ok()?))
     }
 
     /// The first tensor whose name bytes satisfy `pred`. Cheaper than filtering
@@ -534,16 +523,7 @@ impl<'a> GgufFile<'a> {
             let n_dims = c.u32("tensor dimension count").ok()? as usize;
             if pred(name) {
                 c.pos = start;
-                let h = read_tensor_header(&mut c).ok()?;
-                let data = self.locate(&h).ok()?;
-                return Some(TensorInfo {
-                    name: h.name,
-                    n_dims: h.n_dims,
-                    dims: h.dims,
-                    dtype: h.dtype,
-                    offset: h.offset,
-                    data,
-                });
+                return self.info(&read_tensor_header(&mut c).ok()?);
             }
             // dims (8 bytes each), type (4) and offset (8).
             c.take(n_dims.checked_mul(8)?.checked_add(12)?, "tensor header")
@@ -555,6 +535,18 @@ impl<'a> GgufFile<'a> {
     /// The tensor called `name`, if present.
     pub fn tensor(&self, name: &str) -> Option<TensorInfo<'a>> {
         self.tensors().find(|t| t.name == name)
+    }
+
+    /// The [`TensorInfo`] of a parsed header, with its data located.
+    fn info(&self, h: &Header<'a>) -> Option<TensorInfo<'a>> {
+        Some(TensorInfo {
+            name: h.name,
+            n_dims: h.n_dims,
+            dims: h.dims,
+            dtype: h.dtype,
+            offset: h.offset,
+            data: self.locate(h).ok()?,
+        })
     }
 
     /// The data bytes of a tensor, checked.
