@@ -39,6 +39,15 @@ pub enum SessionError {
     },
     /// `levels` must be 1 for plain models and 2..=15 for log-linear ones.
     InvalidLevels(usize),
+    /// A state handed to [`Session::load_state`] has the wrong number of elements.
+    StateShape {
+        /// Which part: `"fenwick"` or `"conv"`.
+        part: &'static str,
+        /// Elements the session holds.
+        expected: usize,
+        /// Elements given.
+        got: usize,
+    },
 }
 
 impl core::fmt::Display for SessionError {
@@ -51,6 +60,14 @@ impl core::fmt::Display for SessionError {
             SessionError::InvalidLevels(n) => write!(
                 f,
                 "invalid number of state levels {n}: plain models take 1, log-linear 2..={LAMBDA_LEVELS}"
+            ),
+            SessionError::StateShape {
+                part,
+                expected,
+                got,
+            } => write!(
+                f,
+                "{part} state has {got} elements, the session holds {expected}"
             ),
         }
     }
@@ -276,6 +293,42 @@ impl<'m, E: StateElem> Session<'m, E> {
     pub fn conv_state(&self, layer: usize) -> &[f32] {
         let n = self.conv.len() / self.model.config().num_layers;
         &self.conv[layer * n..(layer + 1) * n]
+    }
+
+    /// The whole stored Fenwick state, every layer in [`Session::layer_state`] layout one after
+    /// another.
+    pub fn states(&self) -> &[E] {
+        self.states
+    }
+
+    /// The whole conv state, every layer in [`Session::conv_state`] layout one after another.
+    pub fn conv_states(&self) -> &[f32] {
+        self.conv
+    }
+
+    /// Replaces the recurrent state with one computed elsewhere (a GPU prefill, a snapshot):
+    /// `t` tokens consumed, `states` and `conv` laid out as [`Session::states`] and
+    /// [`Session::conv_states`]. The caller vouches that the state is the one this session's
+    /// policy would hold after `t` tokens; on a shape mismatch nothing changes.
+    pub fn load_state(&mut self, t: u64, states: &[E], conv: &[f32]) -> Result<(), SessionError> {
+        if states.len() != self.states.len() {
+            return Err(SessionError::StateShape {
+                part: "fenwick",
+                expected: self.states.len(),
+                got: states.len(),
+            });
+        }
+        if conv.len() != self.conv.len() {
+            return Err(SessionError::StateShape {
+                part: "conv",
+                expected: self.conv.len(),
+                got: conv.len(),
+            });
+        }
+        self.states.copy_from_slice(states);
+        self.conv.copy_from_slice(conv);
+        self.t = t;
+        Ok(())
     }
 
     /// The logits of the last step.

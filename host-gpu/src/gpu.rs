@@ -1,0 +1,355 @@
+//! The device, and the small set of helpers every kernel uses: storage buffers, uniform
+//! parameters, compute pipelines from `.wgsl` files, and read-back.
+//!
+//! Buffer ownership: whoever creates a buffer owns it; kernels only borrow buffers through the
+//! bind groups made from them. Nothing here caches behind the caller's back.
+
+use std::fmt;
+use std::sync::mpsc;
+
+/// What can go wrong on the GPU side.
+#[derive(Debug)]
+pub enum GpuError {
+    /// No adapter (no Vulkan/Metal/DX12 driver; on a CPU-only Linux machine install
+    /// `mesa-vulkan-drivers` for lavapipe).
+    NoAdapter(String),
+    /// The adapter refused the device (features or limits).
+    Device(String),
+    /// A shader failed to compile or a pipeline failed validation.
+    Shader { label: String, message: String },
+    /// Mapping a buffer for read-back failed, or polling the device failed.
+    Readback(String),
+    /// A buffer would exceed the adapter's storage-binding limit.
+    TooLarge {
+        label: String,
+        bytes: u64,
+        limit: u64,
+    },
+    /// Inputs with the wrong shape or an unsupported model.
+    Invalid(String),
+}
+
+impl fmt::Display for GpuError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            GpuError::NoAdapter(m) => write!(
+                f,
+                "no GPU adapter found ({m}); on Linux without a GPU install mesa-vulkan-drivers (lavapipe)"
+            ),
+            GpuError::Device(m) => write!(f, "GPU device request failed: {m}"),
+            GpuError::Shader { label, message } => write!(f, "shader `{label}`: {message}"),
+            GpuError::Readback(m) => write!(f, "GPU read-back failed: {m}"),
+            GpuError::TooLarge {
+                label,
+                bytes,
+                limit,
+            } => write!(
+                f,
+                "buffer `{label}` needs {bytes} bytes, over the adapter's storage-binding limit of {limit}"
+            ),
+            GpuError::Invalid(m) => write!(f, "{m}"),
+        }
+    }
+}
+
+impl std::error::Error for GpuError {}
+
+/// One GPU device and its queue, with the optional features that were available.
+pub struct Gpu {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub info: wgpu::AdapterInfo,
+    pub limits: wgpu::Limits,
+    pub features: wgpu::Features,
+}
+
+/// A compute pipeline and the layout of its bind group 0.
+pub struct Kernel {
+    pub label: String,
+    pub pipeline: wgpu::ComputePipeline,
+    pub layout: wgpu::BindGroupLayout,
+}
+
+impl Gpu {
+    /// The default adapter (high performance preference; lavapipe on CPU-only machines), with
+    /// the adapter's own limits and whichever of SHADER_F16, SUBGROUP and TIMESTAMP_QUERY it has.
+    pub fn new() -> Result<Self, GpuError> {
+        pollster::block_on(Self::new_async())
+    }
+
+    async fn new_async() -> Result<Self, GpuError> {
+        let instance =
+            wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
+        let adapter = instance
+            .request_adapter(&wgpu::RequestAdapterOptions {
+                power_preference: wgpu::PowerPreference::HighPerformance,
+                force_fallback_adapter: false,
+                compatible_surface: None,
+                apply_limit_buckets: false,
+            })
+            .await
+            .map_err(|e| GpuError::NoAdapter(e.to_string()))?;
+        let wanted = wgpu::Features::SHADER_F16
+            | wgpu::Features::SUBGROUP
+            | wgpu::Features::TIMESTAMP_QUERY
+            | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS;
+        let features = adapter.features() & wanted;
+        let limits = adapter.limits();
+        let (device, queue) = adapter
+            .request_device(&wgpu::DeviceDescriptor {
+                label: Some("loglinear"),
+                required_features: features,
+                required_limits: limits.clone(),
+                experimental_features: wgpu::ExperimentalFeatures::disabled(),
+                memory_hints: wgpu::MemoryHints::Performance,
+                trace: wgpu::Trace::Off,
+            })
+            .await
+            .map_err(|e| GpuError::Device(e.to_string()))?;
+        Ok(Self {
+            device,
+            queue,
+            info: adapter.get_info(),
+            limits,
+            features,
+        })
+    }
+
+    /// "name (backend, device type, driver)" for logs and benchmark tables.
+    pub fn describe(&self) -> String {
+        let i = &self.info;
+        format!(
+            "{} ({:?}, {:?}, {} {})",
+            i.name, i.backend, i.device_type, i.driver, i.driver_info
+        )
+    }
+
+    fn check_size(&self, label: &str, bytes: u64) -> Result<(), GpuError> {
+        let limit = u64::from(self.limits.max_storage_buffer_binding_size);
+        if bytes > limit {
+            return Err(GpuError::TooLarge {
+                label: label.to_string(),
+                bytes,
+                limit,
+            });
+        }
+        Ok(())
+    }
+
+    /// A storage buffer holding `data` (readable and writable by shaders, copyable both ways).
+    pub fn storage_from<T: bytemuck::Pod>(
+        &self,
+        label: &str,
+        data: &[T],
+    ) -> Result<wgpu::Buffer, GpuError> {
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        // wgpu refuses zero-sized bindings; keep at least one word.
+        let size = (bytes.len() as u64).max(4).next_multiple_of(4);
+        self.check_size(label, size)?;
+        let buf = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size,
+            usage: storage_usage(),
+            mapped_at_creation: false,
+        });
+        self.write_padded(&buf, bytes);
+        Ok(buf)
+    }
+
+    /// A zero-filled storage buffer of `bytes` bytes (rounded up to a word, at least one).
+    pub fn storage_zeroed(&self, label: &str, bytes: u64) -> Result<wgpu::Buffer, GpuError> {
+        let size = bytes.max(4).next_multiple_of(4);
+        self.check_size(label, size)?;
+        Ok(self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size,
+            usage: storage_usage(),
+            mapped_at_creation: false,
+        }))
+    }
+
+    /// A uniform buffer holding one `#[repr(C)]` parameter block.
+    pub fn uniform_from<T: bytemuck::Pod>(&self, label: &str, value: &T) -> wgpu::Buffer {
+        let bytes = bytemuck::bytes_of(value);
+        let buf = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: (bytes.len() as u64).max(16).next_multiple_of(16),
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        self.write_padded(&buf, bytes);
+        buf
+    }
+
+    /// Writes `data` into `buf` at byte 0 (queued; ordered before the next submit).
+    pub fn write<T: bytemuck::Pod>(&self, buf: &wgpu::Buffer, data: &[T]) {
+        self.write_padded(buf, bytemuck::cast_slice(data));
+    }
+
+    /// Queues a write of `bytes`, zero-padded to a whole word as `write_buffer` requires.
+    fn write_padded(&self, buf: &wgpu::Buffer, bytes: &[u8]) {
+        if bytes.is_empty() {
+            return;
+        }
+        if bytes.len() % 4 == 0 {
+            self.queue.write_buffer(buf, 0, bytes);
+        } else {
+            let mut padded = bytes.to_vec();
+            padded.resize(bytes.len().next_multiple_of(4), 0);
+            self.queue.write_buffer(buf, 0, &padded);
+        }
+    }
+
+    /// Compiles `source` (WGSL) and makes a pipeline for `entry`, with the bind-group layout
+    /// derived from the shader. Compile and validation errors come back as [`GpuError::Shader`].
+    pub fn kernel(&self, label: &str, source: &str, entry: &str) -> Result<Kernel, GpuError> {
+        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let module = self
+            .device
+            .create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(label),
+                source: wgpu::ShaderSource::Wgsl(source.into()),
+            });
+        let pipeline = self
+            .device
+            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(label),
+                layout: None,
+                module: &module,
+                entry_point: Some(entry),
+                compilation_options: Default::default(),
+                cache: None,
+            });
+        if let Some(err) = pollster::block_on(scope.pop()) {
+            return Err(GpuError::Shader {
+                label: label.to_string(),
+                message: err.to_string(),
+            });
+        }
+        let layout = pipeline.get_bind_group_layout(0);
+        Ok(Kernel {
+            label: label.to_string(),
+            pipeline,
+            layout,
+        })
+    }
+
+    /// A bind group for `kernel` with `buffers[i]` at binding i of group 0.
+    pub fn bind(&self, kernel: &Kernel, buffers: &[&wgpu::Buffer]) -> wgpu::BindGroup {
+        let entries: Vec<wgpu::BindGroupEntry<'_>> = buffers
+            .iter()
+            .enumerate()
+            .map(|(i, b)| wgpu::BindGroupEntry {
+                binding: i as u32,
+                resource: b.as_entire_binding(),
+            })
+            .collect();
+        self.device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: Some(&kernel.label),
+            layout: &kernel.layout,
+            entries: &entries,
+        })
+    }
+
+    /// A command encoder.
+    pub fn encoder(&self, label: &str) -> wgpu::CommandEncoder {
+        self.device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some(label) })
+    }
+
+    /// Submits `encoder` and waits until the GPU is done.
+    pub fn submit_and_wait(&self, encoder: wgpu::CommandEncoder) -> Result<(), GpuError> {
+        self.queue.submit([encoder.finish()]);
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| GpuError::Readback(e.to_string()))?;
+        Ok(())
+    }
+
+    /// Copies `buf` (all of it) back to the host as f32 values.
+    pub fn read_f32(&self, buf: &wgpu::Buffer) -> Result<Vec<f32>, GpuError> {
+        let bytes = self.read_bytes(buf, buf.size())?;
+        Ok(bytemuck::pod_collect_to_vec(&bytes))
+    }
+
+    /// Copies the first `len` bytes of `buf` back to the host.
+    pub fn read_bytes(&self, buf: &wgpu::Buffer, len: u64) -> Result<Vec<u8>, GpuError> {
+        let staging = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("readback"),
+            size: len.max(4).next_multiple_of(4),
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut enc = self.encoder("readback");
+        enc.copy_buffer_to_buffer(buf, 0, &staging, 0, staging.size());
+        self.queue.submit([enc.finish()]);
+        let (tx, rx) = mpsc::channel();
+        staging
+            .slice(..)
+            .map_async(wgpu::MapMode::Read, move |r| drop(tx.send(r)));
+        self.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| GpuError::Readback(e.to_string()))?;
+        rx.recv()
+            .map_err(|e| GpuError::Readback(e.to_string()))?
+            .map_err(|e| GpuError::Readback(e.to_string()))?;
+        let out = staging
+            .slice(..)
+            .get_mapped_range()
+            .map_err(|e| GpuError::Readback(e.to_string()))?[..len as usize]
+            .to_vec();
+        staging.unmap();
+        Ok(out)
+    }
+}
+
+fn storage_usage() -> wgpu::BufferUsages {
+    wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST
+}
+
+/// Records one dispatch of `kernel` with `bind_group` into `encoder`.
+pub fn dispatch(
+    encoder: &mut wgpu::CommandEncoder,
+    kernel: &Kernel,
+    bind_group: &wgpu::BindGroup,
+    workgroups: [u32; 3],
+) {
+    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+        label: Some(&kernel.label),
+        timestamp_writes: None,
+    });
+    pass.set_pipeline(&kernel.pipeline);
+    pass.set_bind_group(0, bind_group, &[]);
+    pass.dispatch_workgroups(workgroups[0], workgroups[1], workgroups[2]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_through_a_kernel() {
+        let gpu = Gpu::new().expect("GPU adapter (lavapipe in CI)");
+        let src = "@group(0) @binding(0) var<storage, read_write> x: array<f32>;\n\
+                   @compute @workgroup_size(64) fn main(@builtin(global_invocation_id) id: vec3<u32>) {\n\
+                   if (id.x < arrayLength(&x)) { x[id.x] = 2.0 * x[id.x] + 1.0; } }";
+        let k = gpu.kernel("double", src, "main").unwrap();
+        let data: Vec<f32> = (0..100).map(|i| i as f32).collect();
+        let buf = gpu.storage_from("x", &data).unwrap();
+        let bg = gpu.bind(&k, &[&buf]);
+        let mut enc = gpu.encoder("t");
+        dispatch(&mut enc, &k, &bg, [2, 1, 1]);
+        gpu.submit_and_wait(enc).unwrap();
+        let out = gpu.read_f32(&buf).unwrap();
+        for (i, v) in out.iter().enumerate() {
+            assert_eq!(*v, 2.0 * i as f32 + 1.0);
+        }
+    }
+
+    #[test]
+    fn a_broken_shader_is_an_error_not_a_panic() {
+        let gpu = Gpu::new().expect("GPU adapter (lavapipe in CI)");
+        let err = gpu.kernel("bad", "fn main( {", "main");
+        assert!(matches!(err, Err(GpuError::Shader { .. })));
+    }
+}

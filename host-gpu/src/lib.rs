@@ -1,0 +1,9 @@
+//! wgpu compute shaders for Log-Linear Attention on a host GPU: the chunk-scan prefill of
+//! spec §7 and the layer ops around it, with the same maths as `loglinear-runtime`, ending in the
+//! Fenwick state that the runtime decoder continues from.
+//!
+//! WGSL lives in `src/shaders/*.wgsl`, beside the Rust that dispatches it.
+
+pub mod gpu;
+
+pub use gpu::{dispatch, Gpu, GpuError, Kernel};
