@@ -11,25 +11,22 @@
 //!   a relative path is taken from the repository root).
 //! * `LOGLINEAR_LEVELS`, `LOGLINEAR_STATE` (`f32` | `f16`): override the board's state settings.
 //!
-//! The arena size is `Session::arena_bytes` of the runtime itself, computed here on the host
-//! from the same model file, so the firmware reserves exactly what `Session::new` asks for.
+//! Sizing and the fit check are the memory planner's (`loglinear-planner`, the crate behind
+//! `loglinear plan`): the arena is its `Session::arena_bytes` figure, computed here on the host
+//! by the runtime itself from the same model file, so the firmware reserves exactly what
+//! `Session::new` asks for; and when the model does not fit the board, the build fails with the
+//! planner's report, the one `loglinear plan --board B --model M` prints.
 
-use std::collections::BTreeMap;
 use std::env;
 use std::fmt::Write as _;
 use std::fs;
 use std::path::PathBuf;
 
-use loglinear_runtime::gguf::GgufModel;
-use loglinear_runtime::{Session, SessionConfig};
-
-/// Bytes of RAM taken by statics other than the arena (logits scratch lives on the stack; this
-/// covers `.data`, the semihosting handles and padding).
-const OTHER_RAM: u64 = 4096;
+use loglinear_planner::{plan_file_bytes, BoardProfile, StateType};
 
 fn main() {
     if let Err(msg) = run() {
-        // A clear, single message instead of a backtrace.
+        // A clear message instead of a backtrace.
         eprintln!("\nerror: {msg}\n");
         std::process::exit(1);
     }
@@ -74,38 +71,27 @@ fn run() -> Result<(), String> {
         "cargo:rerun-if-changed={}",
         board_dir.join("memory.x").display()
     );
-    let text = fs::read_to_string(&board_toml)
-        .map_err(|e| format!("board {board}: cannot read {}: {e}", board_toml.display()))?;
-    let cfg = parse_toml(&text).map_err(|e| format!("{}: {e}", board_toml.display()))?;
-    let get = |k: &str| {
-        cfg.get(k)
-            .ok_or_else(|| format!("{}: key {k} is missing", board_toml.display()))
-    };
-    let board_target = get("target")?.str()?;
-    if board_target != target {
+    let profile = BoardProfile::read(&board_toml).map_err(|e| format!("board {board}: {e}"))?;
+    if profile.target != target {
         return Err(format!(
-            "board {board} is a {board_target} board but this build targets {target} \
-             (pass --target {board_target}, or build from boards/{board}/)"
+            "board {board} is a {} board but this build targets {target} \
+             (pass --target {}, or build from boards/{board}/)",
+            profile.target, profile.target
         ));
     }
-    let flash_len = get("memory.flash.length")?.int()?;
-    let ram_len = get("memory.ram.length")?.int()?;
-    let stack_reserve = get("firmware.stack_reserve")?.int()?;
-    let code_reserve = get("firmware.code_reserve")?.int()?;
     let levels = match env::var("LOGLINEAR_LEVELS") {
-        Ok(v) if !v.is_empty() => v
-            .parse::<u64>()
-            .map_err(|_| format!("LOGLINEAR_LEVELS={v} is not a number"))?,
-        _ => get("firmware.levels")?.int()?,
+        Ok(v) if !v.is_empty() => Some(
+            v.parse::<usize>()
+                .map_err(|_| format!("LOGLINEAR_LEVELS={v} is not a number"))?,
+        ),
+        _ => None,
     };
     let state = match env::var("LOGLINEAR_STATE") {
-        Ok(v) if !v.is_empty() => v,
-        _ => get("firmware.state")?.str()?.to_string(),
-    };
-    let f16 = match state.as_str() {
-        "f32" => false,
-        "f16" => true,
-        s => return Err(format!("state type {s} is not f32 or f16")),
+        Ok(v) if !v.is_empty() => Some(
+            StateType::from_name(&v)
+                .ok_or_else(|| format!("LOGLINEAR_STATE={v} is not f32 or f16"))?,
+        ),
+        _ => None,
     };
 
     // --- model ---------------------------------------------------------------------------
@@ -125,54 +111,30 @@ fn run() -> Result<(), String> {
         .map_err(|e| format!("model file {}: {e}", model_path.display()))?;
     println!("cargo:rerun-if-changed={}", model_path.display());
     let bytes = fs::read(&model_path).map_err(|e| format!("{}: {e}", model_path.display()))?;
-    // The reader wants an aligned buffer: copy into u64 words.
-    let mut words = vec![0u64; bytes.len().div_ceil(8)];
-    bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes.len()].copy_from_slice(&bytes);
-    let aligned = &bytemuck::cast_slice::<u64, u8>(&words)[..bytes.len()];
-    let gguf = GgufModel::parse(aligned)
-        .map_err(|e| format!("model file {}: {e}", model_path.display()))?;
-    let model = gguf
-        .model()
-        .map_err(|e| format!("model file {}: {e}", model_path.display()))?;
-    let c = *model.config();
-    let scfg = SessionConfig {
-        levels: Some(levels as usize),
-    };
-    let arena = if f16 {
-        Session::<half::f16>::arena_bytes(&model, &scfg)
-    } else {
-        Session::<f32>::arena_bytes(&model, &scfg)
-    }
-    .map_err(|e| format!("model {}: {e}", model_path.display()))? as u64;
 
-    // --- fit checks (the planner of issue 4 will replace these figures) -------------------
-    let ram_need = arena + stack_reserve + OTHER_RAM + 4 * c.vocab_size as u64;
-    if ram_need > ram_len {
-        let per_level = (c.num_layers * c.num_heads * c.head_k_dim * c.head_v_dim) as u64
-            * if f16 { 2 } else { 4 };
-        let spare = ram_len.saturating_sub(ram_need - levels * per_level);
+    // --- the planner: arena size and fit check --------------------------------------------
+    let plan = plan_file_bytes(&profile, &bytes, state, levels, None)
+        .map_err(|e| format!("{}: {e}", model_path.display()))?;
+    if !plan.fits() {
+        let mut flags = String::new();
+        if let Some(s) = state {
+            write!(flags, " --state {s}").ok();
+        }
+        if let Some(l) = levels {
+            write!(flags, " --levels {l}").ok();
+        }
         return Err(format!(
-            "the firmware does not fit board {board}'s RAM: {ram_len} B available, {ram_need} B \
-             needed (session arena {arena} B for {levels} levels of {state} state = {per_level} B \
-             per level, stack reserve {stack_reserve} B, other {} B). At most {} levels of {state} \
-             fit; set LOGLINEAR_LEVELS / LOGLINEAR_STATE=f16 or [firmware] in {}",
-            OTHER_RAM + 4 * c.vocab_size as u64,
-            spare / per_level,
+            "the firmware does not fit board {board}. The memory planner \
+             (loglinear plan --board {board} --model {}{flags}) says:\n\n{plan}\n\n\
+             Pick a smaller model (LOGLINEAR_MODEL), fewer levels (LOGLINEAR_LEVELS), f16 state \
+             (LOGLINEAR_STATE=f16) or another board (LOGLINEAR_BOARD), or change [firmware] in {}",
+            model_path.display(),
             board_toml.display()
-        ));
-    }
-    let flash_need = bytes.len() as u64 + code_reserve;
-    if flash_need > flash_len {
-        return Err(format!(
-            "the firmware does not fit board {board}'s flash: {flash_len} B available, model {} B \
-             + code reserve {code_reserve} B needed ({})",
-            bytes.len(),
-            model_path.display()
         ));
     }
 
     // --- outputs -------------------------------------------------------------------------
-    if f16 {
+    if plan.state == StateType::F16 {
         println!("cargo:rustc-cfg=state_f16");
     }
     println!(
@@ -189,15 +151,20 @@ fn run() -> Result<(), String> {
     writeln!(gen, "/// File name of the embedded model.").ok();
     writeln!(gen, "pub const MODEL_NAME: &str = {model_name:?};").ok();
     writeln!(gen, "/// State levels the arena is sized for.").ok();
-    writeln!(gen, "pub const LEVELS: usize = {levels};").ok();
+    writeln!(gen, "pub const LEVELS: usize = {};", plan.levels).ok();
     writeln!(
         gen,
         "/// `Session::arena_bytes` for LEVELS and the state type."
     )
     .ok();
-    writeln!(gen, "pub const ARENA_BYTES: usize = {arena};").ok();
+    writeln!(
+        gen,
+        "pub const ARENA_BYTES: usize = {};",
+        plan.session.arena
+    )
+    .ok();
     writeln!(gen, "/// Vocabulary size of the embedded model.").ok();
-    writeln!(gen, "pub const VOCAB: usize = {};", c.vocab_size).ok();
+    writeln!(gen, "pub const VOCAB: usize = {};", plan.vocab_size).ok();
     fs::write(out.join("board_config.rs"), gen).map_err(|e| e.to_string())?;
 
     if target.ends_with("-none-elf")
@@ -216,91 +183,4 @@ fn run() -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// A value of the small TOML subset that `board.toml` uses.
-#[derive(Debug)]
-enum Value {
-    Str(String),
-    Int(u64),
-    #[allow(dead_code)] // accepted in board.toml (dsp = true), not read by the build yet
-    Bool(bool),
-}
-
-impl Value {
-    fn str(&self) -> Result<&str, String> {
-        match self {
-            Value::Str(s) => Ok(s),
-            v => Err(format!("expected a string, found {v:?}")),
-        }
-    }
-    fn int(&self) -> Result<u64, String> {
-        match self {
-            Value::Int(i) => Ok(*i),
-            v => Err(format!("expected an integer, found {v:?}")),
-        }
-    }
-}
-
-/// Parses `[table.sub]` headers and `key = value` lines (basic strings, decimal or hex
-/// integers with `_`, booleans, `#` comments) into dotted keys. Anything else is an error, so
-/// a board file never silently means something else.
-fn parse_toml(text: &str) -> Result<BTreeMap<String, Value>, String> {
-    let mut map = BTreeMap::new();
-    let mut table = String::new();
-    for (n, raw) in text.lines().enumerate() {
-        let line = strip_comment(raw).trim();
-        let err = |m: &str| format!("line {}: {m}: {raw}", n + 1);
-        if line.is_empty() {
-            continue;
-        }
-        if let Some(h) = line.strip_prefix('[') {
-            table = h
-                .strip_suffix(']')
-                .ok_or_else(|| err("unclosed table header"))?
-                .trim()
-                .to_string();
-            continue;
-        }
-        let (k, v) = line
-            .split_once('=')
-            .ok_or_else(|| err("expected key = value"))?;
-        let (k, v) = (k.trim(), v.trim());
-        let value = if let Some(s) = v.strip_prefix('"') {
-            Value::Str(
-                s.strip_suffix('"')
-                    .ok_or_else(|| err("unclosed string"))?
-                    .to_string(),
-            )
-        } else if v == "true" || v == "false" {
-            Value::Bool(v == "true")
-        } else {
-            let digits = v.replace('_', "");
-            let parsed = match digits.strip_prefix("0x") {
-                Some(h) => u64::from_str_radix(h, 16),
-                None => digits.parse(),
-            };
-            Value::Int(parsed.map_err(|_| err("unsupported value"))?)
-        };
-        let key = if table.is_empty() {
-            k.to_string()
-        } else {
-            format!("{table}.{k}")
-        };
-        map.insert(key, value);
-    }
-    Ok(map)
-}
-
-/// The line without a `#` comment (a `#` inside a string is kept).
-fn strip_comment(line: &str) -> &str {
-    let mut in_str = false;
-    for (i, ch) in line.char_indices() {
-        match ch {
-            '"' => in_str = !in_str,
-            '#' if !in_str => return &line[..i],
-            _ => {}
-        }
-    }
-    line
 }

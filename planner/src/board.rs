@@ -1,0 +1,141 @@
+//! Board profiles: the parts of `boards/<name>/board.toml` that the planner reads.
+
+use crate::{PlanError, StateType};
+use std::path::{Path, PathBuf};
+
+/// A memory region of the board.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Region {
+    /// Start address.
+    pub origin: u64,
+    /// Bytes.
+    pub length: u64,
+}
+
+/// The parts of `board.toml` the planner reads.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BoardProfile {
+    /// `name`.
+    pub name: String,
+    /// The `board.toml` read.
+    pub path: PathBuf,
+    /// `target` (Rust target triple).
+    pub target: String,
+    /// `[memory.flash]`.
+    pub flash: Region,
+    /// `[memory.ram]`.
+    pub ram: Region,
+    /// `firmware.stack_reserve`: RAM kept free for the stack besides the sampler scratch (which
+    /// the planner adds, 4 B per vocabulary entry).
+    pub stack_reserve: u64,
+    /// `firmware.code_reserve`: flash kept for code next to the model (the code estimate).
+    pub code_reserve: u64,
+    /// `firmware.levels`: the image's default level count.
+    pub levels: usize,
+    /// `firmware.state`: the image's default state type.
+    pub state: StateType,
+}
+
+/// `boards/` of the current folder if there is one, else the repository's (next to this crate).
+fn default_boards_dir() -> PathBuf {
+    let cwd = PathBuf::from("boards");
+    if cwd.is_dir() {
+        cwd
+    } else {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../boards")
+    }
+}
+
+impl BoardProfile {
+    /// Finds a board by folder (`boards/mps2-an386`, any folder holding a `board.toml`) or by
+    /// name (a folder under `boards/` of the current folder or of this repository).
+    pub fn find(board: &str) -> Result<Self, PlanError> {
+        let as_path = Path::new(board);
+        let dir = if as_path.join("board.toml").is_file() {
+            as_path.to_path_buf()
+        } else {
+            default_boards_dir().join(board)
+        };
+        let toml = dir.join("board.toml");
+        if !toml.is_file() {
+            let parent = dir.parent().unwrap_or(Path::new("."));
+            let mut known: Vec<String> = std::fs::read_dir(parent)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter(|e| e.path().join("board.toml").is_file())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            known.sort();
+            return Err(PlanError::UnknownBoard {
+                name: board.to_string(),
+                looked_at: toml,
+                known,
+            });
+        }
+        Self::read(&toml)
+    }
+
+    /// Reads and parses the `board.toml` at `path`.
+    pub fn read(path: &Path) -> Result<Self, PlanError> {
+        let text = std::fs::read_to_string(path).map_err(|source| PlanError::BoardIo {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(&text, path)
+    }
+
+    /// Parses the text of a `board.toml` (`path` is for messages).
+    pub fn parse(text: &str, path: &Path) -> Result<Self, PlanError> {
+        let bad = |reason: String| PlanError::MalformedProfile {
+            path: path.to_path_buf(),
+            reason,
+        };
+        let table: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| bad(e.to_string().trim_end().replace('\n', " ")))?;
+        let get = |key: &str| -> Result<&toml::Value, PlanError> {
+            let mut v: Option<&toml::Value> = None;
+            for (i, part) in key.split('.').enumerate() {
+                v = if i == 0 {
+                    table.get(part)
+                } else {
+                    v.and_then(|t| t.get(part))
+                };
+            }
+            v.ok_or_else(|| bad(format!("key {key} is missing")))
+        };
+        let int = |key: &str| -> Result<u64, PlanError> {
+            get(key)?
+                .as_integer()
+                .and_then(|i| u64::try_from(i).ok())
+                .ok_or_else(|| bad(format!("{key} must be a non-negative integer")))
+        };
+        let string = |key: &str| -> Result<String, PlanError> {
+            get(key)?
+                .as_str()
+                .map(str::to_string)
+                .ok_or_else(|| bad(format!("{key} must be a string")))
+        };
+        let state = string("firmware.state")?;
+        Ok(Self {
+            name: string("name")?,
+            path: path.to_path_buf(),
+            target: string("target")?,
+            flash: Region {
+                origin: int("memory.flash.origin")?,
+                length: int("memory.flash.length")?,
+            },
+            ram: Region {
+                origin: int("memory.ram.origin")?,
+                length: int("memory.ram.length")?,
+            },
+            stack_reserve: int("firmware.stack_reserve")?,
+            code_reserve: int("firmware.code_reserve")?,
+            levels: usize::try_from(int("firmware.levels")?)
+                .map_err(|_| bad("firmware.levels is too large".into()))?,
+            state: StateType::from_name(&state)
+                .ok_or_else(|| bad(format!("firmware.state = {state:?} is not f32 or f16")))?,
+        })
+    }
+}

@@ -1,0 +1,212 @@
+use super::*;
+use std::path::Path;
+
+const GOOD: &str = r#"
+name = "test-board"
+target = "thumbv7em-none-eabihf"
+[memory.flash]
+origin = 0x0
+length = 0x0040_0000
+[memory.ram]
+origin = 0x2000_0000
+length = 0x0040_0000
+[firmware]
+state = "f16"
+levels = 15
+stack_reserve = 65536
+code_reserve = 262144
+"#;
+
+fn repo(path: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path)
+}
+
+/// The shipped model, in u64 words (the reader wants aligned bytes), and its length.
+fn model_words() -> (Vec<u64>, usize) {
+    let bytes = std::fs::read(repo("models/ll-gdn-mcu-q8_0.gguf")).unwrap();
+    let mut words = vec![0u64; bytes.len().div_ceil(8)];
+    bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes.len()].copy_from_slice(&bytes);
+    (words, bytes.len())
+}
+
+fn with_board(ram: u64, f: impl FnOnce(&BoardProfile, &Model<'_>, u64)) {
+    let mut b = BoardProfile::parse(GOOD, Path::new("t.toml")).unwrap();
+    b.ram.length = ram;
+    let (words, n) = model_words();
+    let g = GgufModel::parse(&bytemuck::cast_slice::<u64, u8>(&words)[..n]).unwrap();
+    let m = g.model().unwrap();
+    f(&b, &m, n as u64);
+}
+
+#[test]
+fn parses_a_profile() {
+    let b = BoardProfile::parse(GOOD, Path::new("t.toml")).unwrap();
+    assert_eq!(b.ram.origin, 0x2000_0000);
+    assert_eq!(b.flash.length, 4 << 20);
+    assert_eq!(b.state, StateType::F16);
+    assert_eq!(b.levels, 15);
+}
+
+#[test]
+fn malformed_profiles_are_typed_errors() {
+    for (text, want) in [
+        ("name = ", "malformed"),
+        (
+            &GOOD.replace("levels = 15", "") as &str,
+            "firmware.levels is missing",
+        ),
+        (
+            &GOOD.replace("levels = 15", "levels = \"x\""),
+            "non-negative integer",
+        ),
+        (&GOOD.replace("\"f16\"", "\"bf16\""), "not f32 or f16"),
+    ] {
+        let e = BoardProfile::parse(text, Path::new("t.toml")).unwrap_err();
+        assert!(matches!(e, PlanError::MalformedProfile { .. }), "{e}");
+        assert!(e.to_string().contains(want), "{e}");
+    }
+}
+
+#[test]
+fn unknown_board_lists_the_known_ones() {
+    let e = BoardProfile::find("no-such-board").unwrap_err();
+    assert!(matches!(e, PlanError::UnknownBoard { .. }), "{e}");
+    assert!(e.to_string().contains("mps2-an386"), "{e}");
+}
+
+#[test]
+fn finds_boards_by_name_and_folder() {
+    let by_name = BoardProfile::find("mps2-an500").unwrap();
+    let dir = repo("boards/mps2-an500");
+    let by_dir = BoardProfile::find(dir.to_str().unwrap()).unwrap();
+    let by_file = BoardProfile::read(&dir.join("board.toml")).unwrap();
+    assert_eq!(by_name.name, "mps2-an500");
+    assert_eq!(by_dir.levels, by_name.levels);
+    assert_eq!(by_file, by_dir);
+}
+
+#[test]
+fn model_bytes_that_do_not_parse_are_a_typed_error() {
+    let b = BoardProfile::find("mps2-an386").unwrap();
+    let e = plan_file_bytes(&b, b"GGUF not really a model", None, None, None).unwrap_err();
+    assert!(matches!(e, PlanError::ModelFile(_)), "{e}");
+}
+
+#[test]
+fn plan_of_file_bytes_equals_plan_of_the_model() {
+    let b = BoardProfile::find("mps2-an386").unwrap();
+    let (words, n) = model_words();
+    // One byte off the u64 alignment: plan_file_bytes copies into aligned storage.
+    let mut shifted = vec![0u8; n + 1];
+    shifted[1..].copy_from_slice(&bytemuck::cast_slice::<u64, u8>(&words)[..n]);
+    let from_bytes = plan_file_bytes(&b, &shifted[1..], None, None, Some(100)).unwrap();
+    let g = GgufModel::parse(&bytemuck::cast_slice::<u64, u8>(&words)[..n]).unwrap();
+    let from_model = plan_model(&b, &g.model().unwrap(), n as u64, None, None, Some(100)).unwrap();
+    assert_eq!(from_bytes, from_model);
+    assert_eq!(from_bytes.vocab_size, 256);
+}
+
+#[test]
+fn figures_come_from_the_runtime() {
+    with_board(4 << 20, |b, m, n| {
+        for (st, lv) in [
+            (StateType::F16, 15),
+            (StateType::F32, 12),
+            (StateType::F32, 2),
+        ] {
+            let p = plan_model(b, m, n, Some(st), Some(lv), Some(1000)).unwrap();
+            let cfg = SessionConfig { levels: Some(lv) };
+            let want = match st {
+                StateType::F32 => Session::<f32>::arena_bytes(m, &cfg),
+                StateType::F16 => Session::<half::f16>::arena_bytes(m, &cfg),
+            }
+            .unwrap() as u64;
+            assert_eq!(p.session.arena, want);
+            let s = p.session;
+            assert_eq!(s.state_allocated + s.conv + s.scratch, s.arena);
+            // t = 999 = 0b1111100111: level 0 plus live levels among 1..lv.
+            let live = LevelPolicy::new(lv).unwrap().live_count(999);
+            assert_eq!(s.live_levels, live);
+            assert_eq!(s.state_live * lv as u64, s.state_allocated * live as u64);
+            assert_eq!(p.flash_total(), n + b.code_reserve);
+            assert_eq!(p.stack_estimate(), 4 * 256 + b.stack_reserve);
+            assert_eq!(p.ram_total(), s.arena + OTHER_STATICS + p.stack_estimate());
+        }
+    });
+}
+
+#[test]
+fn documented_arena_sizes() {
+    // The figures in boards/*/board.toml and firmware/README.md.
+    with_board(4 << 20, |b, m, n| {
+        let p = plan_model(b, m, n, Some(StateType::F16), Some(15), None).unwrap();
+        assert_eq!(p.session.arena, 2_009_243);
+        assert_eq!(p.context, 16384);
+        let p = plan_model(b, m, n, Some(StateType::F32), Some(12), None).unwrap();
+        assert_eq!(p.session.arena, 3_188_893);
+    });
+}
+
+#[test]
+fn limits_shrink_with_ram() {
+    // 4 MiB: everything fits, unbounded.
+    with_board(4 << 20, |b, m, n| {
+        let p = plan_model(b, m, n, None, None, None).unwrap();
+        assert!(p.fits());
+        assert_eq!(p.context_limit(), ContextLimit::Unbounded);
+        assert_eq!(
+            p.max_levels,
+            [(StateType::F32, Some(15)), (StateType::F16, Some(15))]
+        );
+        assert!(p.to_string().ends_with("verdict: fits"), "{p}");
+    });
+    // 1 MiB: f16 15 levels does not fit; the largest level count that does is exact.
+    with_board(1 << 20, |b, m, n| {
+        let p = plan_model(b, m, n, Some(StateType::F16), Some(15), None).unwrap();
+        assert!(!p.fits());
+        assert_eq!(p.ram_over(), p.ram_total() - (1 << 20));
+        assert_eq!(p.flash_over(), 0);
+        let ContextLimit::Exact { levels, tokens } = p.context_limit() else {
+            panic!("{:?}", p.context_limit())
+        };
+        assert_eq!(Some(levels), p.max_levels[1].1);
+        assert_eq!(tokens, 1 << (levels - 1));
+        let fit = plan_model(b, m, n, Some(StateType::F16), Some(levels), None).unwrap();
+        assert!(fit.fits());
+        let over = plan_model(b, m, n, Some(StateType::F16), Some(levels + 1), None).unwrap();
+        assert!(!over.fits());
+        assert!(p.max_levels[0].1 < p.max_levels[1].1);
+        // The report says what does not fit and by how much, and what would fit.
+        let report = p.to_string();
+        let ram_over = format!("DOES NOT FIT, {} B over", p.ram_over());
+        let verdict = format!("verdict: does NOT fit (RAM {} B over)", p.ram_over());
+        let largest = format!("largest context: {tokens} tokens exact (f16 state, {levels} levels");
+        for want in [&ram_over, &verdict, &largest] {
+            assert!(report.contains(want.as_str()), "{want:?} not in\n{report}");
+        }
+    });
+    // Too small for anything, and the flash too.
+    with_board(64 << 10, |b, m, n| {
+        let mut b = b.clone();
+        b.flash.length = 1 << 20;
+        let p = plan_model(&b, m, n, None, Some(2), None).unwrap();
+        assert_eq!(p.context_limit(), ContextLimit::None);
+        assert_eq!(p.flash_over(), n + b.code_reserve - (1 << 20));
+        let verdict = format!(
+            "verdict: does NOT fit (flash {} B over, RAM {} B over)",
+            p.flash_over(),
+            p.ram_over()
+        );
+        assert!(p.to_string().ends_with(&verdict), "{p}");
+    });
+}
+
+#[test]
+fn bad_levels_are_a_typed_error() {
+    with_board(4 << 20, |b, m, n| {
+        for lv in [0, 1, 16] {
+            let e = plan_model(b, m, n, None, Some(lv), None).unwrap_err();
+            assert!(matches!(e, PlanError::Levels { .. }), "{e}");
+        }
+    });
+}
