@@ -1,0 +1,489 @@
+//! The chunkwise-parallel forward of Log-Linear Attention (spec §7) for both forms, Mamba-2 and
+//! Gated DeltaNet, as wgpu compute shaders, ending in the Fenwick state the runtime decoder
+//! (`loglinear_runtime::FenwickState` with a saturating `LevelPolicy`) continues from.
+//!
+//! Dispatches, in order (chunk size C = 64, NT = ⌈T / 64⌉ chunks, all exponents ≤ 0):
+//! 1. `chunk_gamma`: local inclusive cumsums γ of the log decay inside each chunk.
+//! 2. `chunk_intra_*`: one workgroup per (chunk, head): the 64×64 score tile with the λ column
+//!    min(level, top), o = A V (first writer of `o`); GDN also forms A_w = (I + StrictLower(diag(β)
+//!    K Kᵀ))⁻¹ by forward substitution and writes q̃, K̃, W̃, U for the scan (WY/UT form).
+//! 3. `chunk_scan_*`: every inter-chunk level at once, one workgroup per (8 dv columns, head,
+//!    level), sequential over chunks; reader rows go to one scratch slab per level. The top level
+//!    is a saturated scan (sum of all exact levels ≥ top), as the runtime's policy.
+//! 4. `chunk_combine`: o += the levels each chunk reads, in level order (no atomics).
+//! 5. `chunk_state`: the decoder's state after token T−1: levels before the last chunk from the
+//!    scan, tokens of the last chunk stepped exactly like the decoder.
+//!
+//! Limits: dk ≤ 256 (the scan keeps dk × 8 states in workgroup memory); any dv, any T ≥ 1 up to
+//! 64·65535 tokens; 32 KiB of workgroup memory and 12 storage buffers per stage.
+
+use crate::gpu::{Gpu, GpuError, Kernel};
+
+/// Chunk size of the kernels (the official one; intra-chunk levels 0..=6).
+pub const CHUNK: usize = 64;
+/// Largest key dimension the kernels support.
+pub const MAX_DK: usize = 256;
+/// Columns of v per scan workgroup (must match `BV` in chunk_scan_body.wgsl).
+const SCAN_BV: usize = 8;
+/// Token level of chunk level 0: c0 + 1 with C = 2^c0.
+const C0P1: usize = 7;
+/// Workgroup memory the kernels need (the GDN intra kernel: two 64×64 f32 tiles).
+const NEEDED_WORKGROUP_BYTES: u32 = 32768;
+/// Storage buffers the GDN intra kernel binds.
+const NEEDED_STORAGE_BUFFERS: u32 = 11;
+/// Largest workgroup count per dispatch dimension that every adapter allows.
+const MAX_GROUPS: usize = 65535;
+
+/// Which operator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Form {
+    /// Log-Linear Mamba-2: scalar decay per token.
+    Mamba2,
+    /// Log-Linear Gated DeltaNet: decay times the delta-rule transition (I − β k kᵀ).
+    Gdn,
+}
+
+/// Sizes of one scan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScanShape {
+    pub form: Form,
+    /// Tokens, any T ≥ 1 (partial last chunk and T < 64 handled).
+    pub t: usize,
+    pub heads: usize,
+    /// 1 (q, k shared by all heads) or `heads`.
+    pub qk_heads: usize,
+    pub dk: usize,
+    pub dv: usize,
+    /// Columns of λ per head in the lam buffer (15 in every model; 1 allowed for plain).
+    pub lambda_cols: usize,
+    /// Levels of the output state = runtime `LevelPolicy` levels (top = levels − 1); 1 = plain.
+    pub levels: usize,
+}
+
+impl ScanShape {
+    /// Chunks: ⌈T / 64⌉.
+    pub fn chunks(&self) -> usize {
+        self.t.div_ceil(CHUNK)
+    }
+
+    /// Chunk level of the saturated (top) scan.
+    fn m_top(&self) -> usize {
+        (self.levels - 1).saturating_sub(C0P1)
+    }
+
+    /// Inter-chunk scans that can be non-empty: levels m ≤ m_top with 2^m ≤ NT − 1.
+    pub fn scans(&self) -> usize {
+        let nt1 = (self.chunks() - 1) as u64;
+        let needed = (u64::BITS - nt1.leading_zeros()) as usize;
+        needed.min(self.m_top() + 1)
+    }
+
+    /// Checks the sizes against what the kernels support.
+    pub fn validate(&self) -> Result<(), GpuError> {
+        let bad = |m: String| Err(GpuError::Invalid(format!("chunk scan: {m}")));
+        if self.t == 0 || self.heads == 0 || self.dk == 0 || self.dv == 0 {
+            return bad(format!("T, heads, dk and dv must be ≥ 1 (got {self:?})"));
+        }
+        if self.qk_heads != 1 && self.qk_heads != self.heads {
+            return bad(format!(
+                "qk_heads must be 1 or heads = {} (got {})",
+                self.heads, self.qk_heads
+            ));
+        }
+        if self.dk > MAX_DK {
+            return bad(format!("dk = {} is over the kernels' limit of {MAX_DK}", self.dk));
+        }
+        if self.levels == 0 || self.levels > 32 {
+            return bad(format!("levels must be in 1..=32 (got {})", self.levels));
+        }
+        if self.lambda_cols < self.levels {
+            return bad(format!(
+                "lambda_cols = {} is fewer than levels = {} (level ℓ reads λ column ℓ)",
+                self.lambda_cols, self.levels
+            ));
+        }
+        if self.chunks() > MAX_GROUPS || self.heads > MAX_GROUPS {
+            return bad(format!(
+                "T = {} ({} chunks) or heads = {} over the dispatch limit of {MAX_GROUPS}",
+                self.t,
+                self.chunks(),
+                self.heads
+            ));
+        }
+        // Every index the shaders form must fit in u32.
+        let biggest = (self.scans().max(1) * self.t * self.heads * self.dv.max(self.dk)) as u64;
+        if biggest >= u64::from(u32::MAX) {
+            return bad(format!("{self:?} needs more than 2^32 elements in one buffer"));
+        }
+        Ok(())
+    }
+}
+
+/// The uniform block of every chunk kernel (`Params` in chunk_common.wgsl).
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    t: u32,
+    heads: u32,
+    qk_heads: u32,
+    dk: u32,
+    dv: u32,
+    lam_cols: u32,
+    top: u32,
+    nt: u32,
+    m_top: u32,
+    n_scans: u32,
+    gdn: u32,
+    levels: u32,
+}
+
+const COMMON: &str = include_str!("shaders/chunk_common.wgsl");
+const GAMMA: &str = include_str!("shaders/chunk_gamma.wgsl");
+const INTRA_M2: &str = include_str!("shaders/chunk_intra_m2.wgsl");
+const INTRA_GDN: &str = include_str!("shaders/chunk_intra_gdn.wgsl");
+const SCAN_M2: &str = include_str!("shaders/chunk_scan_m2.wgsl");
+const SCAN_GDN: &str = include_str!("shaders/chunk_scan_gdn.wgsl");
+const SCAN_BODY: &str = include_str!("shaders/chunk_scan_body.wgsl");
+const COMBINE: &str = include_str!("shaders/chunk_combine.wgsl");
+const STATE: &str = include_str!("shaders/chunk_state.wgsl");
+
+/// Pipelines compiled once per form and reused for every layer and every prefill.
+pub struct ScanKernels {
+    form: Form,
+    gamma: Kernel,
+    intra: Kernel,
+    scan: Kernel,
+    combine: Kernel,
+    state: Kernel,
+}
+
+impl ScanKernels {
+    /// Compiles the kernels of `form`. Fails with [`GpuError::Device`] when the adapter has less
+    /// workgroup memory or fewer storage buffers per stage than the kernels need.
+    pub fn new(gpu: &Gpu, form: Form) -> Result<Self, GpuError> {
+        let l = &gpu.limits;
+        if l.max_compute_workgroup_storage_size < NEEDED_WORKGROUP_BYTES {
+            return Err(GpuError::Device(format!(
+                "chunk scan needs {NEEDED_WORKGROUP_BYTES} bytes of workgroup memory, adapter has {}",
+                l.max_compute_workgroup_storage_size
+            )));
+        }
+        if l.max_storage_buffers_per_shader_stage < NEEDED_STORAGE_BUFFERS {
+            return Err(GpuError::Device(format!(
+                "chunk scan needs {NEEDED_STORAGE_BUFFERS} storage buffers per stage, adapter has {}",
+                l.max_storage_buffers_per_shader_stage
+            )));
+        }
+        let src = |parts: &[&str]| -> String {
+            let mut s = String::from(COMMON);
+            for p in parts {
+                s.push('\n');
+                s.push_str(p);
+            }
+            s
+        };
+        let (intra_label, intra_src, scan_label, scan_head) = match form {
+            Form::Mamba2 => ("chunk_intra_m2", INTRA_M2, "chunk_scan_m2", SCAN_M2),
+            Form::Gdn => ("chunk_intra_gdn", INTRA_GDN, "chunk_scan_gdn", SCAN_GDN),
+        };
+        Ok(Self {
+            form,
+            gamma: gpu.kernel("chunk_gamma", &src(&[GAMMA]), "main")?,
+            intra: gpu.kernel(intra_label, &src(&[intra_src]), "main")?,
+            scan: gpu.kernel(scan_label, &src(&[scan_head, SCAN_BODY]), "main")?,
+            combine: gpu.kernel("chunk_combine", &src(&[COMBINE]), "main")?,
+            state: gpu.kernel("chunk_state", &src(&[STATE]), "main")?,
+        })
+    }
+
+    /// The form these kernels compute.
+    pub fn form(&self) -> Form {
+        self.form
+    }
+}
+
+/// Buffers the scan reads and writes. All f32, row-major, token-major:
+/// q, k: `[T][qk_heads][dk]`; v: `[T][heads][dv]`; g: `[T][heads]` (log decay ≤ 0);
+/// beta: `[T][heads]` (GDN; ignored for Mamba-2, any non-empty buffer);
+/// lam: `[T][heads][lambda_cols]` (the λ actually used); o (written): `[T][heads][dv]`;
+/// state (written): `[levels][heads][dk][dv]`, the decoder's Fenwick state after token T−1.
+pub struct ScanIo<'a> {
+    pub q: &'a wgpu::Buffer,
+    pub k: &'a wgpu::Buffer,
+    pub v: &'a wgpu::Buffer,
+    pub g: &'a wgpu::Buffer,
+    pub beta: &'a wgpu::Buffer,
+    pub lam: &'a wgpu::Buffer,
+    pub o: &'a wgpu::Buffer,
+    pub state: &'a wgpu::Buffer,
+}
+
+/// One recorded dispatch.
+struct Step {
+    label: &'static str,
+    pipeline: wgpu::ComputePipeline,
+    bind: wgpu::BindGroup,
+    groups: [u32; 3],
+}
+
+/// Bind groups and scratch made once for one shape and one set of buffers; encode as often as
+/// wanted.
+pub struct ChunkScan {
+    shape: ScanShape,
+    steps: Vec<Step>,
+    // Scratch, owned here and kept alive for the bind groups.
+    _scratch: Vec<wgpu::Buffer>,
+}
+
+fn check_buffer(name: &str, buf: &wgpu::Buffer, floats: usize) -> Result<(), GpuError> {
+    let need = (floats * 4) as u64;
+    if buf.size() < need {
+        return Err(GpuError::Invalid(format!(
+            "chunk scan: buffer `{name}` has {} bytes, the shape needs {need}",
+            buf.size()
+        )));
+    }
+    Ok(())
+}
+
+impl ChunkScan {
+    /// Checks shapes and buffer sizes, allocates scratch and makes the bind groups.
+    pub fn new(
+        gpu: &Gpu,
+        kernels: &ScanKernels,
+        shape: ScanShape,
+        io: ScanIo<'_>,
+    ) -> Result<Self, GpuError> {
+        shape.validate()?;
+        if kernels.form != shape.form {
+            return Err(GpuError::Invalid(format!(
+                "chunk scan: kernels are for {:?}, shape is {:?}",
+                kernels.form, shape.form
+            )));
+        }
+        let s = shape;
+        let gdn = s.form == Form::Gdn;
+        check_buffer("q", io.q, s.t * s.qk_heads * s.dk)?;
+        check_buffer("k", io.k, s.t * s.qk_heads * s.dk)?;
+        check_buffer("v", io.v, s.t * s.heads * s.dv)?;
+        check_buffer("g", io.g, s.t * s.heads)?;
+        check_buffer("beta", io.beta, if gdn { s.t * s.heads } else { 1 })?;
+        check_buffer("lam", io.lam, s.t * s.heads * s.lambda_cols)?;
+        check_buffer("o", io.o, s.t * s.heads * s.dv)?;
+        check_buffer("state", io.state, s.levels * s.heads * s.dk * s.dv)?;
+
+        let nt = s.chunks();
+        let scans = s.scans();
+        let params = Params {
+            t: s.t as u32,
+            heads: s.heads as u32,
+            qk_heads: s.qk_heads as u32,
+            dk: s.dk as u32,
+            dv: s.dv as u32,
+            lam_cols: s.lambda_cols as u32,
+            top: (s.levels - 1) as u32,
+            nt: nt as u32,
+            m_top: s.m_top() as u32,
+            n_scans: scans as u32,
+            gdn: gdn as u32,
+            levels: s.levels as u32,
+        };
+        let f = 4u64;
+        let th = (s.t * s.heads) as u64;
+        let uniform = gpu.uniform_from("chunk params", &params);
+        let gam = gpu.storage_zeroed("chunk gamma", th * f)?;
+        let olvl = gpu.storage_zeroed("chunk level outputs", scans as u64 * th * s.dv as u64 * f)?;
+        let hstate = gpu.storage_zeroed(
+            "chunk level states",
+            (scans * s.heads * s.dk * s.dv) as u64 * f,
+        )?;
+
+        let step = |k: &Kernel, label: &'static str, bufs: &[&wgpu::Buffer], groups: [usize; 3]| {
+            Step {
+                label,
+                pipeline: k.pipeline.clone(),
+                bind: gpu.bind(k, bufs),
+                groups: groups.map(|x| x as u32),
+            }
+        };
+        let mut steps = Vec::new();
+        let mut scratch = Vec::new();
+        steps.push(step(
+            &kernels.gamma,
+            "chunk_gamma",
+            &[&uniform, io.g, &gam],
+            [nt, s.heads, 1],
+        ));
+        let v_blocks = s.dv.div_ceil(SCAN_BV);
+        if gdn {
+            let qt = gpu.storage_zeroed("chunk q~", th * s.dk as u64 * f)?;
+            let kt = gpu.storage_zeroed("chunk k~", th * s.dk as u64 * f)?;
+            let wt = gpu.storage_zeroed("chunk w~", th * s.dk as u64 * f)?;
+            let u = gpu.storage_zeroed("chunk u", th * s.dv as u64 * f)?;
+            steps.push(step(
+                &kernels.intra,
+                "chunk_intra_gdn",
+                &[
+                    &uniform, io.q, io.k, io.v, &gam, io.beta, io.lam, io.o, &qt, &kt, &wt, &u,
+                ],
+                [nt, s.heads, 1],
+            ));
+            if scans > 0 {
+                steps.push(step(
+                    &kernels.scan,
+                    "chunk_scan_gdn",
+                    &[&uniform, &qt, &kt, &wt, &u, &gam, io.lam, &olvl, &hstate],
+                    [v_blocks, s.heads, scans],
+                ));
+            }
+            scratch.extend([qt, kt, wt, u]);
+        } else {
+            steps.push(step(
+                &kernels.intra,
+                "chunk_intra_m2",
+                &[&uniform, io.q, io.k, io.v, &gam, io.lam, io.o],
+                [nt, s.heads, 1],
+            ));
+            if scans > 0 {
+                steps.push(step(
+                    &kernels.scan,
+                    "chunk_scan_m2",
+                    &[&uniform, io.q, io.k, io.v, &gam, io.lam, &olvl, &hstate],
+                    [v_blocks, s.heads, scans],
+                ));
+            }
+        }
+        if scans > 0 {
+            steps.push(step(
+                &kernels.combine,
+                "chunk_combine",
+                &[&uniform, &olvl, io.o],
+                [(s.heads * s.dv).div_ceil(256), nt, 1],
+            ));
+        }
+        steps.push(step(
+            &kernels.state,
+            "chunk_state",
+            &[&uniform, io.k, io.v, io.g, io.beta, &hstate, io.state],
+            [s.dv.div_ceil(64), s.heads, s.levels],
+        ));
+        scratch.extend([uniform, gam, olvl, hstate]);
+        Ok(Self {
+            shape,
+            steps,
+            _scratch: scratch,
+        })
+    }
+
+    /// The shape this scan was made for.
+    pub fn shape(&self) -> ScanShape {
+        self.shape
+    }
+
+    /// Records all dispatches (one compute pass each; wgpu orders them by their buffer use).
+    pub fn encode(&self, encoder: &mut wgpu::CommandEncoder) {
+        for s in &self.steps {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some(s.label),
+                timestamp_writes: None,
+            });
+            pass.set_pipeline(&s.pipeline);
+            pass.set_bind_group(0, &s.bind, &[]);
+            pass.dispatch_workgroups(s.groups[0], s.groups[1], s.groups[2]);
+        }
+    }
+
+    /// Floating-point operations one `encode` performs (multiply and add counted as 2), for
+    /// benchmark reports. Counts the work the kernels do, masked-out tile entries excluded.
+    pub fn flops(&self) -> f64 {
+        let s = self.shape;
+        let (t, h, dk, dv) = (s.t as f64, s.heads as f64, s.dk as f64, s.dv as f64);
+        let c = CHUNK as f64;
+        // Intra: lower-triangular C×C scores (≈ C/2 pairs per row) times dk, then times dv.
+        let tri = (c + 1.0) / 2.0;
+        let mut f = t * h * tri * 2.0 * (dk + dv);
+        if s.form == Form::Gdn {
+            // K Kᵀ, the inverse (~C³/6), M = S1 A_w (~C³/6), q̃/W̃ (2 dk per pair), U (dv per pair).
+            f += t * h * tri * 2.0 * dk;
+            f += (t / c) * h * 2.0 * (c * c * c / 3.0);
+            f += t * h * tri * 2.0 * (2.0 * dk + dv);
+        }
+        // Scans, per level and chunk: the read (2·C·dk·dv) and the contribution (2·C·dk·dv);
+        // GDN also W̃ h and K̃ᵀ X for both states (8·C·dk·dv).
+        let per_token = if s.form == Form::Gdn { 12.0 } else { 4.0 };
+        f += s.scans() as f64 * t * h * dk * dv * per_token;
+        f
+    }
+
+}
+
+/// Convenience for tests and benchmarks: upload, run, read back `(o, state)`.
+#[allow(clippy::too_many_arguments)]
+pub fn run_scan(
+    gpu: &Gpu,
+    shape: ScanShape,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    g: &[f32],
+    beta: &[f32],
+    lam: &[f32],
+) -> Result<(Vec<f32>, Vec<f32>), GpuError> {
+    shape.validate()?;
+    let kernels = ScanKernels::new(gpu, shape.form)?;
+    let s = shape;
+    let lens = [
+        ("q", q.len(), s.t * s.qk_heads * s.dk),
+        ("k", k.len(), s.t * s.qk_heads * s.dk),
+        ("v", v.len(), s.t * s.heads * s.dv),
+        ("g", g.len(), s.t * s.heads),
+        ("lam", lam.len(), s.t * s.heads * s.lambda_cols),
+    ];
+    for (name, got, want) in lens {
+        if got != want {
+            return Err(GpuError::Invalid(format!(
+                "chunk scan: `{name}` has {got} values, the shape needs {want}"
+            )));
+        }
+    }
+    if s.form == Form::Gdn && beta.len() != s.t * s.heads {
+        return Err(GpuError::Invalid(format!(
+            "chunk scan: `beta` has {} values, the shape needs {}",
+            beta.len(),
+            s.t * s.heads
+        )));
+    }
+    let bq = gpu.storage_from("q", q)?;
+    let bk = gpu.storage_from("k", k)?;
+    let bv = gpu.storage_from("v", v)?;
+    let bg = gpu.storage_from("g", g)?;
+    let bb = gpu.storage_from("beta", if beta.is_empty() { &[0.0f32][..] } else { beta })?;
+    let bl = gpu.storage_from("lam", lam)?;
+    let o_len = s.t * s.heads * s.dv;
+    let st_len = s.levels * s.heads * s.dk * s.dv;
+    let bo = gpu.storage_zeroed("o", (o_len * 4) as u64)?;
+    let bs = gpu.storage_zeroed("state", (st_len * 4) as u64)?;
+    let scan = ChunkScan::new(
+        gpu,
+        &kernels,
+        shape,
+        ScanIo {
+            q: &bq,
+            k: &bk,
+            v: &bv,
+            g: &bg,
+            beta: &bb,
+            lam: &bl,
+            o: &bo,
+            state: &bs,
+        },
+    )?;
+    let mut enc = gpu.encoder("chunk scan");
+    scan.encode(&mut enc);
+    gpu.submit_and_wait(enc)?;
+    let mut o = gpu.read_f32(&bo)?;
+    o.truncate(o_len);
+    let mut state = gpu.read_f32(&bs)?;
+    state.truncate(st_len);
+    Ok((o, state))
+}

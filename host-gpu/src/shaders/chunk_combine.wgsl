@@ -1,0 +1,27 @@
+// o += the inter-chunk levels each chunk reads, in level order (deterministic, no atomics).
+// One workgroup per (block of 256 (head, column) pairs, chunk).
+
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> olvl: array<f32>;
+@group(0) @binding(2) var<storage, read_write> o: array<f32>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let x = wg.x * 256u + lid;
+    let c = wg.y;
+    let row_len = P.heads * P.dv;
+    if (x >= row_len) {
+        return;
+    }
+    let n = min(C, P.t - c * C);
+    for (var r = 0u; r < n; r++) {
+        let t = c * C + r;
+        var s = o[t * row_len + x];
+        for (var m = 0u; m < P.n_scans; m++) {
+            if (m == P.m_top || ((c >> m) & 1u) == 1u) {
+                s += olvl[(m * P.t + t) * row_len + x];
+            }
+        }
+        o[t * row_len + x] = s;
+    }
+}

@@ -1,0 +1,38 @@
+// Shared by every chunk-scan kernel (prepended by chunk_scan.rs; each kernel file declares its
+// own bindings, with the uniform `P` at binding 0).
+
+struct Params {
+    t: u32,          // tokens
+    heads: u32,
+    qk_heads: u32,   // 1 (q, k shared by all heads) or `heads`
+    dk: u32,
+    dv: u32,
+    lam_cols: u32,   // λ columns per (token, head)
+    top: u32,        // top level = levels - 1 (saturating)
+    nt: u32,         // chunks = ceil(t / C)
+    m_top: u32,      // chunk level of the saturated scan = max(top - (c0 + 1), 0)
+    n_scans: u32,    // inter-chunk scans that are not empty (levels 0..n_scans-1)
+    gdn: u32,        // 1 = Gated DeltaNet form, 0 = Mamba-2 form
+    levels: u32,
+}
+
+const C: u32 = 64u;       // chunk size
+const C0P1: u32 = 7u;     // c0 + 1 = token level of chunk level 0
+const MAX_DK: u32 = 256u; // largest dk the kernels hold in workgroup memory / registers
+
+// Start of the q / k row of token t as seen by head h.
+fn qk_row(t: u32, h: u32) -> u32 {
+    let qh = select(h, 0u, P.qk_heads == 1u);
+    return (t * P.qk_heads + qh) * P.dk;
+}
+
+// Index of λ column `col` of token t, head h.
+fn lam_idx(t: u32, h: u32, col: u32) -> u32 {
+    return (t * P.heads + h) * P.lam_cols + col;
+}
+
+// λ column of the pair (i, j), j <= i, inside one chunk: Fenwick level, saturated at `top`.
+fn level_col(i: u32, j: u32) -> u32 {
+    let l = select(firstLeadingBit(i ^ j) + 1u, 0u, i == j);
+    return min(l, P.top);
+}

@@ -1,0 +1,100 @@
+//! The GPU chunk scan against every `golden/operator` case: outputs `o` and the Fenwick states
+//! `S` after the last token (15 levels), and for `_lameq` cases the plain single-state run
+//! (levels = 1) against `o_plain` / `S_plain`. Tolerance: golden README §7 (fp32, 2e-5).
+
+use loglinear_host_gpu::chunk_scan::{run_scan, Form, ScanShape};
+use loglinear_host_gpu::Gpu;
+use loglinear_tests::*;
+
+const LEVELS: usize = 15;
+
+#[test]
+fn chunk_scan_matches_golden_operator_cases() {
+    let gpu = Gpu::new().expect("GPU adapter (lavapipe in CI)");
+    let m = manifest();
+    let mut checked = 0;
+    let mut worst = (0.0f64, String::new());
+    for (name, entry) in cases(&m, "operator") {
+        let dim = |k: &str| entry[k].as_u64().unwrap_or_else(|| panic!("{name}: `{k}`")) as usize;
+        let (b_n, t, h, dk, dv) = (dim("B"), dim("T"), dim("H"), dim("dk"), dim("dv"));
+        let form = match entry["form"].as_str() {
+            Some("mamba2") => Form::Mamba2,
+            Some("gdn") => Form::Gdn,
+            other => panic!("{name}: form {other:?}"),
+        };
+        let arrays = read_arrays(&golden_dir().join(entry["file"].as_str().unwrap()));
+        let f = |key: &str| get(&arrays, key, &name).f32();
+        let (q, k, v, g, lam) = (f("q"), f("k"), f("v"), f("g"), f("lam"));
+        let beta = if form == Form::Gdn { f("beta") } else { Vec::new() };
+        let lam_cols = get(&arrays, "lam", &name).shape[3];
+        assert_eq!(lam_cols, LEVELS, "{name}: λ width");
+        let (per_qk, per_v, per_g, per_l) = (t * h * dk, t * h * dv, t * h, t * h * lam_cols);
+        let lvl = h * dk * dv;
+        for b in 0..b_n {
+            let sl = |x: &[f32], n: usize| x[b * n..][..n].to_vec();
+            let beta_b = if beta.is_empty() { vec![0.0] } else { sl(&beta, per_g) };
+            let run = |levels: usize| {
+                let shape = ScanShape {
+                    form,
+                    t,
+                    heads: h,
+                    qk_heads: h,
+                    dk,
+                    dv,
+                    lambda_cols: lam_cols,
+                    levels,
+                };
+                run_scan(
+                    &gpu,
+                    shape,
+                    &sl(&q, per_qk),
+                    &sl(&k, per_qk),
+                    &sl(&v, per_v),
+                    &sl(&g, per_g),
+                    &beta_b,
+                    &sl(&lam, per_l),
+                )
+                .unwrap_or_else(|e| panic!("{name}: {e}"))
+            };
+            let mut check = |ours: &[f32], refs: &[f64], what: String| {
+                let e = rel_max(ours, refs);
+                if e > worst.0 {
+                    worst = (e, what.clone());
+                }
+                assert_close(ours, refs, tol::OPERATOR, &what);
+            };
+            let (o, s) = run(LEVELS);
+            check(
+                &o,
+                &get(&arrays, "o", &name).data[b * per_v..][..per_v],
+                format!("{name} o (batch {b})"),
+            );
+            let s_ref = &get(&arrays, "S", &name).data[b * LEVELS * lvl..][..LEVELS * lvl];
+            let last = (t - 1) as u64;
+            for l in 0..LEVELS {
+                let (ours, refs) = (&s[l * lvl..][..lvl], &s_ref[l * lvl..][..lvl]);
+                if l == 0 || (last >> (l - 1)) & 1 == 1 {
+                    check(ours, refs, format!("{name} S level {l} (batch {b})"));
+                } else {
+                    assert!(
+                        ours.iter().all(|&x| x == 0.0),
+                        "{name}: dead level {l} is not zero"
+                    );
+                }
+            }
+            if name.ends_with("_lameq") {
+                let (o_plain, s_plain) = run(1);
+                let op = &get(&arrays, "o_plain", &name).data[b * per_v..][..per_v];
+                check(&o_plain, op, format!("{name} o_plain (batch {b})"));
+                let sp = &get(&arrays, "S_plain", &name).data[b * lvl..][..lvl];
+                check(&s_plain, sp, format!("{name} S_plain (batch {b})"));
+            }
+        }
+        checked += 1;
+    }
+    eprintln!(
+        "checked {checked} operator cases; worst rel_max {:.3e} ({})",
+        worst.0, worst.1
+    );
+    assert!(checked >= 38, "only {checked} operator cases");
+}
