@@ -4,7 +4,11 @@
 //!
 //! WGSL lives in `src/shaders/*.wgsl`, beside the Rust that dispatches it.
 
-pub mod chunk_scan;
 pub mod gpu;
+pub mod ops;
+pub mod prefill;
+pub mod scan_link;
+pub mod weights;
 
 pub use gpu::{dispatch, Gpu, GpuError, Kernel};
+pub use prefill::{GpuModel, MixerTrace, Prefill, PrefillOptions};

@@ -1,0 +1,655 @@
+//! Whole-model GPU prefill: T tokens through every layer in one batched pass per layer, ending
+//! in the recurrent state (Fenwick levels and conv states) that the CPU runtime's [`Session`]
+//! continues decoding from.
+//!
+//! Per layer: RMSNorm → mixer (projections, short conv, pre-scan ops, chunk scan, post-scan ops,
+//! output projection) → residual → RMSNorm → SwiGLU MLP → residual, each op a kernel over all
+//! T tokens. Buffers and bind groups are made once per prefill and shared by all layers; the
+//! scan's final state and the conv state of each layer are copied into whole-model buffers laid
+//! out as [`Session::states`] and [`Session::conv_states`].
+
+use crate::gpu::{Gpu, GpuError};
+use crate::ops::{Kernels, Mamba2Shape, Step};
+use crate::scan_link::{ScanBuffers, ScanDims, ScanForm, ScanLink};
+use crate::weights::{GpuMixer, GpuWeights};
+use loglinear_runtime::{
+    LevelPolicy, Model, ModelConfig, Session, SessionError, StateElem, LAMBDA_LEVELS,
+};
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+/// The result of a prefill: the decoder state after the last token and the logits.
+#[derive(Clone, Debug)]
+pub struct Prefill {
+    /// Tokens consumed.
+    pub t: usize,
+    /// State levels per layer.
+    pub levels: usize,
+    /// Every layer's Fenwick state, `[layer][levels][heads][dk][dv]` ([`Session::states`]).
+    pub states: Vec<f32>,
+    /// Every layer's conv state, `[layer][channels][W]` ([`Session::conv_states`]).
+    pub conv: Vec<f32>,
+    /// Next-token logits after the last token.
+    pub last_logits: Vec<f32>,
+    /// Logits at every position `[T][vocab]`, when asked for.
+    pub all_logits: Option<Vec<f32>>,
+    /// The residual stream after each block, `[layer][T][D]`, when asked for.
+    pub hidden: Option<Vec<Vec<f32>>>,
+    /// Wall time from submitting the work to the GPU finishing it (read-back excluded).
+    pub gpu_seconds: f64,
+}
+
+impl Prefill {
+    /// Hands the state to a CPU session of the same model (narrowed to f16 if the session
+    /// stores f16). The session must have been made with the same number of levels.
+    pub fn load_into<E: StateElem>(
+        &self,
+        session: &mut Session<'_, E>,
+    ) -> Result<(), SessionError> {
+        let states: Vec<E> = self.states.iter().map(|&x| E::store(x)).collect();
+        session.load_state(self.t as u64, &states, &self.conv)
+    }
+}
+
+/// What a prefill returns besides the state and the last logits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PrefillOptions {
+    /// State levels (as `SessionConfig::levels`: 2..=15 for log-linear models, 1 for plain).
+    pub levels: usize,
+    /// Logits at every position, not only the last.
+    pub all_logits: bool,
+    /// The residual stream after every block.
+    pub hidden: bool,
+}
+
+/// One mixer run on given inputs, for checking a layer against references: the output and
+/// the intermediates under the golden files' names (`T50.inter.*`).
+#[derive(Clone, Debug)]
+pub struct MixerTrace {
+    pub y_mixer: Vec<f32>,
+    pub inter: BTreeMap<&'static str, Vec<f32>>,
+}
+
+/// A model on the GPU: weights uploaded and kernels compiled once, then any number of
+/// prefills.
+pub struct GpuModel<'g> {
+    gpu: &'g Gpu,
+    config: ModelConfig,
+    weights: GpuWeights,
+    kernels: Kernels,
+    scan: ScanLink,
+}
+
+/// Every activation buffer of one prefill of `t` tokens.
+struct Buffers {
+    t: usize,
+    ids: wgpu::Buffer,
+    /// Residual stream `[T][D]`.
+    x: wgpu::Buffer,
+    /// Normed residual `[T][D]` (mixer / MLP input).
+    h: wgpu::Buffer,
+    /// Mixer or MLP output `[T][D]`.
+    out: wgpu::Buffer,
+    /// Mamba-2 in_proj output `[T][in_rows]`; GDN q|k|v projections `[T][conv_channels]`.
+    proj: wgpu::Buffer,
+    proj_stride: usize,
+    /// Conv output `[T][conv_channels]`.
+    conv_out: wgpu::Buffer,
+    /// GDN `[T][a (H) | b (H) | l (H·15)]`.
+    abl: wgpu::Buffer,
+    abl_stride: usize,
+    /// GDN g_proj output `[T][value_dim]`.
+    gate: wgpu::Buffer,
+    scan: ScanBuffers,
+    /// Post-scan `[T][d_inner]`: Mamba-2 gated y / GDN normed o, then the final mixer input.
+    y: wgpu::Buffer,
+    y_norm: wgpu::Buffer,
+    /// Final conv state of the current layer `[channels][W]`.
+    conv_state: wgpu::Buffer,
+    mlp_gate: wgpu::Buffer,
+    mlp_up: wgpu::Buffer,
+    mlp_act: wgpu::Buffer,
+    states_all: wgpu::Buffer,
+    conv_all: wgpu::Buffer,
+    hidden_all: Option<wgpu::Buffer>,
+    logits: wgpu::Buffer,
+}
+
+/// What [`GpuModel::encode_mixer`] records: kernel steps around the scan, and the copies.
+struct MixerSteps<'k> {
+    before_scan: Vec<Step<'k>>,
+    after_scan: Vec<Step<'k>>,
+}
+
+fn f32_bytes(n: usize) -> u64 {
+    4 * n as u64
+}
+
+impl<'g> GpuModel<'g> {
+    /// Uploads `model`'s weights and compiles every kernel.
+    pub fn new(gpu: &'g Gpu, model: &Model<'_>) -> Result<Self, GpuError> {
+        let config = *model.config();
+        Ok(Self {
+            gpu,
+            config,
+            weights: GpuWeights::upload(gpu, model)?,
+            kernels: Kernels::new(gpu)?,
+            scan: ScanLink::new(
+                gpu,
+                if config.arch.is_mamba2() {
+                    ScanForm::Mamba2
+                } else {
+                    ScanForm::Gdn
+                },
+            )?,
+        })
+    }
+
+    /// The model's config.
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// The device.
+    pub fn gpu(&self) -> &'g Gpu {
+        self.gpu
+    }
+
+    /// Prefills `tokens` with `levels` state levels; all-position logits if asked.
+    pub fn prefill(
+        &self,
+        tokens: &[u32],
+        levels: usize,
+        want_all_logits: bool,
+    ) -> Result<Prefill, GpuError> {
+        self.prefill_with(
+            tokens,
+            &PrefillOptions {
+                levels,
+                all_logits: want_all_logits,
+                hidden: false,
+            },
+        )
+    }
+
+    fn check_levels(&self, levels: usize) -> Result<(), GpuError> {
+        let ok = if self.config.arch.is_log_linear() {
+            (2..=LAMBDA_LEVELS).contains(&levels)
+        } else {
+            levels == 1
+        };
+        if !ok || LevelPolicy::new(levels).is_none() {
+            return Err(GpuError::Invalid(format!(
+                "invalid number of state levels {levels}: plain models take 1, log-linear 2..={LAMBDA_LEVELS}"
+            )));
+        }
+        Ok(())
+    }
+
+    fn scan_dims(&self, t: usize, levels: usize) -> ScanDims {
+        let c = &self.config;
+        let mamba = c.arch.is_mamba2();
+        ScanDims {
+            form: if mamba {
+                ScanForm::Mamba2
+            } else {
+                ScanForm::Gdn
+            },
+            t,
+            heads: c.num_heads,
+            qk_heads: if mamba && c.num_groups == 1 {
+                1
+            } else {
+                c.num_heads
+            },
+            dk: c.head_k_dim,
+            dv: c.head_v_dim,
+            lambda_cols: c.lambda_levels.max(1),
+            levels,
+        }
+    }
+
+    fn mamba2_shape(&self) -> Mamba2Shape {
+        let c = &self.config;
+        Mamba2Shape {
+            heads: c.num_heads,
+            p: c.head_v_dim,
+            n: c.head_k_dim,
+            groups: c.num_groups,
+            log_linear: c.arch.is_log_linear(),
+            lambda_levels: c.lambda_levels,
+        }
+    }
+
+    fn buffers(
+        &self,
+        t: usize,
+        levels: usize,
+        logit_rows: usize,
+        hidden: bool,
+    ) -> Result<Buffers, GpuError> {
+        let c = &self.config;
+        let g = self.gpu;
+        let z = |label: &str, n: usize| g.storage_zeroed(label, f32_bytes(n));
+        let (h, d, vd) = (c.num_heads, c.hidden_size, c.d_inner());
+        let proj_stride = if c.arch.is_mamba2() {
+            c.in_proj_rows()
+        } else {
+            c.conv_channels()
+        };
+        let abl_stride = 2 * h + h * c.lambda_levels;
+        let dims = self.scan_dims(t, levels);
+        let state_per_layer = levels * h * c.head_k_dim * c.head_v_dim;
+        let conv_per_layer = c.conv_channels() * c.conv_kernel;
+        let gdn = !c.arch.is_mamba2();
+        Ok(Buffers {
+            t,
+            ids: z("ids", t)?,
+            x: z("x", t * d)?,
+            h: z("h", t * d)?,
+            out: z("out", t * d)?,
+            proj: z("proj", t * proj_stride)?,
+            proj_stride,
+            conv_out: z("conv_out", t * c.conv_channels())?,
+            abl: z("abl", if gdn { t * abl_stride } else { 1 })?,
+            abl_stride,
+            gate: z("gate", if gdn { t * vd } else { 1 })?,
+            scan: ScanBuffers::new(g, &dims)?,
+            y: z("y", t * vd)?,
+            y_norm: z("y_norm", t * vd)?,
+            conv_state: z("conv_state", conv_per_layer)?,
+            mlp_gate: z("mlp_gate", t * c.intermediate_size)?,
+            mlp_up: z("mlp_up", t * c.intermediate_size)?,
+            mlp_act: z("mlp_act", t * c.intermediate_size)?,
+            states_all: z("states", state_per_layer * c.num_layers)?,
+            conv_all: z("conv_states", conv_per_layer * c.num_layers)?,
+            hidden_all: if hidden {
+                Some(z("hidden", c.num_layers * t * d)?)
+            } else {
+                None
+            },
+            logits: z("logits", logit_rows * c.vocab_size)?,
+        })
+    }
+
+    /// The mixer of `layer` from `b.h` into `b.out`; the scan runs between the two step lists.
+    fn mixer_steps(&self, layer: usize, b: &Buffers) -> Result<MixerSteps<'_>, GpuError> {
+        let c = &self.config;
+        let (g, k) = (self.gpu, &self.kernels);
+        let t = b.t;
+        let s = &b.scan;
+        let (heads, d, vd) = (c.num_heads, c.hidden_size, c.d_inner());
+        let w = &self.weights.layers[layer];
+        let mut before = Vec::new();
+        let mut after = Vec::new();
+        match &w.mixer {
+            GpuMixer::Mamba2(m) => {
+                let sh = self.mamba2_shape();
+                let ch = sh.conv_channels();
+                let rows = sh.in_rows();
+                before.push(k.matmul(g, &m.in_proj, &b.h, 0, d, t, &b.proj, 0, rows)?);
+                before.push(k.conv(
+                    g,
+                    &b.proj,
+                    vd,
+                    rows,
+                    &m.conv,
+                    &m.conv_bias,
+                    &b.conv_out,
+                    t,
+                    ch,
+                    c.conv_kernel,
+                )?);
+                before.push(k.conv_state(
+                    g,
+                    &b.proj,
+                    vd,
+                    rows,
+                    &b.conv_state,
+                    t,
+                    ch,
+                    c.conv_kernel,
+                )?);
+                let qk_heads = self.scan_dims(t, 1).qk_heads;
+                before.push(k.mamba2_qk(g, &b.conv_out, &s.q, &s.k, t, qk_heads, &sh)?);
+                before.push(k.mamba2_pre(
+                    g,
+                    &b.proj,
+                    &b.conv_out,
+                    &m.vecs,
+                    &s.v,
+                    &s.g,
+                    &s.lam,
+                    t,
+                    &sh,
+                )?);
+                after.push(k.mamba2_post(g, &s.o, &b.conv_out, &b.proj, &m.vecs, &b.y, t, &sh)?);
+                let gs = c.norm_group_size;
+                after.push(k.rmsnorm(
+                    g,
+                    &b.y,
+                    &m.norm,
+                    &b.y_norm,
+                    t * vd / gs,
+                    gs,
+                    vd / gs,
+                    c.norm_eps,
+                )?);
+                after.push(k.matmul(g, &m.out_proj, &b.y_norm, 0, vd, t, &b.out, 0, d)?);
+            }
+            GpuMixer::Gdn(m) => {
+                let (dk, dv) = (c.head_k_dim, c.head_v_dim);
+                let kd = c.key_dim();
+                let ch = c.conv_channels();
+                before.push(k.matmul(g, &m.q_proj, &b.h, 0, d, t, &b.proj, 0, ch)?);
+                before.push(k.matmul(g, &m.k_proj, &b.h, 0, d, t, &b.proj, kd, ch)?);
+                before.push(k.matmul(g, &m.v_proj, &b.h, 0, d, t, &b.proj, 2 * kd, ch)?);
+                before.push(k.conv(
+                    g,
+                    &b.proj,
+                    0,
+                    ch,
+                    &m.conv,
+                    &m.conv_bias,
+                    &b.conv_out,
+                    t,
+                    ch,
+                    c.conv_kernel,
+                )?);
+                before.push(k.conv_state(
+                    g,
+                    &b.proj,
+                    0,
+                    ch,
+                    &b.conv_state,
+                    t,
+                    ch,
+                    c.conv_kernel,
+                )?);
+                before.push(k.gdn_qkv(g, &b.conv_out, &s.q, &s.k, &s.v, t, heads, dk, dv)?);
+                let abl = b.abl_stride;
+                before.push(k.matmul(g, &m.a_proj, &b.h, 0, d, t, &b.abl, 0, abl)?);
+                before.push(k.matmul(g, &m.b_proj, &b.h, 0, d, t, &b.abl, heads, abl)?);
+                if let Some(lp) = &m.l_proj {
+                    before.push(k.matmul(g, lp, &b.h, 0, d, t, &b.abl, 2 * heads, abl)?);
+                }
+                let lc = c.lambda_levels.max(1);
+                before.push(k.gdn_gates(
+                    g,
+                    &b.abl,
+                    &m.vecs,
+                    &s.beta,
+                    &s.g,
+                    &s.lam,
+                    t,
+                    heads,
+                    lc,
+                    abl,
+                    c.arch.is_log_linear(),
+                    dk,
+                )?);
+                before.push(k.matmul(g, &m.g_proj, &b.h, 0, d, t, &b.gate, 0, vd)?);
+                after.push(k.rmsnorm(g, &s.o, &m.o_norm, &b.y, t * heads, dv, 1, c.norm_eps)?);
+                after.push(k.gate_silu(g, &b.y, &b.gate, &b.y_norm, t * vd)?);
+                after.push(k.matmul(g, &m.o_proj, &b.y_norm, 0, vd, t, &b.out, 0, d)?);
+            }
+        }
+        Ok(MixerSteps {
+            before_scan: before,
+            after_scan: after,
+        })
+    }
+
+    fn check_tokens(&self, tokens: &[u32]) -> Result<(), GpuError> {
+        if tokens.is_empty() {
+            return Err(GpuError::Invalid("prefill needs at least one token".into()));
+        }
+        let v = self.config.vocab_size;
+        if let Some(&bad) = tokens.iter().find(|&&id| id as usize >= v) {
+            return Err(GpuError::Invalid(format!(
+                "token {bad} out of range (vocabulary {v})"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Prefills `tokens` with the outputs `opts` asks for.
+    pub fn prefill_with(&self, tokens: &[u32], opts: &PrefillOptions) -> Result<Prefill, GpuError> {
+        self.check_tokens(tokens)?;
+        self.check_levels(opts.levels)?;
+        let c = &self.config;
+        let (g, k) = (self.gpu, &self.kernels);
+        let t = tokens.len();
+        let d = c.hidden_size;
+        let logit_rows = if opts.all_logits { t } else { 1 };
+        let b = self.buffers(t, opts.levels, logit_rows, opts.hidden)?;
+        g.write(&b.ids, tokens);
+        let scan = self
+            .scan
+            .scan(g, &self.scan_dims(t, opts.levels), &b.scan)?;
+        let state_bytes = f32_bytes(opts.levels * c.num_heads * c.head_k_dim * c.head_v_dim);
+        let conv_bytes = f32_bytes(c.conv_channels() * c.conv_kernel);
+        let hidden_bytes = f32_bytes(t * d);
+
+        // Every step, made before anything is encoded.
+        let embed = k.gather(g, &self.weights.embedding, &b.ids, t, &b.x)?;
+        let mut layers = Vec::with_capacity(c.num_layers);
+        for (l, w) in self.weights.layers.iter().enumerate() {
+            let norm1 = k.rmsnorm(g, &b.x, &w.mixer_norm, &b.h, t, d, 1, c.norm_eps)?;
+            let mixer = self.mixer_steps(l, &b)?;
+            let mlp = vec![
+                k.add(g, &b.x, &b.out, t * d)?,
+                k.rmsnorm(g, &b.x, &w.mlp_norm, &b.h, t, d, 1, c.norm_eps)?,
+                k.matmul(
+                    g,
+                    &w.gate,
+                    &b.h,
+                    0,
+                    d,
+                    t,
+                    &b.mlp_gate,
+                    0,
+                    c.intermediate_size,
+                )?,
+                k.matmul(g, &w.up, &b.h, 0, d, t, &b.mlp_up, 0, c.intermediate_size)?,
+                k.gate_silu(
+                    g,
+                    &b.mlp_up,
+                    &b.mlp_gate,
+                    &b.mlp_act,
+                    t * c.intermediate_size,
+                )?,
+                k.matmul(
+                    g,
+                    &w.down,
+                    &b.mlp_act,
+                    0,
+                    c.intermediate_size,
+                    t,
+                    &b.out,
+                    0,
+                    d,
+                )?,
+                k.add(g, &b.x, &b.out, t * d)?,
+            ];
+            layers.push((norm1, mixer, mlp));
+        }
+        let final_norm = k.rmsnorm(g, &b.x, &self.weights.final_norm, &b.h, t, d, 1, c.norm_eps)?;
+        let head_from = (t - logit_rows) * d;
+        let lm_head = k.matmul(
+            g,
+            &self.weights.lm_head,
+            &b.h,
+            head_from,
+            d,
+            logit_rows,
+            &b.logits,
+            0,
+            c.vocab_size,
+        )?;
+
+        let mut enc = g.encoder("prefill");
+        embed.encode(&mut enc);
+        for (l, (norm1, mixer, mlp)) in layers.iter().enumerate() {
+            norm1.encode(&mut enc);
+            for s in &mixer.before_scan {
+                s.encode(&mut enc);
+            }
+            scan.encode(&mut enc);
+            for s in &mixer.after_scan {
+                s.encode(&mut enc);
+            }
+            enc.copy_buffer_to_buffer(
+                &b.scan.state,
+                0,
+                &b.states_all,
+                l as u64 * state_bytes,
+                state_bytes,
+            );
+            enc.copy_buffer_to_buffer(
+                &b.conv_state,
+                0,
+                &b.conv_all,
+                l as u64 * conv_bytes,
+                conv_bytes,
+            );
+            for s in mlp {
+                s.encode(&mut enc);
+            }
+            if let Some(hb) = &b.hidden_all {
+                enc.copy_buffer_to_buffer(&b.x, 0, hb, l as u64 * hidden_bytes, hidden_bytes);
+            }
+        }
+        final_norm.encode(&mut enc);
+        lm_head.encode(&mut enc);
+        let start = Instant::now();
+        g.submit_and_wait(enc)?;
+        let gpu_seconds = start.elapsed().as_secs_f64();
+
+        let read = |buf: &wgpu::Buffer, n: usize| -> Result<Vec<f32>, GpuError> {
+            let bytes = g.read_bytes(buf, f32_bytes(n))?;
+            Ok(bytemuck::pod_collect_to_vec(&bytes))
+        };
+        let v = c.vocab_size;
+        let logits = read(&b.logits, logit_rows * v)?;
+        let hidden = match &b.hidden_all {
+            Some(hb) => {
+                let all = read(hb, c.num_layers * t * d)?;
+                Some(all.chunks_exact(t * d).map(<[f32]>::to_vec).collect())
+            }
+            None => None,
+        };
+        Ok(Prefill {
+            t,
+            levels: opts.levels,
+            states: read(&b.states_all, (state_bytes / 4) as usize * c.num_layers)?,
+            conv: read(&b.conv_all, (conv_bytes / 4) as usize * c.num_layers)?,
+            last_logits: logits[(logit_rows - 1) * v..].to_vec(),
+            all_logits: opts.all_logits.then_some(logits),
+            hidden,
+            gpu_seconds,
+        })
+    }
+
+    /// Runs only the mixer of `layer` on inputs `x` (`[T][D]`, already normed) with the
+    /// model's default levels, returning its output and intermediates. With `o_override` the
+    /// scan is skipped and its output replaced by the given `[T][H][dv]` values (to check the
+    /// post-scan ops alone).
+    pub fn mixer_trace(
+        &self,
+        layer: usize,
+        x: &[f32],
+        o_override: Option<&[f32]>,
+    ) -> Result<MixerTrace, GpuError> {
+        let c = &self.config;
+        let d = c.hidden_size;
+        if layer >= c.num_layers || x.is_empty() || x.len() % d != 0 {
+            return Err(GpuError::Invalid(
+                "mixer_trace: bad layer or input shape".into(),
+            ));
+        }
+        let t = x.len() / d;
+        let levels = c.default_state_levels();
+        let g = self.gpu;
+        let b = self.buffers(t, levels, 1, false)?;
+        g.write(&b.h, x);
+        let steps = self.mixer_steps(layer, &b)?;
+        let mut enc = g.encoder("mixer");
+        for s in &steps.before_scan {
+            s.encode(&mut enc);
+        }
+        match o_override {
+            Some(o) => {
+                if o.len() != t * c.d_inner() {
+                    return Err(GpuError::Invalid(
+                        "mixer_trace: o has the wrong size".into(),
+                    ));
+                }
+                g.write(&b.scan.o, o);
+            }
+            None => self
+                .scan
+                .scan(g, &self.scan_dims(t, levels), &b.scan)?
+                .encode(&mut enc),
+        }
+        for s in &steps.after_scan {
+            s.encode(&mut enc);
+        }
+        g.submit_and_wait(enc)?;
+
+        let read = |buf: &wgpu::Buffer, n: usize| -> Result<Vec<f32>, GpuError> {
+            let bytes = g.read_bytes(buf, f32_bytes(n))?;
+            Ok(bytemuck::pod_collect_to_vec(&bytes))
+        };
+        // Columns [from, from + n) of a [T][stride] buffer.
+        let cols = |all: &[f32], stride: usize, from: usize, n: usize| -> Vec<f32> {
+            all.chunks_exact(stride)
+                .flat_map(|r| r[from..from + n].iter().copied())
+                .collect()
+        };
+        let (h, vd, kd) = (c.num_heads, c.d_inner(), c.key_dim());
+        let lc = c.lambda_levels.max(1);
+        let dims = self.scan_dims(t, levels);
+        let mut inter = BTreeMap::new();
+        let proj = read(&b.proj, t * b.proj_stride)?;
+        let conv = read(&b.conv_out, t * c.conv_channels())?;
+        inter.insert("g", read(&b.scan.g, t * h)?);
+        inter.insert("o", read(&b.scan.o, t * vd)?);
+        let lam = read(&b.scan.lam, t * h * lc)?;
+        if c.arch.is_mamba2() {
+            let ch = c.conv_channels();
+            let gn = c.num_groups * c.head_k_dim;
+            let rows = b.proj_stride;
+            inter.insert("z", cols(&proj, rows, 0, vd));
+            inter.insert("xBC", cols(&proj, rows, vd, ch));
+            inter.insert("dt_raw", cols(&proj, rows, vd + ch, h));
+            if c.arch.is_log_linear() {
+                inter.insert("dl", cols(&proj, rows, vd + ch + h, h * c.lambda_levels));
+                inter.insert("lam", lam);
+            }
+            inter.insert("xs", cols(&conv, ch, 0, vd));
+            inter.insert("B", cols(&conv, ch, vd, gn));
+            inter.insert("C", cols(&conv, ch, vd + gn, gn));
+            if dims.qk_heads == 1 {
+                inter.insert("k_scan", read(&b.scan.k, t * c.head_k_dim)?);
+            }
+            inter.insert("y_norm", read(&b.y_norm, t * vd)?);
+        } else {
+            let ch = c.conv_channels();
+            inter.insert("q", cols(&conv, ch, 0, kd));
+            inter.insert("k", cols(&conv, ch, kd, kd));
+            inter.insert("v", cols(&conv, ch, 2 * kd, vd));
+            inter.insert("q_used", read(&b.scan.q, t * kd)?);
+            inter.insert("k_used", read(&b.scan.k, t * kd)?);
+            inter.insert("beta", read(&b.scan.beta, t * h)?);
+            if c.arch.is_log_linear() {
+                inter.insert("lam_used", lam);
+            }
+            inter.insert("o_gated", read(&b.y_norm, t * vd)?);
+        }
+        Ok(MixerTrace {
+            y_mixer: read(&b.out, t * d)?,
+            inter,
+        })
+    }
+}

@@ -1,0 +1,45 @@
+// RMSNorm of rows: out[r][i] = x[r][i] · (1 / sqrt(mean_i x[r][i]² + eps)) · w[(r % w_period)·cols + i].
+// One 64-thread workgroup per row. Used for the block pre-norms and final norm (w_period 1),
+// the Mamba-2 gated norm per norm group (w_period = groups per token) and the GDN per-head
+// output norm (w_period 1, one row per head).
+struct NormParams {
+    rows: u32,
+    cols: u32,
+    w_period: u32,
+    eps: f32,
+}
+
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read> w: array<f32>;
+@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+@group(0) @binding(3) var<uniform> p: NormParams;
+
+var<workgroup> partial: array<f32, 64>;
+
+@compute @workgroup_size(64)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>,
+        @builtin(local_invocation_index) li: u32) {
+    let r = wg.y * nw.x + wg.x;
+    if (r >= p.rows) {
+        return; // uniform across the workgroup
+    }
+    let base = r * p.cols;
+    var s = 0.0;
+    for (var i = li; i < p.cols; i += 64u) {
+        let v = x[base + i];
+        s += v * v;
+    }
+    partial[li] = s;
+    workgroupBarrier();
+    for (var span = 32u; span > 0u; span >>= 1u) {
+        if (li < span) {
+            partial[li] += partial[li + span];
+        }
+        workgroupBarrier();
+    }
+    let inv = 1.0 / sqrt(partial[0] / f32(p.cols) + p.eps);
+    let wbase = (r % p.w_period) * p.cols;
+    for (var i = li; i < p.cols; i += 64u) {
+        out[base + i] = x[base + i] * inv * w[wbase + i];
+    }
+}
