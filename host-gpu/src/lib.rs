@@ -4,6 +4,7 @@
 //!
 //! WGSL lives in `src/shaders/*.wgsl`, beside the Rust that dispatches it.
 
+pub mod chunk_scan;
 pub mod gpu;
 pub mod ops;
 pub mod prefill;
