@@ -1,27 +1,14 @@
 //! The prefill's link to the chunk-scan operator (`crate::chunk_scan`): the scan's buffers,
 //! sized once per prefill, and the scan recorded between the pre- and post-scan ops.
 
+use crate::chunk_scan::{ChunkScan, Form, ScanIo, ScanKernels, ScanShape};
 use crate::gpu::{Gpu, GpuError};
 
-/// Which recurrence.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ScanForm {
-    Mamba2,
-    Gdn,
-}
+/// Which recurrence (the operator's `Form`).
+pub type ScanForm = Form;
 
-/// The shape of one scan (see the chunk-scan API: `ScanShape`).
-#[derive(Clone, Copy, Debug)]
-pub struct ScanDims {
-    pub form: ScanForm,
-    pub t: usize,
-    pub heads: usize,
-    pub qk_heads: usize,
-    pub dk: usize,
-    pub dv: usize,
-    pub lambda_cols: usize,
-    pub levels: usize,
-}
+/// The shape of one scan (the operator's `ScanShape`).
+pub type ScanDims = ScanShape;
 
 /// The scan's inputs and outputs, all f32, token-major: q, k `[T][qk_heads][dk]`,
 /// v `[T][H][dv]`, g, beta `[T][H]`, lam `[T][H][lambda_cols]`, o `[T][H][dv]`,
@@ -58,26 +45,41 @@ pub trait Scan {
     fn encode(&self, encoder: &mut wgpu::CommandEncoder);
 }
 
+impl Scan for ChunkScan {
+    fn encode(&self, encoder: &mut wgpu::CommandEncoder) {
+        ChunkScan::encode(self, encoder);
+    }
+}
+
 /// The scan kernels of one form, compiled once.
 pub struct ScanLink {
-    form: ScanForm,
+    kernels: ScanKernels,
 }
 
 impl ScanLink {
-    pub fn new(_gpu: &Gpu, form: ScanForm) -> Result<Self, GpuError> {
-        Ok(Self { form })
+    pub fn new(gpu: &Gpu, form: ScanForm) -> Result<Self, GpuError> {
+        Ok(Self {
+            kernels: ScanKernels::new(gpu, form)?,
+        })
     }
 
-    /// The scan of one shape over `bufs`.
+    /// The scan of one shape over `bufs` (bind groups and scratch made here, once).
     pub fn scan<'a>(
         &'a self,
-        _gpu: &Gpu,
+        gpu: &Gpu,
         dims: &ScanDims,
-        _bufs: &'a ScanBuffers,
+        bufs: &'a ScanBuffers,
     ) -> Result<Box<dyn Scan + 'a>, GpuError> {
-        debug_assert_eq!(dims.form, self.form);
-        Err(GpuError::Invalid(
-            "the chunk-scan operator is not built into this crate yet".into(),
-        ))
+        let io = ScanIo {
+            q: &bufs.q,
+            k: &bufs.k,
+            v: &bufs.v,
+            g: &bufs.g,
+            beta: &bufs.beta,
+            lam: &bufs.lam,
+            o: &bufs.o,
+            state: &bufs.state,
+        };
+        Ok(Box::new(ChunkScan::new(gpu, &self.kernels, *dims, io)?))
     }
 }
