@@ -91,7 +91,10 @@ impl ScanShape {
             ));
         }
         if self.dk > MAX_DK {
-            return bad(format!("dk = {} is over the kernels' limit of {MAX_DK}", self.dk));
+            return bad(format!(
+                "dk = {} is over the kernels' limit of {MAX_DK}",
+                self.dk
+            ));
         }
         if self.levels == 0 || self.levels > 32 {
             return bad(format!("levels must be in 1..=32 (got {})", self.levels));
@@ -113,7 +116,9 @@ impl ScanShape {
         // Every index the shaders form must fit in u32.
         let biggest = (self.scans().max(1) * self.t * self.heads * self.dv.max(self.dk)) as u64;
         if biggest >= u64::from(u32::MAX) {
-            return bad(format!("{self:?} needs more than 2^32 elements in one buffer"));
+            return bad(format!(
+                "{self:?} needs more than 2^32 elements in one buffer"
+            ));
         }
         Ok(())
     }
@@ -292,20 +297,20 @@ impl ChunkScan {
         let th = (s.t * s.heads) as u64;
         let uniform = gpu.uniform_from("chunk params", &params);
         let gam = gpu.storage_zeroed("chunk gamma", th * f)?;
-        let olvl = gpu.storage_zeroed("chunk level outputs", scans as u64 * th * s.dv as u64 * f)?;
+        let olvl =
+            gpu.storage_zeroed("chunk level outputs", scans as u64 * th * s.dv as u64 * f)?;
         let hstate = gpu.storage_zeroed(
             "chunk level states",
             (scans * s.heads * s.dk * s.dv) as u64 * f,
         )?;
 
-        let step = |k: &Kernel, label: &'static str, bufs: &[&wgpu::Buffer], groups: [usize; 3]| {
-            Step {
+        let step =
+            |k: &Kernel, label: &'static str, bufs: &[&wgpu::Buffer], groups: [usize; 3]| Step {
                 label,
                 pipeline: k.pipeline.clone(),
                 bind: gpu.bind(k, bufs),
                 groups: groups.map(|x| x as u32),
-            }
-        };
+            };
         let mut steps = Vec::new();
         let mut scratch = Vec::new();
         steps.push(step(
@@ -414,7 +419,6 @@ impl ChunkScan {
         f += s.scans() as f64 * t * h * dk * dv * per_token;
         f
     }
-
 }
 
 /// Convenience for tests and benchmarks: upload, run, read back `(o, state)`.

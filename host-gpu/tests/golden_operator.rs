@@ -25,14 +25,22 @@ fn chunk_scan_matches_golden_operator_cases() {
         let arrays = read_arrays(&golden_dir().join(entry["file"].as_str().unwrap()));
         let f = |key: &str| get(&arrays, key, &name).f32();
         let (q, k, v, g, lam) = (f("q"), f("k"), f("v"), f("g"), f("lam"));
-        let beta = if form == Form::Gdn { f("beta") } else { Vec::new() };
+        let beta = if form == Form::Gdn {
+            f("beta")
+        } else {
+            Vec::new()
+        };
         let lam_cols = get(&arrays, "lam", &name).shape[3];
         assert_eq!(lam_cols, LEVELS, "{name}: λ width");
         let (per_qk, per_v, per_g, per_l) = (t * h * dk, t * h * dv, t * h, t * h * lam_cols);
         let lvl = h * dk * dv;
         for b in 0..b_n {
             let sl = |x: &[f32], n: usize| x[b * n..][..n].to_vec();
-            let beta_b = if beta.is_empty() { vec![0.0] } else { sl(&beta, per_g) };
+            let beta_b = if beta.is_empty() {
+                vec![0.0]
+            } else {
+                sl(&beta, per_g)
+            };
             let run = |levels: usize| {
                 let shape = ScanShape {
                     form,

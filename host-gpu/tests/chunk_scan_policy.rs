@@ -1,0 +1,215 @@
+//! The GPU chunk scan against the CPU runtime decoder (`FenwickState` stepped token by token,
+//! with the saturating `LevelPolicy`) for few levels, where the top level holds everything older:
+//! outputs and the final state, both forms, partial chunks, shared q/k and odd dk/dv.
+
+use loglinear_host_gpu::chunk_scan::{run_scan, Form, ScanShape};
+use loglinear_host_gpu::Gpu;
+use loglinear_runtime::{FenwickState, LevelPolicy};
+use loglinear_tests::{assert_close, rel_max, tol};
+
+/// A small deterministic generator (xorshift64*), uniform in [0, 1).
+struct Rng(u64);
+
+impl Rng {
+    fn uniform(&mut self) -> f32 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        ((self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 40) as f32) / (1u64 << 24) as f32
+    }
+    fn normal(&mut self) -> f32 {
+        let u1 = self.uniform().max(1e-7);
+        let u2 = self.uniform();
+        (-2.0 * u1.ln()).sqrt() * (std::f32::consts::TAU * u2).cos()
+    }
+}
+
+struct Inputs {
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    g: Vec<f32>,
+    beta: Vec<f32>,
+    lam: Vec<f32>,
+}
+
+fn inputs(s: &ScanShape, seed: u64) -> Inputs {
+    let mut r = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let nqk = s.t * s.qk_heads;
+    let mut q: Vec<f32> = (0..nqk * s.dk).map(|_| r.normal()).collect();
+    let mut k: Vec<f32> = (0..nqk * s.dk).map(|_| r.normal()).collect();
+    let scale = (s.dk as f32).powf(-0.25);
+    if s.form == Form::Gdn {
+        // k l2-normalised, q scaled by dk^-1/2 (what the layer feeds the operator).
+        for row in k.chunks_mut(s.dk) {
+            let n = row.iter().map(|x| x * x).sum::<f32>().sqrt();
+            row.iter_mut().for_each(|x| *x /= n);
+        }
+        q.iter_mut().for_each(|x| *x /= (s.dk as f32).sqrt());
+    } else {
+        q.iter_mut().for_each(|x| *x *= scale);
+        k.iter_mut().for_each(|x| *x *= scale);
+    }
+    let v = (0..s.t * s.heads * s.dv).map(|_| r.normal()).collect();
+    let g = (0..s.t * s.heads)
+        .map(|_| -(r.normal() - 4.0).exp())
+        .collect();
+    let beta = (0..s.t * s.heads)
+        .map(|_| 1.0 / (1.0 + (-r.normal()).exp()))
+        .collect();
+    let lam = (0..s.t * s.heads * s.lambda_cols)
+        .map(|_| (1.0 + r.normal().exp()).ln())
+        .collect();
+    Inputs {
+        q,
+        k,
+        v,
+        g,
+        beta,
+        lam,
+    }
+}
+
+/// The runtime decoder over all T tokens (the call order of runtime/src/layers/*.rs).
+fn decoder(s: &ScanShape, x: &Inputs) -> (Vec<f32>, Vec<f32>) {
+    let policy = LevelPolicy::new(s.levels).unwrap();
+    let mut data = vec![0f32; s.levels * s.heads * s.dk * s.dv];
+    let mut st = FenwickState::new(&mut data, policy, s.heads, s.dk, s.dv).unwrap();
+    let mut out = vec![0f32; s.t * s.heads * s.dv];
+    let mut u = vec![0f32; s.dv];
+    for t in 0..s.t {
+        st.merge(t as u64);
+        for h in 0..s.heads {
+            let th = t * s.heads + h;
+            let qk = (t * s.qk_heads + if s.qk_heads == 1 { 0 } else { h }) * s.dk;
+            let (q, k) = (&x.q[qk..][..s.dk], &x.k[qk..][..s.dk]);
+            let v = &x.v[th * s.dv..][..s.dv];
+            let alpha = x.g[th].exp();
+            let beta = if s.form == Form::Gdn { x.beta[th] } else { 1.0 };
+            match s.form {
+                Form::Gdn => st.transition_delta(t as u64, h, alpha, beta, k, &mut u),
+                Form::Mamba2 => st.transition_decay(t as u64, h, alpha),
+            }
+            st.insert(h, k, v, beta);
+            let lam = &x.lam[th * s.lambda_cols..][..s.lambda_cols];
+            st.read(
+                t as u64,
+                h,
+                q,
+                |l| lam[l as usize],
+                &mut out[th * s.dv..][..s.dv],
+            );
+        }
+    }
+    (out, data)
+}
+
+fn check(gpu: &Gpu, s: ScanShape, seed: u64, worst: &mut f64) {
+    let x = inputs(&s, seed);
+    let (o_ref, s_ref) = decoder(&s, &x);
+    let (o, st) = run_scan(gpu, s, &x.q, &x.k, &x.v, &x.g, &x.beta, &x.lam)
+        .unwrap_or_else(|e| panic!("{s:?}: {e}"));
+    let wide = |a: &[f32]| a.iter().map(|&x| x as f64).collect::<Vec<f64>>();
+    let (o_ref, s_ref) = (wide(&o_ref), wide(&s_ref));
+    let what = format!(
+        "{:?} T={} levels={} dk={} dv={} qk_heads={}",
+        s.form, s.t, s.levels, s.dk, s.dv, s.qk_heads
+    );
+    *worst = worst.max(rel_max(&o, &o_ref));
+    assert_close(&o, &o_ref, tol::OPERATOR, &format!("{what}: o"));
+    let lvl = s.heads * s.dk * s.dv;
+    for l in 0..s.levels {
+        let (ours, refs) = (&st[l * lvl..][..lvl], &s_ref[l * lvl..][..lvl]);
+        if refs.iter().all(|&r| r == 0.0) {
+            assert!(
+                ours.iter().all(|&x| x == 0.0),
+                "{what}: level {l} should be empty"
+            );
+        } else {
+            *worst = worst.max(rel_max(ours, refs));
+            assert_close(
+                ours,
+                refs,
+                tol::OPERATOR,
+                &format!("{what}: state level {l}"),
+            );
+        }
+    }
+}
+
+fn shape(form: Form, t: usize, levels: usize, qk_heads: usize, dk: usize, dv: usize) -> ScanShape {
+    ScanShape {
+        form,
+        t,
+        heads: 2,
+        qk_heads,
+        dk,
+        dv,
+        lambda_cols: 15,
+        levels,
+    }
+}
+
+#[test]
+fn saturating_levels_match_the_runtime_decoder() {
+    let gpu = Gpu::new().expect("GPU adapter (lavapipe in CI)");
+    let mut worst = 0.0;
+    let mut seed = 1;
+    for form in [Form::Mamba2, Form::Gdn] {
+        for levels in [2, 3, 4] {
+            for t in [1, 63, 64, 65, 130, 200] {
+                check(&gpu, shape(form, t, levels, 2, 16, 8), seed, &mut worst);
+                seed += 1;
+            }
+        }
+    }
+    eprintln!("saturating levels: worst rel_max {worst:.3e}");
+}
+
+#[test]
+fn plain_shared_qk_odd_sizes_and_saturated_chunk_levels() {
+    let gpu = Gpu::new().expect("GPU adapter (lavapipe in CI)");
+    let mut worst = 0.0;
+    let mut seed = 100;
+    for form in [Form::Mamba2, Form::Gdn] {
+        // levels 1: the plain single-state model.
+        for t in [1, 100, 200] {
+            check(&gpu, shape(form, t, 1, 2, 16, 8), seed, &mut worst);
+            seed += 1;
+        }
+        // Shared q/k (Mamba-2 with n_groups = 1) and dk, dv that are not multiples of the tiles.
+        check(&gpu, shape(form, 150, 15, 1, 20, 13), seed, &mut worst);
+        check(&gpu, shape(form, 77, 3, 2, 36, 21), seed + 1, &mut worst);
+        // levels 9 (top 8, the saturated scan is chunk level 1) with 8 chunks: it saturates.
+        check(&gpu, shape(form, 500, 9, 2, 16, 8), seed + 2, &mut worst);
+        // levels 15 over 8 chunks: every chunk level exact.
+        check(&gpu, shape(form, 500, 15, 1, 16, 8), seed + 3, &mut worst);
+        seed += 10;
+    }
+    eprintln!("plain / shared / odd sizes: worst rel_max {worst:.3e}");
+}
+
+#[test]
+fn bad_shapes_are_errors() {
+    let gpu = Gpu::new().expect("GPU adapter (lavapipe in CI)");
+    let ok = shape(Form::Mamba2, 10, 3, 2, 16, 8);
+    let x = inputs(&ok, 7);
+    let run = |s: ScanShape| run_scan(&gpu, s, &x.q, &x.k, &x.v, &x.g, &x.beta, &x.lam);
+    assert!(run(ok).is_ok());
+    assert!(run(ScanShape { t: 0, ..ok }).is_err());
+    assert!(run(ScanShape { dk: 300, ..ok }).is_err());
+    assert!(run(ScanShape { qk_heads: 3, ..ok }).is_err());
+    assert!(run(ScanShape { levels: 16, ..ok }).is_err());
+    assert!(run(ScanShape { t: 11, ..ok }).is_err()); // buffers too short
+    assert!(run(ScanShape {
+        form: Form::Gdn,
+        ..ok
+    })
+    .is_ok());
+    assert!(run(ScanShape {
+        form: Form::Gdn,
+        t: 5,
+        ..ok
+    })
+    .is_err()); // beta too long
+}
