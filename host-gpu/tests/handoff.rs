@@ -1,0 +1,313 @@
+//! GPU prefill → CPU decode hand-off: the state a GPU prefill leaves, loaded into a runtime
+//! `Session`, must continue exactly as a session that stepped every token on the CPU.
+
+use loglinear_converter::model_source::{AlignedBytes, IndexedGguf};
+use loglinear_converter::{Checkpoint, ExportOptions, ExportedModel};
+use loglinear_host_gpu::{Gpu, GpuModel, Prefill};
+use loglinear_runtime::{DType, Model, Session, SessionConfig};
+use loglinear_tests::*;
+
+fn check(what: &str, ours: &[f32], reference: &[f64], tol: f64) -> f64 {
+    let e = rel_max(ours, reference);
+    eprintln!("{what}: rel_max {e:.2e}");
+    assert!(
+        e.is_finite() && e <= tol,
+        "{what}: rel_max {e:.3e} > {tol:.0e}"
+    );
+    e
+}
+
+fn wide(x: &[f32]) -> Vec<f64> {
+    x.iter().map(|&v| v as f64).collect()
+}
+
+fn arena(model: &Model<'_>, levels: usize) -> Vec<u8> {
+    let cfg = SessionConfig {
+        levels: Some(levels),
+    };
+    vec![0u8; Session::<f32>::arena_bytes(model, &cfg).unwrap()]
+}
+
+fn session<'m>(model: &Model<'m>, arena: &'m mut [u8], levels: usize) -> Session<'m, f32> {
+    Session::new(
+        model,
+        arena,
+        SessionConfig {
+            levels: Some(levels),
+        },
+    )
+    .unwrap()
+}
+
+/// Steps `ids` on `s`, returning the logits of every step `[n][V]`.
+fn step_all(s: &mut Session<'_, f32>, ids: &[u32]) -> Vec<f32> {
+    let mut out = Vec::new();
+    for &id in ids {
+        out.extend_from_slice(s.step(id).unwrap());
+    }
+    out
+}
+
+/// GPU prefill of `ids[..split]` continued on the CPU for the rest, against a CPU session that
+/// steps everything: the prefill logits, the states at the split and the continued logits.
+/// Returns the worst error seen, and the prefill.
+fn gpu_then_cpu_vs_cpu(
+    what: &str,
+    gpu: &Gpu,
+    model: &Model<'_>,
+    ids: &[u32],
+    split: usize,
+    levels: usize,
+    tol: f64,
+) -> Prefill {
+    let gm = GpuModel::new(gpu, model).unwrap();
+    let p = gm.prefill(&ids[..split], levels, false).unwrap();
+
+    let mut a_cpu = arena(model, levels);
+    let mut cpu = session(model, &mut a_cpu, levels);
+    let cpu_prefill = step_all(&mut cpu, &ids[..split]);
+    let v = model.config().vocab_size;
+    check(
+        &format!("{what} prefill logits vs CPU"),
+        &p.last_logits,
+        &wide(&cpu_prefill[(split - 1) * v..]),
+        tol,
+    );
+    check(
+        &format!("{what} states vs CPU"),
+        &p.states,
+        &wide(cpu.states()),
+        tol,
+    );
+    check(
+        &format!("{what} conv states vs CPU"),
+        &p.conv,
+        &wide(cpu.conv_states()),
+        tol,
+    );
+
+    let mut a_gpu = arena(model, levels);
+    let mut handed = session(model, &mut a_gpu, levels);
+    p.load_into(&mut handed).unwrap();
+    assert_eq!(handed.t(), split as u64);
+    let ours = step_all(&mut handed, &ids[split..]);
+    let theirs = step_all(&mut cpu, &ids[split..]);
+    check(
+        &format!("{what} continued logits vs CPU"),
+        &ours,
+        &wide(&theirs),
+        tol,
+    );
+    eprintln!(
+        "{what}: GPU prefill of {split} tokens {:.1} ms",
+        p.gpu_seconds * 1e3
+    );
+    p
+}
+
+/// Every golden stress model: prefill 250 tokens of ids_T300 on the GPU, continue with the 50
+/// decode steps on the CPU; against the golden decode trace and a CPU-only session.
+#[test]
+fn golden_models_continue_on_the_cpu() {
+    let gpu = Gpu::new().expect("GPU adapter");
+    let m = manifest();
+    let mut checked = 0;
+    for (name, entry) in cases(&m, "model") {
+        if entry["style"] != "stress" {
+            continue;
+        }
+        let dir = golden_dir().join(entry["dir"].as_str().unwrap());
+        let ckpt = Checkpoint::load(&dir).unwrap();
+        let model = ckpt.model().unwrap();
+        let c = *model.config();
+        let g = read_arrays(&dir.join("golden.safetensors"));
+        let ids = get(&g, "ids_T300", &name).ids();
+        let split = get(&g, "decode.prefill_len", &name).data[0] as usize;
+        let levels = c.default_state_levels();
+        let p = gpu_then_cpu_vs_cpu(&name, &gpu, &model, &ids, split, levels, tol::MODEL);
+
+        // Against the golden decode trace.
+        check(
+            &format!("{name} prefill logits"),
+            &p.last_logits,
+            &get(&g, "decode.prefill_last_logits", &name).data,
+            tol::MODEL,
+        );
+        let state_n = p.states.len() / c.num_layers;
+        let conv_n = p.conv.len() / c.num_layers;
+        for layer in 0..c.num_layers {
+            let key = if c.arch.is_log_linear() {
+                "fenwick"
+            } else {
+                "ssm"
+            };
+            let r = get(&g, &format!("decode.state.layer{layer}.{key}"), &name);
+            let ours = &p.states[layer * state_n..][..state_n];
+            check(
+                &format!("{name} layer {layer} state"),
+                ours,
+                &r.data,
+                tol::MODEL,
+            );
+            let conv_ref: Vec<f64> = if c.arch.is_mamba2() {
+                get(&g, &format!("decode.state.layer{layer}.conv"), &name)
+                    .data
+                    .clone()
+            } else {
+                ["q", "k", "v"]
+                    .iter()
+                    .flat_map(|s| {
+                        get(&g, &format!("decode.state.layer{layer}.conv_{s}"), &name)
+                            .data
+                            .clone()
+                    })
+                    .collect()
+            };
+            check(
+                &format!("{name} layer {layer} conv"),
+                &p.conv[layer * conv_n..][..conv_n],
+                &conv_ref,
+                tol::MODEL,
+            );
+        }
+        let mut a = arena(&model, levels);
+        let mut s = session(&model, &mut a, levels);
+        p.load_into(&mut s).unwrap();
+        let steps = get(&g, "decode.step_ids", &name).ids();
+        assert_eq!(steps, ids[split..]);
+        let logits = step_all(&mut s, &steps);
+        check(
+            &format!("{name} decode logits"),
+            &logits,
+            &get(&g, "decode.step_logits", &name).data,
+            tol::MODEL,
+        );
+
+        // An f16 session takes the same state, narrowed once.
+        let cfg = SessionConfig {
+            levels: Some(levels),
+        };
+        let mut a16 = vec![0u8; Session::<half::f16>::arena_bytes(&model, &cfg).unwrap()];
+        let mut s16 = Session::<half::f16>::new(&model, &mut a16, cfg).unwrap();
+        p.load_into(&mut s16).unwrap();
+        assert!(s16
+            .states()
+            .iter()
+            .zip(&p.states)
+            .all(|(h, &f)| *h == half::f16::from_f32(f)));
+        checked += 1;
+    }
+    assert_eq!(checked, 5, "expected the 5 stress models");
+}
+
+/// Fewer levels than the prompt needs: the top level saturates, on the GPU as in the decoder.
+#[test]
+fn saturating_levels_continue_on_the_cpu() {
+    let gpu = Gpu::new().expect("GPU adapter");
+    let m = manifest();
+    for (name, entry) in cases(&m, "model") {
+        if entry["style"] != "stress"
+            || !["ll_mamba2", "ll_gdn"].contains(&entry["kind"].as_str().unwrap())
+        {
+            continue;
+        }
+        if entry["layout"] == "log_linear_mamba2" {
+            continue; // the same weights as hattention
+        }
+        let dir = golden_dir().join(entry["dir"].as_str().unwrap());
+        let ckpt = Checkpoint::load(&dir).unwrap();
+        let model = ckpt.model().unwrap();
+        let g = read_arrays(&dir.join("golden.safetensors"));
+        let ids = get(&g, "ids_T300", &name).ids();
+        gpu_then_cpu_vs_cpu(
+            &format!("{name} levels 4"),
+            &gpu,
+            &model,
+            &ids,
+            250,
+            4,
+            tol::MODEL,
+        );
+    }
+}
+
+/// The first `n` bytes of a prompt text as byte-level tokens.
+fn prompt_ids(n: usize) -> Vec<u32> {
+    let text = "The quick brown fox jumps over the lazy dog. Log-linear attention keeps a Fenwick \
+                tree of states, one per power-of-two block of the past, so the memory grows with \
+                the logarithm of the context length.";
+    text.bytes().take(n).map(u32::from).collect()
+}
+
+/// Trained models: a Q8_0 model file, an F32 checkpoint, and F16 and Q4_0 exports of it.
+#[test]
+fn trained_models_continue_on_the_cpu() {
+    let gpu = Gpu::new().expect("GPU adapter");
+    let ids = prompt_ids(120);
+    let split = 100;
+
+    let bytes = AlignedBytes::read(&models_dir().join("ll-gdn-mcu-q8_0.gguf")).unwrap();
+    let gguf = IndexedGguf::parse(bytes.as_bytes()).unwrap();
+    let model = gguf.model().unwrap();
+    assert_eq!(model.mlp(0).unwrap().up.dtype(), DType::Q8_0);
+    let levels = model.config().default_state_levels();
+    gpu_then_cpu_vs_cpu(
+        "ll-gdn-mcu q8_0",
+        &gpu,
+        &model,
+        &ids,
+        split,
+        levels,
+        tol::MODEL,
+    );
+
+    let ckpt = Checkpoint::load(models_dir().join("ll-mamba2-mcu")).unwrap();
+    let model = ckpt.model().unwrap();
+    let levels = model.config().default_state_levels();
+    gpu_then_cpu_vs_cpu(
+        "ll-mamba2-mcu f32",
+        &gpu,
+        &model,
+        &ids,
+        split,
+        levels,
+        tol::MODEL,
+    );
+    for dtype in [DType::F16, DType::Q4_0] {
+        let opts = ExportOptions {
+            matrix_type: dtype,
+            ..ExportOptions::default()
+        };
+        let exported = ExportedModel::from_checkpoint(&ckpt, &opts).unwrap();
+        let model = exported.model().unwrap();
+        assert!(model.mlp(0).unwrap().up.dtype() == dtype);
+        let what = format!("ll-mamba2-mcu {}", dtype.name());
+        gpu_then_cpu_vs_cpu(&what, &gpu, &model, &ids, split, levels, tol::MODEL);
+    }
+}
+
+/// Bad inputs are typed errors, not panics.
+#[test]
+fn bad_inputs_are_errors() {
+    let gpu = Gpu::new().expect("GPU adapter");
+    let m = manifest();
+    let (_, entry) = cases(&m, "model")
+        .into_iter()
+        .find(|(_, e)| e["kind"] == "ll_gdn")
+        .unwrap();
+    let ckpt = Checkpoint::load(golden_dir().join(entry["dir"].as_str().unwrap())).unwrap();
+    let model = ckpt.model().unwrap();
+    let gm = GpuModel::new(&gpu, &model).unwrap();
+    assert!(gm.prefill(&[], 15, false).is_err());
+    assert!(gm.prefill(&[1, 2, 256], 15, false).is_err());
+    assert!(gm.prefill(&[1, 2], 1, false).is_err());
+    assert!(gm.prefill(&[1, 2], 16, false).is_err());
+    // T = 1 and T < conv width work.
+    let p = gm.prefill(&[7], 15, false).unwrap();
+    let mut a = arena(&model, 15);
+    let mut s = session(&model, &mut a, 15);
+    let cpu = s.step(7).unwrap().to_vec();
+    check("T=1 logits", &p.last_logits, &wide(&cpu), tol::MODEL);
+    check("T=1 states", &p.states, &wide(s.states()), tol::MODEL);
+    check("T=1 conv", &p.conv, &wide(s.conv_states()), tol::MODEL);
+}
