@@ -78,6 +78,19 @@ impl ScanShape {
         needed.min(self.m_top() + 1)
     }
 
+    /// Chunk slots of the inter-chunk output scratch (see `olvl_slot` in chunk_common.wgsl):
+    /// ⌈NT/2⌉ per regular level, NT − 2^m_top for the saturated one.
+    fn level_output_slots(&self) -> usize {
+        let (scans, nt, m_top) = (self.scans(), self.chunks(), self.m_top());
+        if scans == 0 {
+            0
+        } else if scans == m_top + 1 {
+            m_top * nt.div_ceil(2) + (nt - (1 << m_top))
+        } else {
+            scans * nt.div_ceil(2)
+        }
+    }
+
     /// Checks the sizes against what the kernels support.
     pub fn validate(&self) -> Result<(), GpuError> {
         let bad = |m: String| Err(GpuError::Invalid(format!("chunk scan: {m}")));
@@ -114,7 +127,9 @@ impl ScanShape {
             ));
         }
         // Every index the shaders form must fit in u32.
-        let biggest = (self.scans().max(1) * self.t * self.heads * self.dv.max(self.dk)) as u64;
+        let biggest = ((self.level_output_slots() * CHUNK).max(self.t)
+            * self.heads
+            * self.dv.max(self.dk)) as u64;
         if biggest >= u64::from(u32::MAX) {
             return bad(format!(
                 "{self:?} needs more than 2^32 elements in one buffer"
@@ -140,6 +155,8 @@ struct Params {
     n_scans: u32,
     gdn: u32,
     levels: u32,
+    half_nt: u32,
+    pad: [u32; 3],
 }
 
 const COMMON: &str = include_str!("shaders/chunk_common.wgsl");
@@ -292,6 +309,8 @@ impl ChunkScan {
             n_scans: scans as u32,
             gdn: gdn as u32,
             levels: s.levels as u32,
+            half_nt: nt.div_ceil(2) as u32,
+            pad: [0; 3],
         };
         let f = 4u64;
         let th = (s.t * s.heads) as u64;

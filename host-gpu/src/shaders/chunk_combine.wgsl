@@ -18,8 +18,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         let t = c * C + r;
         var s = o[t * row_len + x];
         for (var m = 0u; m < P.n_scans; m++) {
-            if (m == P.m_top || ((c >> m) & 1u) == 1u) {
-                s += olvl[(m * P.t + t) * row_len + x];
+            let slot = olvl_slot(m, c);
+            if (slot != NO_SLOT) {
+                s += olvl[(slot * C + r) * row_len + x];
             }
         }
         o[t * row_len + x] = s;

@@ -14,6 +14,10 @@ struct Params {
     n_scans: u32,    // inter-chunk scans that are not empty (levels 0..n_scans-1)
     gdn: u32,        // 1 = Gated DeltaNet form, 0 = Mamba-2 form
     levels: u32,
+    half_nt: u32,    // ceil(nt / 2): reader chunks of one regular level (slots in olvl)
+    pad0: u32,
+    pad1: u32,
+    pad2: u32,
 }
 
 const C: u32 = 64u;       // chunk size
@@ -35,4 +39,23 @@ fn lam_idx(t: u32, h: u32, col: u32) -> u32 {
 fn level_col(i: u32, j: u32) -> u32 {
     let l = select(firstLeadingBit(i ^ j) + 1u, 0u, i == j);
     return min(l, P.top);
+}
+
+// Slot of chunk c in the inter-chunk output scratch of level m, or NO_SLOT when c does not read
+// level m. Regular level m: chunks with bit m set, packed (at most ceil(nt/2) of them).
+// Saturated level m_top: chunks c >= 2^m (the ones before read an empty state).
+const NO_SLOT: u32 = 0xffffffffu;
+fn olvl_slot(m: u32, c: u32) -> u32 {
+    let base = m * P.half_nt;
+    let p = 1u << m;
+    if (m == P.m_top) {
+        if (c < p) {
+            return NO_SLOT;
+        }
+        return base + c - p;
+    }
+    if ((c & p) == 0u) {
+        return NO_SLOT;
+    }
+    return base + ((c >> (m + 1u)) << m) + (c & (p - 1u));
 }

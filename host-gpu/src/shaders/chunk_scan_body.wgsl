@@ -8,7 +8,7 @@
 //     half sa = 0 (exactly the per-level scan of §7.2).
 //   saturated level m_top: every chunk reads sa = all chunks before (c >> m)<<m, the sum of all
 //     exact levels >= m_top (the runtime's saturating top level); every chunk is a source.
-// Reader outputs go to olvl[m][t][h][dv] (weighted by λ column min(c0+1+m, top)); the combine
+// Reader outputs go to olvl[slot][row][h][dv] (olvl_slot) (weighted by λ column min(c0+1+m, top)); the combine
 // kernel adds them to o. Before the last chunk the read state is written to hstate[m] for the
 // final-state kernel.
 
@@ -70,7 +70,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             }
         }
 
-        if (reads) {
+        let slot = olvl_slot(m, c);
+        if (slot != NO_SLOT) {
             for (var r = lid; r < C * BV; r += WG) {
                 let i = r / BV;
                 let vv = r % BV;
@@ -79,9 +80,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                     for (var kk = 0u; kk < P.dk; kk++) {
                         acc += qt_at(t0 + i, h, kk) * sa[kk * BV + vv];
                     }
-                    let t = t0 + i;
-                    olvl[((m * P.t + t) * P.heads + h) * P.dv + v0 + vv] =
-                        lam[lam_idx(t, h, col)] * fq[i] * acc;
+                    olvl[((slot * C + i) * P.heads + h) * P.dv + v0 + vv] =
+                        lam[lam_idx(t0 + i, h, col)] * fq[i] * acc;
                 }
             }
         }
