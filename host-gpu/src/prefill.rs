@@ -115,7 +115,7 @@ struct Buffers {
     logits: wgpu::Buffer,
 }
 
-/// What [`GpuModel::encode_mixer`] records: kernel steps around the scan, and the copies.
+/// What [`GpuModel::mixer_steps`] makes: the kernel steps before and after the scan.
 struct MixerSteps<'k> {
     before_scan: Vec<Step<'k>>,
     after_scan: Vec<Step<'k>>,
@@ -170,6 +170,20 @@ impl<'g> GpuModel<'g> {
                 hidden: false,
             },
         )
+    }
+
+    /// Prefills `tokens` with `session`'s number of levels and hands the state to it: the
+    /// session then continues decoding after the last token (its logits are not set; they are
+    /// in the returned [`Prefill::last_logits`]). `session` must be a session of this model.
+    pub fn prefill_into<E: StateElem>(
+        &self,
+        tokens: &[u32],
+        session: &mut Session<'_, E>,
+    ) -> Result<Prefill, GpuError> {
+        let p = self.prefill(tokens, session.policy().levels(), false)?;
+        p.load_into(session)
+            .map_err(|e| GpuError::Invalid(format!("handing the state to the session: {e}")))?;
+        Ok(p)
     }
 
     fn check_levels(&self, levels: usize) -> Result<(), GpuError> {
@@ -628,10 +642,13 @@ impl<'g> GpuModel<'g> {
                 inter.insert("lam", lam);
             }
             inter.insert("xs", cols(&conv, ch, 0, vd));
-            inter.insert("B", cols(&conv, ch, vd, gn));
-            inter.insert("C", cols(&conv, ch, vd + gn, gn));
             if dims.qk_heads == 1 {
-                inter.insert("k_scan", read(&b.scan.k, t * c.head_k_dim)?);
+                // What the scan reads: k = B, q = C of the single group.
+                inter.insert("B", read(&b.scan.k, t * gn)?);
+                inter.insert("C", read(&b.scan.q, t * gn)?);
+            } else {
+                inter.insert("B", cols(&conv, ch, vd, gn));
+                inter.insert("C", cols(&conv, ch, vd + gn, gn));
             }
             inter.insert("y_norm", read(&b.y_norm, t * vd)?);
         } else {

@@ -118,7 +118,7 @@ fn ops_around_the_scan_match_golden() {
         let tr = gm.mixer_trace(0, &x.f32(), Some(&o)).unwrap();
         let mut compared = 0;
         for (name, ours) in &tr.inter {
-            if *name == "o" || *name == "k_scan" {
+            if *name == "o" {
                 continue;
             }
             let r = get(&arrays, &format!("T50.inter.{name}"), kind);

@@ -302,12 +302,21 @@ fn bad_inputs_are_errors() {
     assert!(gm.prefill(&[1, 2, 256], 15, false).is_err());
     assert!(gm.prefill(&[1, 2], 1, false).is_err());
     assert!(gm.prefill(&[1, 2], 16, false).is_err());
-    // T = 1 and T < conv width work.
-    let p = gm.prefill(&[7], 15, false).unwrap();
+    // T = 1 and T < conv width work, straight into a session.
     let mut a = arena(&model, 15);
     let mut s = session(&model, &mut a, 15);
+    let mut a_gpu = arena(&model, 15);
+    let mut s_gpu = session(&model, &mut a_gpu, 15);
+    let p = gm.prefill_into(&[7], &mut s_gpu).unwrap();
     let cpu = s.step(7).unwrap().to_vec();
     check("T=1 logits", &p.last_logits, &wide(&cpu), tol::MODEL);
     check("T=1 states", &p.states, &wide(s.states()), tol::MODEL);
     check("T=1 conv", &p.conv, &wide(s.conv_states()), tol::MODEL);
+    let next_gpu = s_gpu.step(8).unwrap().to_vec();
+    check(
+        "T=1 then a step",
+        &next_gpu,
+        &wide(s.step(8).unwrap()),
+        tol::MODEL,
+    );
 }
