@@ -440,6 +440,35 @@ impl ChunkScan {
     }
 }
 
+impl ChunkScan {
+    /// Estimated device-memory traffic of one `encode` in bytes, for benchmark reports: every
+    /// buffer a kernel reads or writes counted once per kernel that touches it (caches ignored).
+    pub fn bytes(&self) -> f64 {
+        let s = self.shape;
+        let (t, h, dk, dv) = (s.t as f64, s.heads as f64, s.dk as f64, s.dv as f64);
+        let qk = t * s.qk_heads as f64 * dk;
+        let lam = t * h * s.lambda_cols as f64;
+        let scans = s.scans() as f64;
+        let slots = (s.level_output_slots() * CHUNK) as f64 * h * dv;
+        // gamma: g in, γ out; intra: q, k, v, λ, γ (and β) in, o out.
+        let mut f = 2.0 * t * h + 2.0 * qk + t * h * dv + lam + t * h + t * h * dv;
+        // scans: per level the per-chunk inputs and γ, λ; the packed reader outputs.
+        let per_level = if s.form == Form::Gdn {
+            f += 3.0 * t * h * dk + t * h * dv + t * h; // q̃, K̃, W̃, U out; β in
+            3.0 * t * h * dk + t * h * dv
+        } else {
+            2.0 * qk + t * h * dv
+        };
+        f += scans * (per_level + t * h + lam) + slots;
+        // combine: o in and out, reader outputs in; state: hand-off in, state out.
+        if scans > 0.0 {
+            f += 2.0 * t * h * dv + slots;
+        }
+        f += (scans + s.levels as f64) * h * dk * dv;
+        4.0 * f
+    }
+}
+
 /// Convenience for tests and benchmarks: upload, run, read back `(o, state)`.
 #[allow(clippy::too_many_arguments)]
 pub fn run_scan(

@@ -1,0 +1,371 @@
+//! Benchmark of the chunk-scan prefill kernels at the paper's kernel shape (spec §9: 48 heads,
+//! head dim dv = 64, state dk = 128; Mamba-2 form with q/k shared by all heads, GDN form with q/k
+//! per head), with the CPU decoder (runtime `FenwickState`, one thread) for comparison.
+//!
+//! ```text
+//! cargo run -p loglinear-host-gpu --release --example chunk_scan_bench -- [--quick]
+//!     [--t 2048,8192,16384] [--heads 48] [--dk 128] [--dv 64] [--levels 15]
+//!     [--warmup 2] [--runs 5] [--cpu-t 1024] [--forms mamba2,gdn]
+//! ```
+//! `--quick`: T = 256 and 128, 4 heads, 2 runs, CPU T = 128 (for lavapipe).
+//! GPU time comes from timestamp queries when the adapter has TIMESTAMP_QUERY, else from wall
+//! time around submit-and-wait. GFLOP/s counts the FLOPs the kernels do (`ChunkScan::flops`),
+//! GB/s an estimate of the memory traffic (`ChunkScan::bytes`).
+
+use loglinear_host_gpu::chunk_scan::{ChunkScan, Form, ScanIo, ScanKernels, ScanShape};
+use loglinear_host_gpu::{Gpu, GpuError};
+use loglinear_runtime::{FenwickState, LevelPolicy};
+use std::time::Instant;
+
+struct Args {
+    ts: Vec<usize>,
+    heads: usize,
+    dk: usize,
+    dv: usize,
+    levels: usize,
+    warmup: usize,
+    runs: usize,
+    cpu_t: usize,
+    forms: Vec<Form>,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args {
+        ts: vec![2048, 8192, 16384],
+        heads: 48,
+        dk: 128,
+        dv: 64,
+        levels: 15,
+        warmup: 2,
+        runs: 5,
+        cpu_t: 1024,
+        forms: vec![Form::Mamba2, Form::Gdn],
+    };
+    let mut it = std::env::args().skip(1);
+    let num = |v: Option<String>, what: &str| -> Result<usize, String> {
+        v.ok_or(format!("{what} needs a value"))?
+            .parse()
+            .map_err(|e| format!("{what}: {e}"))
+    };
+    while let Some(flag) = it.next() {
+        match flag.as_str() {
+            "--quick" => {
+                a.ts = vec![128, 256];
+                a.heads = 4;
+                a.runs = 2;
+                a.warmup = 1;
+                a.cpu_t = 128;
+            }
+            "--t" => {
+                let v = it.next().ok_or("--t needs a list")?;
+                a.ts = v
+                    .split(',')
+                    .map(|x| x.trim().parse().map_err(|e| format!("--t {x}: {e}")))
+                    .collect::<Result<_, _>>()?;
+            }
+            "--heads" => a.heads = num(it.next(), "--heads")?,
+            "--dk" => a.dk = num(it.next(), "--dk")?,
+            "--dv" => a.dv = num(it.next(), "--dv")?,
+            "--levels" => a.levels = num(it.next(), "--levels")?,
+            "--warmup" => a.warmup = num(it.next(), "--warmup")?,
+            "--runs" => a.runs = num(it.next(), "--runs")?.max(1),
+            "--cpu-t" => a.cpu_t = num(it.next(), "--cpu-t")?,
+            "--forms" => {
+                let v = it.next().ok_or("--forms needs a list")?;
+                a.forms = v
+                    .split(',')
+                    .map(|x| match x.trim() {
+                        "mamba2" => Ok(Form::Mamba2),
+                        "gdn" => Ok(Form::Gdn),
+                        o => Err(format!("unknown form {o} (mamba2, gdn)")),
+                    })
+                    .collect::<Result<_, _>>()?;
+            }
+            "-h" | "--help" => {
+                return Err("usage: chunk_scan_bench [--quick] [--t LIST] [--heads N] [--dk N] \
+                            [--dv N] [--levels N] [--warmup N] [--runs N] [--cpu-t N] [--forms LIST]"
+                    .into())
+            }
+            o => return Err(format!("unknown flag {o} (--help)")),
+        }
+    }
+    Ok(a)
+}
+
+/// Deterministic inputs shaped like the layer's (GDN: k l2-normalised, q scaled).
+struct Inputs {
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    g: Vec<f32>,
+    beta: Vec<f32>,
+    lam: Vec<f32>,
+}
+
+fn inputs(s: &ScanShape) -> Inputs {
+    let mut state = 0x1234_5678_9abc_def1u64;
+    let mut uni = move || {
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        ((state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 40) as f32) / (1u64 << 24) as f32
+    };
+    let nqk = s.t * s.qk_heads * s.dk;
+    let mut q: Vec<f32> = (0..nqk).map(|_| uni() - 0.5).collect();
+    let mut k: Vec<f32> = (0..nqk).map(|_| uni() - 0.5).collect();
+    for row in k.chunks_mut(s.dk) {
+        let n = row.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
+        row.iter_mut().for_each(|x| *x /= n);
+    }
+    q.iter_mut().for_each(|x| *x /= (s.dk as f32).sqrt());
+    Inputs {
+        q,
+        k,
+        v: (0..s.t * s.heads * s.dv).map(|_| uni() - 0.5).collect(),
+        g: (0..s.t * s.heads).map(|_| -0.05 * uni()).collect(),
+        beta: (0..s.t * s.heads).map(|_| uni()).collect(),
+        lam: (0..s.t * s.heads * s.lambda_cols)
+            .map(|_| 0.5 + uni())
+            .collect(),
+    }
+}
+
+/// GPU timestamps around the recorded work, when the adapter has them.
+struct Timer {
+    set: wgpu::QuerySet,
+    resolve: wgpu::Buffer,
+    period_ns: f64,
+}
+
+impl Timer {
+    fn new(gpu: &Gpu) -> Option<Self> {
+        if !gpu.features.contains(wgpu::Features::TIMESTAMP_QUERY) {
+            return None;
+        }
+        let set = gpu.device.create_query_set(&wgpu::QuerySetDescriptor {
+            label: Some("bench timestamps"),
+            ty: wgpu::QueryType::Timestamp,
+            count: 2,
+        });
+        let resolve = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("bench timestamps"),
+            size: 16,
+            usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        });
+        Some(Self {
+            set,
+            resolve,
+            period_ns: f64::from(gpu.queue.get_timestamp_period()),
+        })
+    }
+
+    /// An empty compute pass that writes timestamp `index` (works without
+    /// TIMESTAMP_QUERY_INSIDE_ENCODERS).
+    fn mark(&self, enc: &mut wgpu::CommandEncoder, index: u32) {
+        let _pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some("timestamp"),
+            timestamp_writes: Some(wgpu::ComputePassTimestampWrites {
+                query_set: &self.set,
+                beginning_of_pass_write_index: Some(index),
+                end_of_pass_write_index: None,
+            }),
+        });
+    }
+}
+
+/// One timed run in milliseconds.
+fn time_once(gpu: &Gpu, scan: &ChunkScan, timer: Option<&Timer>) -> Result<f64, GpuError> {
+    let mut enc = gpu.encoder("bench");
+    if let Some(t) = timer {
+        t.mark(&mut enc, 0);
+    }
+    scan.encode(&mut enc);
+    if let Some(t) = timer {
+        t.mark(&mut enc, 1);
+        enc.resolve_query_set(&t.set, 0..2, &t.resolve, 0);
+    }
+    let start = Instant::now();
+    gpu.submit_and_wait(enc)?;
+    let wall = start.elapsed().as_secs_f64() * 1e3;
+    match timer {
+        Some(t) => {
+            let b = gpu.read_bytes(&t.resolve, 16)?;
+            let t0 = u64::from_le_bytes(b[0..8].try_into().unwrap());
+            let t1 = u64::from_le_bytes(b[8..16].try_into().unwrap());
+            Ok(t1.saturating_sub(t0) as f64 * t.period_ns / 1e6)
+        }
+        None => Ok(wall),
+    }
+}
+
+struct Row {
+    form: Form,
+    t: usize,
+    ms: f64,
+    flops: f64,
+    bytes: f64,
+}
+
+fn bench_gpu(
+    gpu: &Gpu,
+    a: &Args,
+    form: Form,
+    t: usize,
+    timer: Option<&Timer>,
+) -> Result<Row, GpuError> {
+    let shape = shape(a, form, t);
+    let x = inputs(&shape);
+    let kernels = ScanKernels::new(gpu, form)?;
+    let bq = gpu.storage_from("q", &x.q)?;
+    let bk = gpu.storage_from("k", &x.k)?;
+    let bv = gpu.storage_from("v", &x.v)?;
+    let bg = gpu.storage_from("g", &x.g)?;
+    let bb = gpu.storage_from("beta", &x.beta)?;
+    let bl = gpu.storage_from("lam", &x.lam)?;
+    let bo = gpu.storage_zeroed("o", (t * a.heads * a.dv * 4) as u64)?;
+    let bs = gpu.storage_zeroed("state", (a.levels * a.heads * a.dk * a.dv * 4) as u64)?;
+    let io = ScanIo {
+        q: &bq,
+        k: &bk,
+        v: &bv,
+        g: &bg,
+        beta: &bb,
+        lam: &bl,
+        o: &bo,
+        state: &bs,
+    };
+    let scan = ChunkScan::new(gpu, &kernels, shape, io)?;
+    for _ in 0..a.warmup {
+        time_once(gpu, &scan, timer)?;
+    }
+    let mut times: Vec<f64> = (0..a.runs)
+        .map(|_| time_once(gpu, &scan, timer))
+        .collect::<Result<_, _>>()?;
+    times.sort_by(f64::total_cmp);
+    Ok(Row {
+        form,
+        t,
+        ms: times[times.len() / 2],
+        flops: scan.flops(),
+        bytes: scan.bytes(),
+    })
+}
+
+fn shape(a: &Args, form: Form, t: usize) -> ScanShape {
+    ScanShape {
+        form,
+        t,
+        heads: a.heads,
+        qk_heads: if form == Form::Mamba2 { 1 } else { a.heads },
+        dk: a.dk,
+        dv: a.dv,
+        lambda_cols: 15.max(a.levels),
+        levels: a.levels,
+    }
+}
+
+/// Tokens per second of the runtime decoder on one thread (the same operator, token by token).
+fn bench_cpu(a: &Args, form: Form) -> f64 {
+    let s = shape(a, form, a.cpu_t);
+    let x = inputs(&s);
+    let policy = LevelPolicy::new(s.levels).expect("levels");
+    let mut data = vec![0f32; s.levels * s.heads * s.dk * s.dv];
+    let mut st = FenwickState::new(&mut data, policy, s.heads, s.dk, s.dv).expect("state");
+    let mut out = vec![0f32; s.dv];
+    let mut u = vec![0f32; s.dv];
+    let start = Instant::now();
+    for t in 0..s.t {
+        st.merge(t as u64);
+        for h in 0..s.heads {
+            let th = t * s.heads + h;
+            let qk = (t * s.qk_heads + if s.qk_heads == 1 { 0 } else { h }) * s.dk;
+            let (q, k) = (&x.q[qk..][..s.dk], &x.k[qk..][..s.dk]);
+            let alpha = x.g[th].exp();
+            let beta = if form == Form::Gdn { x.beta[th] } else { 1.0 };
+            match form {
+                Form::Gdn => st.transition_delta(t as u64, h, alpha, beta, k, &mut u),
+                Form::Mamba2 => st.transition_decay(t as u64, h, alpha),
+            }
+            st.insert(h, k, &x.v[th * s.dv..][..s.dv], beta);
+            let lam = &x.lam[th * s.lambda_cols..][..s.lambda_cols];
+            st.read(t as u64, h, q, |l| lam[l as usize], &mut out);
+        }
+    }
+    std::hint::black_box(&out);
+    s.t as f64 / start.elapsed().as_secs_f64()
+}
+
+fn form_name(f: Form) -> &'static str {
+    match f {
+        Form::Mamba2 => "mamba2",
+        Form::Gdn => "gdn",
+    }
+}
+
+fn main() {
+    let a = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(2);
+        }
+    };
+    let gpu = match Gpu::new() {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(1);
+        }
+    };
+    let timer = Timer::new(&gpu);
+    let adapter = gpu.info.name.clone();
+    println!(
+        "adapter: {} ; timing: {} ; heads {} dk {} dv {} levels {} ; median of {} runs after {} warm-up",
+        gpu.describe(),
+        if timer.is_some() { "GPU timestamps" } else { "wall clock (submit and wait)" },
+        a.heads,
+        a.dk,
+        a.dv,
+        a.levels,
+        a.runs,
+        a.warmup
+    );
+    println!();
+    println!("| adapter | form | T | ms | tokens/s | GFLOP/s | GB/s |");
+    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
+    for &form in &a.forms {
+        for &t in &a.ts {
+            match bench_gpu(&gpu, &a, form, t, timer.as_ref()) {
+                Ok(r) => println!(
+                    "| {adapter} | {} | {} | {:.3} | {:.0} | {:.1} | {:.2} |",
+                    form_name(r.form),
+                    r.t,
+                    r.ms,
+                    r.t as f64 / (r.ms / 1e3),
+                    r.flops / (r.ms / 1e3) / 1e9,
+                    r.bytes / (r.ms / 1e3) / 1e9
+                ),
+                Err(e) => println!(
+                    "| {adapter} | {} | {t} | error: {e} | | | |",
+                    form_name(form)
+                ),
+            }
+        }
+    }
+    println!();
+    println!("CPU decoder (runtime FenwickState, one thread, token by token, same shape):");
+    println!();
+    println!("| form | T | tokens/s |");
+    println!("| --- | ---: | ---: |");
+    for &form in &a.forms {
+        if a.cpu_t > 0 {
+            println!(
+                "| {} | {} | {:.1} |",
+                form_name(form),
+                a.cpu_t,
+                bench_cpu(&a, form)
+            );
+        }
+    }
+}
