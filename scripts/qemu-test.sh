@@ -17,7 +17,10 @@
 #     named by `model = ...` in its board.toml, on the firmware and on the host alike;
 #   * a session (mps2-an386): GEN, STATUS, GEN continuing the context (together equal to one
 #     host run), RESET, GEN again equal to the first; and `loglinear serial --qemu-board`, the
-#     host client, prints byte for byte what `loglinear generate` prints.
+#     host client, prints byte for byte what `loglinear generate` prints;
+#   * stack: the deepest `stack_peak_bytes` any STATUS reports (the stack painted at boot) stays
+#     within the memory planner's stack estimate for the board (`loglinear plan`: sampler
+#     scratch + the board's firmware.stack_reserve), so the planner's RAM sum covers the stack.
 # Installs QEMU and the targets first if missing (scripts/qemu-setup.sh), and checks the firmware
 # crate's formatting and clippy (it is outside the main workspace).
 # It prints the QEMU wall time of every run and `size` of every ELF.
@@ -63,6 +66,14 @@ qemu_run() {
         cat "$base.err" >&2
         fail "$board: QEMU exited with $rc (124 = timeout after ${QEMU_TIMEOUT}s), output in $base.out"
     }
+}
+
+# Raises stack_peak to the largest stack_peak_bytes of the STATUS lines in reply file $1.
+note_stack() {
+    local p
+    for p in $(sed -n 's/^STATUS .*stack_peak_bytes=\([0-9]*\).*/\1/p' "$1"); do
+        [ "$p" -le "$stack_peak" ] || stack_peak=$p
+    done
 }
 
 # Milliseconds as seconds with one decimal.
@@ -123,6 +134,10 @@ for board in "${BOARDS[@]}"; do
         --target-dir "$FW_TARGET_DIR"
     elf="$WORK/$board.elf"
     cp "$FW_TARGET_DIR/$target/release/loglinear-firmware" "$elf"
+    stack_peak=0
+    stack_estimate=$("$LOGLINEAR" plan --board "$board" --model "$MODEL" |
+        sed -n 's/^  stack reserve .*stack estimate with the sampler scratch \([0-9]*\) B.*/\1/p')
+    [ -n "$stack_estimate" ] || fail "$board: no stack estimate in loglinear plan's report"
     if command -v size >/dev/null 2>&1; then
         # .bss is the session arena plus small statics; riscv-rt's .stack (the rest of RAM) is
         # left out of this list.
@@ -148,6 +163,7 @@ for board in "${BOARDS[@]}"; do
   host:     $want
   firmware: $fw_ids"
         grep -qx "DONE $g" "$base.out" || fail "$board case $i: no 'DONE $g'"
+        note_stack "$base.out"
         # State bytes: the host's stderr line "... state L B live / A B allocated]".
         host_state=$(sed -n 's/.*state \([0-9]*\) B live \/ \([0-9]*\) B allocated.*/\1 \2/p' \
             "$base.host.err")
@@ -187,6 +203,7 @@ for board in "${BOARDS[@]}"; do
         fail "$board hostile input: the GENs between bad lines differ from the host's greedy text"
     grep -q '^STATUS tokens=5 generated=4 ' "$base.out" ||
         fail "$board hostile input: the bad lines changed the session: $(grep '^STATUS' "$base.out")"
+    note_stack "$base.out"
     echo "  ok: hostile input answered with ERR, board kept serving (QEMU $(secs "$ms")):"
     grep '^ERR' "$base.out" | sed 's/^/      /'
 
@@ -208,6 +225,7 @@ for board in "${BOARDS[@]}"; do
         [ "$(sed -n 's/^STATUS \(tokens=[0-9]* generated=[0-9]*\).*/\1/p' "$base.out" | tr '\n' ' ')" = \
             "tokens=16 generated=8 tokens=24 generated=16 tokens=0 generated=0 " ] ||
             fail "$board session: STATUS counts: $(grep '^STATUS' "$base.out")"
+        note_stack "$base.out"
         echo "  ok: session GEN, STATUS, GEN continuing (= host), RESET, GEN (= first), QEMU $(secs "$ms")"
 
         start=$(date +%s%N)
@@ -219,6 +237,11 @@ for board in "${BOARDS[@]}"; do
             fail "$board: loglinear serial printed other text than loglinear generate"
         echo "  ok: loglinear serial --qemu-board prints what loglinear generate prints ($(secs "$ms"))"
     fi
+
+    [ "$stack_peak" -gt 0 ] || fail "$board: no STATUS line reported stack_peak_bytes"
+    [ "$stack_peak" -le "$stack_estimate" ] ||
+        fail "$board: stack peak $stack_peak B exceeds the planner's stack estimate $stack_estimate B (raise firmware.stack_reserve in $toml)"
+    echo "  ok: stack peak $stack_peak B ≤ planner stack estimate $stack_estimate B ($((stack_peak * 100 / stack_estimate)) %)"
 done
 
 echo
