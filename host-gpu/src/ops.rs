@@ -27,9 +27,32 @@ pub struct Step<'k> {
 }
 
 impl Step<'_> {
-    /// Records the dispatch into `encoder`.
+    /// Records the dispatch into `encoder`, in a compute pass of its own.
     pub fn encode(&self, encoder: &mut wgpu::CommandEncoder) {
         dispatch(encoder, self.kernel, &self.bind, self.groups);
+    }
+
+    /// Records the dispatch into an open compute pass.
+    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>) {
+        pass.set_pipeline(&self.kernel.pipeline);
+        pass.set_bind_group(0, &self.bind, &[]);
+        pass.dispatch_workgroups(self.groups[0], self.groups[1], self.groups[2]);
+    }
+}
+
+/// Records `steps` in order into one compute pass (each dispatch is its own synchronization
+/// scope, so a step sees what the previous ones wrote), saving a pass per dispatch.
+pub fn encode_steps<'a, 'k: 'a>(
+    encoder: &mut wgpu::CommandEncoder,
+    label: &str,
+    steps: impl IntoIterator<Item = &'a Step<'k>>,
+) {
+    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+        label: Some(label),
+        timestamp_writes: None,
+    });
+    for s in steps {
+        s.record(&mut pass);
     }
 }
 

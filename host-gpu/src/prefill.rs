@@ -9,7 +9,7 @@
 //! out as [`Session::states`] and [`Session::conv_states`].
 
 use crate::gpu::{Gpu, GpuError};
-use crate::ops::{Kernels, Mamba2Shape, Step};
+use crate::ops::{encode_steps, Kernels, Mamba2Shape, Step};
 use crate::scan_link::{ScanBuffers, ScanDims, ScanForm, ScanLink};
 use crate::weights::{GpuMixer, GpuWeights};
 use loglinear_runtime::{
@@ -503,16 +503,12 @@ impl<'g> GpuModel<'g> {
         )?;
 
         let mut enc = g.encoder("prefill");
-        embed.encode(&mut enc);
         for (l, (norm1, mixer, mlp)) in layers.iter().enumerate() {
-            norm1.encode(&mut enc);
-            for s in &mixer.before_scan {
-                s.encode(&mut enc);
-            }
+            let first = (l == 0).then_some(&embed);
+            let pre = first.into_iter().chain([norm1]).chain(&mixer.before_scan);
+            encode_steps(&mut enc, "pre-scan", pre);
             scan.encode(&mut enc);
-            for s in &mixer.after_scan {
-                s.encode(&mut enc);
-            }
+            encode_steps(&mut enc, "post-scan", mixer.after_scan.iter().chain(mlp));
             enc.copy_buffer_to_buffer(
                 &b.scan.state,
                 0,
@@ -527,15 +523,11 @@ impl<'g> GpuModel<'g> {
                 l as u64 * conv_bytes,
                 conv_bytes,
             );
-            for s in mlp {
-                s.encode(&mut enc);
-            }
             if let Some(hb) = &b.hidden_all {
                 enc.copy_buffer_to_buffer(&b.x, 0, hb, l as u64 * hidden_bytes, hidden_bytes);
             }
         }
-        final_norm.encode(&mut enc);
-        lm_head.encode(&mut enc);
+        encode_steps(&mut enc, "head", [&final_norm, &lm_head]);
         let start = Instant::now();
         g.submit_and_wait(enc)?;
         let gpu_seconds = start.elapsed().as_secs_f64();

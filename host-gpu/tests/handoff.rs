@@ -3,7 +3,7 @@
 
 use loglinear_converter::model_source::{AlignedBytes, IndexedGguf};
 use loglinear_converter::{Checkpoint, ExportOptions, ExportedModel};
-use loglinear_host_gpu::{Gpu, GpuModel, Prefill};
+use loglinear_host_gpu::{Gpu, GpuError, GpuModel, Prefill};
 use loglinear_runtime::{DType, Model, Session, SessionConfig};
 use loglinear_tests::*;
 
@@ -302,6 +302,12 @@ fn bad_inputs_are_errors() {
     assert!(gm.prefill(&[1, 2, 256], 15, false).is_err());
     assert!(gm.prefill(&[1, 2], 1, false).is_err());
     assert!(gm.prefill(&[1, 2], 16, false).is_err());
+    // A prompt whose activations would not fit a storage binding is refused before any work.
+    let d = model.config().hidden_size;
+    let too_many = (gpu.limits.max_storage_buffer_binding_size as usize) / (4 * d) + 1;
+    let err = gm.prefill(&vec![0u32; too_many], 15, false);
+    assert!(matches!(err, Err(GpuError::TooLarge { .. })), "{err:?}");
+
     // T = 1 and T < conv width work, straight into a session.
     let mut a = arena(&model, 15);
     let mut s = session(&model, &mut a, 15);
