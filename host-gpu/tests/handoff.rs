@@ -231,6 +231,40 @@ fn saturating_levels_continue_on_the_cpu() {
     }
 }
 
+/// A long prompt (24 chunks of 64, levels up to 11, a partial last chunk): GPU prefill of 1500
+/// tokens continued for 20 steps, against CPU-only stepping.
+#[test]
+fn long_prompts_continue_on_the_cpu() {
+    let gpu = Gpu::new().expect("GPU adapter");
+    let m = manifest();
+    // A fixed pseudo-random token stream (LCG), so that every position differs.
+    let mut x = 12345u32;
+    let ids: Vec<u32> = (0..1520)
+        .map(|_| {
+            x = x.wrapping_mul(1664525).wrapping_add(1013904223);
+            x >> 24
+        })
+        .collect();
+    for (name, entry) in cases(&m, "model") {
+        let layout = entry["layout"].as_str().unwrap();
+        if entry["style"] != "stress" || !["hattention", "h_gated_deltanet"].contains(&layout) {
+            continue;
+        }
+        let dir = golden_dir().join(entry["dir"].as_str().unwrap());
+        let ckpt = Checkpoint::load(&dir).unwrap();
+        let model = ckpt.model().unwrap();
+        gpu_then_cpu_vs_cpu(
+            &format!("{name} T1500"),
+            &gpu,
+            &model,
+            &ids,
+            1500,
+            15,
+            tol::MODEL,
+        );
+    }
+}
+
 /// The first `n` bytes of a prompt text as byte-level tokens.
 fn prompt_ids(n: usize) -> Vec<u32> {
     let text = "The quick brown fox jumps over the lazy dog. Log-linear attention keeps a Fenwick \
