@@ -5,12 +5,13 @@
 //! ```text
 //! cargo run -p loglinear-host-gpu --release --example chunk_scan_bench -- [--quick]
 //!     [--t 2048,8192,16384] [--heads 48] [--dk 128] [--dv 64] [--levels 15]
-//!     [--warmup 2] [--runs 5] [--cpu-t 1024] [--forms mamba2,gdn]
+//!     [--warmup 2] [--runs 5] [--cpu-t 1024] [--forms mamba2,gdn] [--breakdown]
 //! ```
 //! `--quick`: T = 256 and 128, 4 heads, 2 runs, CPU T = 128 (for lavapipe).
 //! GPU time comes from timestamp queries when the adapter has TIMESTAMP_QUERY, else from wall
 //! time around submit-and-wait. GFLOP/s counts the FLOPs the kernels do (`ChunkScan::flops`),
-//! GB/s an estimate of the memory traffic (`ChunkScan::bytes`).
+//! GB/s an estimate of the memory traffic (`ChunkScan::bytes`). `--breakdown` also prints the
+//! time of each dispatch (needs timestamps).
 
 use loglinear_host_gpu::chunk_scan::{ChunkScan, Form, ScanIo, ScanKernels, ScanShape};
 use loglinear_host_gpu::{Gpu, GpuError};
@@ -27,6 +28,7 @@ struct Args {
     runs: usize,
     cpu_t: usize,
     forms: Vec<Form>,
+    breakdown: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -40,6 +42,7 @@ fn parse_args() -> Result<Args, String> {
         runs: 5,
         cpu_t: 1024,
         forms: vec![Form::Mamba2, Form::Gdn],
+        breakdown: false,
     };
     let mut it = std::env::args().skip(1);
     let num = |v: Option<String>, what: &str| -> Result<usize, String> {
@@ -63,6 +66,7 @@ fn parse_args() -> Result<Args, String> {
                     .map(|x| x.trim().parse().map_err(|e| format!("--t {x}: {e}")))
                     .collect::<Result<_, _>>()?;
             }
+            "--breakdown" => a.breakdown = true,
             "--heads" => a.heads = num(it.next(), "--heads")?,
             "--dk" => a.dk = num(it.next(), "--dk")?,
             "--dv" => a.dv = num(it.next(), "--dv")?,
@@ -83,7 +87,7 @@ fn parse_args() -> Result<Args, String> {
             }
             "-h" | "--help" => {
                 return Err("usage: chunk_scan_bench [--quick] [--t LIST] [--heads N] [--dk N] \
-                            [--dv N] [--levels N] [--warmup N] [--runs N] [--cpu-t N] [--forms LIST]"
+                            [--dv N] [--levels N] [--warmup N] [--runs N] [--cpu-t N] [--forms LIST] [--breakdown]"
                     .into())
             }
             o => return Err(format!("unknown flag {o} (--help)")),
@@ -243,6 +247,9 @@ fn bench_gpu(
         .map(|_| time_once(gpu, &scan, timer))
         .collect::<Result<_, _>>()?;
     times.sort_by(f64::total_cmp);
+    if a.breakdown && timer.is_some() {
+        print_breakdown(gpu, &scan, form, t)?;
+    }
     Ok(Row {
         form,
         t,
@@ -250,6 +257,43 @@ fn bench_gpu(
         flops: scan.flops(),
         bytes: scan.bytes(),
     })
+}
+
+/// Time of each dispatch of one run (one line on stderr).
+fn print_breakdown(gpu: &Gpu, scan: &ChunkScan, form: Form, t: usize) -> Result<(), GpuError> {
+    let labels = scan.step_labels();
+    let n = 2 * labels.len() as u32;
+    let set = gpu.device.create_query_set(&wgpu::QuerySetDescriptor {
+        label: Some("breakdown"),
+        ty: wgpu::QueryType::Timestamp,
+        count: n,
+    });
+    let buf = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("breakdown"),
+        size: 8 * u64::from(n),
+        usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+        mapped_at_creation: false,
+    });
+    let mut enc = gpu.encoder("breakdown");
+    scan.encode_timed(&mut enc, &set);
+    enc.resolve_query_set(&set, 0..n, &buf, 0);
+    gpu.submit_and_wait(enc)?;
+    let b = gpu.read_bytes(&buf, 8 * u64::from(n))?;
+    let ts: Vec<u64> = b
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    let period = f64::from(gpu.queue.get_timestamp_period());
+    let parts: Vec<String> = labels
+        .iter()
+        .enumerate()
+        .map(|(i, l)| {
+            let ms = ts[2 * i + 1].saturating_sub(ts[2 * i]) as f64 * period / 1e6;
+            format!("{l} {ms:.3} ms")
+        })
+        .collect();
+    eprintln!("{} T={t}: {}", form_name(form), parts.join(", "));
+    Ok(())
 }
 
 fn shape(a: &Args, form: Form, t: usize) -> ScanShape {

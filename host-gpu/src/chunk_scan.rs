@@ -406,10 +406,30 @@ impl ChunkScan {
 
     /// Records all dispatches (one compute pass each; wgpu orders them by their buffer use).
     pub fn encode(&self, encoder: &mut wgpu::CommandEncoder) {
-        for s in &self.steps {
+        self.encode_passes(encoder, None);
+    }
+
+    /// Labels of the dispatches `encode` records, in order.
+    pub fn step_labels(&self) -> Vec<&'static str> {
+        self.steps.iter().map(|s| s.label).collect()
+    }
+
+    /// Like `encode`, with the beginning and end of dispatch i written to timestamps 2i and
+    /// 2i + 1 of `query_set` (needs TIMESTAMP_QUERY and 2 × `step_labels().len()` queries).
+    pub fn encode_timed(&self, encoder: &mut wgpu::CommandEncoder, query_set: &wgpu::QuerySet) {
+        self.encode_passes(encoder, Some(query_set));
+    }
+
+    fn encode_passes(&self, encoder: &mut wgpu::CommandEncoder, ts: Option<&wgpu::QuerySet>) {
+        for (i, s) in self.steps.iter().enumerate() {
+            let i = i as u32;
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: Some(s.label),
-                timestamp_writes: None,
+                timestamp_writes: ts.map(|q| wgpu::ComputePassTimestampWrites {
+                    query_set: q,
+                    beginning_of_pass_write_index: Some(2 * i),
+                    end_of_pass_write_index: Some(2 * i + 1),
+                }),
             });
             pass.set_pipeline(&s.pipeline);
             pass.set_bind_group(0, &s.bind, &[]);

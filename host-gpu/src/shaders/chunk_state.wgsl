@@ -26,6 +26,20 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     }
     var s: array<f32, 256>; // MAX_DK
     let last = P.t - 1u;
+
+    // A dead level (runtime LevelPolicy::is_live) is zero: skip the token steps.
+    var live = j == 0u;
+    if (j > 0u && j == P.top) {
+        live = (last >> (P.top - 1u)) != 0u;
+    } else if (j > 0u && j < P.top) {
+        live = ((last >> (j - 1u)) & 1u) == 1u;
+    }
+    if (!live) {
+        for (var kk = 0u; kk < P.dk; kk++) {
+            state[((j * P.heads + h) * P.dk + kk) * P.dv + col] = 0.0;
+        }
+        return;
+    }
     let s0 = (P.nt - 1u) * C;
 
     // Chunk level whose scan feeds this level, if any.
