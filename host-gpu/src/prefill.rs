@@ -35,8 +35,10 @@ pub struct Prefill {
     pub all_logits: Option<Vec<f32>>,
     /// The residual stream after each block, `[layer][T][D]`, when asked for.
     pub hidden: Option<Vec<Vec<f32>>>,
-    /// Wall time from submitting the work to the GPU finishing it (read-back excluded).
+    /// Wall time from recording the work to the GPU finishing it (read-back excluded).
     pub gpu_seconds: f64,
+    /// With [`PrefillOptions::profile`]: seconds per phase, summed over layers.
+    pub phases: Vec<(&'static str, f64)>,
 }
 
 impl Prefill {
@@ -60,6 +62,9 @@ pub struct PrefillOptions {
     pub all_logits: bool,
     /// The residual stream after every block.
     pub hidden: bool,
+    /// Wait for the GPU after each phase of each layer and time the phases
+    /// ([`Prefill::phases`]); slower overall, for finding where the time goes.
+    pub profile: bool,
 }
 
 /// One mixer run on given inputs, for checking a layer against references: the output and
@@ -168,6 +173,7 @@ impl<'g> GpuModel<'g> {
                 levels,
                 all_logits: want_all_logits,
                 hidden: false,
+                profile: false,
             },
         )
     }
@@ -502,12 +508,37 @@ impl<'g> GpuModel<'g> {
             c.vocab_size,
         )?;
 
+        let mut phases: Vec<(&'static str, f64)> = [
+            "pre-scan ops",
+            "chunk scan",
+            "post-scan ops and MLP",
+            "final norm and LM head",
+        ]
+        .iter()
+        .map(|&name| (name, 0.0))
+        .collect();
+        // When profiling, submit what was recorded so far and charge its time to `phase`.
+        let cut = |enc: &mut wgpu::CommandEncoder,
+                   phases: &mut Vec<(&'static str, f64)>,
+                   phase: usize|
+         -> Result<(), GpuError> {
+            if opts.profile {
+                let done = std::mem::replace(enc, g.encoder("prefill"));
+                let start = Instant::now();
+                g.submit_and_wait(done)?;
+                phases[phase].1 += start.elapsed().as_secs_f64();
+            }
+            Ok(())
+        };
+        let start = Instant::now();
         let mut enc = g.encoder("prefill");
         for (l, (norm1, mixer, mlp)) in layers.iter().enumerate() {
             let first = (l == 0).then_some(&embed);
             let pre = first.into_iter().chain([norm1]).chain(&mixer.before_scan);
             encode_steps(&mut enc, "pre-scan", pre);
+            cut(&mut enc, &mut phases, 0)?;
             scan.encode(&mut enc);
+            cut(&mut enc, &mut phases, 1)?;
             encode_steps(&mut enc, "post-scan", mixer.after_scan.iter().chain(mlp));
             enc.copy_buffer_to_buffer(
                 &b.scan.state,
@@ -526,11 +557,15 @@ impl<'g> GpuModel<'g> {
             if let Some(hb) = &b.hidden_all {
                 enc.copy_buffer_to_buffer(&b.x, 0, hb, l as u64 * hidden_bytes, hidden_bytes);
             }
+            cut(&mut enc, &mut phases, 2)?;
         }
         encode_steps(&mut enc, "head", [&final_norm, &lm_head]);
-        let start = Instant::now();
+        cut(&mut enc, &mut phases, 3)?;
         g.submit_and_wait(enc)?;
         let gpu_seconds = start.elapsed().as_secs_f64();
+        if !opts.profile {
+            phases.clear();
+        }
 
         let read = |buf: &wgpu::Buffer, n: usize| -> Result<Vec<f32>, GpuError> {
             let bytes = g.read_bytes(buf, f32_bytes(n))?;
@@ -554,6 +589,7 @@ impl<'g> GpuModel<'g> {
             all_logits: opts.all_logits.then_some(logits),
             hidden,
             gpu_seconds,
+            phases,
         })
     }
 

@@ -163,6 +163,7 @@ fn layers_match_golden() {
                 levels: config.default_state_levels(),
                 all_logits: false,
                 hidden: true,
+                profile: false,
             };
             let p = gm.prefill_with(&ids, &opts).unwrap();
             let yb = get(&arrays, &format!("T{t}.y_block"), &what);

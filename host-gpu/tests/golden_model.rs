@@ -35,6 +35,7 @@ fn prefill_logits_and_hidden_match_golden() {
                 levels: model.config().default_state_levels(),
                 all_logits: true,
                 hidden: t == 100,
+                profile: false,
             };
             let p = gm.prefill_with(&ids, &opts).unwrap();
             let logits = get(&g, &format!("logits_T{t}"), &name);

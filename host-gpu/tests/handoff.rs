@@ -2,8 +2,8 @@
 //! `Session`, must continue exactly as a session that stepped every token on the CPU.
 
 use loglinear_converter::model_source::{AlignedBytes, IndexedGguf};
-use loglinear_converter::{Checkpoint, ExportOptions, ExportedModel};
-use loglinear_host_gpu::{Gpu, GpuError, GpuModel, Prefill};
+use loglinear_converter::{Checkpoint, ExportOptions, ExportedModel, Tensor, TensorStore};
+use loglinear_host_gpu::{Gpu, GpuError, GpuModel, Prefill, PrefillOptions};
 use loglinear_runtime::{DType, Model, Session, SessionConfig};
 use loglinear_tests::*;
 
@@ -359,4 +359,92 @@ fn bad_inputs_are_errors() {
         &wide(s.step(8).unwrap()),
         tol::MODEL,
     );
+}
+
+/// A random model of a mid-size config (not trained: only for timing).
+fn random_model_store(json: serde_json::Value) -> (loglinear_runtime::ModelConfig, TensorStore) {
+    use loglinear_runtime::Role::*;
+    let (config, _) = loglinear_converter::parse_config(&json).unwrap();
+    let mut state = 1u32;
+    let mut uniform = move || {
+        state = state.wrapping_mul(1664525).wrapping_add(1013904223);
+        (state >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0
+    };
+    let mut store = TensorStore::default();
+    for name in config.tensor_names() {
+        let (rows, cols) = config.tensor_shape(name.role);
+        let n = rows * cols;
+        let data: Vec<f32> = match name.role {
+            FinalNorm | MixerNorm | MlpNorm | OutNorm | DSkip | LambdaScale => vec![1.0; n],
+            ALog => vec![0.5; n],
+            DtBias => vec![-3.0; n],
+            ConvBias => vec![0.0; n],
+            Conv | QConv | KConv | VConv => (0..n).map(|_| 0.5 * uniform()).collect(),
+            Embedding => (0..n).map(|_| 1.7 * uniform()).collect(),
+            _ => {
+                let a = (3.0 / cols as f32).sqrt();
+                (0..n).map(|_| a * uniform()).collect()
+            }
+        };
+        store.insert(name, Tensor { rows, cols, data });
+    }
+    (config, store)
+}
+
+/// Prefill throughput of mid-size random models (F32 and Q8_0 weights) at a few prompt
+/// lengths. A benchmark for a real GPU: `cargo test --release --test handoff -- --ignored`.
+#[test]
+#[ignore = "benchmark: run on a real GPU"]
+fn prefill_throughput() {
+    let gpu = Gpu::new().expect("GPU adapter");
+    eprintln!("GPU: {}", gpu.describe());
+    let configs = [
+        serde_json::json!({"model_type": "hattention", "vocab_size": 256, "hidden_size": 768,
+            "num_hidden_layers": 8, "num_heads": 24, "head_dim": 64, "state_size": 128,
+            "n_groups": 1, "expand": 2, "conv_kernel": 4, "layer_norm_epsilon": 1e-5}),
+        serde_json::json!({"model_type": "h_gated_deltanet", "vocab_size": 256, "hidden_size": 768,
+            "num_hidden_layers": 8, "num_heads": 6, "head_dim": 128, "expand_v": 2,
+            "conv_size": 4, "norm_eps": 1e-6}),
+    ];
+    let mut x = 7u32;
+    let ids: Vec<u32> = (0..16384)
+        .map(|_| {
+            x = x.wrapping_mul(1664525).wrapping_add(1013904223);
+            x >> 24
+        })
+        .collect();
+    for json in configs {
+        let (config, store) = random_model_store(json);
+        for dtype in [DType::F32, DType::Q8_0] {
+            let opts = ExportOptions {
+                matrix_type: dtype,
+                ..ExportOptions::default()
+            };
+            let exported = ExportedModel::from_source(config, &store, &opts, &mut |_| {}).unwrap();
+            let model = exported.model().unwrap();
+            let gm = GpuModel::new(&gpu, &model).unwrap();
+            for t in [256, 2048, 16384] {
+                gm.prefill(&ids[..t], 15, false).unwrap(); // warm-up
+                let p = gm.prefill(&ids[..t], 15, false).unwrap();
+                let opts = PrefillOptions {
+                    levels: 15,
+                    all_logits: false,
+                    hidden: false,
+                    profile: true,
+                };
+                let profiled = gm.prefill_with(&ids[..t], &opts).unwrap();
+                for (phase, secs) in &profiled.phases {
+                    eprintln!("    {phase}: {:.1} ms", secs * 1e3);
+                }
+                assert!(p.last_logits.iter().all(|v| v.is_finite()));
+                eprintln!(
+                    "{} {} T={t}: {:.1} ms, {:.0} tokens/s",
+                    config.arch.name(),
+                    dtype.name(),
+                    p.gpu_seconds * 1e3,
+                    t as f64 / p.gpu_seconds
+                );
+            }
+        }
+    }
 }

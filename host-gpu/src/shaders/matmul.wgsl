@@ -19,9 +19,12 @@ struct MatmulParams {
 
 const TILE: u32 = 64u;
 const KT: u32 = 16u;
+// Tiles are stored k-major with a padded row of 65 so that both the stores (lanes differ in k)
+// and the loads (lanes differ in the row) hit distinct memory banks.
+const PAD: u32 = 65u;
 
-var<workgroup> x_tile: array<f32, 1024>; // [64 rows of X][16 k]
-var<workgroup> w_tile: array<f32, 1024>; // [64 rows of W][16 k]
+var<workgroup> x_tile: array<f32, 1040>; // [16 k][65] rows of X
+var<workgroup> w_tile: array<f32, 1040>; // [16 k][65] rows of W
 
 @compute @workgroup_size(16, 16)
 fn main(
@@ -36,27 +39,29 @@ fn main(
         acc[i] = 0.0;
     }
     for (var k0 = 0u; k0 < p.k; k0 += KT) {
+        // 64 rows × 16 k of X and of W; consecutive threads read consecutive k of a row.
         for (var e = li; e < TILE * KT; e += 256u) {
             let r = e / KT;
-            let gk = k0 + e % KT;
+            let kk = e % KT;
+            let gk = k0 + kk;
             var xv = 0.0;
             if (row0 + r < p.m && gk < p.k) {
                 xv = x[p.x_offset + (row0 + r) * p.x_stride + gk];
             }
-            x_tile[e] = xv;
+            x_tile[kk * PAD + r] = xv;
             var wv = 0.0;
             if (col0 + r < p.n && gk < p.k) {
                 wv = load_w(col0 + r, gk, p.k);
             }
-            w_tile[e] = wv;
+            w_tile[kk * PAD + r] = wv;
         }
         workgroupBarrier();
         for (var kk = 0u; kk < KT; kk++) {
             var a: array<f32, 4>;
             var b: array<f32, 4>;
             for (var i = 0u; i < 4u; i++) {
-                a[i] = x_tile[(lid.y + 16u * i) * KT + kk];
-                b[i] = w_tile[(lid.x + 16u * i) * KT + kk];
+                a[i] = x_tile[kk * PAD + lid.y + 16u * i];
+                b[i] = w_tile[kk * PAD + lid.x + 16u * i];
             }
             for (var i = 0u; i < 4u; i++) {
                 for (var j = 0u; j < 4u; j++) {
