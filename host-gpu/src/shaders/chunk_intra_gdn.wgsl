@@ -33,6 +33,47 @@ fn bt(t0: u32, i: u32, h: u32) -> f32 {
     return beta[(t0 + i) * P.heads + h];
 }
 
+// Row i, columns j0..j0+3: sm = Tril(q_i·k_j), tm = β_i (k_i·k_j) strictly below the diagonal.
+fn store_tiles(t0: u32, n: u32, h: u32, i: u32, j0: u32, qk: vec4<f32>, kk: vec4<f32>) {
+    var b_i = 0.0;
+    if (i < n) {
+        b_i = bt(t0, i, h);
+    }
+    for (var s = 0u; s < 4u; s++) {
+        let j = j0 + s;
+        var sv = 0.0;
+        var pv = 0.0;
+        if (j <= i && i < n) {
+            sv = qk[s];
+        }
+        if (j < i && i < n) {
+            pv = b_i * kk[s];
+        }
+        sm[i * C + j] = sv;
+        tm[i * C + j] = pv;
+    }
+}
+
+// M_ij for j = j0..j0+3 (zero above the diagonal), from sm = S1 and tm = A_w.
+fn m_row(i: u32, j0: u32) -> vec4<f32> {
+    var r = vec4<f32>(0.0);
+    if (j0 <= i) {
+        for (var l = j0; l <= i; l++) {
+            let t = vec4<f32>(tm[l * C + j0], tm[l * C + j0 + 1u], tm[l * C + j0 + 2u], tm[l * C + j0 + 3u]);
+            r += sm[i * C + l] * t;
+        }
+    }
+    // Entries with j > i stay zero because T_lj = 0 for l < j.
+    return r;
+}
+
+fn put_row(i: u32, j0: u32, x: vec4<f32>) {
+    sm[i * C + j0] = x.x;
+    sm[i * C + j0 + 1u] = x.y;
+    sm[i * C + j0 + 2u] = x.z;
+    sm[i * C + j0 + 3u] = x.w;
+}
+
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let c = wg.x;
@@ -42,59 +83,41 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let i0 = (lid / 16u) * 4u;
     let j0 = (lid % 16u) * 4u;
 
-    // 1. S1 = Tril(Q Kᵀ) and P = StrictLower(diag(β) K Kᵀ), 4x4 blocks per thread.
-    var aq: array<f32, 16>;
-    var ak: array<f32, 16>;
-    for (var e = 0u; e < 16u; e++) {
-        aq[e] = 0.0;
-        ak[e] = 0.0;
-    }
+    // 1. S1 = Tril(Q Kᵀ) and P = StrictLower(diag(β) K Kᵀ): a 4x4 block per thread, in vec4
+    //    accumulators (no private arrays: drivers may put those in slow local memory).
+    var s0 = vec4<f32>(0.0);
+    var s1 = vec4<f32>(0.0);
+    var s2 = vec4<f32>(0.0);
+    var s3 = vec4<f32>(0.0);
+    var p0 = vec4<f32>(0.0);
+    var p1 = vec4<f32>(0.0);
+    var p2 = vec4<f32>(0.0);
+    var p3 = vec4<f32>(0.0);
     if (j0 <= i0 + 3u && i0 < n) {
-        var qr: array<u32, 4>;
-        var kr: array<u32, 4>;
-        var kc: array<u32, 4>;
-        for (var r = 0u; r < 4u; r++) {
-            qr[r] = qk_row(t0 + min(i0 + r, n - 1u), h);
-            kr[r] = qr[r];
-            kc[r] = qk_row(t0 + min(j0 + r, n - 1u), h);
-        }
+        let r0 = qk_row(t0 + min(i0, n - 1u), h);
+        let r1 = qk_row(t0 + min(i0 + 1u, n - 1u), h);
+        let r2 = qk_row(t0 + min(i0 + 2u, n - 1u), h);
+        let r3 = qk_row(t0 + min(i0 + 3u, n - 1u), h);
+        let c0 = qk_row(t0 + min(j0, n - 1u), h);
+        let c1 = qk_row(t0 + min(j0 + 1u, n - 1u), h);
+        let c2 = qk_row(t0 + min(j0 + 2u, n - 1u), h);
+        let c3 = qk_row(t0 + min(j0 + 3u, n - 1u), h);
         for (var kk = 0u; kk < P.dk; kk++) {
-            var qv: array<f32, 4>;
-            var kv: array<f32, 4>;
-            var kw: array<f32, 4>;
-            for (var r = 0u; r < 4u; r++) {
-                qv[r] = q[qr[r] + kk];
-                kv[r] = k[kr[r] + kk];
-                kw[r] = k[kc[r] + kk];
-            }
-            for (var r = 0u; r < 4u; r++) {
-                for (var s = 0u; s < 4u; s++) {
-                    aq[r * 4u + s] += qv[r] * kw[s];
-                    ak[r * 4u + s] += kv[r] * kw[s];
-                }
-            }
+            let kc = vec4<f32>(k[c0 + kk], k[c1 + kk], k[c2 + kk], k[c3 + kk]);
+            s0 += q[r0 + kk] * kc;
+            s1 += q[r1 + kk] * kc;
+            s2 += q[r2 + kk] * kc;
+            s3 += q[r3 + kk] * kc;
+            p0 += k[r0 + kk] * kc;
+            p1 += k[r1 + kk] * kc;
+            p2 += k[r2 + kk] * kc;
+            p3 += k[r3 + kk] * kc;
         }
     }
-    for (var r = 0u; r < 4u; r++) {
-        let i = i0 + r;
-        var b_i = 0.0;
-        if (i < n) {
-            b_i = bt(t0, i, h);
-        }
-        for (var s = 0u; s < 4u; s++) {
-            let j = j0 + s;
-            var sv = 0.0;
-            var pv = 0.0;
-            if (j <= i && i < n) {
-                sv = aq[r * 4u + s];
-            }
-            if (j < i && i < n) {
-                pv = b_i * ak[r * 4u + s];
-            }
-            sm[i * C + j] = sv;
-            tm[i * C + j] = pv;
-        }
-    }
+    store_tiles(t0, n, h, i0, j0, s0, p0);
+    store_tiles(t0, n, h, i0 + 1u, j0, s1, p1);
+    store_tiles(t0, n, h, i0 + 2u, j0, s2, p2);
+    store_tiles(t0, n, h, i0 + 3u, j0, s3, p3);
     workgroupBarrier();
 
     // 2. A_w = (I + P)⁻¹ in place, row by row: T_i = e_i − Σ_{l<i} P_il T_l (T_lj = 0 for l < j).
@@ -115,26 +138,15 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     }
 
     // 3. M = S1 A_w (both lower triangular): M_ij = Σ_{l=j..i} S1_il T_lj.
-    var mv: array<f32, 16>;
-    for (var r = 0u; r < 4u; r++) {
-        for (var s = 0u; s < 4u; s++) {
-            let i = i0 + r;
-            let j = j0 + s;
-            var acc = 0.0;
-            if (j <= i) {
-                for (var l = j; l <= i; l++) {
-                    acc += sm[i * C + l] * tm[l * C + j];
-                }
-            }
-            mv[r * 4u + s] = acc;
-        }
-    }
+    let m0 = m_row(i0, j0);
+    let m1 = m_row(i0 + 1u, j0);
+    let m2 = m_row(i0 + 2u, j0);
+    let m3 = m_row(i0 + 3u, j0);
     workgroupBarrier();
-    for (var r = 0u; r < 4u; r++) {
-        for (var s = 0u; s < 4u; s++) {
-            sm[(i0 + r) * C + j0 + s] = mv[r * 4u + s];
-        }
-    }
+    put_row(i0, j0, m0);
+    put_row(i0 + 1u, j0, m1);
+    put_row(i0 + 2u, j0, m2);
+    put_row(i0 + 3u, j0, m3);
     workgroupBarrier();
 
     // 4. Per-row vectors for the state scan: thread = (row, quarter of the columns).
@@ -189,18 +201,25 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     // 6. o = A V.
     if (row < n) {
         for (var d0 = part * 4u; d0 < P.dv; d0 += 16u) {
-            let nd = min(4u, P.dv - d0);
-            var s4 = vec4<f32>(0.0);
-            for (var j = 0u; j <= row; j++) {
-                let a = sm[row * C + j];
-                let vb = ((t0 + j) * P.heads + h) * P.dv + d0;
-                for (var e = 0u; e < nd; e++) {
-                    s4[e] += a * v[vb + e];
-                }
-            }
             let ob = ((t0 + row) * P.heads + h) * P.dv + d0;
-            for (var e = 0u; e < nd; e++) {
-                o[ob + e] = s4[e];
+            if (d0 + 4u <= P.dv) {
+                var s4 = vec4<f32>(0.0);
+                for (var j = 0u; j <= row; j++) {
+                    let vb = ((t0 + j) * P.heads + h) * P.dv + d0;
+                    s4 += sm[row * C + j] * vec4<f32>(v[vb], v[vb + 1u], v[vb + 2u], v[vb + 3u]);
+                }
+                o[ob] = s4.x;
+                o[ob + 1u] = s4.y;
+                o[ob + 2u] = s4.z;
+                o[ob + 3u] = s4.w;
+            } else {
+                for (var d = d0; d < P.dv; d++) {
+                    var acc = 0.0;
+                    for (var j = 0u; j <= row; j++) {
+                        acc += sm[row * C + j] * v[((t0 + j) * P.heads + h) * P.dv + d];
+                    }
+                    o[ob + d - d0] = acc;
+                }
             }
         }
     }

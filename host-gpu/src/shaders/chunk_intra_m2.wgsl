@@ -13,6 +13,19 @@
 var<workgroup> a_tile: array<f32, 4096>;
 var<workgroup> gs: array<f32, 64>;
 
+// a_tile[i][j0..j0+3] = dots · exp(γ_i − γ_j) · λ_i[col(i, j)] where j <= i < n, else 0.
+fn store_scores(t0: u32, n: u32, h: u32, i: u32, j0: u32, dots: vec4<f32>) {
+    for (var s = 0u; s < 4u; s++) {
+        let j = j0 + s;
+        var val = 0.0;
+        if (j <= i && i < n) {
+            // Mask before exp: the exponent is <= 0.
+            val = dots[s] * exp(gs[i] - gs[j]) * lam[lam_idx(t0 + i, h, level_col(i, j))];
+        }
+        a_tile[i * C + j] = val;
+    }
+}
+
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let c = wg.x;
@@ -28,46 +41,35 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     }
     workgroupBarrier();
 
-    // Each thread: a 4x4 block of the 64x64 score tile.
+    // Each thread: a 4x4 block of the 64x64 score tile (rows i0.., columns j0..), in four vec4
+    // accumulators (no private arrays: drivers may put those in slow local memory).
     let i0 = (lid / 16u) * 4u;
     let j0 = (lid % 16u) * 4u;
-    var acc: array<f32, 16>;
-    for (var e = 0u; e < 16u; e++) {
-        acc[e] = 0.0;
-    }
+    var acc0 = vec4<f32>(0.0);
+    var acc1 = vec4<f32>(0.0);
+    var acc2 = vec4<f32>(0.0);
+    var acc3 = vec4<f32>(0.0);
     if (j0 <= i0 + 3u && i0 < n) {
-        var qr: array<u32, 4>;
-        var kr: array<u32, 4>;
-        for (var r = 0u; r < 4u; r++) {
-            qr[r] = qk_row(t0 + min(i0 + r, n - 1u), h);
-            kr[r] = qk_row(t0 + min(j0 + r, n - 1u), h);
-        }
+        let q0 = qk_row(t0 + min(i0, n - 1u), h);
+        let q1 = qk_row(t0 + min(i0 + 1u, n - 1u), h);
+        let q2 = qk_row(t0 + min(i0 + 2u, n - 1u), h);
+        let q3 = qk_row(t0 + min(i0 + 3u, n - 1u), h);
+        let k0 = qk_row(t0 + min(j0, n - 1u), h);
+        let k1 = qk_row(t0 + min(j0 + 1u, n - 1u), h);
+        let k2 = qk_row(t0 + min(j0 + 2u, n - 1u), h);
+        let k3 = qk_row(t0 + min(j0 + 3u, n - 1u), h);
         for (var kk = 0u; kk < P.dk; kk++) {
-            var qv: array<f32, 4>;
-            var kv: array<f32, 4>;
-            for (var r = 0u; r < 4u; r++) {
-                qv[r] = q[qr[r] + kk];
-                kv[r] = k[kr[r] + kk];
-            }
-            for (var r = 0u; r < 4u; r++) {
-                for (var s = 0u; s < 4u; s++) {
-                    acc[r * 4u + s] += qv[r] * kv[s];
-                }
-            }
+            let kv = vec4<f32>(k[k0 + kk], k[k1 + kk], k[k2 + kk], k[k3 + kk]);
+            acc0 += q[q0 + kk] * kv;
+            acc1 += q[q1 + kk] * kv;
+            acc2 += q[q2 + kk] * kv;
+            acc3 += q[q3 + kk] * kv;
         }
     }
-    for (var r = 0u; r < 4u; r++) {
-        for (var s = 0u; s < 4u; s++) {
-            let i = i0 + r;
-            let j = j0 + s;
-            var val = 0.0;
-            if (j <= i && i < n) {
-                // Mask before exp: the exponent is <= 0.
-                val = acc[r * 4u + s] * exp(gs[i] - gs[j]) * lam[lam_idx(t0 + i, h, level_col(i, j))];
-            }
-            a_tile[i * C + j] = val;
-        }
-    }
+    store_scores(t0, n, h, i0, j0, acc0);
+    store_scores(t0, n, h, i0 + 1u, j0, acc1);
+    store_scores(t0, n, h, i0 + 2u, j0, acc2);
+    store_scores(t0, n, h, i0 + 3u, j0, acc3);
     workgroupBarrier();
 
     // o = A V: thread = (row, quarter of a 16-column block).
@@ -75,18 +77,25 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let part = lid % 4u;
     if (row < n) {
         for (var d0 = part * 4u; d0 < P.dv; d0 += 16u) {
-            let nd = min(4u, P.dv - d0);
-            var s4 = vec4<f32>(0.0);
-            for (var j = 0u; j <= row; j++) {
-                let a = a_tile[row * C + j];
-                let vb = ((t0 + j) * P.heads + h) * P.dv + d0;
-                for (var e = 0u; e < nd; e++) {
-                    s4[e] += a * v[vb + e];
-                }
-            }
             let ob = ((t0 + row) * P.heads + h) * P.dv + d0;
-            for (var e = 0u; e < nd; e++) {
-                o[ob + e] = s4[e];
+            if (d0 + 4u <= P.dv) {
+                var s4 = vec4<f32>(0.0);
+                for (var j = 0u; j <= row; j++) {
+                    let vb = ((t0 + j) * P.heads + h) * P.dv + d0;
+                    s4 += a_tile[row * C + j] * vec4<f32>(v[vb], v[vb + 1u], v[vb + 2u], v[vb + 3u]);
+                }
+                o[ob] = s4.x;
+                o[ob + 1u] = s4.y;
+                o[ob + 2u] = s4.z;
+                o[ob + 3u] = s4.w;
+            } else {
+                for (var d = d0; d < P.dv; d++) {
+                    var acc = 0.0;
+                    for (var j = 0u; j <= row; j++) {
+                        acc += a_tile[row * C + j] * v[((t0 + j) * P.heads + h) * P.dv + d];
+                    }
+                    o[ob + d - d0] = acc;
+                }
             }
         }
     }

@@ -13,42 +13,55 @@
 // kernel adds them to o. Before the last chunk the read state is written to hstate[m] for the
 // final-state kernel.
 
-const BV: u32 = 8u;
+const BV: u32 = 8u; // columns per workgroup: two vec4
 const WG: u32 = 256u;
 const SPLIT: u32 = 4u; // threads per row in the q̃ h / W̃ h products
 
-var<workgroup> sa: array<f32, 2048>;  // MAX_DK * BV: copy of the read state
-var<workgroup> sb: array<f32, 2048>;  // copy of the collecting state (GDN needs W̃ sb)
-var<workgroup> xa: array<f32, 512>;   // C * BV: W̃ sa
-var<workgroup> xb: array<f32, 512>;   // W̃ sb
-var<workgroup> ut: array<f32, 512>;   // U tile of this chunk and column block
-var<workgroup> red: array<f32, 2048>; // WG * BV partial sums
+// Every per-thread vector is a named vec4 (no private arrays: drivers may put those in slow
+// local memory). Row kk of a state is sX[2 kk] (columns 0..3) and sX[2 kk + 1] (4..7).
+var<workgroup> sa: array<vec4<f32>, 512>;  // MAX_DK * BV / 4: copy of the read state
+var<workgroup> sb: array<vec4<f32>, 512>;  // copy of the collecting state (GDN: W̃ sb)
+var<workgroup> xa: array<vec4<f32>, 128>;  // C * BV / 4: W̃ sa
+var<workgroup> xb: array<vec4<f32>, 128>;  // W̃ sb
+var<workgroup> ut: array<vec4<f32>, 128>;  // U tile of this chunk and column block
+var<workgroup> red: array<vec4<f32>, 512>; // WG * BV / 4 partial sums
 var<workgroup> fq: array<f32, 64>;
 var<workgroup> fk: array<f32, 64>;
 
-// red[lid][v] = Σ_{kk ≡ part (mod SPLIT)} x[i][kk] · s[kk][v] for row i = lid / SPLIT, with x
-// q̃ (which = 0) or W̃ (which = 1) and s the shared copy of sa (state = 0) or sb (state = 1).
-fn partial_products(t: u32, h: u32, part: u32, which: u32, state: u32) -> array<f32, 8> {
-    var p: array<f32, 8>;
-    for (var v = 0u; v < BV; v++) {
-        p[v] = 0.0;
-    }
+struct Pair {
+    lo: vec4<f32>,
+    hi: vec4<f32>,
+}
+
+// Σ_{kk ≡ part (mod SPLIT)} q̃[t][kk] · sa[kk][:]
+fn q_times_sa(t: u32, h: u32, part: u32) -> Pair {
+    var p = Pair(vec4<f32>(0.0), vec4<f32>(0.0));
     for (var kk = part; kk < P.dk; kk += SPLIT) {
-        var x: f32;
-        if (which == 0u) {
-            x = qt_at(t, h, kk);
-        } else {
-            x = wt_at(t, h, kk);
-        }
-        for (var v = 0u; v < BV; v++) {
-            if (state == 0u) {
-                p[v] += x * sa[kk * BV + v];
-            } else {
-                p[v] += x * sb[kk * BV + v];
-            }
-        }
+        let x = qt_at(t, h, kk);
+        p.lo += x * sa[2u * kk];
+        p.hi += x * sa[2u * kk + 1u];
     }
     return p;
+}
+
+// Σ_{kk ≡ part (mod SPLIT)} W̃[t][kk] · (sa[kk][:], sb[kk][:])
+fn w_times_states(t: u32, h: u32, part: u32) -> array<Pair, 2> {
+    var pa = Pair(vec4<f32>(0.0), vec4<f32>(0.0));
+    var pb = Pair(vec4<f32>(0.0), vec4<f32>(0.0));
+    for (var kk = part; kk < P.dk; kk += SPLIT) {
+        let x = wt_at(t, h, kk);
+        pa.lo += x * sa[2u * kk];
+        pa.hi += x * sa[2u * kk + 1u];
+        pb.lo += x * sb[2u * kk];
+        pb.hi += x * sb[2u * kk + 1u];
+    }
+    return array<Pair, 2>(pa, pb);
+}
+
+// Sum of the SPLIT partials of row i, half `hi` (0 or 1).
+fn reduce_row(i: u32, hi: u32) -> vec4<f32> {
+    let b = i * SPLIT * 2u + hi;
+    return red[b] + red[b + 2u] + red[b + 4u] + red[b + 6u];
 }
 
 @compute @workgroup_size(256)
@@ -64,15 +77,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let row = lid / SPLIT;    // row of the q̃ h / W̃ h products
     let part = lid % SPLIT;
 
-    var ra: array<f32, 8>;
-    var rb: array<f32, 8>;
-    for (var v = 0u; v < BV; v++) {
-        ra[v] = 0.0;
-        rb[v] = 0.0;
-    }
-    for (var e = lid; e < MAX_DK * BV; e += WG) {
-        sa[e] = 0.0;
-        sb[e] = 0.0;
+    var ra0 = vec4<f32>(0.0);
+    var ra1 = vec4<f32>(0.0);
+    var rb0 = vec4<f32>(0.0);
+    var rb1 = vec4<f32>(0.0);
+    for (var e = lid; e < MAX_DK * 2u; e += WG) {
+        sa[e] = vec4<f32>(0.0);
+        sb[e] = vec4<f32>(0.0);
     }
     workgroupBarrier();
 
@@ -92,45 +103,59 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             fq[lid] = a;
             fk[lid] = b;
         }
-        for (var r = lid; r < C * BV; r += WG) {
-            let i = r / BV;
-            let vv = r % BV;
-            var x = 0.0;
-            if (adds && i < n && vv < nbv) {
-                x = u_at(t0 + i, h, v0 + vv);
+        if (lid < C * 2u) {
+            // ut[2 i + half]: columns v0 + 4 half .. + 3 of row i.
+            let i = lid / 2u;
+            let vb = (lid % 2u) * 4u;
+            var x = vec4<f32>(0.0);
+            if (adds && i < n) {
+                for (var e = 0u; e < 4u; e++) {
+                    if (vb + e < nbv) {
+                        x[e] = u_at(t0 + i, h, v0 + vb + e);
+                    }
+                }
             }
-            ut[r] = x;
+            ut[lid] = x;
         }
         workgroupBarrier();
 
         let slot = olvl_slot(m, c);
         if (c == P.nt - 1u && kk < P.dk) {
             // Hand-off: the state the last chunk reads at this level (zero if it does not read).
+            let on = slot != NO_SLOT;
+            let base = ((m * P.heads + h) * P.dk + kk) * P.dv + v0;
             for (var vv = 0u; vv < nbv; vv++) {
-                hstate[((m * P.heads + h) * P.dk + kk) * P.dv + v0 + vv] =
-                    select(0.0, ra[vv], slot != NO_SLOT);
+                var x: f32;
+                if (vv < 4u) {
+                    x = ra0[vv];
+                } else {
+                    x = ra1[vv - 4u];
+                }
+                hstate[base + vv] = select(0.0, x, on);
             }
         }
 
         if (slot != NO_SLOT) {
-            var p: array<f32, 8>;
+            var p = Pair(vec4<f32>(0.0), vec4<f32>(0.0));
             if (row < n) {
-                p = partial_products(t0 + row, h, part, 0u, 0u);
+                p = q_times_sa(t0 + row, h, part);
             }
-            for (var v = 0u; v < BV; v++) {
-                red[lid * BV + v] = p[v];
-            }
+            red[2u * lid] = p.lo;
+            red[2u * lid + 1u] = p.hi;
             workgroupBarrier();
-            for (var r = lid; r < C * BV; r += WG) {
-                let i = r / BV;
-                let vv = r % BV;
-                if (i < n && vv < nbv) {
-                    var acc = 0.0;
-                    for (var q = 0u; q < SPLIT; q++) {
-                        acc += red[(i * SPLIT + q) * BV + vv];
+            // 128 threads: row i, half hi of the columns.
+            if (lid < C * 2u) {
+                let i = lid / 2u;
+                let hi = lid % 2u;
+                if (i < n) {
+                    let t = t0 + i;
+                    let o4 = lam[lam_idx(t, h, col)] * fq[i] * reduce_row(i, hi);
+                    let base = ((slot * C + i) * P.heads + h) * P.dv + v0 + hi * 4u;
+                    for (var e = 0u; e < 4u; e++) {
+                        if (hi * 4u + e < nbv) {
+                            olvl[base + e] = o4[e];
+                        }
                     }
-                    olvl[((slot * C + i) * P.heads + h) * P.dv + v0 + vv] =
-                        lam[lam_idx(t0 + i, h, col)] * fq[i] * acc;
                 }
             }
             workgroupBarrier();
@@ -141,73 +166,63 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
 
         if (GDN) {
             // xa = W̃ sa, xb = W̃ sb (C x BV each), through the partial sums.
-            var pa: array<f32, 8>;
-            var pb: array<f32, 8>;
+            var pp = array<Pair, 2>(
+                Pair(vec4<f32>(0.0), vec4<f32>(0.0)),
+                Pair(vec4<f32>(0.0), vec4<f32>(0.0)),
+            );
             if (row < n) {
-                pa = partial_products(t0 + row, h, part, 1u, 0u);
-                pb = partial_products(t0 + row, h, part, 1u, 1u);
+                pp = w_times_states(t0 + row, h, part);
             }
-            for (var v = 0u; v < BV; v++) {
-                red[lid * BV + v] = pa[v];
+            red[2u * lid] = pp[0].lo;
+            red[2u * lid + 1u] = pp[0].hi;
+            workgroupBarrier();
+            if (lid < C * 2u) {
+                xa[lid] = reduce_row(lid / 2u, lid % 2u);
             }
             workgroupBarrier();
-            for (var r = lid; r < C * BV; r += WG) {
-                let i = r / BV;
-                let vv = r % BV;
-                var acc = 0.0;
-                for (var q = 0u; q < SPLIT; q++) {
-                    acc += red[(i * SPLIT + q) * BV + vv];
-                }
-                xa[r] = acc;
-            }
+            red[2u * lid] = pp[1].lo;
+            red[2u * lid + 1u] = pp[1].hi;
             workgroupBarrier();
-            for (var v = 0u; v < BV; v++) {
-                red[lid * BV + v] = pb[v];
-            }
-            workgroupBarrier();
-            for (var r = lid; r < C * BV; r += WG) {
-                let i = r / BV;
-                let vv = r % BV;
-                var acc = 0.0;
-                for (var q = 0u; q < SPLIT; q++) {
-                    acc += red[(i * SPLIT + q) * BV + vv];
-                }
-                xb[r] = acc;
+            if (lid < C * 2u) {
+                xb[lid] = reduce_row(lid / 2u, lid % 2u);
             }
             workgroupBarrier();
         }
 
-        // Transition, contribution, group boundary: thread kk updates its rows.
+        // Transition, contribution, group boundary: thread kk updates its row.
         if (kk < P.dk) {
             let eg = exp(g_last);
-            for (var v = 0u; v < BV; v++) {
-                ra[v] = eg * ra[v];
-                rb[v] = eg * rb[v];
-            }
+            ra0 *= eg;
+            ra1 *= eg;
+            rb0 *= eg;
+            rb1 *= eg;
             for (var i = 0u; i < n; i++) {
                 let kti = kt_at(t0 + i, h, kk) * fk[i];
-                for (var v = 0u; v < BV; v++) {
-                    var da = 0.0;
-                    var db = ut[i * BV + v];
-                    if (GDN) {
-                        da = xa[i * BV + v];
-                        db -= xb[i * BV + v];
-                    }
-                    ra[v] -= kti * da;
-                    rb[v] += kti * db;
+                if (GDN) {
+                    ra0 -= kti * xa[2u * i];
+                    ra1 -= kti * xa[2u * i + 1u];
+                    rb0 += kti * (ut[2u * i] - xb[2u * i]);
+                    rb1 += kti * (ut[2u * i + 1u] - xb[2u * i + 1u]);
+                } else {
+                    rb0 += kti * ut[2u * i];
+                    rb1 += kti * ut[2u * i + 1u];
                 }
             }
             if ((c + 1u) % half == 0u) {
-                let reset = !sat && (c + 1u) % (2u * half) == 0u;
-                for (var v = 0u; v < BV; v++) {
-                    ra[v] = select(ra[v] + rb[v], 0.0, reset);
-                    rb[v] = 0.0;
+                if (!sat && (c + 1u) % (2u * half) == 0u) {
+                    ra0 = vec4<f32>(0.0);
+                    ra1 = vec4<f32>(0.0);
+                } else {
+                    ra0 += rb0;
+                    ra1 += rb1;
                 }
+                rb0 = vec4<f32>(0.0);
+                rb1 = vec4<f32>(0.0);
             }
-            for (var v = 0u; v < BV; v++) {
-                sa[kk * BV + v] = ra[v];
-                sb[kk * BV + v] = rb[v];
-            }
+            sa[2u * kk] = ra0;
+            sa[2u * kk + 1u] = ra1;
+            sb[2u * kk] = rb0;
+            sb[2u * kk + 1u] = rb1;
         }
         workgroupBarrier();
     }
