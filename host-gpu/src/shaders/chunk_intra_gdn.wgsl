@@ -33,6 +33,103 @@ fn bt(t0: u32, i: u32, h: u32) -> f32 {
     return beta[(t0 + i) * P.heads + h];
 }
 
+// Sixteen rows r0..r0+15 of sm · V at column d (sm lower triangular, so j < min(n, r0 + 16)),
+// as four vec4 (rows r0..r0+3, ...). One coalesced v load per row j serves 16 rows; j is unrolled
+// by 4 so that four loads are in flight.
+struct Rows16 {
+    a: vec4<f32>,
+    b: vec4<f32>,
+    c: vec4<f32>,
+    d: vec4<f32>,
+}
+
+fn tile4(i: u32, j: u32) -> vec4<f32> {
+    let b = i * C + j;
+    return vec4<f32>(sm[b], sm[b + 1u], sm[b + 2u], sm[b + 3u]);
+}
+
+fn col4(i: u32, j: u32) -> vec4<f32> {
+    return vec4<f32>(sm[i * C + j], sm[(i + 1u) * C + j], sm[(i + 2u) * C + j], sm[(i + 3u) * C + j]);
+}
+
+fn tile_times_v(t0: u32, n: u32, h: u32, r0: u32, d: u32) -> Rows16 {
+    var o = Rows16(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
+    let jmax = min(n, r0 + 16u);
+    let stride = P.heads * P.dv;
+    let base = (t0 * P.heads + h) * P.dv + d;
+    var j = 0u;
+    for (; j + 3u < jmax; j += 4u) {
+        let x = vec4<f32>(v[base + j * stride], v[base + (j + 1u) * stride],
+                          v[base + (j + 2u) * stride], v[base + (j + 3u) * stride]);
+        o.a += vec4<f32>(dot(tile4(r0, j), x), dot(tile4(r0 + 1u, j), x),
+                         dot(tile4(r0 + 2u, j), x), dot(tile4(r0 + 3u, j), x));
+        o.b += vec4<f32>(dot(tile4(r0 + 4u, j), x), dot(tile4(r0 + 5u, j), x),
+                         dot(tile4(r0 + 6u, j), x), dot(tile4(r0 + 7u, j), x));
+        o.c += vec4<f32>(dot(tile4(r0 + 8u, j), x), dot(tile4(r0 + 9u, j), x),
+                         dot(tile4(r0 + 10u, j), x), dot(tile4(r0 + 11u, j), x));
+        o.d += vec4<f32>(dot(tile4(r0 + 12u, j), x), dot(tile4(r0 + 13u, j), x),
+                         dot(tile4(r0 + 14u, j), x), dot(tile4(r0 + 15u, j), x));
+    }
+    for (; j < jmax; j++) {
+        let x = v[base + j * stride];
+        o.a += x * col4(r0, j);
+        o.b += x * col4(r0 + 4u, j);
+        o.c += x * col4(r0 + 8u, j);
+        o.d += x * col4(r0 + 12u, j);
+    }
+    return o;
+}
+
+fn row_of(o: Rows16, r: u32) -> f32 {
+    let q = r / 4u;
+    let e = r % 4u;
+    if (q == 0u) {
+        return o.a[e];
+    } else if (q == 1u) {
+        return o.b[e];
+    } else if (q == 2u) {
+        return o.c[e];
+    }
+    return o.d[e];
+}
+
+fn tm4(i: u32, j: u32) -> vec4<f32> {
+    let b = i * C + j;
+    return vec4<f32>(tm[b], tm[b + 1u], tm[b + 2u], tm[b + 3u]);
+}
+
+fn tmcol4(i: u32, j: u32) -> vec4<f32> {
+    return vec4<f32>(tm[i * C + j], tm[(i + 1u) * C + j], tm[(i + 2u) * C + j], tm[(i + 3u) * C + j]);
+}
+
+fn tm_times_v(t0: u32, n: u32, h: u32, r0: u32, d: u32) -> Rows16 {
+    var o = Rows16(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
+    let jmax = min(n, r0 + 16u);
+    let stride = P.heads * P.dv;
+    let base = (t0 * P.heads + h) * P.dv + d;
+    var j = 0u;
+    for (; j + 3u < jmax; j += 4u) {
+        let x = vec4<f32>(v[base + j * stride], v[base + (j + 1u) * stride],
+                          v[base + (j + 2u) * stride], v[base + (j + 3u) * stride]);
+        o.a += vec4<f32>(dot(tm4(r0, j), x), dot(tm4(r0 + 1u, j), x),
+                         dot(tm4(r0 + 2u, j), x), dot(tm4(r0 + 3u, j), x));
+        o.b += vec4<f32>(dot(tm4(r0 + 4u, j), x), dot(tm4(r0 + 5u, j), x),
+                         dot(tm4(r0 + 6u, j), x), dot(tm4(r0 + 7u, j), x));
+        o.c += vec4<f32>(dot(tm4(r0 + 8u, j), x), dot(tm4(r0 + 9u, j), x),
+                         dot(tm4(r0 + 10u, j), x), dot(tm4(r0 + 11u, j), x));
+        o.d += vec4<f32>(dot(tm4(r0 + 12u, j), x), dot(tm4(r0 + 13u, j), x),
+                         dot(tm4(r0 + 14u, j), x), dot(tm4(r0 + 15u, j), x));
+    }
+    for (; j < jmax; j++) {
+        let x = v[base + j * stride];
+        o.a += x * tmcol4(r0, j);
+        o.b += x * tmcol4(r0 + 4u, j);
+        o.c += x * tmcol4(r0 + 8u, j);
+        o.d += x * tmcol4(r0 + 12u, j);
+    }
+    return o;
+}
+
 // Row i, columns j0..j0+3: sm = Tril(q_i·k_j), tm = β_i (k_i·k_j) strictly below the diagonal.
 fn store_tiles(t0: u32, n: u32, h: u32, i: u32, j0: u32, qk: vec4<f32>, kk: vec4<f32>) {
     var b_i = 0.0;
@@ -149,36 +246,61 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     put_row(i0 + 3u, j0, m3);
     workgroupBarrier();
 
-    // 4. Per-row vectors for the state scan: thread = (row, quarter of the columns).
-    let row = lid / 4u;
-    let part = lid % 4u;
-    if (row < n) {
-        let g_row = gm(t0, row, h);
+    // 4. Per-row vectors for the state scan. Thread = (column kk, group of 16 rows): one
+    //    coalesced k load per row j serves 16 rows of q̃ and W̃.
+    let r0 = (lid / 64u) * 16u;
+    if (r0 < n) {
         let g_last = gm(t0, n - 1u, h);
-        let e_row = exp(g_row);
-        let e_k = exp(g_last - g_row);
-        let orow = ((t0 + row) * P.heads + h) * P.dk;
-        let kr_row = qk_row(t0 + row, h);
-        for (var kk = part; kk < P.dk; kk += 4u) {
-            var accq = 0.0;
-            var accw = 0.0;
-            for (var j = 0u; j <= row; j++) {
+        let jmax = min(n, r0 + 16u);
+        for (var kk = lid % 64u; kk < P.dk; kk += 64u) {
+            var mq = Rows16(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
+            var mw = Rows16(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
+            for (var j = 0u; j < jmax; j++) {
                 let bk = bt(t0, j, h) * k[qk_row(t0 + j, h) + kk];
-                accq += sm[row * C + j] * bk;
-                accw += tm[row * C + j] * bk;
+                mq.a += bk * col4(r0, j);
+                mq.b += bk * col4(r0 + 4u, j);
+                mq.c += bk * col4(r0 + 8u, j);
+                mq.d += bk * col4(r0 + 12u, j);
+                mw.a += bk * tmcol4(r0, j);
+                mw.b += bk * tmcol4(r0 + 4u, j);
+                mw.c += bk * tmcol4(r0 + 8u, j);
+                mw.d += bk * tmcol4(r0 + 12u, j);
             }
-            qt[orow + kk] = e_row * (q[kr_row + kk] - accq);
-            wt[orow + kk] = e_row * accw;
-            kt[orow + kk] = e_k * k[kr_row + kk];
+            for (var r = 0u; r < 16u; r++) {
+                let i = r0 + r;
+                if (i < n) {
+                    let g_row = gm(t0, i, h);
+                    let e_row = exp(g_row);
+                    let kr = qk_row(t0 + i, h);
+                    let orow = ((t0 + i) * P.heads + h) * P.dk + kk;
+                    qt[orow] = e_row * (q[kr + kk] - row_of(mq, r));
+                    wt[orow] = e_row * row_of(mw, r);
+                    kt[orow] = exp(g_last - g_row) * k[kr + kk];
+                }
+            }
         }
-        let urow = ((t0 + row) * P.heads + h) * P.dv;
-        for (var d = part; d < P.dv; d += 4u) {
-            var acc = 0.0;
-            for (var j = 0u; j <= row; j++) {
-                let w = exp(g_row - gm(t0, j, h)) * tm[row * C + j] * bt(t0, j, h);
-                acc += w * v[((t0 + j) * P.heads + h) * P.dv + d];
+    }
+    workgroupBarrier();
+
+    // U = A_u diag(β) V: scale tm in place to e^{γ_i − γ_j} T_ij β_j (W̃ above is done with T).
+    for (var r = 0u; r < 4u; r++) {
+        let i = i0 + r;
+        for (var s = 0u; s < 4u; s++) {
+            let j = j0 + s;
+            if (j <= i && i < n) {
+                tm[i * C + j] *= exp(gm(t0, i, h) - gm(t0, j, h)) * bt(t0, j, h);
             }
-            u[urow + d] = acc;
+        }
+    }
+    workgroupBarrier();
+    if (r0 < n) {
+        for (var d = lid % 64u; d < P.dv; d += 64u) {
+            let rows = tm_times_v(t0, n, h, r0, d);
+            for (var r = 0u; r < 16u; r++) {
+                if (r0 + r < n) {
+                    u[((t0 + r0 + r) * P.heads + h) * P.dv + d] = row_of(rows, r);
+                }
+            }
         }
     }
     workgroupBarrier();
@@ -198,27 +320,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     }
     workgroupBarrier();
 
-    // 6. o = A V.
-    if (row < n) {
-        for (var d0 = part * 4u; d0 < P.dv; d0 += 16u) {
-            let ob = ((t0 + row) * P.heads + h) * P.dv + d0;
-            if (d0 + 4u <= P.dv) {
-                var s4 = vec4<f32>(0.0);
-                for (var j = 0u; j <= row; j++) {
-                    let vb = ((t0 + j) * P.heads + h) * P.dv + d0;
-                    s4 += sm[row * C + j] * vec4<f32>(v[vb], v[vb + 1u], v[vb + 2u], v[vb + 3u]);
-                }
-                o[ob] = s4.x;
-                o[ob + 1u] = s4.y;
-                o[ob + 2u] = s4.z;
-                o[ob + 3u] = s4.w;
-            } else {
-                for (var d = d0; d < P.dv; d++) {
-                    var acc = 0.0;
-                    for (var j = 0u; j <= row; j++) {
-                        acc += sm[row * C + j] * v[((t0 + j) * P.heads + h) * P.dv + d];
-                    }
-                    o[ob + d - d0] = acc;
+    // 6. o = A V: thread = (column d, group of 16 rows).
+    if (r0 < n) {
+        for (var d = lid % 64u; d < P.dv; d += 64u) {
+            let rows = tile_times_v(t0, n, h, r0, d);
+            for (var r = 0u; r < 16u; r++) {
+                if (r0 + r < n) {
+                    o[((t0 + r0 + r) * P.heads + h) * P.dv + d] = row_of(rows, r);
                 }
             }
         }

@@ -13,6 +13,66 @@
 var<workgroup> a_tile: array<f32, 4096>;
 var<workgroup> gs: array<f32, 64>;
 
+// Sixteen rows r0..r0+15 of a_tile · V at column d (a_tile lower triangular, so j < min(n, r0 + 16)),
+// as four vec4 (rows r0..r0+3, ...). One coalesced v load per row j serves 16 rows; j is unrolled
+// by 4 so that four loads are in flight.
+struct Rows16 {
+    a: vec4<f32>,
+    b: vec4<f32>,
+    c: vec4<f32>,
+    d: vec4<f32>,
+}
+
+fn tile4(i: u32, j: u32) -> vec4<f32> {
+    let b = i * C + j;
+    return vec4<f32>(a_tile[b], a_tile[b + 1u], a_tile[b + 2u], a_tile[b + 3u]);
+}
+
+fn col4(i: u32, j: u32) -> vec4<f32> {
+    return vec4<f32>(a_tile[i * C + j], a_tile[(i + 1u) * C + j], a_tile[(i + 2u) * C + j], a_tile[(i + 3u) * C + j]);
+}
+
+fn tile_times_v(t0: u32, n: u32, h: u32, r0: u32, d: u32) -> Rows16 {
+    var o = Rows16(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
+    let jmax = min(n, r0 + 16u);
+    let stride = P.heads * P.dv;
+    let base = (t0 * P.heads + h) * P.dv + d;
+    var j = 0u;
+    for (; j + 3u < jmax; j += 4u) {
+        let x = vec4<f32>(v[base + j * stride], v[base + (j + 1u) * stride],
+                          v[base + (j + 2u) * stride], v[base + (j + 3u) * stride]);
+        o.a += vec4<f32>(dot(tile4(r0, j), x), dot(tile4(r0 + 1u, j), x),
+                         dot(tile4(r0 + 2u, j), x), dot(tile4(r0 + 3u, j), x));
+        o.b += vec4<f32>(dot(tile4(r0 + 4u, j), x), dot(tile4(r0 + 5u, j), x),
+                         dot(tile4(r0 + 6u, j), x), dot(tile4(r0 + 7u, j), x));
+        o.c += vec4<f32>(dot(tile4(r0 + 8u, j), x), dot(tile4(r0 + 9u, j), x),
+                         dot(tile4(r0 + 10u, j), x), dot(tile4(r0 + 11u, j), x));
+        o.d += vec4<f32>(dot(tile4(r0 + 12u, j), x), dot(tile4(r0 + 13u, j), x),
+                         dot(tile4(r0 + 14u, j), x), dot(tile4(r0 + 15u, j), x));
+    }
+    for (; j < jmax; j++) {
+        let x = v[base + j * stride];
+        o.a += x * col4(r0, j);
+        o.b += x * col4(r0 + 4u, j);
+        o.c += x * col4(r0 + 8u, j);
+        o.d += x * col4(r0 + 12u, j);
+    }
+    return o;
+}
+
+fn row_of(o: Rows16, r: u32) -> f32 {
+    let q = r / 4u;
+    let e = r % 4u;
+    if (q == 0u) {
+        return o.a[e];
+    } else if (q == 1u) {
+        return o.b[e];
+    } else if (q == 2u) {
+        return o.c[e];
+    }
+    return o.d[e];
+}
+
 // a_tile[i][j0..j0+3] = dots · exp(γ_i − γ_j) · λ_i[col(i, j)] where j <= i < n, else 0.
 fn store_scores(t0: u32, n: u32, h: u32, i: u32, j0: u32, dots: vec4<f32>) {
     for (var s = 0u; s < 4u; s++) {
@@ -72,29 +132,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     store_scores(t0, n, h, i0 + 3u, j0, acc3);
     workgroupBarrier();
 
-    // o = A V: thread = (row, quarter of a 16-column block).
-    let row = lid / 4u;
-    let part = lid % 4u;
-    if (row < n) {
-        for (var d0 = part * 4u; d0 < P.dv; d0 += 16u) {
-            let ob = ((t0 + row) * P.heads + h) * P.dv + d0;
-            if (d0 + 4u <= P.dv) {
-                var s4 = vec4<f32>(0.0);
-                for (var j = 0u; j <= row; j++) {
-                    let vb = ((t0 + j) * P.heads + h) * P.dv + d0;
-                    s4 += a_tile[row * C + j] * vec4<f32>(v[vb], v[vb + 1u], v[vb + 2u], v[vb + 3u]);
-                }
-                o[ob] = s4.x;
-                o[ob + 1u] = s4.y;
-                o[ob + 2u] = s4.z;
-                o[ob + 3u] = s4.w;
-            } else {
-                for (var d = d0; d < P.dv; d++) {
-                    var acc = 0.0;
-                    for (var j = 0u; j <= row; j++) {
-                        acc += a_tile[row * C + j] * v[((t0 + j) * P.heads + h) * P.dv + d];
-                    }
-                    o[ob + d - d0] = acc;
+    // o = A V: thread = (column d, group of 16 rows).
+    let r0 = (lid / 64u) * 16u;
+    if (r0 < n) {
+        for (var d = lid % 64u; d < P.dv; d += 64u) {
+            let rows = tile_times_v(t0, n, h, r0, d);
+            for (var r = 0u; r < 16u; r++) {
+                if (r0 + r < n) {
+                    o[((t0 + r0 + r) * P.heads + h) * P.dv + d] = row_of(rows, r);
                 }
             }
         }

@@ -33,10 +33,22 @@ struct Pair {
     hi: vec4<f32>,
 }
 
-// Σ_{kk ≡ part (mod SPLIT)} q̃[t][kk] · sa[kk][:]
+// Σ_{kk ≡ part (mod SPLIT)} q̃[t][kk] · sa[kk][:]. Unrolled by 4 so that four global loads are
+// in flight at once (the loop is latency-bound otherwise).
 fn q_times_sa(t: u32, h: u32, part: u32) -> Pair {
     var p = Pair(vec4<f32>(0.0), vec4<f32>(0.0));
-    for (var kk = part; kk < P.dk; kk += SPLIT) {
+    var kk = part;
+    for (; kk + 3u * SPLIT < P.dk; kk += 4u * SPLIT) {
+        let x0 = qt_at(t, h, kk);
+        let x1 = qt_at(t, h, kk + SPLIT);
+        let x2 = qt_at(t, h, kk + 2u * SPLIT);
+        let x3 = qt_at(t, h, kk + 3u * SPLIT);
+        p.lo += x0 * sa[2u * kk] + x1 * sa[2u * (kk + SPLIT)]
+            + x2 * sa[2u * (kk + 2u * SPLIT)] + x3 * sa[2u * (kk + 3u * SPLIT)];
+        p.hi += x0 * sa[2u * kk + 1u] + x1 * sa[2u * (kk + SPLIT) + 1u]
+            + x2 * sa[2u * (kk + 2u * SPLIT) + 1u] + x3 * sa[2u * (kk + 3u * SPLIT) + 1u];
+    }
+    for (; kk < P.dk; kk += SPLIT) {
         let x = qt_at(t, h, kk);
         p.lo += x * sa[2u * kk];
         p.hi += x * sa[2u * kk + 1u];
@@ -44,11 +56,21 @@ fn q_times_sa(t: u32, h: u32, part: u32) -> Pair {
     return p;
 }
 
-// Σ_{kk ≡ part (mod SPLIT)} W̃[t][kk] · (sa[kk][:], sb[kk][:])
+// Σ_{kk ≡ part (mod SPLIT)} W̃[t][kk] · (sa[kk][:], sb[kk][:]), unrolled by 2.
 fn w_times_states(t: u32, h: u32, part: u32) -> array<Pair, 2> {
     var pa = Pair(vec4<f32>(0.0), vec4<f32>(0.0));
     var pb = Pair(vec4<f32>(0.0), vec4<f32>(0.0));
-    for (var kk = part; kk < P.dk; kk += SPLIT) {
+    var kk = part;
+    for (; kk + SPLIT < P.dk; kk += 2u * SPLIT) {
+        let x0 = wt_at(t, h, kk);
+        let x1 = wt_at(t, h, kk + SPLIT);
+        let k1 = kk + SPLIT;
+        pa.lo += x0 * sa[2u * kk] + x1 * sa[2u * k1];
+        pa.hi += x0 * sa[2u * kk + 1u] + x1 * sa[2u * k1 + 1u];
+        pb.lo += x0 * sb[2u * kk] + x1 * sb[2u * k1];
+        pb.hi += x0 * sb[2u * kk + 1u] + x1 * sb[2u * k1 + 1u];
+    }
+    for (; kk < P.dk; kk += SPLIT) {
         let x = wt_at(t, h, kk);
         pa.lo += x * sa[2u * kk];
         pa.hi += x * sa[2u * kk + 1u];
@@ -196,7 +218,29 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             ra1 *= eg;
             rb0 *= eg;
             rb1 *= eg;
-            for (var i = 0u; i < n; i++) {
+            // Four rows per step: four independent K̃ loads in flight.
+            var i = 0u;
+            for (; i + 3u < n; i += 4u) {
+                let k0 = kt_at(t0 + i, h, kk);
+                let k1 = kt_at(t0 + i + 1u, h, kk);
+                let k2 = kt_at(t0 + i + 2u, h, kk);
+                let k3 = kt_at(t0 + i + 3u, h, kk);
+                let kf = vec4<f32>(k0, k1, k2, k3) * vec4<f32>(fk[i], fk[i + 1u], fk[i + 2u], fk[i + 3u]);
+                for (var e = 0u; e < 4u; e++) {
+                    let r = i + e;
+                    let kti = kf[e];
+                    if (GDN) {
+                        ra0 -= kti * xa[2u * r];
+                        ra1 -= kti * xa[2u * r + 1u];
+                        rb0 += kti * (ut[2u * r] - xb[2u * r]);
+                        rb1 += kti * (ut[2u * r + 1u] - xb[2u * r + 1u]);
+                    } else {
+                        rb0 += kti * ut[2u * r];
+                        rb1 += kti * ut[2u * r + 1u];
+                    }
+                }
+            }
+            for (; i < n; i++) {
                 let kti = kt_at(t0 + i, h, kk) * fk[i];
                 if (GDN) {
                     ra0 -= kti * xa[2u * i];
