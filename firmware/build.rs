@@ -10,6 +10,15 @@
 //! * `LOGLINEAR_MODEL`: the GGUF file to link into flash (default `models/ll-gdn-mcu-q8_0.gguf`;
 //!   a relative path is taken from the repository root).
 //! * `LOGLINEAR_LEVELS`, `LOGLINEAR_STATE` (`f32` | `f16`): override the board's state settings.
+//! * `LOGLINEAR_TRANSPORT` (`uart` | `semihosting`): overrides the board's `transport`.
+//!
+//! Transport (the byte stream the serial protocol runs over), from `board.toml`:
+//! `transport = "uart"` builds the board's UART driver (`uart = "<driver>"`, `src/uart.rs`),
+//! `"semihosting"` serves semihosting stdin/stdout (`src/serial.rs`). Emitted as the cfgs
+//! `transport_uart` and `uart = "<driver>"`. Semihosting (logs on stderr, the exit code) is
+//! compiled in on QEMU boards (`kind = "qemu"`) and wherever it is the transport (cfg
+//! `semihosting`); a hardware board with a UART uses no semihosting at all, so it runs without
+//! a debug probe.
 //!
 //! Sizing and the fit check are the memory planner's (`loglinear-planner`, the crate behind
 //! `loglinear plan`): the arena is its `Session::arena_bytes` figure, computed here on the host
@@ -32,6 +41,38 @@ fn main() {
     }
 }
 
+/// The UART drivers of `src/uart.rs`, the values of a board's `uart` key.
+const UART_DRIVERS: &[&str] = &[
+    "cmsdk-apb",
+    "ns16550",
+    "nrf51",
+    "nrf52840",
+    "stm32h7-usart3",
+    "rp2040",
+    "esp32c3",
+];
+
+/// `key = "value"` before the first `[table]` of a board.toml (the planner does not read these
+/// keys; `board_value` in scripts/lib.sh reads them the same way).
+fn top_level_string(text: &str, key: &str) -> Option<String> {
+    for line in text.lines() {
+        let line = line.trim();
+        if line.starts_with('[') {
+            break;
+        }
+        let Some((k, v)) = line.split_once('=') else {
+            continue;
+        };
+        if k.trim() != key {
+            continue;
+        }
+        let v = v.trim();
+        let v = v.strip_prefix('"')?;
+        return v.split_once('"').map(|(s, _)| s.to_string());
+    }
+    None
+}
+
 fn run() -> Result<(), String> {
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").map_err(|e| e.to_string())?);
     let root = manifest
@@ -45,11 +86,22 @@ fn run() -> Result<(), String> {
         "LOGLINEAR_MODEL",
         "LOGLINEAR_LEVELS",
         "LOGLINEAR_STATE",
+        "LOGLINEAR_TRANSPORT",
     ] {
         println!("cargo:rerun-if-env-changed={v}");
     }
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo::rustc-check-cfg=cfg(state_f16)");
+    println!("cargo::rustc-check-cfg=cfg(transport_uart)");
+    println!("cargo::rustc-check-cfg=cfg(semihosting)");
+    println!(
+        "cargo::rustc-check-cfg=cfg(uart, values({}))",
+        UART_DRIVERS
+            .iter()
+            .map(|d| format!("{d:?}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
 
     // --- board ---------------------------------------------------------------------------
     let board = match env::var("LOGLINEAR_BOARD") {
@@ -93,6 +145,44 @@ fn run() -> Result<(), String> {
         ),
         _ => None,
     };
+
+    // --- transport -------------------------------------------------------------------------
+    let board_text =
+        fs::read_to_string(&board_toml).map_err(|e| format!("{}: {e}", board_toml.display()))?;
+    let kind = top_level_string(&board_text, "kind").unwrap_or_default();
+    let transport = match env::var("LOGLINEAR_TRANSPORT") {
+        Ok(t) if !t.is_empty() => t,
+        _ => top_level_string(&board_text, "transport").unwrap_or_else(|| "semihosting".into()),
+    };
+    let uart = top_level_string(&board_text, "uart");
+    match transport.as_str() {
+        "semihosting" => {}
+        "uart" => {
+            let driver = uart.ok_or_else(|| {
+                format!(
+                    "board {board} has no UART driver (`uart = ...` in {}); \
+                     build it with LOGLINEAR_TRANSPORT=semihosting",
+                    board_toml.display()
+                )
+            })?;
+            if !UART_DRIVERS.contains(&driver.as_str()) {
+                return Err(format!(
+                    "{}: uart = {driver:?} is not one of the firmware's drivers {UART_DRIVERS:?}",
+                    board_toml.display()
+                ));
+            }
+            println!("cargo:rustc-cfg=transport_uart");
+            println!("cargo:rustc-cfg=uart={driver:?}");
+        }
+        t => {
+            return Err(format!(
+                "transport {t:?} (board {board} or LOGLINEAR_TRANSPORT) is not uart or semihosting"
+            ))
+        }
+    }
+    if kind == "qemu" || transport == "semihosting" {
+        println!("cargo:rustc-cfg=semihosting");
+    }
 
     // --- model ---------------------------------------------------------------------------
     let model_path = match env::var("LOGLINEAR_MODEL") {
@@ -148,6 +238,12 @@ fn run() -> Result<(), String> {
         .unwrap_or_default();
     writeln!(gen, "/// Board folder this image was built for.").ok();
     writeln!(gen, "pub const BOARD: &str = {board:?};").ok();
+    writeln!(
+        gen,
+        "/// Transport of the serial protocol: `uart` or `semihosting`."
+    )
+    .ok();
+    writeln!(gen, "pub const TRANSPORT: &str = {transport:?};").ok();
     writeln!(gen, "/// File name of the embedded model.").ok();
     writeln!(gen, "pub const MODEL_NAME: &str = {model_name:?};").ok();
     writeln!(gen, "/// State levels the arena is sized for.").ok();

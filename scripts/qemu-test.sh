@@ -18,6 +18,15 @@
 #   * a session (mps2-an386): GEN, STATUS, GEN continuing the context (together equal to one
 #     host run), RESET, GEN again equal to the first; and `loglinear serial --qemu-board`, the
 #     host client, prints byte for byte what `loglinear generate` prints;
+#   * the UART transport (every board with `uart = ...` in its board.toml): the firmware built
+#     with LOGLINEAR_TRANSPORT=uart (its own target dir, target/firmware-uart) runs under the
+#     board's `uart_runner` (`-serial stdio`: the emulated UART on QEMU's stdin/stdout; semihosting
+#     only for the logs and the exit code) and must give the same tokens and state bytes as the
+#     host for every request above; hostile input over the UART (an unknown command, a line cut
+#     short and ended by the next host's resync newline, an oversized line) gets ERR and the
+#     board keeps serving; and `loglinear serial --port /dev/pts/N`, the host client, talks to
+#     the UART through a QEMU pty chardev (`-serial pty`) and prints what `loglinear generate`
+#     prints;
 #   * stack: the deepest `stack_peak_bytes` any STATUS reports (the stack painted at boot) stays
 #     within the memory planner's stack estimate for the board (`loglinear plan`: sampler
 #     scratch + the board's firmware.stack_reserve), so the planner's RAM sum covers the stack.
@@ -32,6 +41,8 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 FW_TARGET_DIR="$TARGET_DIR/firmware"
+# UART images: their own target dir, so switching transports rebuilds nothing.
+FW_UART_TARGET_DIR="$TARGET_DIR/firmware-uart"
 WORK="$TARGET_DIR/qemu-test"
 DEFAULT_MODEL="models/ll-gdn-mcu-q8_0.gguf"
 # Seconds one QEMU run may take before it counts as hung (the slowest, riscv-virt, needs ~20 s).
@@ -93,6 +104,111 @@ host_ids() {
         sed 's/^ //; s/ $//'
 }
 
+# The UART checks of one board (the loop's variables: board, target, MODEL, levels, state,
+# uart_runner, toml): builds the UART image, runs the CASES, hostile input and the host client
+# over the emulated UART.
+uart_test() {
+    local uart_elf base i case request got want pty qpid rc pty_runner
+    echo "  -- UART transport ($(board_value "$toml" uart)): $uart_runner"
+    LOGLINEAR_BOARD="$board" LOGLINEAR_MODEL="$MODEL" LOGLINEAR_LEVELS="" LOGLINEAR_STATE="" \
+        LOGLINEAR_TRANSPORT=uart \
+        cargo build --release -q --manifest-path firmware/Cargo.toml --target "$target" \
+        --target-dir "$FW_UART_TARGET_DIR"
+    uart_elf="$WORK/$board-uart.elf"
+    cp "$FW_UART_TARGET_DIR/$target/release/loglinear-firmware" "$uart_elf"
+    local runner="$uart_runner" elf="$uart_elf"
+
+    # Token identity: every request of CASES, against the host outputs of the runs above.
+    i=0
+    for case in "${CASES[@]}"; do
+        i=$((i + 1))
+        request="${case%%|*}"
+        base="$WORK/$board-uart-$i"
+        qemu_run "GEN ${request//\\/\\\\}\nSTATUS\nQUIT\n" "$base"
+        grep -q '^READY .* transport=uart$' "$base.out" ||
+            fail "$board UART case $i: no 'READY ... transport=uart' line: $(head -n1 "$base.out")"
+        read -r t g < <(sed -n 's/^STATUS tokens=\([0-9]*\) generated=\([0-9]*\).*/\1 \2/p' "$base.out") ||
+            fail "$board UART case $i: no STATUS line: $(cat "$base.out")"
+        got=$(tok_ids "$base.out" 1 "$g")
+        want=$(host_ids "$WORK/$board-$i.host.out" "$((t - g))")
+        [ "$want" = "$got" ] || fail "$board UART case $i: token ids differ
+  host:     $want
+  firmware: $got"
+        grep -qx "DONE $g" "$base.out" || fail "$board UART case $i: no 'DONE $g'"
+        grep -qx BYE "$base.out" || fail "$board UART case $i: no BYE after QUIT"
+        want=$(sed -n 's/.*state \([0-9]*\) B live \/ \([0-9]*\) B allocated.*/\1 \2/p' \
+            "$WORK/$board-$i.host.err")
+        got=$(sed -n 's/.*state_live_bytes=\([0-9]*\) state_allocated_bytes=\([0-9]*\).*/\1 \2/p' \
+            "$base.out")
+        [ "$want" = "$got" ] ||
+            fail "$board UART case $i: state bytes differ (host '$want', firmware '$got')"
+        note_stack "$base.out"
+        printf '  ok: UART case %d, %2d tokens identical to the host, QEMU %s\n' "$i" "$g" "$(secs "$ms")"
+    done
+
+    # Hostile input. A UART has no end of input, so a line cut short is ended by whatever comes
+    # next: here the newline a host sends first to end any partial line (docs/serial-protocol.md).
+    base="$WORK/$board-uart-hostile"
+    local one='GEN n=1 temperature=0\n' long script
+    long=$(head -c 1500 /dev/zero | tr '\0' a)
+    script="HELLO world\nGEN n=1 temperature=0 prompt=A\n"
+    script+="GEN n=3 tempera\n\n$one"
+    script+="GEN prompt=$long\n$one"
+    script+="STATUS\nQUIT\n"
+    qemu_run "$script" "$base"
+    got=$(awk '{ print ($1 == "ERR") ? "ERR" $2 : $1 }' "$base.out" | tr '\n' ' ' | sed 's/ $//')
+    want="READY ERR3 TOK DONE ERR4 TOK DONE ERR1 TOK DONE STATUS BYE"
+    [ "$got" = "$want" ] || {
+        cat "$base.out" >&2
+        fail "$board UART hostile input: replies
+  got:      $got
+  expected: $want"
+    }
+    [ "$(tok_ids "$base.out" 1 3)" = "$(host_ids "$WORK/$board-hostile.host.out" 1 | cut -d' ' -f1-3)" ] ||
+        fail "$board UART hostile input: the GENs between bad lines differ from the host's greedy text"
+    grep -q '^STATUS tokens=4 generated=3 ' "$base.out" ||
+        fail "$board UART hostile input: the bad lines changed the session: $(grep '^STATUS' "$base.out")"
+    note_stack "$base.out"
+    echo "  ok: UART hostile input answered with ERR, board kept serving (QEMU $(secs "$ms")):"
+    grep '^ERR' "$base.out" | cut -c1-60 | sed 's/^/      /'
+
+    # The host client on a pty: QEMU's `-serial pty` chardev, `loglinear serial --port`.
+    base="$WORK/$board-uart-client"
+    "$LOGLINEAR" generate --model "$MODEL" --prompt 'JULIET:\n' -n 16 --temperature 0 \
+        --levels "$levels" --state "$state" >"$base.host.out" 2>/dev/null
+    pty_runner="${uart_runner/-serial stdio/-serial pty}"
+    [ "$pty_runner" != "$uart_runner" ] || fail "$toml: uart_runner has no '-serial stdio'"
+    # shellcheck disable=SC2086 # the runner is a command line
+    timeout "$QEMU_TIMEOUT" $pty_runner "$uart_elf" </dev/null >"$base.qemu.out" 2>"$base.qemu.err" &
+    qpid=$!
+    pty=""
+    for _ in $(seq 100); do
+        pty=$(sed -n 's/.*char device redirected to \(\/dev\/[^ ]*\) .*/\1/p' "$base.qemu.out" "$base.qemu.err")
+        [ -z "$pty" ] || break
+        sleep 0.1
+    done
+    [ -n "$pty" ] || {
+        kill "$qpid" 2>/dev/null || true
+        fail "$board: QEMU printed no pty path: $(cat "$base.qemu.out" "$base.qemu.err")"
+    }
+    start=$(date +%s%N)
+    rc=0
+    timeout "$QEMU_TIMEOUT" "$LOGLINEAR" serial --port "$pty" --prompt 'JULIET:\n' -n 16 \
+        --temperature 0 --status >"$base.out" 2>"$base.err" || rc=$?
+    ms=$((($(date +%s%N) - start) / 1000000))
+    # QUIT through the pty, kept open until QEMU has seen it (QEMU polls a pty's connection).
+    exec 9<>"$pty"
+    printf 'QUIT\n' >&9
+    wait "$qpid" || rc=$((rc == 0 ? 1 : rc))
+    exec 9<&-
+    [ "$rc" -eq 0 ] || fail "$board: loglinear serial over the pty or QEMU failed (exit $rc): $(cat "$base.err" "$base.qemu.err")"
+    cmp -s "$base.out" "$base.host.out" ||
+        fail "$board: loglinear serial --port $pty printed other text than loglinear generate"
+    sed -n '/^\[STATUS /{ s/^\[//; s/\]$//; p; }' "$base.err" >"$base.status"
+    note_stack "$base.status"
+    echo "  ok: loglinear serial --port $pty (QEMU -serial pty) prints what loglinear generate prints ($(secs "$ms"))"
+}
+
 bash "$ROOT/scripts/qemu-setup.sh"
 mkdir -p "$WORK"
 
@@ -112,6 +228,13 @@ for tb in thumbv7em-none-eabihf: riscv32imac-unknown-none-elf: thumbv6m-none-eab
     LOGLINEAR_BOARD="$b" LOGLINEAR_MODEL="$m" LOGLINEAR_LEVELS="" LOGLINEAR_STATE="" \
         cargo clippy --release -q --manifest-path firmware/Cargo.toml --target "$t" \
         --target-dir "$FW_TARGET_DIR" -- -D warnings
+    # The same target with its QEMU board's UART driver (src/uart.rs).
+    ub="${b:-$([ "$t" = riscv32imac-unknown-none-elf ] && echo riscv-virt || echo mps2-an386)}"
+    echo "firmware: cargo clippy --target $t -D warnings, UART transport ($ub)"
+    LOGLINEAR_BOARD="$ub" LOGLINEAR_MODEL="$m" LOGLINEAR_LEVELS="" LOGLINEAR_STATE="" \
+        LOGLINEAR_TRANSPORT=uart \
+        cargo clippy --release -q --manifest-path firmware/Cargo.toml --target "$t" \
+        --target-dir "$FW_UART_TARGET_DIR" -- -D warnings
 done
 
 for board in "${BOARDS[@]}"; do
@@ -130,6 +253,7 @@ for board in "${BOARDS[@]}"; do
     echo
     echo "==== $board: $target, $state state, $levels levels, $MODEL ===="
     LOGLINEAR_BOARD="$board" LOGLINEAR_MODEL="$MODEL" LOGLINEAR_LEVELS="" LOGLINEAR_STATE="" \
+        LOGLINEAR_TRANSPORT="" \
         cargo build --release -q --manifest-path firmware/Cargo.toml --target "$target" \
         --target-dir "$FW_TARGET_DIR"
     elf="$WORK/$board.elf"
@@ -236,6 +360,12 @@ for board in "${BOARDS[@]}"; do
         cmp -s "$base.client.out" "$base.host.out" ||
             fail "$board: loglinear serial printed other text than loglinear generate"
         echo "  ok: loglinear serial --qemu-board prints what loglinear generate prints ($(secs "$ms"))"
+    fi
+
+    # The UART transport: the same requests over the board's emulated UART.
+    uart_runner="$(board_value "$toml" uart_runner)"
+    if [ -n "$(board_value "$toml" uart)" ] && [ -n "$uart_runner" ]; then
+        uart_test
     fi
 
     [ "$stack_peak" -gt 0 ] || fail "$board: no STATUS line reported stack_peak_bytes"

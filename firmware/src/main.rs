@@ -4,9 +4,11 @@
 //! It serves the line-based serial protocol of `docs/serial-protocol.md` ([`protocol`]):
 //! `GEN` streams tokens as they are produced, `STATUS`, `RESET`, `QUIT`; every bad request gets
 //! an `ERR` reply and the firmware keeps serving. The transport is anything that implements
-//! `embedded_io::Read` + `Write`; under QEMU it is semihosting stdin/stdout ([`serial`]).
-//! End of input (or `QUIT`) exits through semihosting with 0 (1 for a runtime error at start,
-//! 101 for a panic). Board, model, levels and state type are fixed at build time (`build.rs`).
+//! `embedded_io::Read` + `Write`, chosen per board at build time (`transport` in its
+//! board.toml): the board's UART (`uart`, polled drivers) or semihosting stdin/stdout
+//! (`serial`). Under QEMU, end of input (or `QUIT`) exits through semihosting with 0 (1 for a
+//! runtime error at start, 101 for a panic); on a hardware board `QUIT` resets the chip.
+//! Board, model, levels, state type and transport are fixed at build time (`build.rs`).
 #![no_std]
 #![no_main]
 #![deny(unsafe_op_in_unsafe_fn)]
@@ -17,8 +19,17 @@ mod boot2;
 mod fmt;
 mod protocol;
 mod request;
+#[cfg(not(transport_uart))]
 mod serial;
 mod stack;
+#[cfg(transport_uart)]
+mod uart;
+
+/// The protocol's byte stream: the board's UART or semihosting stdin/stdout.
+#[cfg(not(transport_uart))]
+use serial as transport;
+#[cfg(transport_uart)]
+use uart as transport;
 
 use core::cell::UnsafeCell;
 // `portable-atomic`: the arena's `swap` is native on thumbv7em and rv32imac; on thumbv6m
@@ -109,7 +120,24 @@ fn main() -> ! {
         Ok(()) => 0,
         Err(code) => code,
     };
-    semihosting::process::exit(code)
+    exit(code)
+}
+
+/// Ends the program. With semihosting (QEMU, or a probe attached) it is the semihosting exit,
+/// `code` becoming QEMU's exit status. A hardware board without it resets after a clean end
+/// (`QUIT`: it boots to `READY` again) and halts after an error or a panic, which a reset would
+/// only repeat.
+fn exit(code: i32) -> ! {
+    #[cfg(semihosting)]
+    semihosting::process::exit(code);
+    #[cfg(all(not(semihosting), target_arch = "arm"))]
+    if code == 0 {
+        cortex_m::peripheral::SCB::sys_reset();
+    }
+    #[cfg(not(semihosting))]
+    loop {
+        core::hint::spin_loop();
+    }
 }
 
 fn run() -> Result<(), i32> {
@@ -131,7 +159,7 @@ fn run() -> Result<(), i32> {
         board::LEVELS
     );
     let arena = ARENA.take().ok_or(EXIT_RUNTIME)?;
-    let (mut rx, mut tx) = serial::open().map_err(|_| EXIT_RUNTIME)?;
+    let (mut rx, mut tx) = transport::open().map_err(|_| EXIT_RUNTIME)?;
     serve(&model, arena, &mut rx, &mut tx)
 }
 
@@ -145,13 +173,15 @@ fn serve<R: Read, W: Write>(
 ) -> Result<(), i32> {
     let _ = writeln!(
         tx,
-        "READY loglinear board={} model={} state={} levels={} max_line={} max_tokens={}",
+        "READY loglinear board={} model={} state={} levels={} max_line={} max_tokens={} \
+         transport={}",
         board::BOARD,
         board::MODEL_NAME,
         STATE_NAME,
         board::LEVELS,
         protocol::MAX_LINE,
-        request::MAX_TOKENS
+        request::MAX_TOKENS,
+        board::TRANSPORT
     );
     let mut lines = LineReader::new();
     let mut levels = board::LEVELS;
@@ -189,6 +219,8 @@ fn serve<R: Read, W: Write>(
                 Ok(Command::Blank) => {}
                 Ok(Command::Quit) => {
                     let _ = writeln!(tx, "BYE");
+                    // The whole line out before the exit (a reset on a board).
+                    let _ = tx.flush();
                     return Ok(());
                 }
                 Ok(Command::Status) => status(tx, &session, levels, generated),
@@ -284,11 +316,18 @@ fn status<W: Write>(tx: &mut W, session: &Session<'_, StateElem>, levels: usize,
     );
 }
 
-/// Reports the panic on semihosting stderr and ends the QEMU run with a non-zero code.
+/// Reports the panic (semihosting stderr where there is semihosting; an `ERR 6` line on the
+/// UART where that is the transport) and exits with a non-zero code (QEMU) or halts (a board).
 #[panic_handler]
 fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
     #[cfg(feature = "defmt")]
     defmt::error!("panic");
+    #[cfg(semihosting)]
     semihosting::eprintln!("panic: {}", info);
-    semihosting::process::exit(EXIT_PANIC)
+    #[cfg(transport_uart)]
+    if let Ok((_, mut tx)) = uart::open() {
+        reply_err(&mut tx, ErrCode::Runtime, format_args!("panic: {info}"));
+        let _ = tx.flush();
+    }
+    exit(EXIT_PANIC)
 }
