@@ -34,10 +34,12 @@ fn main(
 ) {
     let row0 = wg.y * TILE;
     let col0 = wg.x * TILE;
-    var acc: array<f32, 16>;
-    for (var i = 0u; i < 16u; i++) {
-        acc[i] = 0.0;
-    }
+    // Row i of the thread's 4×4 block, columns j = 0..3 as the vector lanes. Plain variables,
+    // not an indexed array, so that they stay in registers.
+    var acc0 = vec4<f32>(0.0);
+    var acc1 = vec4<f32>(0.0);
+    var acc2 = vec4<f32>(0.0);
+    var acc3 = vec4<f32>(0.0);
     for (var k0 = 0u; k0 < p.k; k0 += KT) {
         // 64 rows × 16 k of X and of W; consecutive threads read consecutive k of a row.
         for (var e = li; e < TILE * KT; e += 256u) {
@@ -57,27 +59,34 @@ fn main(
         }
         workgroupBarrier();
         for (var kk = 0u; kk < KT; kk++) {
-            var a: array<f32, 4>;
-            var b: array<f32, 4>;
-            for (var i = 0u; i < 4u; i++) {
-                a[i] = x_tile[kk * PAD + lid.y + 16u * i];
-                b[i] = w_tile[kk * PAD + lid.x + 16u * i];
-            }
-            for (var i = 0u; i < 4u; i++) {
-                for (var j = 0u; j < 4u; j++) {
-                    acc[i * 4u + j] += a[i] * b[j];
-                }
-            }
+            let base = kk * PAD;
+            let b = vec4<f32>(
+                w_tile[base + lid.x],
+                w_tile[base + lid.x + 16u],
+                w_tile[base + lid.x + 32u],
+                w_tile[base + lid.x + 48u],
+            );
+            acc0 += x_tile[base + lid.y] * b;
+            acc1 += x_tile[base + lid.y + 16u] * b;
+            acc2 += x_tile[base + lid.y + 32u] * b;
+            acc3 += x_tile[base + lid.y + 48u] * b;
         }
         workgroupBarrier();
     }
-    for (var i = 0u; i < 4u; i++) {
-        let r = row0 + lid.y + 16u * i;
-        for (var j = 0u; j < 4u; j++) {
-            let c = col0 + lid.x + 16u * j;
-            if (r < p.m && c < p.n) {
-                y[p.y_offset + r * p.y_stride + c] = acc[i * 4u + j];
-            }
+    store_row(row0 + lid.y, col0 + lid.x, acc0);
+    store_row(row0 + lid.y + 16u, col0 + lid.x, acc1);
+    store_row(row0 + lid.y + 32u, col0 + lid.x, acc2);
+    store_row(row0 + lid.y + 48u, col0 + lid.x, acc3);
+}
+
+// Y[r][c + 16j] = v[j] for the columns inside Y.
+fn store_row(r: u32, c: u32, v: vec4<f32>) {
+    if (r >= p.m) {
+        return;
+    }
+    for (var j = 0u; j < 4u; j++) {
+        if (c + 16u * j < p.n) {
+            y[p.y_offset + r * p.y_stride + c + 16u * j] = v[j];
         }
     }
 }
