@@ -56,34 +56,71 @@ fn q_times_sa(t: u32, h: u32, part: u32) -> Pair {
     return p;
 }
 
-// Σ_{kk ≡ part (mod SPLIT)} W̃[t][kk] · (sa[kk][:], sb[kk][:]), unrolled by 2.
-fn w_times_states(t: u32, h: u32, part: u32) -> array<Pair, 2> {
-    var pa = Pair(vec4<f32>(0.0), vec4<f32>(0.0));
-    var pb = Pair(vec4<f32>(0.0), vec4<f32>(0.0));
+// Σ_{kk ≡ part (mod SPLIT)} W̃[t][kk] · s[kk][:] with s = sa (state 0) or sb (state 1),
+// unrolled by 4.
+fn w_times_state(t: u32, h: u32, part: u32, state: u32) -> Pair {
+    var p = Pair(vec4<f32>(0.0), vec4<f32>(0.0));
     var kk = part;
-    for (; kk + SPLIT < P.dk; kk += 2u * SPLIT) {
+    for (; kk + 3u * SPLIT < P.dk; kk += 4u * SPLIT) {
         let x0 = wt_at(t, h, kk);
         let x1 = wt_at(t, h, kk + SPLIT);
+        let x2 = wt_at(t, h, kk + 2u * SPLIT);
+        let x3 = wt_at(t, h, kk + 3u * SPLIT);
         let k1 = kk + SPLIT;
-        pa.lo += x0 * sa[2u * kk] + x1 * sa[2u * k1];
-        pa.hi += x0 * sa[2u * kk + 1u] + x1 * sa[2u * k1 + 1u];
-        pb.lo += x0 * sb[2u * kk] + x1 * sb[2u * k1];
-        pb.hi += x0 * sb[2u * kk + 1u] + x1 * sb[2u * k1 + 1u];
+        let k2 = kk + 2u * SPLIT;
+        let k3 = kk + 3u * SPLIT;
+        if (state == 0u) {
+            p.lo += x0 * sa[2u * kk] + x1 * sa[2u * k1] + x2 * sa[2u * k2] + x3 * sa[2u * k3];
+            p.hi += x0 * sa[2u * kk + 1u] + x1 * sa[2u * k1 + 1u] + x2 * sa[2u * k2 + 1u] + x3 * sa[2u * k3 + 1u];
+        } else {
+            p.lo += x0 * sb[2u * kk] + x1 * sb[2u * k1] + x2 * sb[2u * k2] + x3 * sb[2u * k3];
+            p.hi += x0 * sb[2u * kk + 1u] + x1 * sb[2u * k1 + 1u] + x2 * sb[2u * k2 + 1u] + x3 * sb[2u * k3 + 1u];
+        }
     }
     for (; kk < P.dk; kk += SPLIT) {
         let x = wt_at(t, h, kk);
-        pa.lo += x * sa[2u * kk];
-        pa.hi += x * sa[2u * kk + 1u];
-        pb.lo += x * sb[2u * kk];
-        pb.hi += x * sb[2u * kk + 1u];
+        if (state == 0u) {
+            p.lo += x * sa[2u * kk];
+            p.hi += x * sa[2u * kk + 1u];
+        } else {
+            p.lo += x * sb[2u * kk];
+            p.hi += x * sb[2u * kk + 1u];
+        }
     }
-    return array<Pair, 2>(pa, pb);
+    return p;
 }
 
 // Sum of the SPLIT partials of row i, half `hi` (0 or 1).
 fn reduce_row(i: u32, hi: u32) -> vec4<f32> {
     let b = i * SPLIT * 2u + hi;
     return red[b] + red[b + 2u] + red[b + 4u] + red[b + 6u];
+}
+
+// Row r of the chunk into the owned state rows: GDN a −= K̃ xa, b += K̃ (U − xb); Mamba-2
+// b += K̃ U.
+fn update_rows(
+    r: u32,
+    kti: f32,
+    use_a: bool,
+    use_b: bool,
+    ra0: ptr<function, vec4<f32>>,
+    ra1: ptr<function, vec4<f32>>,
+    rb0: ptr<function, vec4<f32>>,
+    rb1: ptr<function, vec4<f32>>,
+) {
+    if (GDN) {
+        if (use_a) {
+            *ra0 -= kti * xa[2u * r];
+            *ra1 -= kti * xa[2u * r + 1u];
+        }
+        if (use_b) {
+            *rb0 += kti * (ut[2u * r] - xb[2u * r]);
+            *rb1 += kti * (ut[2u * r + 1u] - xb[2u * r + 1u]);
+        }
+    } else {
+        *rb0 += kti * ut[2u * r];
+        *rb1 += kti * ut[2u * r + 1u];
+    }
 }
 
 @compute @workgroup_size(256)
@@ -113,6 +150,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         let t0 = c * C;
         let n = min(C, P.t - t0);
         let adds = sat || ((c >> m) & 1u) == 0u;
+        let use_a = sat || !adds; // the read state can be non-zero
+        let use_b = adds;         // the collecting state can be non-zero
         let g_last = gam[(t0 + n - 1u) * P.heads + h];
         if (lid < C) {
             var a = 0.0;
@@ -187,69 +226,61 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         }
 
         if (GDN) {
-            // xa = W̃ sa, xb = W̃ sb (C x BV each), through the partial sums.
-            var pp = array<Pair, 2>(
-                Pair(vec4<f32>(0.0), vec4<f32>(0.0)),
-                Pair(vec4<f32>(0.0), vec4<f32>(0.0)),
-            );
-            if (row < n) {
-                pp = w_times_states(t0 + row, h, part);
+            // xa = W̃ sa, xb = W̃ sb (C x BV each), through the partial sums; only for the
+            // states that can be non-zero.
+            if (use_a) {
+                var pa = Pair(vec4<f32>(0.0), vec4<f32>(0.0));
+                if (row < n) {
+                    pa = w_times_state(t0 + row, h, part, 0u);
+                }
+                red[2u * lid] = pa.lo;
+                red[2u * lid + 1u] = pa.hi;
+                workgroupBarrier();
+                if (lid < C * 2u) {
+                    xa[lid] = reduce_row(lid / 2u, lid % 2u);
+                }
+                workgroupBarrier();
             }
-            red[2u * lid] = pp[0].lo;
-            red[2u * lid + 1u] = pp[0].hi;
-            workgroupBarrier();
-            if (lid < C * 2u) {
-                xa[lid] = reduce_row(lid / 2u, lid % 2u);
+            if (use_b) {
+                var pb = Pair(vec4<f32>(0.0), vec4<f32>(0.0));
+                if (row < n) {
+                    pb = w_times_state(t0 + row, h, part, 1u);
+                }
+                red[2u * lid] = pb.lo;
+                red[2u * lid + 1u] = pb.hi;
+                workgroupBarrier();
+                if (lid < C * 2u) {
+                    xb[lid] = reduce_row(lid / 2u, lid % 2u);
+                }
+                workgroupBarrier();
             }
-            workgroupBarrier();
-            red[2u * lid] = pp[1].lo;
-            red[2u * lid + 1u] = pp[1].hi;
-            workgroupBarrier();
-            if (lid < C * 2u) {
-                xb[lid] = reduce_row(lid / 2u, lid % 2u);
-            }
-            workgroupBarrier();
         }
 
-        // Transition, contribution, group boundary: thread kk updates its row.
+        // Transition, contribution, group boundary: thread kk updates its row. A regular level's
+        // read state is zero in the first half of a group and its collecting state in the second,
+        // so each chunk updates one of them (the saturated level both).
         if (kk < P.dk) {
             let eg = exp(g_last);
             ra0 *= eg;
             ra1 *= eg;
             rb0 *= eg;
             rb1 *= eg;
-            // Four rows per step: four independent K̃ loads in flight.
-            var i = 0u;
-            for (; i + 3u < n; i += 4u) {
-                let k0 = kt_at(t0 + i, h, kk);
-                let k1 = kt_at(t0 + i + 1u, h, kk);
-                let k2 = kt_at(t0 + i + 2u, h, kk);
-                let k3 = kt_at(t0 + i + 3u, h, kk);
-                let kf = vec4<f32>(k0, k1, k2, k3) * vec4<f32>(fk[i], fk[i + 1u], fk[i + 2u], fk[i + 3u]);
-                for (var e = 0u; e < 4u; e++) {
-                    let r = i + e;
-                    let kti = kf[e];
-                    if (GDN) {
-                        ra0 -= kti * xa[2u * r];
-                        ra1 -= kti * xa[2u * r + 1u];
-                        rb0 += kti * (ut[2u * r] - xb[2u * r]);
-                        rb1 += kti * (ut[2u * r + 1u] - xb[2u * r + 1u]);
-                    } else {
-                        rb0 += kti * ut[2u * r];
-                        rb1 += kti * ut[2u * r + 1u];
-                    }
+            if (use_b || (GDN && use_a)) {
+                // Four rows per step: four independent K̃ loads in flight.
+                var i = 0u;
+                for (; i + 3u < n; i += 4u) {
+                    let k0 = kt_at(t0 + i, h, kk) * fk[i];
+                    let k1 = kt_at(t0 + i + 1u, h, kk) * fk[i + 1u];
+                    let k2 = kt_at(t0 + i + 2u, h, kk) * fk[i + 2u];
+                    let k3 = kt_at(t0 + i + 3u, h, kk) * fk[i + 3u];
+                    update_rows(i, k0, use_a, use_b, &ra0, &ra1, &rb0, &rb1);
+                    update_rows(i + 1u, k1, use_a, use_b, &ra0, &ra1, &rb0, &rb1);
+                    update_rows(i + 2u, k2, use_a, use_b, &ra0, &ra1, &rb0, &rb1);
+                    update_rows(i + 3u, k3, use_a, use_b, &ra0, &ra1, &rb0, &rb1);
                 }
-            }
-            for (; i < n; i++) {
-                let kti = kt_at(t0 + i, h, kk) * fk[i];
-                if (GDN) {
-                    ra0 -= kti * xa[2u * i];
-                    ra1 -= kti * xa[2u * i + 1u];
-                    rb0 += kti * (ut[2u * i] - xb[2u * i]);
-                    rb1 += kti * (ut[2u * i + 1u] - xb[2u * i + 1u]);
-                } else {
-                    rb0 += kti * ut[2u * i];
-                    rb1 += kti * ut[2u * i + 1u];
+                for (; i < n; i++) {
+                    let k0 = kt_at(t0 + i, h, kk) * fk[i];
+                    update_rows(i, k0, use_a, use_b, &ra0, &ra1, &rb0, &rb1);
                 }
             }
             if ((c + 1u) % half == 0u) {
