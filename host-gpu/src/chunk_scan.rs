@@ -12,7 +12,7 @@
 //!    is a saturated scan (sum of all exact levels ≥ top), as the runtime's policy.
 //! 4. `chunk_combine`: o += the levels each chunk reads, in level order (no atomics).
 //! 5. `chunk_state`: the decoder's state after token T−1: levels before the last chunk from the
-//!    scan, tokens of the last chunk stepped exactly like the decoder.
+//!    scan; tokens of the last chunk in closed form (Mamba-2) or stepped like the decoder (GDN).
 //!
 //! Limits: dk ≤ 256 (the scan keeps dk × 8 states in workgroup memory); any dv, any T ≥ 1 up to
 //! 64·65535 tokens; 32 KiB of workgroup memory and 12 storage buffers per stage.
@@ -388,7 +388,7 @@ impl ChunkScan {
         steps.push(step(
             &kernels.state,
             "chunk_state",
-            &[&uniform, io.k, io.v, io.g, io.beta, &hstate, io.state],
+            &[&uniform, io.k, io.v, io.g, io.beta, &hstate, io.state, &gam],
             [s.dv.div_ceil(64), s.heads, s.levels],
         ));
         scratch.extend([uniform, gam, olvl, hstate]);
@@ -452,10 +452,17 @@ impl ChunkScan {
             f += (t / c) * h * 2.0 * (c * c * c / 3.0);
             f += t * h * tri * 2.0 * (2.0 * dk + dv);
         }
-        // Scans, per level and chunk: the read (2·C·dk·dv) and the contribution (2·C·dk·dv);
-        // GDN also W̃ h and K̃ᵀ X for both states (8·C·dk·dv).
-        let per_token = if s.form == Form::Gdn { 12.0 } else { 4.0 };
-        f += s.scans() as f64 * t * h * dk * dv * per_token;
+        // Scans, in units of 2·dk·dv per token and level: a regular level works on one state per
+        // chunk: Mamba-2 readers read (1), sources add (1); GDN readers read, form W̃ h and K̃ᵀ X
+        // (3), sources form W̃ h and K̃ᵀ (U − X) (2). The saturated level does both every chunk.
+        // (The final-state kernel's ≤ 64 token steps per level are not counted.)
+        let (regular, saturated) = match s.form {
+            Form::Mamba2 => (2.0 / 2.0, 4.0 / 2.0),
+            Form::Gdn => (5.0 / 2.0, 10.0 / 2.0),
+        };
+        let scans = s.scans();
+        let sat = usize::from(scans > 0 && scans == s.m_top() + 1);
+        f += ((scans - sat) as f64 * regular + sat as f64 * saturated) * 2.0 * t * h * dk * dv;
         f
     }
 }

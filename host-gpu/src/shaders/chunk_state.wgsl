@@ -7,6 +7,8 @@
 //   exact levels 1 <= j < top: bucket [(T-1 >> j) << j, + 2^(j-1)) if bit j-1 of T-1 is set;
 //   level 0 < top: token T-1; top: every token before ((T-1) >> (top-1)) << (top-1) (all tokens
 //   when top = 0, the plain single state).
+// Mamba-2 needs no steps: S = e^{γ_{T-1}} S_scan + Σ_{s in bucket, s >= s0} e^{γ_{T-1} − γ_s} k_s v_sᵀ
+// with the last chunk's local cumsums γ (exponents <= 0), one matrix entry at a time.
 
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read> k: array<f32>;
@@ -15,6 +17,7 @@
 @group(0) @binding(4) var<storage, read> beta: array<f32>;
 @group(0) @binding(5) var<storage, read> hstate: array<f32>;
 @group(0) @binding(6) var<storage, read_write> state: array<f32>;
+@group(0) @binding(7) var<storage, read> gam: array<f32>;
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -24,7 +27,6 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     if (col >= P.dv) {
         return;
     }
-    var s: array<f32, 256>; // MAX_DK
     let last = P.t - 1u;
 
     // A dead level (runtime LevelPolicy::is_live) is zero: skip the token steps.
@@ -50,14 +52,6 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         m = j - C0P1;
     }
     let from_scan = m < P.n_scans;
-    for (var kk = 0u; kk < P.dk; kk++) {
-        var x = 0.0;
-        if (from_scan) {
-            x = hstate[((m * P.heads + h) * P.dk + kk) * P.dv + col];
-        }
-        s[kk] = x;
-    }
-
     // Tokens [a, b) of the bucket that are inserted here (those before s0 came from the scan).
     var a = 0u;
     var b = 0u;
@@ -75,23 +69,43 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         b = a + (1u << (j - 1u));
     }
 
+    if (P.gdn == 0u) {
+        let g_last = gam[last * P.heads + h];
+        let a0 = max(a, s0);
+        for (var kk = 0u; kk < P.dk; kk++) {
+            var x = 0.0;
+            if (from_scan) {
+                x = exp(g_last) * hstate[((m * P.heads + h) * P.dk + kk) * P.dv + col];
+            }
+            for (var t = a0; t < b; t++) {
+                let w = exp(g_last - gam[t * P.heads + h]);
+                x += w * k[qk_row(t, h) + kk] * v[(t * P.heads + h) * P.dv + col];
+            }
+            state[((j * P.heads + h) * P.dk + kk) * P.dv + col] = x;
+        }
+        return;
+    }
+
+    // Gated DeltaNet: step the tokens of the last chunk like the decoder.
+    var s: array<f32, 256>; // MAX_DK
+    for (var kk = 0u; kk < P.dk; kk++) {
+        var x = 0.0;
+        if (from_scan) {
+            x = hstate[((m * P.heads + h) * P.dk + kk) * P.dv + col];
+        }
+        s[kk] = x;
+    }
+
     for (var t = s0; t < P.t; t++) {
         let alpha = exp(g[t * P.heads + h]);
         let kr = qk_row(t, h);
-        var bt = 1.0;
-        if (P.gdn == 1u) {
-            bt = beta[t * P.heads + h];
-            var uu = 0.0;
-            for (var kk = 0u; kk < P.dk; kk++) {
-                uu += k[kr + kk] * s[kk];
-            }
-            for (var kk = 0u; kk < P.dk; kk++) {
-                s[kk] = alpha * (s[kk] - bt * k[kr + kk] * uu);
-            }
-        } else {
-            for (var kk = 0u; kk < P.dk; kk++) {
-                s[kk] = alpha * s[kk];
-            }
+        let bt = beta[t * P.heads + h];
+        var uu = 0.0;
+        for (var kk = 0u; kk < P.dk; kk++) {
+            uu += k[kr + kk] * s[kk];
+        }
+        for (var kk = 0u; kk < P.dk; kk++) {
+            s[kk] = alpha * (s[kk] - bt * k[kr + kk] * uu);
         }
         if (t >= a && t < b) {
             let bv = bt * v[(t * P.heads + h) * P.dv + col];
