@@ -190,6 +190,21 @@ fn plain_shared_qk_odd_sizes_and_saturated_chunk_levels() {
 }
 
 #[test]
+fn model_sized_heads() {
+    // The real models' largest head sizes (LL-GDN mid: dk 192, dv 384) and the kernels' dk limit.
+    let gpu = Gpu::new().expect("GPU adapter (lavapipe in CI)");
+    let mut worst = 0.0;
+    for (form, dk, dv, seed) in [(Form::Gdn, 192, 384, 300), (Form::Mamba2, 256, 64, 301)] {
+        let s = ScanShape {
+            heads: 1,
+            ..shape(form, 150, 15, 1, dk, dv)
+        };
+        check(&gpu, s, seed, &mut worst);
+    }
+    eprintln!("model-sized heads: worst rel_max {worst:.3e}");
+}
+
+#[test]
 fn bad_shapes_are_errors() {
     let gpu = Gpu::new().expect("GPU adapter (lavapipe in CI)");
     let ok = shape(Form::Mamba2, 10, 3, 2, 16, 8);
