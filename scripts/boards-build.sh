@@ -7,7 +7,10 @@
 #     bootloader), esp32c3 (riscv32imc): the firmware, with the model, state type and levels of
 #     each boards/<board>/board.toml (`model = ...` or the shipped model), so build.rs's fit
 #     check runs against the real memory map. Checks that `.bss` (the session arena) starts at
-#     the board's [memory.ram] origin, and RP2040's 256-byte `.boot2` at 0x1000_0000.
+#     the board's [memory.ram] origin, and RP2040's 256-byte `.boot2` at 0x1000_0000. Each is
+#     built with the board's `transport` (all four: `uart`, their UART driver in
+#     firmware/src/uart.rs, never run: there is no hardware here), and clippy checks the
+#     firmware with each board's driver and features (-D warnings).
 #   * linux-aarch64: a std build of loglinear-runtime and of the `loglinear` CLI for
 #     aarch64-unknown-linux-gnu (linked with Debian's gcc-aarch64-linux-gnu).
 #
@@ -73,15 +76,20 @@ fi
 command -v size >/dev/null 2>&1 || fail "size (binutils) is missing"
 mkdir -p "$WORK"
 
-# The `rp2040` feature (src/boot2.rs) is compiled only here: clippy it (scripts/qemu-test.sh
-# covers the rest of the firmware on thumbv7em and riscv32imac).
-if printf '%s\n' "${BOARDS[@]}" | grep -qx rp2040; then
-    echo "firmware: cargo clippy --features rp2040 --target thumbv6m-none-eabi -D warnings"
-    LOGLINEAR_BOARD=rp2040 LOGLINEAR_MODEL="$(board_value boards/rp2040/board.toml model)" \
-        LOGLINEAR_LEVELS="" LOGLINEAR_STATE="" \
-        cargo clippy --release -q --manifest-path firmware/Cargo.toml --target thumbv6m-none-eabi \
-        --target-dir "$FW_TARGET_DIR" --features rp2040 -- -D warnings
-fi
+# The hardware boards' UART drivers and the `rp2040` feature (src/boot2.rs) are compiled only
+# here: clippy them (scripts/qemu-test.sh covers the QEMU boards' configurations).
+for board in "${BOARDS[@]}"; do
+    toml="boards/$board/board.toml"
+    [ "$(board_value "$toml" kind)" = hardware ] || continue
+    t="$(board_value "$toml" target)"
+    features="$(board_value "$toml" features)"
+    m="$(board_value "$toml" model)"
+    echo "firmware: cargo clippy --target $t${features:+ --features $features} -D warnings ($board, uart $(board_value "$toml" uart))"
+    LOGLINEAR_BOARD="$board" LOGLINEAR_MODEL="${m:-$DEFAULT_MODEL}" LOGLINEAR_LEVELS="" \
+        LOGLINEAR_STATE="" LOGLINEAR_TRANSPORT="" \
+        cargo clippy --release -q --manifest-path firmware/Cargo.toml --target "$t" \
+        --target-dir "$FW_TARGET_DIR" ${features:+--features "$features"} -- -D warnings
+done
 
 # --- boards --------------------------------------------------------------------------------
 summary=()
@@ -114,10 +122,14 @@ for board in "${BOARDS[@]}"; do
     state="$(board_value "$toml" state)"
     levels="$(board_value "$toml" levels)"
     chip="$(board_value "$toml" probe_rs_chip)"
+    transport="$(board_value "$toml" transport)"
+    transport="${transport:-semihosting}"
+    [ "$transport" != uart ] || transport="uart $(board_value "$toml" uart)"
     [ -f "$model" ] || fail "$toml: model $model is missing"
     echo
-    echo "==== $board ($chip): $target, $state state, $levels levels, model $model${features:+, features $features} ===="
+    echo "==== $board ($chip): $target, $state state, $levels levels, model $model${features:+, features $features}, transport $transport ===="
     LOGLINEAR_BOARD="$board" LOGLINEAR_MODEL="$model" LOGLINEAR_LEVELS="" LOGLINEAR_STATE="" \
+        LOGLINEAR_TRANSPORT="" \
         cargo build --release -q --manifest-path firmware/Cargo.toml --target "$target" \
         --target-dir "$FW_TARGET_DIR" ${features:+--features "$features"}
     elf="$WORK/$board.elf"
@@ -134,11 +146,18 @@ for board in "${BOARDS[@]}"; do
         [ "${b2_size:-0}" -eq 256 ] && [ "$((b2_addr))" -eq $((0x10000000)) ] ||
             fail "rp2040: no 256-byte .boot2 at 0x10000000 (got ${b2_size:-none} at ${b2_addr:-none})"
     fi
+    # A UART image uses no semihosting (firmware/build.rs): no `bkpt` / `ebreak` trap in its
+    # code, so it runs on a board with no debug probe attached.
+    if [ "${transport%% *}" = uart ] && command -v llvm-objdump >/dev/null 2>&1; then
+        traps=$(llvm-objdump -d "$elf" | grep -cE '\s(bkpt|ebreak)\b' || true)
+        [ "$traps" -eq 0 ] || fail "$board: $traps semihosting traps (bkpt/ebreak) in a UART image"
+        echo "  ok: no semihosting traps (bkpt/ebreak) in the code"
+    fi
     # Flash: everything loaded from it; RAM: .data + .bss (riscv-rt's .stack, the rest of the
     # RAM region, is left out, as in `size -A` above).
     read -r flash ram < <(awk '$1 ~ /^\.(boot2|vector_table|text|rodata|data)$/ { f += $2 }
         $1 ~ /^\.(data|bss)$/ { r += $2 } END { print f, r }' <<<"$sections")
-    summary+=("$board: flash $flash B, RAM $ram B (.data + .bss; $state x $levels levels, $(basename "$model"))")
+    summary+=("$board: flash $flash B, RAM $ram B (.data + .bss; $state x $levels levels, $(basename "$model")), $transport")
 done
 
 echo
