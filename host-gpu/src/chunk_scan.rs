@@ -457,8 +457,8 @@ impl ChunkScan {
         // (3), sources form W̃ h and K̃ᵀ (U − X) (2). The saturated level does both every chunk.
         // (The final-state kernel's ≤ 64 token steps per level are not counted.)
         let (regular, saturated) = match s.form {
-            Form::Mamba2 => (2.0 / 2.0, 4.0 / 2.0),
-            Form::Gdn => (5.0 / 2.0, 10.0 / 2.0),
+            Form::Mamba2 => (1.0, 2.0),
+            Form::Gdn => (2.5, 5.0),
         };
         let scans = s.scans();
         let sat = usize::from(scans > 0 && scans == s.m_top() + 1);
