@@ -14,6 +14,9 @@
 #   5. gguf-py (ggml's reference Python reader, installed with pip) reads and dequantizes model
 #      files written by `loglinear convert` at every tensor type
 #
+# The host-gpu tests (step 4) run the WGSL kernels through wgpu; on a machine without a GPU they
+# run on lavapipe (Mesa's software Vulkan), which the setup step installs.
+#
 # It stops at the first failing step. Re-running is cheap: installed pieces are detected and
 # cargo reuses its build cache. `CI=true`, no stdin and a read-only `../shared` are fine.
 set -euo pipefail
@@ -60,6 +63,15 @@ done
 if [ "${#missing_targets[@]}" -gt 0 ]; then
     rustup target add "${missing_targets[@]}"
 fi
+# wgpu needs a Vulkan driver: lavapipe (software, CPU) is enough and is what CI uses.
+if ! ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1 || ! ldconfig -p | grep -q libvulkan.so.1; then
+    echo "installing mesa-vulkan-drivers and libvulkan1 (lavapipe, for the wgpu tests)"
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+        mesa-vulkan-drivers libvulkan1
+fi
+# Mesa warns about a missing XDG_RUNTIME_DIR on headless machines; any writable folder does.
+export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
 rustc --version
 cargo --version
 

@@ -125,7 +125,7 @@ impl Gpu {
     }
 
     fn check_size(&self, label: &str, bytes: u64) -> Result<(), GpuError> {
-        let limit = u64::from(self.limits.max_storage_buffer_binding_size);
+        let limit = self.limits.max_storage_buffer_binding_size;
         if bytes > limit {
             return Err(GpuError::TooLarge {
                 label: label.to_string(),
