@@ -20,9 +20,11 @@ const SPLIT: u32 = 4u; // threads per row in the q̃ h / W̃ h products
 // Every per-thread vector is a named vec4 (no private arrays: drivers may put those in slow
 // local memory). Row kk of a state is sX[2 kk] (columns 0..3) and sX[2 kk + 1] (4..7).
 var<workgroup> sa: array<vec4<f32>, 512>;  // MAX_DK * BV / 4: copy of the read state
-var<workgroup> sb: array<vec4<f32>, 512>;  // copy of the collecting state (GDN: W̃ sb)
-var<workgroup> xa: array<vec4<f32>, 128>;  // C * BV / 4: W̃ sa
-var<workgroup> xb: array<vec4<f32>, 128>;  // W̃ sb
+// GDN only (the Mamba-2 header makes these one element long, which keeps its workgroup memory
+// small and more workgroups resident):
+var<workgroup> sb: array<vec4<f32>, SB_LEN>; // copy of the collecting state, for W̃ sb
+var<workgroup> xa: array<vec4<f32>, X_LEN>;  // C * BV / 4: W̃ sa
+var<workgroup> xb: array<vec4<f32>, X_LEN>;  // W̃ sb
 var<workgroup> ut: array<vec4<f32>, 128>;  // U tile of this chunk and column block
 var<workgroup> red: array<vec4<f32>, 512>; // WG * BV / 4 partial sums
 var<workgroup> fq: array<f32, 64>;
@@ -97,29 +99,39 @@ fn reduce_row(i: u32, hi: u32) -> vec4<f32> {
 }
 
 // Row r of the chunk into the owned state rows: GDN a −= K̃ xa, b += K̃ (U − xb); Mamba-2
-// b += K̃ U.
+// b += K̃ U. The flags say which state and which vec4 of columns this thread updates.
 fn update_rows(
     r: u32,
     kti: f32,
-    use_a: bool,
-    use_b: bool,
+    a_lo: bool,
+    b_lo: bool,
+    a_hi: bool,
+    b_hi: bool,
     ra0: ptr<function, vec4<f32>>,
     ra1: ptr<function, vec4<f32>>,
     rb0: ptr<function, vec4<f32>>,
     rb1: ptr<function, vec4<f32>>,
 ) {
     if (GDN) {
-        if (use_a) {
+        if (a_lo) {
             *ra0 -= kti * xa[2u * r];
+        }
+        if (a_hi) {
             *ra1 -= kti * xa[2u * r + 1u];
         }
-        if (use_b) {
+        if (b_lo) {
             *rb0 += kti * (ut[2u * r] - xb[2u * r]);
+        }
+        if (b_hi) {
             *rb1 += kti * (ut[2u * r + 1u] - xb[2u * r + 1u]);
         }
     } else {
-        *rb0 += kti * ut[2u * r];
-        *rb1 += kti * ut[2u * r + 1u];
+        if (b_lo) {
+            *rb0 += kti * ut[2u * r];
+        }
+        if (b_hi) {
+            *rb1 += kti * ut[2u * r + 1u];
+        }
     }
 }
 
@@ -132,7 +144,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let col = min(C0P1 + m, P.top);
     let nbv = min(BV, P.dv - v0);
     let half = 1u << m;
-    let kk = lid;             // state row owned by this thread (if < dk)
+    // State row owned by this thread (if < dk). With dk <= WG/2 two threads share a row, one
+    // per vec4 of columns, so that every thread has update work.
+    let split = P.dk <= WG / 2u;
+    let kk = select(lid, lid % (WG / 2u), split);
+    let do_lo = !split || lid < WG / 2u;
+    let do_hi = !split || lid >= WG / 2u;
     let row = lid / SPLIT;    // row of the q̃ h / W̃ h products
     let part = lid % SPLIT;
 
@@ -142,7 +159,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     var rb1 = vec4<f32>(0.0);
     for (var e = lid; e < MAX_DK * 2u; e += WG) {
         sa[e] = vec4<f32>(0.0);
-        sb[e] = vec4<f32>(0.0);
+        if (GDN) {
+            sb[e] = vec4<f32>(0.0);
+        }
     }
     workgroupBarrier();
 
@@ -186,13 +205,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             let on = slot != NO_SLOT;
             let base = ((m * P.heads + h) * P.dk + kk) * P.dv + v0;
             for (var vv = 0u; vv < nbv; vv++) {
-                var x: f32;
-                if (vv < 4u) {
-                    x = ra0[vv];
-                } else {
-                    x = ra1[vv - 4u];
+                if (vv < 4u && do_lo) {
+                    hstate[base + vv] = select(0.0, ra0[vv], on);
+                } else if (vv >= 4u && do_hi) {
+                    hstate[base + vv] = select(0.0, ra1[vv - 4u], on);
                 }
-                hstate[base + vv] = select(0.0, x, on);
             }
         }
 
@@ -273,14 +290,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                     let k1 = kt_at(t0 + i + 1u, h, kk) * fk[i + 1u];
                     let k2 = kt_at(t0 + i + 2u, h, kk) * fk[i + 2u];
                     let k3 = kt_at(t0 + i + 3u, h, kk) * fk[i + 3u];
-                    update_rows(i, k0, use_a, use_b, &ra0, &ra1, &rb0, &rb1);
-                    update_rows(i + 1u, k1, use_a, use_b, &ra0, &ra1, &rb0, &rb1);
-                    update_rows(i + 2u, k2, use_a, use_b, &ra0, &ra1, &rb0, &rb1);
-                    update_rows(i + 3u, k3, use_a, use_b, &ra0, &ra1, &rb0, &rb1);
+                    update_rows(i, k0, use_a && do_lo, use_b && do_lo, use_a && do_hi, use_b && do_hi, &ra0, &ra1, &rb0, &rb1);
+                    update_rows(i + 1u, k1, use_a && do_lo, use_b && do_lo, use_a && do_hi, use_b && do_hi, &ra0, &ra1, &rb0, &rb1);
+                    update_rows(i + 2u, k2, use_a && do_lo, use_b && do_lo, use_a && do_hi, use_b && do_hi, &ra0, &ra1, &rb0, &rb1);
+                    update_rows(i + 3u, k3, use_a && do_lo, use_b && do_lo, use_a && do_hi, use_b && do_hi, &ra0, &ra1, &rb0, &rb1);
                 }
                 for (; i < n; i++) {
                     let k0 = kt_at(t0 + i, h, kk) * fk[i];
-                    update_rows(i, k0, use_a, use_b, &ra0, &ra1, &rb0, &rb1);
+                    update_rows(i, k0, use_a && do_lo, use_b && do_lo, use_a && do_hi, use_b && do_hi, &ra0, &ra1, &rb0, &rb1);
                 }
             }
             if ((c + 1u) % half == 0u) {
@@ -294,10 +311,18 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 rb0 = vec4<f32>(0.0);
                 rb1 = vec4<f32>(0.0);
             }
-            sa[2u * kk] = ra0;
-            sa[2u * kk + 1u] = ra1;
-            sb[2u * kk] = rb0;
-            sb[2u * kk + 1u] = rb1;
+            if (do_lo) {
+                sa[2u * kk] = ra0;
+                if (GDN) {
+                    sb[2u * kk] = rb0;
+                }
+            }
+            if (do_hi) {
+                sa[2u * kk + 1u] = ra1;
+                if (GDN) {
+                    sb[2u * kk + 1u] = rb1;
+                }
+            }
         }
         workgroupBarrier();
     }

@@ -12,6 +12,8 @@
 @group(0) @binding(8) var<storage, read_write> hstate: array<f32>;
 
 const GDN: bool = true;
+const SB_LEN: u32 = 512u; // MAX_DK * BV / 4
+const X_LEN: u32 = 128u;  // C * BV / 4
 
 fn q_factor(g_row: f32) -> f32 {
     return 1.0;

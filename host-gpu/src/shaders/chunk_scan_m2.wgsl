@@ -11,6 +11,8 @@
 @group(0) @binding(7) var<storage, read_write> hstate: array<f32>;
 
 const GDN: bool = false;
+const SB_LEN: u32 = 1u; // no collecting-state copy, no W̃ products
+const X_LEN: u32 = 1u;
 
 // Per-row factors of q̃ and K̃ (the body fills fq, fk once per chunk).
 fn q_factor(g_row: f32) -> f32 {
