@@ -162,6 +162,10 @@ enum Command {
         /// State storage type.
         #[arg(long, value_enum, default_value = "f32")]
         state: StateDtype,
+        /// Prefill the prompt on a GPU (wgpu: Vulkan, Metal or DX12; lavapipe without a GPU) in
+        /// one chunk-scan pass, then decode on the CPU from the state it hands over.
+        #[arg(long)]
+        gpu: bool,
     },
     /// Plan a model on a board: flash, RAM (state at a context, conv, scratch, stack), fit.
     Plan(loglinear_converter::plan::PlanArgs),
@@ -263,18 +267,63 @@ fn run(cli: Cli) -> Res {
             sampling,
             levels,
             state,
+            gpu,
         } => {
             let source = ModelSource::open(&model)?;
             source.require_byte_tokenizer(&model)?;
             let prompt = prompt.replace("\\n", "\n");
             let sampler = sampling.config();
             let cfg = SessionConfig { levels };
+            let prefill = if gpu { Prefill::Gpu } else { Prefill::Cpu };
             source.with_model(&model, |m| match state {
-                StateDtype::F32 => generate::<f32>(m, &prompt, tokens, sampler, cfg),
-                StateDtype::F16 => generate::<half::f16>(m, &prompt, tokens, sampler, cfg),
+                StateDtype::F32 => generate::<f32>(m, &prompt, tokens, sampler, cfg, prefill),
+                StateDtype::F16 => generate::<half::f16>(m, &prompt, tokens, sampler, cfg, prefill),
             })?
         }
     }
+}
+
+/// Where `generate` runs the prompt.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Prefill {
+    /// Token by token through the CPU decoder.
+    Cpu,
+    /// One chunk-scan pass on the GPU, handing the state to the CPU decoder.
+    Gpu,
+}
+
+/// Feeds the prompt into `session` on the GPU; returns a note for the summary line.
+#[cfg(feature = "gpu")]
+fn gpu_prefill<E: StateElem>(
+    model: &Model<'_>,
+    prompt: &[u32],
+    session: &mut Session<'_, E>,
+) -> Res<String> {
+    use loglinear_host_gpu::{Gpu, GpuModel};
+    let start = Instant::now();
+    let gpu = Gpu::new()?;
+    let gpu_model = GpuModel::new(&gpu, model)?;
+    let setup = start.elapsed();
+    let start = Instant::now();
+    gpu_model.prefill_into(prompt, session)?;
+    let run = start.elapsed();
+    Ok(format!(
+        "GPU prefill on {}: setup {:.0} ms, {} tokens in {:.1} ms = {:.0} tokens/s",
+        gpu.describe(),
+        setup.as_secs_f64() * 1e3,
+        prompt.len(),
+        run.as_secs_f64() * 1e3,
+        prompt.len() as f64 / run.as_secs_f64()
+    ))
+}
+
+#[cfg(not(feature = "gpu"))]
+fn gpu_prefill<E: StateElem>(
+    _model: &Model<'_>,
+    _prompt: &[u32],
+    _session: &mut Session<'_, E>,
+) -> Res<String> {
+    Err("--gpu: this loglinear was built without the `gpu` feature".into())
 }
 
 fn generate<E: StateElem>(
@@ -283,6 +332,7 @@ fn generate<E: StateElem>(
     tokens: usize,
     sampler: SamplerConfig,
     cfg: SessionConfig,
+    prefill_on: Prefill,
 ) -> Res {
     let mut arena = vec![0u8; Session::<E>::arena_bytes(model, &cfg)?];
     let mut session = Session::<E>::new(model, &mut arena, cfg)?;
@@ -291,14 +341,21 @@ fn generate<E: StateElem>(
     if prompt.is_empty() {
         return Err(CliError::EmptyPrompt.into());
     }
+    let prompt_tokens: Vec<u32> = tokenizer::encode(prompt.as_bytes()).collect();
+    let start = Instant::now();
+    let gpu_note = match prefill_on {
+        Prefill::Gpu => Some(gpu_prefill(model, &prompt_tokens, &mut session)?),
+        Prefill::Cpu => {
+            for &tok in &prompt_tokens {
+                session.step(tok)?;
+            }
+            None
+        }
+    };
+    let prefill = start.elapsed();
     let out = std::io::stdout();
     let mut out = out.lock();
     out.write_all(prompt.as_bytes())?;
-    let start = Instant::now();
-    for tok in tokenizer::encode(prompt.as_bytes()) {
-        session.step(tok)?;
-    }
-    let prefill = start.elapsed();
     let start = Instant::now();
     for _ in 0..tokens {
         let next = sampler
@@ -313,16 +370,20 @@ fn generate<E: StateElem>(
     let decode = start.elapsed();
     writeln!(out)?;
     eprintln!(
-        "[{} · {} state · prompt {} tokens in {:.1} ms · {} tokens at {:.1} tokens/s · state {} B live / {} B allocated]",
+        "[{} · {} state · prompt {} tokens in {:.1} ms ({:.0} tokens/s) · {} tokens at {:.1} tokens/s · state {} B live / {} B allocated]",
         model.config().arch.name(),
         E::NAME,
-        prompt.len(),
+        prompt_tokens.len(),
         prefill.as_secs_f64() * 1e3,
+        prompt_tokens.len() as f64 / prefill.as_secs_f64(),
         tokens,
         tokens as f64 / decode.as_secs_f64(),
         session.live_state_bytes(),
         session.allocated_state_bytes()
     );
+    if let Some(note) = gpu_note {
+        eprintln!("[{note}]");
+    }
     Ok(())
 }
 

@@ -42,14 +42,16 @@ pub struct Prefill {
 }
 
 impl Prefill {
-    /// Hands the state to a CPU session of the same model (narrowed to f16 if the session
-    /// stores f16). The session must have been made with the same number of levels.
+    /// Hands the state and the last logits to a CPU session of the same model (narrowed to
+    /// f16 if the session stores f16): the session is then where stepping all `t` tokens would
+    /// have left it. The session must have been made with the same number of levels.
     pub fn load_into<E: StateElem>(
         &self,
         session: &mut Session<'_, E>,
     ) -> Result<(), SessionError> {
         let states: Vec<E> = self.states.iter().map(|&x| E::store(x)).collect();
-        session.load_state(self.t as u64, &states, &self.conv)
+        session.load_state(self.t as u64, &states, &self.conv)?;
+        session.load_logits(&self.last_logits)
     }
 }
 
@@ -179,8 +181,8 @@ impl<'g> GpuModel<'g> {
     }
 
     /// Prefills `tokens` with `session`'s number of levels and hands the state to it: the
-    /// session then continues decoding after the last token (its logits are not set; they are
-    /// in the returned [`Prefill::last_logits`]). `session` must be a session of this model.
+    /// session then continues decoding after the last token, and its `logits()` are the prompt's
+    /// last logits. `session` must be a session of this model.
     pub fn prefill_into<E: StateElem>(
         &self,
         tokens: &[u32],

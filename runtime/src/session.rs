@@ -41,7 +41,7 @@ pub enum SessionError {
     InvalidLevels(usize),
     /// A state handed to [`Session::load_state`] has the wrong number of elements.
     StateShape {
-        /// Which part: `"fenwick"` or `"conv"`.
+        /// Which part: `"fenwick"`, `"conv"` or `"logits"`.
         part: &'static str,
         /// Elements the session holds.
         expected: usize,
@@ -328,6 +328,20 @@ impl<'m, E: StateElem> Session<'m, E> {
         self.states.copy_from_slice(states);
         self.conv.copy_from_slice(conv);
         self.t = t;
+        Ok(())
+    }
+
+    /// Sets the logits that [`Session::logits`] returns, as the last step would have: used
+    /// with [`Session::load_state`] when the state and the last logits were computed elsewhere.
+    pub fn load_logits(&mut self, logits: &[f32]) -> Result<(), SessionError> {
+        if logits.len() != self.logits.len() {
+            return Err(SessionError::StateShape {
+                part: "logits",
+                expected: self.logits.len(),
+                got: logits.len(),
+            });
+        }
+        self.logits.copy_from_slice(logits);
         Ok(())
     }
 
