@@ -144,9 +144,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let col = min(C0P1 + m, P.top);
     let nbv = min(BV, P.dv - v0);
     let half = 1u << m;
-    // State row owned by this thread (if < dk). With dk <= WG/2 two threads share a row, one
-    // per vec4 of columns, so that every thread has update work.
-    let split = P.dk <= WG / 2u;
+    // State row owned by this thread (if < dk). Mamba-2 with dk <= WG/2: two threads share a
+    // row, one per vec4 of columns, so that every thread has update work (measured faster on an
+    // H200; for GDN it was slower, the W̃ products dominate there).
+    let split = !GDN && P.dk <= WG / 2u;
     let kk = select(lid, lid % (WG / 2u), split);
     let do_lo = !split || lid < WG / 2u;
     let do_hi = !split || lid >= WG / 2u;
