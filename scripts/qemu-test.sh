@@ -25,8 +25,9 @@
 #     host for every request above; hostile input over the UART (an unknown command, a line cut
 #     short and ended by the next host's resync newline, an oversized line) gets ERR and the
 #     board keeps serving; and `loglinear serial --port /dev/pts/N`, the host client, talks to
-#     the UART through a QEMU pty chardev (`-serial pty`) and prints what `loglinear generate`
-#     prints;
+#     the UART through a QEMU pty chardev (`-serial pty`), ends a line cut short that a
+#     previous host left (its sync: a blank line and STATUS) and prints what `loglinear
+#     generate` prints;
 #   * stack: the deepest `stack_peak_bytes` any STATUS reports (the stack painted at boot) stays
 #     within the memory planner's stack estimate for the board (`loglinear plan`: sampler
 #     scratch + the board's firmware.stack_reserve), so the planner's RAM sum covers the stack.
@@ -191,22 +192,27 @@ uart_test() {
         kill "$qpid" 2>/dev/null || true
         fail "$board: QEMU printed no pty path: $(cat "$base.qemu.out" "$base.qemu.err")"
     }
+    # A previous host that died mid-request: a line cut short, left in the board's line buffer.
+    # The pty stays open on fd 9 until QEMU has exited (QEMU polls a pty's connection, and
+    # drops what a closed pty held).
+    exec 9<>"$pty"
+    printf 'GEN n=2 tempera' >&9
     start=$(date +%s%N)
     rc=0
     timeout "$QEMU_TIMEOUT" "$LOGLINEAR" serial --port "$pty" --prompt 'JULIET:\n' -n 16 \
         --temperature 0 --status >"$base.out" 2>"$base.err" || rc=$?
     ms=$((($(date +%s%N) - start) / 1000000))
-    # QUIT through the pty, kept open until QEMU has seen it (QEMU polls a pty's connection).
-    exec 9<>"$pty"
     printf 'QUIT\n' >&9
     wait "$qpid" || rc=$((rc == 0 ? 1 : rc))
     exec 9<&-
     [ "$rc" -eq 0 ] || fail "$board: loglinear serial over the pty or QEMU failed (exit $rc): $(cat "$base.err" "$base.qemu.err")"
     cmp -s "$base.out" "$base.host.out" ||
         fail "$board: loglinear serial --port $pty printed other text than loglinear generate"
+    grep -q '^\[ERR 4 .*tempera\]$' "$base.err" ||
+        fail "$board: loglinear serial did not end the cut line first (no ERR 4 for it): $(cat "$base.err")"
     sed -n '/^\[STATUS /{ s/^\[//; s/\]$//; p; }' "$base.err" >"$base.status"
     note_stack "$base.status"
-    echo "  ok: loglinear serial --port $pty (QEMU -serial pty) prints what loglinear generate prints ($(secs "$ms"))"
+    echo "  ok: loglinear serial --port $pty (QEMU -serial pty), after a line cut short by a previous host, prints what loglinear generate prints ($(secs "$ms"))"
 }
 
 bash "$ROOT/scripts/qemu-setup.sh"

@@ -1,6 +1,7 @@
 //! `loglinear serial`: the host side of the firmware's serial protocol
-//! (`docs/serial-protocol.md`). Talks to a serial device opened as a plain file, or to a QEMU
-//! process running a board's firmware with semihosting stdin/stdout piped.
+//! (`docs/serial-protocol.md`). Talks to a serial device opened as a plain file (a board's UART,
+//! or the pty of a QEMU UART chardev), or to a QEMU process running a board's firmware with
+//! semihosting stdin/stdout piped.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -63,6 +64,20 @@ pub fn run(args: &SerialArgs) -> Res {
         };
     let mut rx = BufReader::new(rx);
     let prompt = args.prompt.replace("\\n", "\n");
+    // Sync first. A blank line ends any partial line a previous host left in the board's line
+    // buffer (a UART, unlike a pipe, never cuts it off by end of input); the reply to STATUS then
+    // marks where this request's replies begin: what comes before it (READY, an ERR for such a
+    // cut line) is shown, not taken for ours.
+    writeln!(tx)?;
+    writeln!(tx, "STATUS")?;
+    tx.flush()?;
+    loop {
+        let line = read_reply(&mut rx)?;
+        if line.starts_with("STATUS ") {
+            break;
+        }
+        eprintln!("[{line}]");
+    }
     if args.reset {
         writeln!(tx, "RESET")?;
     }
