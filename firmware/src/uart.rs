@@ -408,11 +408,16 @@ mod driver {
 /// RP2040 UART0 (an Arm PL011) on GPIO0 (TX) / GPIO1 (RX), the Pico's default. RP2040
 /// datasheet: address map (2.2.2); RESETS 0x4000_C000, RESET 0x0 / RESET_DONE 0x8, bits
 /// IO_BANK0 5, PADS_BANK0 8, UART0 22 (2.14); XOSC 0x4002_4000, CTRL 0x00, STATUS 0x04,
-/// STARTUP 0x0C (2.16); CLOCKS 0x4000_8000, CLK_PERI_CTRL 0x48 (ENABLE bit 11, AUXSRC bits 7:5,
+/// STARTUP 0x0C (2.16); CLOCKS 0x4000_8000, CLK_REF_CTRL 0x30 (SRC bits 1:0, 2 = xosc_clksrc),
+/// CLK_REF_SELECTED 0x38 (one-hot), CLK_SYS_CTRL 0x3C (SRC bit 0, 0 = clk_ref),
+/// CLK_SYS_SELECTED 0x44, CLK_PERI_CTRL 0x48 (ENABLE bit 11, AUXSRC bits 7:5,
 /// 4 = xosc_clksrc) (2.15); IO_BANK0 0x4001_4000, GPIOn_CTRL 0x04 + 8n, FUNCSEL 2 = UART (2.19);
 /// UART0 0x4003_4000, UARTDR 0x000, UARTFR 0x018, UARTIBRD 0x024, UARTFBRD 0x028, UARTLCR_H
-/// 0x02C, UARTCR 0x030 (4.2). After boot clk_sys runs from the ring oscillator (not precise
-/// enough for a UART), so clk_peri is switched to the Pico's 12 MHz crystal oscillator.
+/// 0x02C, UARTCR 0x030 (4.2). After boot clk_ref and clk_sys run from the ring oscillator
+/// (~6 MHz, not precise enough for a UART) and clk_peri is off. The driver starts the Pico's
+/// 12 MHz crystal oscillator and runs clk_ref, clk_sys (through clk_ref) and clk_peri from it:
+/// the PL011 wants its UARTCLK no faster than 5/3 of its bus clock. No PLL: the core then runs
+/// at 12 MHz, not the 125 MHz of board.toml's `clock_hz`.
 #[cfg(uart = "rp2040")]
 mod driver {
     use super::{Block, BAUD};
@@ -438,6 +443,11 @@ mod driver {
     const XOSC_ENABLE_1_15MHZ: u32 = (0xFAB << 12) | 0xAA0;
     const XOSC_STABLE: u32 = 1 << 31;
     const XOSC_HZ: u32 = 12_000_000;
+    const CLK_REF_CTRL: usize = 0x30;
+    const CLK_REF_SELECTED: usize = 0x38;
+    const CLK_REF_XOSC: u32 = 2;
+    const CLK_SYS_CTRL: usize = 0x3C;
+    const CLK_SYS_SELECTED: usize = 0x44;
     const CLK_PERI_CTRL: usize = 0x48;
     const CLK_PERI_ENABLE: u32 = 1 << 11;
     const CLK_PERI_XOSC: u32 = 4 << 5;
@@ -463,6 +473,15 @@ mod driver {
         XOSC.write(XOSC_STARTUP, (XOSC_HZ / 1000).div_ceil(256));
         XOSC.write(XOSC_CTRL, XOSC_ENABLE_1_15MHZ);
         while XOSC.read(XOSC_STATUS) & XOSC_STABLE == 0 {
+            core::hint::spin_loop();
+        }
+        // clk_ref (glitchless mux) from the crystal, and clk_sys from clk_ref (SRC 0).
+        CLOCKS.write(CLK_REF_CTRL, CLK_REF_XOSC);
+        while CLOCKS.read(CLK_REF_SELECTED) != 1 << CLK_REF_XOSC {
+            core::hint::spin_loop();
+        }
+        CLOCKS.write(CLK_SYS_CTRL, 0);
+        while CLOCKS.read(CLK_SYS_SELECTED) != 1 {
             core::hint::spin_loop();
         }
         // clk_peri from the crystal: stop it before changing its (glitchy) source, then start.
