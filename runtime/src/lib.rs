@@ -11,6 +11,7 @@
 //! * [`config`], [`model`]: the model description and its validated weights.
 //! * [`session`]: one decoding stream over a caller-provided byte arena.
 //! * [`sampler`], [`tokenizer`]: token selection and the byte-level tokenizer.
+//! * [`snapshot`], [`slot_store`]: saving and resuming a session; power-safe A/B flash slots.
 #![cfg_attr(not(feature = "std"), no_std)]
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
@@ -28,6 +29,8 @@ pub mod model;
 pub mod quant;
 pub mod sampler;
 pub mod session;
+pub mod slot_store;
+pub mod snapshot;
 pub mod tensor;
 pub mod tokenizer;
 

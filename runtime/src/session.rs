@@ -345,6 +345,12 @@ impl<'m, E: StateElem> Session<'m, E> {
         Ok(())
     }
 
+    /// Everything a snapshot restores, mutable: t, the Fenwick state, the conv state and the
+    /// logits. Crate-internal: [`crate::snapshot`] validates a snapshot fully before using it.
+    pub(crate) fn restore_parts(&mut self) -> (&mut u64, &mut [E], &mut [f32], &mut [f32]) {
+        (&mut self.t, self.states, self.conv, self.logits)
+    }
+
     /// The logits of the last step.
     pub fn logits(&self) -> &[f32] {
         self.logits
