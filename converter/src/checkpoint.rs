@@ -194,17 +194,22 @@ fn read(path: &Path) -> Result<Vec<u8>, ImportError> {
     })
 }
 
+/// Parses `config.json` bytes (`path` is for messages).
+fn config_from_bytes(path: &Path, bytes: &[u8]) -> Result<(ModelConfig, Layout), ImportError> {
+    let text = String::from_utf8_lossy(bytes);
+    let json = parse_lenient_json(&text).map_err(|source| ImportError::Json {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    parse_config(&json)
+}
+
 impl Checkpoint {
     /// Loads `dir/config.json` and `dir/model.safetensors`, and checks that the weights fit.
     pub fn load(dir: impl AsRef<Path>) -> Result<Self, ImportError> {
         let dir = dir.as_ref();
         let cfg_path = dir.join("config.json");
-        let text = String::from_utf8_lossy(&read(&cfg_path)?).into_owned();
-        let json = parse_lenient_json(&text).map_err(|source| ImportError::Json {
-            path: cfg_path.clone(),
-            source,
-        })?;
-        let (config, layout) = parse_config(&json)?;
+        let (config, layout) = config_from_bytes(&cfg_path, &read(&cfg_path)?)?;
         let st_path = dir.join("model.safetensors");
         let bytes = read(&st_path)?;
         let mut ckpt = Self::from_parts(config, layout, &st_path, &bytes)?;
@@ -218,6 +223,14 @@ impl Checkpoint {
             )?);
         }
         Ok(ckpt)
+    }
+
+    /// Imports a checkpoint from the bytes of its `config.json` and `model.safetensors` (no
+    /// tokenizer): what [`Checkpoint::load`] does after reading the files. Any bytes give a
+    /// checkpoint or a typed error (the `checkpoint_import` fuzz target checks this).
+    pub fn from_bytes(config_json: &[u8], safetensors: &[u8]) -> Result<Self, ImportError> {
+        let (config, layout) = config_from_bytes(Path::new("config.json"), config_json)?;
+        Self::from_parts(config, layout, Path::new("model.safetensors"), safetensors)
     }
 
     /// Builds a checkpoint from a parsed config and safetensors bytes (`path` is for messages).
