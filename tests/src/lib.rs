@@ -3,6 +3,7 @@
 
 pub mod golden;
 pub mod microbit_model;
+pub mod snapshot_fixture;
 
 use safetensors::{Dtype, SafeTensors};
 use serde_json::Value;

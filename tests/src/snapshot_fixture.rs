@@ -1,0 +1,134 @@
+//! Small models and helpers for the snapshot tests (`tests/tests/snapshot.rs`), the snapshot
+//! fuzz target (`fuzz/fuzz_targets/snapshot_restore.rs`) and its seed generator
+//! (`examples/make_snapshot_seeds.rs`).
+
+use loglinear_converter::export::{ExportOptions, ExportedModel};
+use loglinear_converter::{Tensor, TensorStore};
+use loglinear_runtime::gguf::GgufModel;
+use loglinear_runtime::sampler::{Sampler, SamplerConfig};
+use loglinear_runtime::snapshot::{self, model_fingerprint};
+use loglinear_runtime::{Arch, DType, Session, SessionConfig, StateElem, LAMBDA_LEVELS};
+use std::sync::OnceLock;
+
+/// A tiny byte-level model of `arch` (hidden 16, 2 layers, 2 heads of 4 × 4, vocabulary 256),
+/// weights uniform in [-0.5, 0.5) from a fixed sequence started at `seed`, f32 matrices: a
+/// different `seed` gives a model of the same shapes but another file.
+pub fn tiny_model(arch: Arch, seed: u32) -> Vec<u8> {
+    let mamba = arch.is_mamba2();
+    let config = loglinear_runtime::ModelConfig {
+        arch,
+        vocab_size: 256,
+        hidden_size: 16,
+        num_layers: 2,
+        intermediate_size: 32,
+        norm_eps: 1e-5,
+        num_heads: if mamba { 4 } else { 2 },
+        head_k_dim: 4,
+        head_v_dim: 4,
+        num_groups: 1,
+        conv_kernel: 4,
+        conv_bias: mamba,
+        norm_group_size: if mamba { 16 } else { 4 },
+        lambda_levels: if arch.is_log_linear() {
+            LAMBDA_LEVELS
+        } else {
+            0
+        },
+    };
+    let mut s = seed;
+    let mut store = TensorStore::default();
+    for name in config.tensor_names() {
+        let (rows, cols) = config.tensor_shape(name.role);
+        let data = (0..rows * cols)
+            .map(|_| {
+                s = s.wrapping_mul(1_103_515_245).wrapping_add(12345);
+                (s >> 8) as f32 / (1u32 << 24) as f32 - 0.5
+            })
+            .collect();
+        store.insert(name, Tensor { rows, cols, data });
+    }
+    let opts = ExportOptions {
+        matrix_type: DType::F32,
+        ..Default::default()
+    };
+    ExportedModel::from_source(config, &store, &opts, &mut |_| {})
+        .expect("export of a tiny model")
+        .to_gguf()
+        .expect("GGUF of a tiny model")
+}
+
+/// `bytes` copied into 8-byte-aligned memory (the model reader needs aligned tensors).
+pub fn aligned(bytes: &[u8]) -> Vec<u64> {
+    let mut words = vec![0u64; bytes.len().div_ceil(8)];
+    bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes);
+    words
+}
+
+/// The fuzz target's model: tiny Log-Linear Gated DeltaNet, seed 1, as (aligned words, file
+/// length, fingerprint).
+pub fn fuzz_model() -> &'static (Vec<u64>, usize, u64) {
+    static MODEL: OnceLock<(Vec<u64>, usize, u64)> = OnceLock::new();
+    MODEL.get_or_init(|| {
+        let bytes = tiny_model(Arch::LogLinearGatedDeltaNet, 1);
+        (aligned(&bytes), bytes.len(), model_fingerprint(&bytes))
+    })
+}
+
+/// Levels of the fuzz target's sessions: few, so that saturated snapshots are short.
+pub const FUZZ_LEVELS: usize = 4;
+
+/// The sampler settings of the snapshot tests and seeds.
+pub fn sampler_config(seed: u64) -> SamplerConfig {
+    SamplerConfig {
+        temperature: 0.9,
+        top_k: 0,
+        top_p: 0.95,
+        seed,
+    }
+}
+
+/// Runs `f` with a fresh session (and sampler) over the fuzz model, state stored as `E`.
+pub fn with_fuzz_session<E: StateElem, R>(
+    f: impl FnOnce(&mut Session<'_, E>, &mut Sampler, u64) -> R,
+) -> R {
+    let (words, len, fp) = fuzz_model();
+    let bytes = &bytemuck::cast_slice::<u64, u8>(words)[..*len];
+    let gguf = GgufModel::parse(bytes).expect("fuzz model parses");
+    let model = gguf.model().expect("fuzz model is valid");
+    let cfg = SessionConfig {
+        levels: Some(FUZZ_LEVELS),
+    };
+    let mut arena = vec![0u8; Session::<E>::arena_bytes(&model, &cfg).expect("levels")];
+    let mut session = Session::<E>::new(&model, &mut arena, cfg).expect("arena");
+    let mut sampler = Sampler::new(sampler_config(7));
+    f(&mut session, &mut sampler, *fp)
+}
+
+/// Everything an untrusted snapshot goes through: peek, then restore into f32 and f16
+/// sessions of the fuzz model; a restore that succeeds must give exactly the header's t and
+/// then step. Shared by the fuzz target and the corpus replay test. Never panics on any input.
+pub fn exercise_snapshot(data: &[u8]) {
+    let _ = snapshot::peek(data);
+    fn one<E: StateElem>(data: &[u8]) {
+        with_fuzz_session::<E, _>(|session, sampler, fp| {
+            session.step(3).expect("step");
+            let before = (session.t(), session.states().to_vec());
+            match snapshot::restore(data, session, sampler, fp) {
+                Ok(h) => {
+                    assert_eq!(session.t(), h.t);
+                    session.step(1).expect("step after restore");
+                }
+                Err(_) => {
+                    // A failed restore leaves the session as it was.
+                    assert_eq!(session.t(), before.0);
+                    assert!(
+                        bytemuck::cast_slice::<E, u8>(session.states())
+                            == bytemuck::cast_slice::<E, u8>(&before.1)
+                    );
+                }
+            }
+        })
+    }
+    one::<f32>(data);
+    one::<half::f16>(data);
+}
