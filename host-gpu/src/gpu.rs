@@ -61,6 +61,135 @@ pub struct Gpu {
     pub info: wgpu::AdapterInfo,
     pub limits: wgpu::Limits,
     pub features: wgpu::Features,
+    /// The cooperative-matrix configurations the adapter reports (subgroup scope, as wgpu
+    /// filters them), whether or not they are used; empty on adapters without them (lavapipe).
+    pub coop: Vec<wgpu::CooperativeMatrixProperties>,
+    /// The configuration the projection matmuls use, or why they use the fp32 kernel.
+    coop_matmul: Result<CoopMatmul, String>,
+}
+
+/// How to open the device.
+#[derive(Clone, Copy, Debug)]
+pub struct GpuOptions {
+    /// Run the projection matmuls on cooperative matrices (tensor cores) when the adapter has
+    /// a configuration the kernel supports. Their inputs are rounded to that configuration's
+    /// type (f16 on NVIDIA), so results meet the reduced-precision tolerances of the golden
+    /// README §7 (3e-3 / 3e-2), not the fp32 ones.
+    pub cooperative_matrix: bool,
+}
+
+impl Default for GpuOptions {
+    fn default() -> Self {
+        Self {
+            cooperative_matrix: true,
+        }
+    }
+}
+
+impl GpuOptions {
+    /// The defaults, with `LOGLINEAR_GPU_NO_COOP=1` turning cooperative matrices off (for
+    /// fp32 results on a GPU that has them).
+    pub fn from_env() -> Self {
+        let off = std::env::var("LOGLINEAR_GPU_NO_COOP").is_ok_and(|v| v == "1");
+        Self {
+            cooperative_matrix: !off,
+        }
+    }
+}
+
+/// The cooperative-matrix configuration of the coop matmul kernel: S×S matrices
+/// (M = N = K = S) of `input` elements, accumulated in f32, by subgroups of a fixed size.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CoopMatmul {
+    pub size: u32,
+    pub input: wgpu::CooperativeScalarType,
+    pub subgroup_size: u32,
+}
+
+impl CoopMatmul {
+    /// Rows and columns of Y per workgroup (8S: 128 for 16×16 matrices).
+    pub fn tile(&self) -> u32 {
+        8 * self.size
+    }
+
+    /// Invocations per workgroup: 8 subgroups, each computing 4S×2S of the tile.
+    pub fn threads(&self) -> u32 {
+        8 * self.subgroup_size
+    }
+
+    /// Workgroup memory of the kernel: two staged input tiles of 8S rows × 40 and an S×(S+4)
+    /// f32 output block per subgroup.
+    pub fn workgroup_bytes(&self) -> u32 {
+        let elem = match self.input {
+            wgpu::CooperativeScalarType::F16 => 2,
+            _ => 4,
+        };
+        2 * self.tile() * 40 * elem + 8 * self.size * (self.size + 4) * 4
+    }
+
+    /// "f16 16×16×16 → f32, subgroup 32".
+    pub fn describe(&self) -> String {
+        let s = self.size;
+        format!(
+            "{:?} {s}x{s}x{s} -> f32, subgroup {}",
+            self.input, self.subgroup_size
+        )
+    }
+}
+
+/// The configuration the coop matmul kernel can use on this device, preferring f16 inputs
+/// (twice the tensor-core rate of f32/TF32 where both exist) and larger matrices; or why none.
+fn choose_coop_matmul(
+    props: &[wgpu::CooperativeMatrixProperties],
+    features: wgpu::Features,
+    info: &wgpu::AdapterInfo,
+    limits: &wgpu::Limits,
+) -> Result<CoopMatmul, String> {
+    use wgpu::CooperativeScalarType as T;
+    if props.is_empty() {
+        return Err("the adapter has no cooperative matrices".into());
+    }
+    if !features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) {
+        return Err("cooperative matrices turned off".into());
+    }
+    // The kernel names its subgroup with `subgroup_id` and sizes its workgroup for whole
+    // subgroups, so it needs subgroups of one known size.
+    if !features.contains(wgpu::Features::SUBGROUP) {
+        return Err("the adapter has no subgroup operations".into());
+    }
+    if info.subgroup_min_size != info.subgroup_max_size {
+        return Err(format!(
+            "subgroup size varies ({}..{})",
+            info.subgroup_min_size, info.subgroup_max_size
+        ));
+    }
+    let mut best: Option<(u32, CoopMatmul)> = None;
+    for p in props {
+        let square = p.m_size == p.n_size && p.n_size == p.k_size && matches!(p.m_size, 8 | 16);
+        let input_rank = match p.ab_type {
+            T::F16 if features.contains(wgpu::Features::SHADER_F16) => 2,
+            T::F32 => 1,
+            _ => 0,
+        };
+        if !square || p.cr_type != T::F32 || input_rank == 0 {
+            continue;
+        }
+        let cfg = CoopMatmul {
+            size: p.m_size,
+            input: p.ab_type,
+            subgroup_size: info.subgroup_min_size,
+        };
+        let fits = cfg.threads() <= limits.max_compute_invocations_per_workgroup
+            && cfg.threads() <= limits.max_compute_workgroup_size_x
+            && cfg.workgroup_bytes() <= limits.max_compute_workgroup_storage_size;
+        let rank = input_rank * 100 + p.m_size;
+        if fits && best.is_none_or(|(r, _)| rank > r) {
+            best = Some((rank, cfg));
+        }
+    }
+    best.map(|(_, cfg)| cfg).ok_or_else(|| {
+        "no square f16/f32 -> f32 configuration of size 8 or 16 fits the kernel".into()
+    })
 }
 
 /// A compute pipeline and the layout of its bind group 0.
@@ -72,12 +201,18 @@ pub struct Kernel {
 
 impl Gpu {
     /// The default adapter (high performance preference; lavapipe on CPU-only machines), with
-    /// the adapter's own limits and whichever of SHADER_F16, SUBGROUP and TIMESTAMP_QUERY it has.
+    /// the adapter's own limits and whichever of SHADER_F16, SUBGROUP, TIMESTAMP_QUERY and
+    /// EXPERIMENTAL_COOPERATIVE_MATRIX it has; [`GpuOptions::from_env`] decides about the last.
     pub fn new() -> Result<Self, GpuError> {
-        pollster::block_on(Self::new_async())
+        Self::new_with(GpuOptions::from_env())
     }
 
-    async fn new_async() -> Result<Self, GpuError> {
+    /// As [`Gpu::new`], with explicit options (the environment is not read).
+    pub fn new_with(options: GpuOptions) -> Result<Self, GpuError> {
+        pollster::block_on(Self::new_async(options))
+    }
+
+    async fn new_async(options: GpuOptions) -> Result<Self, GpuError> {
         let instance =
             wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
         let adapter = instance
@@ -93,33 +228,65 @@ impl Gpu {
             | wgpu::Features::SUBGROUP
             | wgpu::Features::TIMESTAMP_QUERY
             | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS;
-        let features = adapter.features() & wanted;
+        let coop = adapter.cooperative_matrix_properties();
+        let mut features = adapter.features() & wanted;
+        let use_coop = options.cooperative_matrix
+            && adapter
+                .features()
+                .contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX);
+        let experimental_features = if use_coop {
+            features |= wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX;
+            // SAFETY: experimental features may have bugs that cause undefined behaviour
+            // from safe calls. Only the coop matmul shader (matmul_coop.wgsl) uses the
+            // feature: naga validates it like every other shader (types, roles, pointer
+            // spaces of the cooperative loads and stores), and only modules that use
+            // cooperative types get the Vulkan memory model, so no other kernel changes.
+            // Its results are checked against the golden data by tests/coop_matmul.rs on
+            // such adapters, and LOGLINEAR_GPU_NO_COOP=1 / `GpuOptions` return to the fp32
+            // kernel, which is what every adapter without the feature runs.
+            unsafe { wgpu::ExperimentalFeatures::enabled() }
+        } else {
+            wgpu::ExperimentalFeatures::disabled()
+        };
         let limits = adapter.limits();
         let (device, queue) = adapter
             .request_device(&wgpu::DeviceDescriptor {
                 label: Some("loglinear"),
                 required_features: features,
                 required_limits: limits.clone(),
-                experimental_features: wgpu::ExperimentalFeatures::disabled(),
+                experimental_features,
                 memory_hints: wgpu::MemoryHints::Performance,
                 trace: wgpu::Trace::Off,
             })
             .await
             .map_err(|e| GpuError::Device(e.to_string()))?;
+        let info = adapter.get_info();
+        let coop_matmul = choose_coop_matmul(&coop, features, &info, &limits);
         Ok(Self {
             device,
             queue,
-            info: adapter.get_info(),
+            info,
             limits,
             features,
+            coop,
+            coop_matmul,
         })
     }
 
-    /// "name (backend, device type, driver)" for logs and benchmark tables.
+    /// The cooperative-matrix configuration the projection matmuls use, if any.
+    pub fn coop_matmul(&self) -> Option<CoopMatmul> {
+        self.coop_matmul.as_ref().ok().copied()
+    }
+
+    /// "name (backend, device type, driver); matmul: …" for logs and benchmark tables.
     pub fn describe(&self) -> String {
         let i = &self.info;
+        let matmul = match &self.coop_matmul {
+            Ok(cfg) => format!("cooperative matrices {}", cfg.describe()),
+            Err(why) => format!("fp32 ({why})"),
+        };
         format!(
-            "{} ({:?}, {:?}, {} {})",
+            "{} ({:?}, {:?}, {} {}); matmul: {matmul}",
             i.name, i.backend, i.device_type, i.driver, i.driver_info
         )
     }
@@ -203,7 +370,10 @@ impl Gpu {
     /// Compiles `source` (WGSL) and makes a pipeline for `entry`, with the bind-group layout
     /// derived from the shader. Compile and validation errors come back as [`GpuError::Shader`].
     pub fn kernel(&self, label: &str, source: &str, entry: &str) -> Result<Kernel, GpuError> {
+        // A driver that fails to build a pipeline reports an internal error, not a validation
+        // one; catch both rather than panic in the uncaptured-error handler.
         let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let internal = self.device.push_error_scope(wgpu::ErrorFilter::Internal);
         let module = self
             .device
             .create_shader_module(wgpu::ShaderModuleDescriptor {
@@ -220,7 +390,8 @@ impl Gpu {
                 compilation_options: Default::default(),
                 cache: None,
             });
-        if let Some(err) = pollster::block_on(scope.pop()) {
+        let internal_err = pollster::block_on(internal.pop());
+        if let Some(err) = pollster::block_on(scope.pop()).or(internal_err) {
             return Err(GpuError::Shader {
                 label: label.to_string(),
                 message: err.to_string(),

@@ -5,18 +5,19 @@
 //! Layouts are row-major and token-major (`[T][…]`), as in the CPU runtime. Kernel parameters
 //! are small uniform blocks of eight 32-bit words (floats as their bits).
 
-use crate::gpu::{dispatch, Gpu, GpuError, Kernel};
+use crate::gpu::{dispatch, CoopMatmul, Gpu, GpuError, Kernel};
 use crate::weights::GpuMatrix;
 use loglinear_runtime::DType;
 
 const COMMON: &str = include_str!("shaders/common.wgsl");
 const F16: &str = include_str!("shaders/f16.wgsl");
 const MATMUL: &str = include_str!("shaders/matmul.wgsl");
+const MATMUL_COOP: &str = include_str!("shaders/matmul_coop.wgsl");
 const GATHER: &str = include_str!("shaders/gather.wgsl");
 
 /// Workgroups in one grid dimension, at most (WebGPU's guaranteed limit).
 const MAX_GROUPS: usize = 65535;
-/// Output tile of the matmul kernel (rows and columns).
+/// Output tile of the fp32 matmul kernel (rows and columns).
 const MATMUL_TILE: usize = 64;
 
 /// One recorded-on-demand dispatch.
@@ -94,10 +95,44 @@ fn dtype_index(d: DType) -> usize {
     }
 }
 
+/// The WGSL header of matmul_coop.wgsl for one configuration: `enable` directives (which
+/// must come first), the element and matrix types, S and the workgroup size.
+fn coop_header(cfg: &CoopMatmul) -> String {
+    let (et, enable_f16) = match cfg.input {
+        wgpu::CooperativeScalarType::F16 => ("f16", "enable f16;\n"),
+        _ => ("f32", ""),
+    };
+    let s = cfg.size;
+    format!(
+        "{enable_f16}enable wgpu_cooperative_matrix;\n\
+         alias ET = {et};\n\
+         alias MatA = coop_mat{s}x{s}<{et}, A>;\n\
+         alias MatB = coop_mat{s}x{s}<{et}, B>;\n\
+         alias MatC = coop_mat{s}x{s}<f32, C>;\n\
+         const S: u32 = {s}u;\n\
+         const SG: u32 = {}u;\n\
+         const THREADS: u32 = {}u;\n",
+        cfg.subgroup_size,
+        cfg.threads()
+    )
+}
+
+/// Which projection matmul kernel a [`Kernels`] runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MatmulPath {
+    /// The fp32 register-blocked kernel (matmul.wgsl): fp32 tolerances.
+    Fp32,
+    /// Cooperative matrices (matmul_coop.wgsl): inputs rounded to the configuration's type.
+    Coop(CoopMatmul),
+}
+
 /// Every layer kernel, compiled once.
 pub struct Kernels {
-    /// Per weight dtype (F32, F16, Q8_0, Q4_0).
+    /// Per weight dtype (F32, F16, Q8_0, Q4_0): the coop kernels when `path` is `Coop`.
     matmul: Vec<Kernel>,
+    path: MatmulPath,
+    /// Why the coop kernels are not used (no configuration, or they failed to build).
+    coop_note: Option<String>,
     gather: Vec<Kernel>,
     rmsnorm: Kernel,
     add: Kernel,
@@ -112,8 +147,14 @@ pub struct Kernels {
 }
 
 impl Kernels {
-    /// Compiles every kernel.
+    /// Compiles every kernel; the matmuls on cooperative matrices when the device has a
+    /// configuration for them ([`Gpu::coop_matmul`]) and they build, else the fp32 kernel.
     pub fn new(gpu: &Gpu) -> Result<Self, GpuError> {
+        Self::new_with(gpu, true)
+    }
+
+    /// As [`Kernels::new`]; `coop: false` always takes the fp32 matmul kernel.
+    pub fn new_with(gpu: &Gpu, coop: bool) -> Result<Self, GpuError> {
         let weight_access = [
             ("f32", include_str!("shaders/weights_f32.wgsl")),
             ("f16", include_str!("shaders/weights_f16.wgsl")),
@@ -135,9 +176,34 @@ impl Kernels {
                 "main",
             )?);
         }
+        let mut path = MatmulPath::Fp32;
+        let mut coop_note = None;
+        match gpu.coop_matmul() {
+            Some(cfg) if coop => {
+                let built: Result<Vec<Kernel>, GpuError> = weight_access
+                    .iter()
+                    .map(|(name, src)| {
+                        let source = format!("{}{F16}\n{src}\n{MATMUL_COOP}", coop_header(&cfg));
+                        gpu.kernel(&format!("matmul_coop_{name}"), &source, "main")
+                    })
+                    .collect();
+                // A driver that cannot build the coop kernels still has the fp32 one.
+                match built {
+                    Ok(kernels) => {
+                        matmul = kernels;
+                        path = MatmulPath::Coop(cfg);
+                    }
+                    Err(e) => coop_note = Some(format!("coop kernels failed to build: {e}")),
+                }
+            }
+            Some(_) => coop_note = Some("coop kernels not requested".into()),
+            None => coop_note = Some("no cooperative-matrix configuration".into()),
+        }
         let k = |label: &str, src: &str| gpu.kernel(label, &format!("{COMMON}\n{src}"), "main");
         Ok(Self {
             matmul,
+            path,
+            coop_note,
             gather,
             rmsnorm: k("rmsnorm", include_str!("shaders/rmsnorm.wgsl"))?,
             add: k("add", include_str!("shaders/add.wgsl"))?,
@@ -150,6 +216,16 @@ impl Kernels {
             gdn_qkv: k("gdn_qkv", include_str!("shaders/gdn_qkv.wgsl"))?,
             gdn_gates: k("gdn_gates", include_str!("shaders/gdn_gates.wgsl"))?,
         })
+    }
+
+    /// The matmul kernel these kernels run.
+    pub fn matmul_path(&self) -> MatmulPath {
+        self.path
+    }
+
+    /// Why the coop matmul is not used, when it is not.
+    pub fn coop_note(&self) -> Option<&str> {
+        self.coop_note.as_deref()
     }
 
     fn step<'k>(
@@ -185,13 +261,17 @@ impl Kernels {
         y_offset: usize,
         y_stride: usize,
     ) -> Result<Step<'k>, GpuError> {
-        let groups_y = m.div_ceil(MATMUL_TILE);
+        let tile = match self.path {
+            MatmulPath::Fp32 => MATMUL_TILE,
+            MatmulPath::Coop(cfg) => cfg.tile() as usize,
+        };
+        let groups_y = m.div_ceil(tile);
         if groups_y > MAX_GROUPS {
             return Err(GpuError::Invalid(format!(
                 "{m} rows is over the matmul grid limit"
             )));
         }
-        let groups = [u(w.rows.div_ceil(MATMUL_TILE))?, u(groups_y)?, 1];
+        let groups = [u(w.rows.div_ceil(tile))?, u(groups_y)?, 1];
         let words = [
             u(m)?,
             u(w.rows)?,

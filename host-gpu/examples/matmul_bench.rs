@@ -1,0 +1,152 @@
+//! Projection matmul throughput, Y = X·Wᵀ over T tokens, fp32 kernel vs cooperative matrices
+//! (tensor cores) where the adapter has them, at the matrix shapes of a 1536-wide model.
+//!
+//! ```text
+//! cargo run -p loglinear-host-gpu --release --example matmul_bench -- [--quick]
+//!     [--t 2048,8192,16384] [--reps 10] [--types f32,f16,q8_0]
+//! ```
+//! `--quick`: T = 128, one rep (for lavapipe). Time is wall time around one submission of
+//! `reps` dispatches, after a warm-up; TFLOP/s counts 2·T·N·K per dispatch. Each line also
+//! gives the coop result's rel_max against the fp32 kernel's.
+
+use loglinear_host_gpu::ops::{encode_steps, Kernels, MatmulPath};
+use loglinear_host_gpu::weights::GpuMatrix;
+use loglinear_host_gpu::{Gpu, GpuError};
+use loglinear_runtime::quant::{BlockQ8_0, QK};
+use loglinear_runtime::DType;
+use std::time::Instant;
+
+/// (what, N = output rows of W, K = input columns) for a 1536-wide model.
+const SHAPES: [(&str, usize, usize); 3] = [
+    ("1536->4096 (MLP up/gate)", 4096, 1536),
+    ("4096->1536 (MLP down)", 1536, 4096),
+    ("1536->1536 (q/k/v/o)", 1536, 1536),
+];
+
+struct Lcg(u32);
+
+impl Lcg {
+    fn next(&mut self) -> f32 {
+        self.0 = self.0.wrapping_mul(1664525).wrapping_add(1013904223);
+        (self.0 >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0
+    }
+}
+
+fn weight_bytes(dtype: DType, w: &[f32]) -> Vec<u8> {
+    match dtype {
+        DType::F16 => {
+            let h: Vec<half::f16> = w.iter().map(|&v| half::f16::from_f32(v)).collect();
+            bytemuck::cast_slice(&h).to_vec()
+        }
+        DType::Q8_0 => {
+            let blocks: Vec<BlockQ8_0> = w
+                .chunks_exact(QK)
+                .map(|c| BlockQ8_0::quantize(c.try_into().unwrap()))
+                .collect();
+            bytemuck::cast_slice(&blocks).to_vec()
+        }
+        _ => bytemuck::cast_slice(w).to_vec(),
+    }
+}
+
+fn rel_max(a: &[f32], b: &[f32]) -> f64 {
+    let num = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| (*x as f64 - *y as f64).abs())
+        .fold(0.0, f64::max);
+    let den = b.iter().map(|y| (*y as f64).abs()).fold(0.0, f64::max);
+    num / den.max(f64::MIN_POSITIVE)
+}
+
+fn main() -> Result<(), GpuError> {
+    let mut ts = vec![2048usize, 8192, 16384];
+    let mut reps = 10usize;
+    let mut types = vec![DType::F32, DType::F16, DType::Q8_0];
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut i = 0;
+    while i < args.len() {
+        let value = args.get(i + 1).cloned().unwrap_or_default();
+        match args[i].as_str() {
+            "--quick" => {
+                ts = vec![128];
+                reps = 1;
+                i += 1;
+                continue;
+            }
+            "--t" => ts = value.split(',').filter_map(|s| s.parse().ok()).collect(),
+            "--reps" => reps = value.parse().unwrap_or(reps),
+            "--types" => {
+                types = value
+                    .split(',')
+                    .filter_map(|s| match s {
+                        "f32" => Some(DType::F32),
+                        "f16" => Some(DType::F16),
+                        "q8_0" => Some(DType::Q8_0),
+                        "q4_0" => Some(DType::Q4_0),
+                        _ => None,
+                    })
+                    .collect()
+            }
+            other => return Err(GpuError::Invalid(format!("unknown argument {other}"))),
+        }
+        i += 2;
+    }
+    let gpu = Gpu::new()?;
+    println!("GPU: {}", gpu.describe());
+    println!("adapter cooperative-matrix configurations: {:?}", gpu.coop);
+    let fp32 = Kernels::new_with(&gpu, false)?;
+    let coop = Kernels::new_with(&gpu, true)?;
+    let mut paths = vec![("fp32", &fp32)];
+    match coop.matmul_path() {
+        MatmulPath::Coop(cfg) => {
+            println!("coop kernel: {}", cfg.describe());
+            paths.push(("coop", &coop));
+        }
+        MatmulPath::Fp32 => println!("coop kernel not used: {:?}", coop.coop_note()),
+    }
+    let mut rng = Lcg(5);
+    for &(what, n, k) in &SHAPES {
+        let w: Vec<f32> = (0..n * k).map(|_| rng.next() * 0.05).collect();
+        for &dtype in &types {
+            let matrix = GpuMatrix {
+                rows: n,
+                cols: k,
+                dtype,
+                buf: gpu.storage_from("w", &weight_bytes(dtype, &w))?,
+            };
+            for &t in &ts {
+                let x: Vec<f32> = (0..t * k).map(|_| rng.next()).collect();
+                let xb = gpu.storage_from("x", &x)?;
+                let mut fp32_y: Option<Vec<f32>> = None;
+                for &(name, kernels) in &paths {
+                    let yb = gpu.storage_zeroed("y", (t * n * 4) as u64)?;
+                    let step = kernels.matmul(&gpu, &matrix, &xb, 0, k, t, &yb, 0, n)?;
+                    let mut enc = gpu.encoder("warm-up");
+                    step.encode(&mut enc);
+                    gpu.submit_and_wait(enc)?;
+                    let mut enc = gpu.encoder("timed");
+                    encode_steps(&mut enc, "timed", std::iter::repeat_n(&step, reps));
+                    let start = Instant::now();
+                    gpu.submit_and_wait(enc)?;
+                    let secs = start.elapsed().as_secs_f64() / reps as f64;
+                    let tflops = 2.0 * (t * n * k) as f64 / secs / 1e12;
+                    let y = gpu.read_f32(&yb)?;
+                    let err = match &fp32_y {
+                        Some(base) => format!(", rel_max vs fp32 {:.2e}", rel_max(&y, base)),
+                        None => String::new(),
+                    };
+                    if fp32_y.is_none() {
+                        fp32_y = Some(y);
+                    }
+                    println!(
+                        "{what} {} T={t} {name}: {:.3} ms, {tflops:.3} TFLOP/s{err}",
+                        dtype.name(),
+                        secs * 1e3
+                    );
+                }
+            }
+        }
+    }
+    Ok(())
+}
