@@ -1,6 +1,7 @@
 //! `loglinear`: the host command line.
 
 mod serial_client;
+mod snapshot_file;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
@@ -166,6 +167,15 @@ enum Command {
         /// one chunk-scan pass, then decode on the CPU from the state it hands over.
         #[arg(long)]
         gpu: bool,
+        /// After generating, save the session (state, t, conv states, last logits, sampler
+        /// PRNG, model fingerprint) to FILE, atomically, for `--resume` here or on a board.
+        #[arg(long, value_name = "FILE")]
+        save_snapshot: Option<PathBuf>,
+        /// Resume a saved session (from `--save-snapshot` or a board's `SNAP`) instead of
+        /// feeding the prompt: state type and levels come from the snapshot; pass the same
+        /// sampling settings to continue the same stream bit-identically.
+        #[arg(long, value_name = "FILE")]
+        resume: Option<PathBuf>,
     },
     /// Plan a model on a board: flash, RAM (state at a context, conv, scratch, stack), fit.
     Plan(loglinear_converter::plan::PlanArgs),
@@ -268,19 +278,53 @@ fn run(cli: Cli) -> Res {
             levels,
             state,
             gpu,
+            save_snapshot,
+            resume,
         } => {
             let source = ModelSource::open(&model)?;
             source.require_byte_tokenizer(&model)?;
             let prompt = prompt.replace("\\n", "\n");
             let sampler = sampling.config();
-            let cfg = SessionConfig { levels };
+            let mut cfg = SessionConfig { levels };
+            let mut state = state;
             let prefill = if gpu { Prefill::Gpu } else { Prefill::Cpu };
+            let mut snap = Snapshots {
+                save: save_snapshot,
+                resume: None,
+                fingerprint: 0,
+            };
+            if snap.save.is_some() || resume.is_some() {
+                snap.fingerprint = snapshot_file::fingerprint(&model, &source)?;
+            }
+            if let Some(path) = &resume {
+                let (bytes, h) = snapshot_file::read(path)?;
+                cfg.levels = Some(h.levels);
+                state = match h.dtype {
+                    loglinear_runtime::snapshot::StateDtype::F32 => StateDtype::F32,
+                    loglinear_runtime::snapshot::StateDtype::F16 => StateDtype::F16,
+                };
+                snap.resume = Some((path.clone(), bytes));
+            }
             source.with_model(&model, |m| match state {
-                StateDtype::F32 => generate::<f32>(m, &prompt, tokens, sampler, cfg, prefill),
-                StateDtype::F16 => generate::<half::f16>(m, &prompt, tokens, sampler, cfg, prefill),
+                StateDtype::F32 => {
+                    generate::<f32>(m, &prompt, tokens, sampler, cfg, prefill, &snap)
+                }
+                StateDtype::F16 => {
+                    generate::<half::f16>(m, &prompt, tokens, sampler, cfg, prefill, &snap)
+                }
             })?
         }
     }
+}
+
+/// `generate`'s snapshot options.
+struct Snapshots {
+    /// Save the session here at the end.
+    save: Option<PathBuf>,
+    /// Restore this snapshot (path, bytes) instead of feeding the prompt.
+    resume: Option<(PathBuf, Vec<u8>)>,
+    /// The model file's fingerprint.
+    fingerprint: u64,
 }
 
 /// Where `generate` runs the prompt.
@@ -333,19 +377,30 @@ fn generate<E: StateElem>(
     sampler: SamplerConfig,
     cfg: SessionConfig,
     prefill_on: Prefill,
+    snap: &Snapshots,
 ) -> Res {
     let mut arena = vec![0u8; Session::<E>::arena_bytes(model, &cfg)?];
     let mut session = Session::<E>::new(model, &mut arena, cfg)?;
     let mut sampler = Sampler::new(sampler);
     let mut scratch = vec![0u32; model.config().vocab_size];
-    if prompt.is_empty() {
+    if let Some((path, bytes)) = &snap.resume {
+        loglinear_runtime::snapshot::restore(bytes, &mut session, &mut sampler, snap.fingerprint)
+            .map_err(|error| snapshot_file::SnapshotFileError::Invalid {
+            path: path.clone(),
+            error,
+        })?;
+    } else if prompt.is_empty() {
         return Err(CliError::EmptyPrompt.into());
     }
+    // Resuming: the snapshot holds the prompt already.
+    let prompt = if snap.resume.is_some() { "" } else { prompt };
     let prompt_tokens: Vec<u32> = tokenizer::encode(prompt.as_bytes()).collect();
     let start = Instant::now();
     let gpu_note = match prefill_on {
-        Prefill::Gpu => Some(gpu_prefill(model, &prompt_tokens, &mut session)?),
-        Prefill::Cpu => {
+        Prefill::Gpu if !prompt_tokens.is_empty() => {
+            Some(gpu_prefill(model, &prompt_tokens, &mut session)?)
+        }
+        Prefill::Gpu | Prefill::Cpu => {
             for &tok in &prompt_tokens {
                 session.step(tok)?;
             }
@@ -369,6 +424,20 @@ fn generate<E: StateElem>(
     }
     let decode = start.elapsed();
     writeln!(out)?;
+    if let Some(path) = &snap.save {
+        let mut bytes = Vec::with_capacity(loglinear_runtime::snapshot::encoded_len(&session)?);
+        loglinear_runtime::snapshot::write(&session, &sampler, snap.fingerprint, &mut |b| {
+            bytes.extend_from_slice(b);
+            Ok(())
+        })?;
+        snapshot_file::write_atomic(path, &bytes)?;
+        eprintln!(
+            "[snapshot at t = {}: {} bytes to {}]",
+            session.t(),
+            bytes.len(),
+            path.display()
+        );
+    }
     eprintln!(
         "[{} · {} state · prompt {} tokens in {:.1} ms ({:.0} tokens/s) · {} tokens at {:.1} tokens/s · state {} B live / {} B allocated]",
         model.config().arch.name(),
