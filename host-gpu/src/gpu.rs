@@ -207,6 +207,14 @@ impl Gpu {
         Self::new_with(GpuOptions::from_env())
     }
 
+    /// Exact fp32 everywhere (no cooperative matrices, whatever the adapter or the environment
+    /// says): the path the fp32 golden tolerances (1e-4) are checked on.
+    pub fn new_fp32() -> Result<Self, GpuError> {
+        Self::new_with(GpuOptions {
+            cooperative_matrix: false,
+        })
+    }
+
     /// As [`Gpu::new`], with explicit options (the environment is not read).
     pub fn new_with(options: GpuOptions) -> Result<Self, GpuError> {
         pollster::block_on(Self::new_async(options))

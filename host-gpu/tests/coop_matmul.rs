@@ -6,8 +6,9 @@
 //! checks, keeps the fp32 tolerances. lavapipe has no cooperative matrices: there these tests
 //! say so and check nothing, the one case where skipping is right (the feature is absent).
 //!
-//! On a GPU that has them, `Gpu::new()` (and so every other test) takes this path unless
-//! `LOGLINEAR_GPU_NO_COOP=1`: run the fp32-tolerance suites with it set, and this file without.
+//! On a GPU that has them, `Gpu::new()` takes this path unless `LOGLINEAR_GPU_NO_COOP=1`; the
+//! fp32-tolerance suites build their device with `Gpu::new_fp32()`, so they check the fp32 path
+//! on every adapter.
 
 use loglinear_converter::Checkpoint;
 use loglinear_host_gpu::gpu::{CoopMatmul, GpuOptions};

@@ -107,7 +107,7 @@ fn check(what: &str, ours: &[f32], reference: &[f64], tol: f64) -> f64 {
 /// gate, norms, out_proj) at T = 50, with the golden `o` standing in for the scan.
 #[test]
 fn ops_around_the_scan_match_golden() {
-    let gpu = Gpu::new().expect("GPU adapter");
+    let gpu = Gpu::new_fp32().expect("GPU adapter");
     for kind in KINDS {
         let (entry, arrays) = layer_case(kind);
         let x = get(&arrays, "T50.x", kind);
@@ -142,7 +142,7 @@ fn ops_around_the_scan_match_golden() {
 /// Whole mixers and blocks, the chunk scan included, at every T of the manifest.
 #[test]
 fn layers_match_golden() {
-    let gpu = Gpu::new().expect("GPU adapter");
+    let gpu = Gpu::new_fp32().expect("GPU adapter");
     for kind in KINDS {
         let (entry, arrays) = layer_case(kind);
         for t in [50usize, 200] {

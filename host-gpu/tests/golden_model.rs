@@ -16,7 +16,7 @@ fn check(what: &str, ours: &[f32], reference: &[f64], tol: f64) {
 
 #[test]
 fn prefill_logits_and_hidden_match_golden() {
-    let gpu = Gpu::new().expect("GPU adapter");
+    let gpu = Gpu::new_fp32().expect("GPU adapter");
     eprintln!("GPU: {}", gpu.describe());
     let m = manifest();
     let mut checked = 0;

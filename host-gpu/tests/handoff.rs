@@ -109,7 +109,7 @@ fn gpu_then_cpu_vs_cpu(
 /// decode steps on the CPU; against the golden decode trace and a CPU-only session.
 #[test]
 fn golden_models_continue_on_the_cpu() {
-    let gpu = Gpu::new().expect("GPU adapter");
+    let gpu = Gpu::new_fp32().expect("GPU adapter");
     let m = manifest();
     let mut checked = 0;
     for (name, entry) in cases(&m, "model") {
@@ -203,7 +203,7 @@ fn golden_models_continue_on_the_cpu() {
 /// Fewer levels than the prompt needs: the top level saturates, on the GPU as in the decoder.
 #[test]
 fn saturating_levels_continue_on_the_cpu() {
-    let gpu = Gpu::new().expect("GPU adapter");
+    let gpu = Gpu::new_fp32().expect("GPU adapter");
     let m = manifest();
     for (name, entry) in cases(&m, "model") {
         if entry["style"] != "stress"
@@ -235,7 +235,7 @@ fn saturating_levels_continue_on_the_cpu() {
 /// tokens continued for 20 steps, against CPU-only stepping.
 #[test]
 fn long_prompts_continue_on_the_cpu() {
-    let gpu = Gpu::new().expect("GPU adapter");
+    let gpu = Gpu::new_fp32().expect("GPU adapter");
     let m = manifest();
     // A fixed pseudo-random token stream (LCG), so that every position differs.
     let mut x = 12345u32;
@@ -276,7 +276,7 @@ fn prompt_ids(n: usize) -> Vec<u32> {
 /// Trained models: a Q8_0 model file, an F32 checkpoint, and F16 and Q4_0 exports of it.
 #[test]
 fn trained_models_continue_on_the_cpu() {
-    let gpu = Gpu::new().expect("GPU adapter");
+    let gpu = Gpu::new_fp32().expect("GPU adapter");
     let ids = prompt_ids(120);
     let split = 100;
 
@@ -323,7 +323,7 @@ fn trained_models_continue_on_the_cpu() {
 /// Bad inputs are typed errors, not panics.
 #[test]
 fn bad_inputs_are_errors() {
-    let gpu = Gpu::new().expect("GPU adapter");
+    let gpu = Gpu::new_fp32().expect("GPU adapter");
     let m = manifest();
     let (_, entry) = cases(&m, "model")
         .into_iter()
@@ -396,6 +396,7 @@ fn random_model_store(json: serde_json::Value) -> (loglinear_runtime::ModelConfi
 #[test]
 #[ignore = "benchmark: run on a real GPU"]
 fn prefill_throughput() {
+    // Whatever the adapter offers (cooperative matrices unless LOGLINEAR_GPU_NO_COOP=1).
     let gpu = Gpu::new().expect("GPU adapter");
     eprintln!("GPU: {}", gpu.describe());
     let configs = [
