@@ -132,3 +132,117 @@ pub fn exercise_snapshot(data: &[u8]) {
     one::<f32>(data);
     one::<half::f16>(data);
 }
+
+/// NOR-flash semantics over a file, for hosts that want the A/B slots on disk: erase writes
+/// 0xFF, a write needs erased bytes; 1-byte writes, 4 KiB erase blocks.
+pub struct FileFlash {
+    file: std::fs::File,
+    capacity: usize,
+}
+
+/// A [`FileFlash`] error: what the flash traits call it, and the I/O error if any.
+#[derive(Debug)]
+pub struct FileFlashError {
+    /// The kind.
+    pub kind: loglinear_runtime::slot_store::NorFlashErrorKind,
+    /// The I/O error behind an `Other`.
+    pub io: Option<std::io::Error>,
+}
+
+impl loglinear_runtime::slot_store::NorFlashError for FileFlashError {
+    fn kind(&self) -> loglinear_runtime::slot_store::NorFlashErrorKind {
+        self.kind
+    }
+}
+
+impl FileFlash {
+    /// Opens (or creates, erased) a flash file of `capacity` bytes.
+    pub fn open(path: &std::path::Path, capacity: usize) -> std::io::Result<Self> {
+        let fresh = !path.exists();
+        let mut file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
+        if fresh {
+            use std::io::Write;
+            file.write_all(&vec![0xFF; capacity])?;
+        }
+        file.set_len(capacity as u64)?;
+        Ok(Self { file, capacity })
+    }
+
+    fn check(&self, offset: u32, len: usize, align: usize) -> Result<(), FileFlashError> {
+        use loglinear_runtime::slot_store::NorFlashErrorKind as K;
+        let kind = if offset as usize + len > self.capacity {
+            K::OutOfBounds
+        } else if offset as usize % align != 0 || len % align != 0 {
+            K::NotAligned
+        } else {
+            return Ok(());
+        };
+        Err(FileFlashError { kind, io: None })
+    }
+
+    fn io(e: std::io::Error) -> FileFlashError {
+        FileFlashError {
+            kind: loglinear_runtime::slot_store::NorFlashErrorKind::Other,
+            io: Some(e),
+        }
+    }
+
+    fn read_exact_at(&mut self, offset: u32, buf: &mut [u8]) -> std::io::Result<()> {
+        use std::io::{Read, Seek, SeekFrom};
+        self.file.seek(SeekFrom::Start(u64::from(offset)))?;
+        self.file.read_exact(buf)
+    }
+
+    fn write_all_at(&mut self, offset: u32, buf: &[u8]) -> std::io::Result<()> {
+        use std::io::{Seek, SeekFrom, Write};
+        self.file.seek(SeekFrom::Start(u64::from(offset)))?;
+        self.file.write_all(buf)?;
+        self.file.sync_data()
+    }
+}
+
+impl loglinear_runtime::slot_store::ErrorType for FileFlash {
+    type Error = FileFlashError;
+}
+
+impl loglinear_runtime::slot_store::ReadNorFlash for FileFlash {
+    const READ_SIZE: usize = 1;
+
+    fn read(&mut self, offset: u32, bytes: &mut [u8]) -> Result<(), FileFlashError> {
+        self.check(offset, bytes.len(), 1)?;
+        self.read_exact_at(offset, bytes).map_err(Self::io)
+    }
+
+    fn capacity(&self) -> usize {
+        self.capacity
+    }
+}
+
+impl loglinear_runtime::slot_store::NorFlash for FileFlash {
+    const WRITE_SIZE: usize = 1;
+    const ERASE_SIZE: usize = 4096;
+
+    fn erase(&mut self, from: u32, to: u32) -> Result<(), FileFlashError> {
+        let len = (to as usize).saturating_sub(from as usize);
+        self.check(from, len, Self::ERASE_SIZE)?;
+        self.write_all_at(from, &vec![0xFF; len]).map_err(Self::io)
+    }
+
+    fn write(&mut self, offset: u32, bytes: &[u8]) -> Result<(), FileFlashError> {
+        self.check(offset, bytes.len(), 1)?;
+        let mut old = vec![0u8; bytes.len()];
+        self.read_exact_at(offset, &mut old).map_err(Self::io)?;
+        if old.iter().any(|&b| b != 0xFF) {
+            return Err(FileFlashError {
+                kind: loglinear_runtime::slot_store::NorFlashErrorKind::Other,
+                io: None,
+            });
+        }
+        self.write_all_at(offset, bytes).map_err(Self::io)
+    }
+}

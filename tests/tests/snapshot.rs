@@ -602,3 +602,58 @@ fn ab_slots_alternate_and_restore_without_a_ram_copy() {
     ));
     let _ = <MemFlash<4, 256> as NorFlash>::WRITE_SIZE;
 }
+
+#[test]
+fn ab_slots_in_a_file_survive_reopening() {
+    use loglinear_tests::snapshot_fixture::FileFlash;
+    let path = std::env::temp_dir().join(format!("loglinear-slots-{}.bin", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let want = with_fuzz_session::<f32, _>(|s, sampler, fp| {
+        let flash = FileFlash::open(&path, 4 * 4096).unwrap();
+        let mut store = SlotStore::new(flash, 0, 2 * 4096).unwrap();
+        advance(s, sampler, 6);
+        store.save_snapshot(s, sampler, fp).unwrap();
+        advance(s, sampler, 17);
+        store.save_snapshot(s, sampler, fp).unwrap();
+        continue_for(s, sampler, 25)
+    });
+    // "Power back on": a new process would open the same file.
+    with_fuzz_session::<f32, _>(|s, sampler, fp| {
+        let flash = FileFlash::open(&path, 4 * 4096).unwrap();
+        let mut store = SlotStore::new(flash, 0, 2 * 4096).unwrap();
+        let info = store.restore_latest(s, sampler, fp).unwrap();
+        assert_eq!(info.seq, 2);
+        assert_eq!(s.t(), 17);
+        assert_eq!(continue_for(s, sampler, 25), want);
+    });
+    std::fs::remove_file(&path).unwrap();
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+    /// Any sequence of saves of random blobs, each cut by a power failure at a random byte or
+    /// not: after each, the store loads the last committed blob, or the one being saved.
+    #[test]
+    fn ab_slots_random_saves_and_cuts(
+        ops in proptest::collection::vec((1usize..3000, proptest::option::of(0usize..9000)), 1..12)
+    ) {
+        let mut mem = vec![0u8; 2 * 4096];
+        let mut committed: Option<Vec<u8>> = None;
+        for (k, (len, cut)) in ops.into_iter().enumerate() {
+            let blob: Vec<u8> = (0..len).map(|i| (i * 31 + k * 7) as u8).collect();
+            let r = {
+                let mut store = SlotStore::new(MemFlash::<4, 256>::new(&mut mem), 0, 4096).unwrap();
+                store.flash_mut().cut_power_after(cut);
+                store.save_bytes(&blob)
+            };
+            let found = load::<4, 256>(&mut mem, 4096);
+            if r.is_ok() {
+                proptest::prop_assert_eq!(found.as_deref(), Some(&blob[..]));
+            } else {
+                proptest::prop_assert!(found == committed || found.as_deref() == Some(&blob[..]));
+            }
+            committed = found;
+        }
+    }
+}
