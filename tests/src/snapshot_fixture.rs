@@ -177,7 +177,7 @@ impl FileFlash {
         use loglinear_runtime::slot_store::NorFlashErrorKind as K;
         let kind = if offset as usize + len > self.capacity {
             K::OutOfBounds
-        } else if offset as usize % align != 0 || len % align != 0 {
+        } else if !(offset as usize).is_multiple_of(align) || !len.is_multiple_of(align) {
             K::NotAligned
         } else {
             return Ok(());
