@@ -1,0 +1,222 @@
+//! Unbounded streaming: a session decodes 2^20 = 1,048,576 tokens, fed its own samples, and
+//! at every step the logits are finite, the live-level count is what the capacity policy
+//! (`LevelPolicy::live_count`) says and what an independent bucket simulation of the
+//! saturating Fenwick tree says, exactly the live levels hold data (the others are zero), and
+//! after the capacity is reached the process's resident memory does not grow.
+//!
+//! `stream_a_million_tokens_on_the_microbit_model` runs in every test run on the small test
+//! model (`models/tiny-ll-gdn-microbit-q8_0.gguf`), with an f32 state at 15 levels (saturates
+//! at 2^14 tokens) and an f16 state at 4 levels (saturates at 8 tokens).
+//! `stream_a_million_tokens_on_the_default_model` is the same on the default model
+//! (`models/ll-gdn-mcu-q8_0.gguf`, f32 state, 15 levels); it takes about 20 minutes, so it is
+//! ignored; run it with
+//! `cargo test --release -p loglinear-tests --test unbounded_stream -- --ignored --nocapture`.
+//! Times are in BENCHMARKS.md.
+
+use loglinear_converter::model_source::IndexedGguf;
+use loglinear_runtime::sampler::{Sampler, SamplerConfig};
+use loglinear_runtime::{Model, Session, SessionConfig, StateElem};
+use loglinear_tests::repo_root;
+use std::time::Instant;
+
+/// Tokens decoded per stream.
+const TOKENS: u64 = 1 << 20;
+
+/// The model file's bytes in u64 words (GGUF tensors are read in place and need alignment).
+/// The model reads its weights through the host's indexed lookup (`IndexedGguf`), as the
+/// `loglinear` CLI does.
+fn read_aligned(rel: &str) -> Vec<u64> {
+    let path = repo_root().join(rel);
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut words = vec![0u64; bytes.len().div_ceil(8) + 1];
+    bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes.len()].copy_from_slice(&bytes);
+    words.truncate(bytes.len().div_ceil(8));
+    words.push(bytes.len() as u64);
+    words
+}
+
+/// The bytes of [`read_aligned`]'s words.
+fn as_bytes(words: &[u64]) -> &[u8] {
+    let (len, data) = words.split_last().unwrap();
+    &bytemuck::cast_slice::<u64, u8>(data)[..*len as usize]
+}
+
+/// Resident set size of this process, in pages (`/proc/self/statm`, second field).
+fn resident_pages() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap();
+    statm.split_whitespace().nth(1).unwrap().parse().unwrap()
+}
+
+/// Token counts per level of the saturating Fenwick tree, simulated directly from its
+/// definition (the merge at token t > 0 moves levels below min(tz(t) + 1, top) into that
+/// level; each token then enters level 0), independently of `LevelPolicy`.
+struct Buckets {
+    counts: Vec<u64>,
+}
+
+impl Buckets {
+    fn step(&mut self, t: u64) {
+        let top = self.counts.len() - 1;
+        if t > 0 && top > 0 {
+            let target = (t.trailing_zeros() as usize + 1).min(top);
+            let moved: u64 = self.counts[..target].iter().sum();
+            self.counts[..target].fill(0);
+            self.counts[target] += moved;
+        }
+        self.counts[0] += 1;
+    }
+
+    fn live(&self) -> usize {
+        self.counts.iter().filter(|&&c| c > 0).count()
+    }
+}
+
+/// What one stream measured.
+struct Report {
+    seconds: f64,
+    rss_at_capacity_kib: u64,
+    rss_end_kib: u64,
+    distinct_tokens: usize,
+}
+
+/// Decodes [`TOKENS`] tokens with the state stored as `E` and `levels` levels, each token
+/// sampled (seeded, temperature 1, top-k 40) from the logits of the step before, checking every step.
+fn stream<E: StateElem>(model: &Model<'_>, levels: usize, seed: u64) -> Report {
+    let cfg = SessionConfig {
+        levels: Some(levels),
+    };
+    let mut arena = vec![0u8; Session::<E>::arena_bytes(model, &cfg).unwrap()];
+    let mut session = Session::<E>::new(model, &mut arena, cfg).unwrap();
+    let policy = session.policy();
+    let c = *model.config();
+    let level_len = c.num_heads * c.head_k_dim * c.head_v_dim;
+    let mut sampler = Sampler::new(SamplerConfig {
+        temperature: 1.0,
+        top_k: 40,
+        top_p: 1.0,
+        seed,
+    });
+    let mut scratch = vec![0u32; c.vocab_size];
+    let mut buckets = Buckets {
+        counts: vec![0; levels],
+    };
+    let mut seen = vec![false; c.vocab_size];
+    let page_kib = 4;
+    let mut rss_at_capacity = None;
+    let allocated = session.allocated_state_bytes();
+    let mut token = u32::from(b'\n');
+    let start = Instant::now();
+    for t in 0..TOKENS {
+        let logits = session.step(token).unwrap();
+        assert!(
+            logits.iter().all(|x| x.is_finite()),
+            "{} levels={levels}: non-finite logit at t={t}",
+            E::NAME
+        );
+        token = sampler.sample(logits, &mut scratch).unwrap();
+        seen[token as usize] = true;
+
+        // The live levels: the session, the policy and the simulation agree...
+        buckets.step(t);
+        let live = policy.live_count(t);
+        assert_eq!(live, buckets.live(), "policy vs simulation at t={t}");
+        assert_eq!(session.live_levels(), live, "session vs policy at t={t}");
+        assert_eq!(
+            buckets.counts.iter().sum::<u64>(),
+            t + 1,
+            "tokens lost at t={t}"
+        );
+        // ...and exactly the live levels hold data in every layer.
+        for layer in 0..c.num_layers {
+            let state = session.layer_state(layer);
+            for (l, level) in state.chunks_exact(level_len).enumerate() {
+                let nonzero = level.iter().any(|x| x.load() != 0.0);
+                let live = buckets.counts[l] > 0;
+                // A dead level is zero (merged away); level 0 always holds the new token.
+                // (A live upper level could in principle decay to zero in f16, so it is not
+                // required to be non-zero.)
+                assert!(
+                    live || !nonzero,
+                    "{} t={t} layer={layer} level={l}: a dead level holds data",
+                    E::NAME
+                );
+                assert!(
+                    l > 0 || nonzero,
+                    "{} t={t} layer={layer}: level 0 is empty",
+                    E::NAME
+                );
+            }
+        }
+        assert_eq!(session.allocated_state_bytes(), allocated);
+
+        // Memory: the state is fixed; the process must not grow either once it is full.
+        if t + 1 == policy.exact_capacity().max(1 << 14) {
+            rss_at_capacity = Some(resident_pages());
+        }
+        if t % (1 << 16) == 0 {
+            if let Some(at_cap) = rss_at_capacity {
+                let now = resident_pages();
+                assert!(
+                    now <= at_cap,
+                    "{} t={t}: resident {} KiB, {} KiB when full",
+                    E::NAME,
+                    now * page_kib,
+                    at_cap * page_kib
+                );
+            }
+            for layer in 0..c.num_layers {
+                assert!(session
+                    .layer_state(layer)
+                    .iter()
+                    .all(|x| x.load().is_finite()));
+                assert!(session.conv_state(layer).iter().all(|x| x.is_finite()));
+            }
+        }
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    assert_eq!(session.t(), TOKENS);
+    let rss_at_capacity = rss_at_capacity.unwrap();
+    let rss_end = resident_pages();
+    assert!(rss_end <= rss_at_capacity, "resident memory grew");
+    Report {
+        seconds,
+        rss_at_capacity_kib: rss_at_capacity * page_kib,
+        rss_end_kib: rss_end * page_kib,
+        distinct_tokens: seen.iter().filter(|&&s| s).count(),
+    }
+}
+
+fn print(model: &str, state: &str, levels: usize, r: &Report) {
+    eprintln!(
+        "{model} state={state} levels={levels}: {TOKENS} tokens in {:.1} s ({:.0} tokens/s), \
+         RSS {} KiB when full, {} KiB at the end, {} distinct tokens sampled",
+        r.seconds,
+        TOKENS as f64 / r.seconds,
+        r.rss_at_capacity_kib,
+        r.rss_end_kib,
+        r.distinct_tokens
+    );
+}
+
+#[test]
+fn stream_a_million_tokens_on_the_microbit_model() {
+    let file = "models/tiny-ll-gdn-microbit-q8_0.gguf";
+    let words = read_aligned(file);
+    let gguf = IndexedGguf::parse(as_bytes(&words)).unwrap();
+    let model = gguf.model().unwrap();
+    let r = stream::<f32>(&model, 15, 1);
+    print(file, "f32", 15, &r);
+    let r = stream::<half::f16>(&model, 4, 2);
+    print(file, "f16", 4, &r);
+}
+
+#[test]
+#[ignore = "about 20 minutes: a benchmark"]
+fn stream_a_million_tokens_on_the_default_model() {
+    let file = "models/ll-gdn-mcu-q8_0.gguf";
+    let words = read_aligned(file);
+    let gguf = IndexedGguf::parse(as_bytes(&words)).unwrap();
+    let model = gguf.model().unwrap();
+    let r = stream::<f32>(&model, 15, 1);
+    print(file, "f32", 15, &r);
+}
