@@ -164,7 +164,9 @@ struct Params {
     gdn: u32,
     levels: u32,
     half_nt: u32,
-    pad: [u32; 3],
+    /// Chunk level of one up-sweep dispatch (precomputed strategy); 0 elsewhere.
+    level: u32,
+    pad: [u32; 2],
 }
 
 const COMMON: &str = include_str!("shaders/chunk_common.wgsl");
@@ -176,6 +178,66 @@ const SCAN_GDN: &str = include_str!("shaders/chunk_scan_gdn.wgsl");
 const SCAN_BODY: &str = include_str!("shaders/chunk_scan_body.wgsl");
 const COMBINE: &str = include_str!("shaders/chunk_combine.wgsl");
 const STATE: &str = include_str!("shaders/chunk_state.wgsl");
+const PRE_COMMON: &str = include_str!("shaders/chunk_pre_common.wgsl");
+const PRE_CONTRIB_M2: &str = include_str!("shaders/chunk_pre_contrib_m2.wgsl");
+const PRE_SWEEP: &str = include_str!("shaders/chunk_pre_sweep.wgsl");
+const PRE_PREFIX: &str = include_str!("shaders/chunk_pre_prefix.wgsl");
+const PRE_READ_M2: &str = include_str!("shaders/chunk_pre_read_m2.wgsl");
+
+/// Environment variable that picks the inter-chunk strategy: `walk` or `precomputed`.
+pub const SCAN_STRATEGY_ENV: &str = "LOGLINEAR_SCAN";
+
+/// How the inter-chunk levels (step 3 of the module docs) are computed. Both give the same
+/// results within fp32 rounding; which is faster depends on the GPU (see BENCHMARKS.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ScanStrategy {
+    /// One workgroup per (8 dv columns, head, chunk level) walks the chunks in order,
+    /// recomputing every source chunk's K̃ᵀU per level (`chunk_scan_*` + `chunk_combine`).
+    #[default]
+    LevelWalk,
+    /// Mamba-2: every chunk's K̃ᵀV computed once into a scratch buffer `[NT−1][H][dk][dv]`, the
+    /// level states by an in-place up-sweep over it (elementwise, log NT dispatches), then all
+    /// reader chunks and levels in one tiled kernel. Needs that buffer to fit the adapter's
+    /// binding limit; otherwise, and for Gated DeltaNet (not implemented yet), the level walk
+    /// runs ([`ChunkScan::strategy`] says which ran).
+    Precomputed,
+}
+
+impl ScanStrategy {
+    /// Parses `walk` / `levelwalk` or `precomputed` / `pre` (case-insensitive).
+    pub fn parse(s: &str) -> Option<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "walk" | "levelwalk" | "level-walk" => Some(Self::LevelWalk),
+            "precomputed" | "pre" => Some(Self::Precomputed),
+            _ => None,
+        }
+    }
+
+    /// The strategy [`ChunkScan::new`] uses: `LOGLINEAR_SCAN` when set to a known name, else the
+    /// default ([`ScanStrategy::LevelWalk`]).
+    pub fn from_env() -> Self {
+        std::env::var(SCAN_STRATEGY_ENV)
+            .ok()
+            .and_then(|v| Self::parse(&v))
+            .unwrap_or_default()
+    }
+
+    /// Short name for reports (`walk`, `precomputed`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::LevelWalk => "walk",
+            Self::Precomputed => "precomputed",
+        }
+    }
+}
+
+/// Kernels of the precomputed strategy (Mamba-2 only).
+struct PreKernels {
+    contrib: Kernel,
+    sweep: Kernel,
+    prefix: Kernel,
+    read: Kernel,
+}
 
 /// Pipelines compiled once per form and reused for every layer and every prefill.
 pub struct ScanKernels {
@@ -185,6 +247,7 @@ pub struct ScanKernels {
     scan: Kernel,
     combine: Kernel,
     state: Kernel,
+    pre: Option<PreKernels>,
 }
 
 impl ScanKernels {
@@ -223,6 +286,27 @@ impl ScanKernels {
             scan: gpu.kernel(scan_label, &src(&[scan_head, SCAN_BODY]), "main")?,
             combine: gpu.kernel("chunk_combine", &src(&[COMBINE]), "main")?,
             state: gpu.kernel("chunk_state", &src(&[STATE]), "main")?,
+            pre: match form {
+                Form::Mamba2 => Some(PreKernels {
+                    contrib: gpu.kernel(
+                        "chunk_pre_contrib_m2",
+                        &src(&[PRE_CONTRIB_M2, PRE_COMMON]),
+                        "main",
+                    )?,
+                    sweep: gpu.kernel("chunk_pre_sweep", &src(&[PRE_SWEEP, PRE_COMMON]), "main")?,
+                    prefix: gpu.kernel(
+                        "chunk_pre_prefix",
+                        &src(&[PRE_PREFIX, PRE_COMMON]),
+                        "main",
+                    )?,
+                    read: gpu.kernel(
+                        "chunk_pre_read_m2",
+                        &src(&[PRE_READ_M2, PRE_COMMON]),
+                        "main",
+                    )?,
+                }),
+                Form::Gdn => None,
+            },
         })
     }
 
@@ -260,9 +344,30 @@ struct Step {
 /// wanted.
 pub struct ChunkScan {
     shape: ScanShape,
+    strategy: ScanStrategy,
     steps: Vec<Step>,
     // Scratch, owned here and kept alive for the bind groups.
     _scratch: Vec<wgpu::Buffer>,
+}
+
+/// Output tile edge of the precomputed kernels' tile products (`TILE` in chunk_pre_*.wgsl).
+const PRE_TILE: usize = 64;
+/// Elements of dk × dv per workgroup of the elementwise precomputed kernels (4 × 256 threads).
+const PRE_ELEMS: usize = 1024;
+
+/// Whether the precomputed strategy's scratch `[NT−1][H][dk][dv]` and its dispatches fit the
+/// adapter (and u32 indices).
+fn precomputed_fits(gpu: &Gpu, s: &ScanShape) -> bool {
+    let elems = (s.chunks() - 1) as u64 * (s.heads * s.dk * s.dv) as u64;
+    let bytes = elems * 4;
+    let groups = [
+        s.dk.div_ceil(PRE_TILE) * s.dv.div_ceil(PRE_TILE),
+        (s.dk * s.dv).div_ceil(PRE_ELEMS),
+    ];
+    elems < u64::from(u32::MAX)
+        && bytes <= gpu.limits.max_storage_buffer_binding_size
+        && bytes <= gpu.limits.max_buffer_size
+        && groups.iter().all(|&g| g <= MAX_GROUPS)
 }
 
 fn check_buffer(name: &str, buf: &wgpu::Buffer, floats: usize) -> Result<(), GpuError> {
@@ -277,12 +382,25 @@ fn check_buffer(name: &str, buf: &wgpu::Buffer, floats: usize) -> Result<(), Gpu
 }
 
 impl ChunkScan {
-    /// Checks shapes and buffer sizes, allocates scratch and makes the bind groups.
+    /// Checks shapes and buffer sizes, allocates scratch and makes the bind groups, with the
+    /// strategy [`ScanStrategy::from_env`] picks.
     pub fn new(
         gpu: &Gpu,
         kernels: &ScanKernels,
         shape: ScanShape,
         io: ScanIo<'_>,
+    ) -> Result<Self, GpuError> {
+        Self::with_strategy(gpu, kernels, shape, io, ScanStrategy::from_env())
+    }
+
+    /// Like [`ChunkScan::new`] with an explicit strategy (falls back to the level walk where
+    /// the precomputed one is not available; see [`ScanStrategy::Precomputed`]).
+    pub fn with_strategy(
+        gpu: &Gpu,
+        kernels: &ScanKernels,
+        shape: ScanShape,
+        io: ScanIo<'_>,
+        strategy: ScanStrategy,
     ) -> Result<Self, GpuError> {
         shape.validate()?;
         if kernels.form != shape.form {
@@ -318,14 +436,29 @@ impl ChunkScan {
             gdn: gdn as u32,
             levels: s.levels as u32,
             half_nt: nt.div_ceil(2) as u32,
-            pad: [0; 3],
+            level: 0,
+            pad: [0; 2],
         };
         let f = 4u64;
         let th = (s.t * s.heads) as u64;
         let uniform = gpu.uniform_from("chunk params", &params);
         let gam = gpu.storage_zeroed("chunk gamma", th * f)?;
-        let olvl =
-            gpu.storage_zeroed("chunk level outputs", scans as u64 * th * s.dv as u64 * f)?;
+        let pre = match (strategy, &kernels.pre) {
+            (ScanStrategy::Precomputed, Some(pk)) if precomputed_fits(gpu, &s) => Some(pk),
+            _ => None,
+        };
+        let used = if pre.is_some() {
+            ScanStrategy::Precomputed
+        } else {
+            ScanStrategy::LevelWalk
+        };
+        // The walk's packed reader rows (the precomputed readers add to `o` directly).
+        let olvl_bytes = if pre.is_some() {
+            4
+        } else {
+            scans as u64 * th * s.dv as u64 * f
+        };
+        let olvl = gpu.storage_zeroed("chunk level outputs", olvl_bytes)?;
         let hstate = gpu.storage_zeroed(
             "chunk level states",
             (scans * s.heads * s.dk * s.dv) as u64 * f,
@@ -376,7 +509,55 @@ impl ChunkScan {
                 &[&uniform, io.q, io.k, io.v, &gam, io.lam, io.o],
                 [nt, s.heads, 1],
             ));
-            if scans > 0 {
+            if let (true, Some(pk)) = (scans > 0, pre) {
+                // Precomputed: contributions, up-sweep per level, saturated prefix, readers.
+                let per = s.dk * s.dv;
+                let xs = gpu
+                    .storage_zeroed("chunk contributions", ((nt - 1) * s.heads * per) as u64 * f)?;
+                steps.push(step(
+                    &pk.contrib,
+                    "chunk_pre_contrib_m2",
+                    &[&uniform, io.k, io.v, &gam, &xs],
+                    [
+                        s.dk.div_ceil(PRE_TILE) * s.dv.div_ceil(PRE_TILE),
+                        nt - 1,
+                        s.heads,
+                    ],
+                ));
+                let elem_groups = per.div_ceil(PRE_ELEMS);
+                for m in 1..scans {
+                    // 2^m ≤ NT − 1 for every m < scans: at least one block.
+                    let level = gpu.uniform_from(
+                        "chunk sweep params",
+                        &Params {
+                            level: m as u32,
+                            ..params
+                        },
+                    );
+                    steps.push(step(
+                        &pk.sweep,
+                        "chunk_pre_sweep",
+                        &[&level, &gam, &xs],
+                        [elem_groups, (nt - 1) >> m, s.heads],
+                    ));
+                    scratch.push(level);
+                }
+                if scans == s.m_top() + 1 {
+                    steps.push(step(
+                        &pk.prefix,
+                        "chunk_pre_prefix",
+                        &[&uniform, &gam, &xs],
+                        [elem_groups, s.heads, 1],
+                    ));
+                }
+                steps.push(step(
+                    &pk.read,
+                    "chunk_pre_read_m2",
+                    &[&uniform, io.q, &gam, io.lam, &xs, io.o, &hstate],
+                    [s.dv.div_ceil(PRE_TILE), nt - 1, s.heads],
+                ));
+                scratch.push(xs);
+            } else if scans > 0 {
                 steps.push(step(
                     &kernels.scan,
                     "chunk_scan_m2",
@@ -385,7 +566,7 @@ impl ChunkScan {
                 ));
             }
         }
-        if scans > 0 {
+        if scans > 0 && pre.is_none() {
             steps.push(step(
                 &kernels.combine,
                 "chunk_combine",
@@ -402,6 +583,7 @@ impl ChunkScan {
         scratch.extend([uniform, gam, olvl, hstate]);
         Ok(Self {
             shape,
+            strategy: used,
             steps,
             _scratch: scratch,
         })
@@ -410,6 +592,11 @@ impl ChunkScan {
     /// The shape this scan was made for.
     pub fn shape(&self) -> ScanShape {
         self.shape
+    }
+
+    /// The strategy that runs (the requested one, or the level walk where it fell back).
+    pub fn strategy(&self) -> ScanStrategy {
+        self.strategy
     }
 
     /// Records all dispatches (one compute pass each; wgpu orders them by their buffer use).
@@ -469,6 +656,12 @@ impl ChunkScan {
             Form::Gdn => (2.5, 5.0),
         };
         let scans = s.scans();
+        if self.strategy == ScanStrategy::Precomputed {
+            // K̃ᵀV once per chunk, then a q̃ row times a state per reader row and level (the
+            // elementwise up-sweep and prefix are not counted).
+            let reader_rows = (s.level_output_slots() * CHUNK) as f64;
+            return f + 2.0 * t * h * dk * dv + reader_rows * h * 2.0 * dk * dv;
+        }
         let sat = usize::from(scans > 0 && scans == s.m_top() + 1);
         f += ((scans - sat) as f64 * regular + sat as f64 * saturated) * 2.0 * t * h * dk * dv;
         f
@@ -487,6 +680,17 @@ impl ChunkScan {
         let slots = (s.level_output_slots() * CHUNK) as f64 * h * dv;
         // gamma: g in, γ out; intra: q, k, v, λ, γ (and β) in, o out.
         let mut f = 2.0 * t * h + 2.0 * qk + t * h * dv + lam + t * h + t * h * dv;
+        if self.strategy == ScanStrategy::Precomputed {
+            // Contributions: k, v in, one state per chunk out; up-sweep: three states per block
+            // and level; readers: per reader chunk and level a state and q̃ (λ, γ), o in and out.
+            let states = s.chunks().saturating_sub(1) as f64 * h * dk * dv;
+            let reader_chunks = s.level_output_slots() as f64;
+            f += 2.0 * qk + t * h * dv + states;
+            f += 1.5 * states * (s.scans() as f64 - 1.0).max(0.0);
+            f += reader_chunks * h * (dk * dv + CHUNK as f64 * (dk + 2.0)) + 2.0 * t * h * dv;
+            f += (s.scans() + s.levels) as f64 * h * dk * dv;
+            return 4.0 * f;
+        }
         // scans: per level the per-chunk inputs and γ, λ; the packed reader outputs.
         let per_level = if s.form == Form::Gdn {
             f += 3.0 * t * h * dk + t * h * dv + t * h; // q̃, K̃, W̃, U out; β in
@@ -504,11 +708,29 @@ impl ChunkScan {
     }
 }
 
-/// Convenience for tests and benchmarks: upload, run, read back `(o, state)`.
+/// Convenience for tests and benchmarks: upload, run, read back `(o, state)`, with the strategy
+/// [`ScanStrategy::from_env`] picks.
 #[allow(clippy::too_many_arguments)]
 pub fn run_scan(
     gpu: &Gpu,
     shape: ScanShape,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    g: &[f32],
+    beta: &[f32],
+    lam: &[f32],
+) -> Result<(Vec<f32>, Vec<f32>), GpuError> {
+    let strategy = ScanStrategy::from_env();
+    run_scan_with_strategy(gpu, shape, strategy, q, k, v, g, beta, lam)
+}
+
+/// [`run_scan`] with an explicit strategy.
+#[allow(clippy::too_many_arguments)]
+pub fn run_scan_with_strategy(
+    gpu: &Gpu,
+    shape: ScanShape,
+    strategy: ScanStrategy,
     q: &[f32],
     k: &[f32],
     v: &[f32],
@@ -550,7 +772,7 @@ pub fn run_scan(
     let st_len = s.levels * s.heads * s.dk * s.dv;
     let bo = gpu.storage_zeroed("o", (o_len * 4) as u64)?;
     let bs = gpu.storage_zeroed("state", (st_len * 4) as u64)?;
-    let scan = ChunkScan::new(
+    let scan = ChunkScan::with_strategy(
         gpu,
         &kernels,
         shape,
@@ -564,6 +786,7 @@ pub fn run_scan(
             o: &bo,
             state: &bs,
         },
+        strategy,
     )?;
     let mut enc = gpu.encoder("chunk scan");
     scan.encode(&mut enc);

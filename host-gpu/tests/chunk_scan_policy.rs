@@ -2,7 +2,9 @@
 //! with the saturating `LevelPolicy`) for few levels, where the top level holds everything older:
 //! outputs and the final state, both forms, partial chunks, shared q/k and odd dk/dv.
 
-use loglinear_host_gpu::chunk_scan::{run_scan, Form, ScanShape};
+use loglinear_host_gpu::chunk_scan::{
+    run_scan, run_scan_with_strategy, ChunkScan, Form, ScanIo, ScanKernels, ScanShape, ScanStrategy,
+};
 use loglinear_host_gpu::Gpu;
 use loglinear_runtime::{FenwickState, LevelPolicy};
 use loglinear_tests::{assert_close, rel_max, tol};
@@ -104,16 +106,32 @@ fn decoder(s: &ScanShape, x: &Inputs) -> (Vec<f32>, Vec<f32>) {
     (out, data)
 }
 
+/// Both inter-chunk strategies.
+const STRATEGIES: [ScanStrategy; 2] = [ScanStrategy::LevelWalk, ScanStrategy::Precomputed];
+
+/// Checks every strategy against the decoder.
 fn check(gpu: &Gpu, s: ScanShape, seed: u64, worst: &mut f64) {
+    for strategy in STRATEGIES {
+        check_with(gpu, s, strategy, seed, worst);
+    }
+}
+
+fn check_with(gpu: &Gpu, s: ScanShape, strategy: ScanStrategy, seed: u64, worst: &mut f64) {
     let x = inputs(&s, seed);
     let (o_ref, s_ref) = decoder(&s, &x);
-    let (o, st) = run_scan(gpu, s, &x.q, &x.k, &x.v, &x.g, &x.beta, &x.lam)
-        .unwrap_or_else(|e| panic!("{s:?}: {e}"));
+    let (o, st) = run_scan_with_strategy(gpu, s, strategy, &x.q, &x.k, &x.v, &x.g, &x.beta, &x.lam)
+        .unwrap_or_else(|e| panic!("{s:?} {strategy:?}: {e}"));
     let wide = |a: &[f32]| a.iter().map(|&x| x as f64).collect::<Vec<f64>>();
     let (o_ref, s_ref) = (wide(&o_ref), wide(&s_ref));
     let what = format!(
-        "{:?} T={} levels={} dk={} dv={} qk_heads={}",
-        s.form, s.t, s.levels, s.dk, s.dv, s.qk_heads
+        "{:?} {} T={} levels={} dk={} dv={} qk_heads={}",
+        s.form,
+        strategy.name(),
+        s.t,
+        s.levels,
+        s.dk,
+        s.dv,
+        s.qk_heads
     );
     *worst = worst.max(rel_max(&o, &o_ref));
     assert_close(&o, &o_ref, tol::OPERATOR, &format!("{what}: o"));
@@ -184,6 +202,9 @@ fn plain_shared_qk_odd_sizes_and_saturated_chunk_levels() {
         check(&gpu, shape(form, 500, 9, 2, 16, 8), seed + 2, &mut worst);
         // levels 15 over 8 chunks: every chunk level exact.
         check(&gpu, shape(form, 500, 15, 1, 16, 8), seed + 3, &mut worst);
+        // levels 10 (saturated scan at chunk level 2) over 16 chunks, partial last chunk: three
+        // blocks of four chunks feed the saturated prefix.
+        check(&gpu, shape(form, 1000, 10, 2, 16, 8), seed + 4, &mut worst);
         seed += 10;
     }
     eprintln!("plain / shared / odd sizes: worst rel_max {worst:.3e}");
@@ -227,4 +248,57 @@ fn bad_shapes_are_errors() {
         ..ok
     })
     .is_err()); // beta too long
+}
+
+#[test]
+fn precomputed_strategy_runs_for_mamba2_and_falls_back_for_gdn() {
+    let gpu = Gpu::new().expect("GPU adapter (lavapipe in CI)");
+    for (form, want) in [
+        (Form::Mamba2, ScanStrategy::Precomputed),
+        (Form::Gdn, ScanStrategy::LevelWalk),
+    ] {
+        let s = shape(form, 200, 15, 2, 16, 8);
+        let kernels = ScanKernels::new(&gpu, form).unwrap();
+        let x = inputs(&s, 9);
+        let buf = |name: &str, d: &[f32]| gpu.storage_from(name, d).unwrap();
+        let (q, k, v, g, lam) = (
+            buf("q", &x.q),
+            buf("k", &x.k),
+            buf("v", &x.v),
+            buf("g", &x.g),
+            buf("lam", &x.lam),
+        );
+        let beta = buf("beta", &x.beta);
+        let o = gpu
+            .storage_zeroed("o", (s.t * s.heads * s.dv * 4) as u64)
+            .unwrap();
+        let state = gpu
+            .storage_zeroed("state", (s.levels * s.heads * s.dk * s.dv * 4) as u64)
+            .unwrap();
+        let io = ScanIo {
+            q: &q,
+            k: &k,
+            v: &v,
+            g: &g,
+            beta: &beta,
+            lam: &lam,
+            o: &o,
+            state: &state,
+        };
+        let scan =
+            ChunkScan::with_strategy(&gpu, &kernels, s, io, ScanStrategy::Precomputed).unwrap();
+        assert_eq!(scan.strategy(), want, "{form:?}");
+        assert!(
+            scan.step_labels()
+                .iter()
+                .any(|l| l.starts_with("chunk_pre_"))
+                == (want == ScanStrategy::Precomputed)
+        );
+    }
+    assert_eq!(ScanStrategy::parse("walk"), Some(ScanStrategy::LevelWalk));
+    assert_eq!(
+        ScanStrategy::parse("Precomputed"),
+        Some(ScanStrategy::Precomputed)
+    );
+    assert_eq!(ScanStrategy::parse("fast"), None);
 }

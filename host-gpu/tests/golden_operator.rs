@@ -2,7 +2,7 @@
 //! `S` after the last token (15 levels), and for `_lameq` cases the plain single-state run
 //! (levels = 1) against `o_plain` / `S_plain`. Tolerance: golden README §7 (fp32, 2e-5).
 
-use loglinear_host_gpu::chunk_scan::{run_scan, Form, ScanShape};
+use loglinear_host_gpu::chunk_scan::{run_scan_with_strategy, Form, ScanShape, ScanStrategy};
 use loglinear_host_gpu::Gpu;
 use loglinear_tests::*;
 
@@ -41,7 +41,7 @@ fn chunk_scan_matches_golden_operator_cases() {
             } else {
                 sl(&beta, per_g)
             };
-            let run = |levels: usize| {
+            let run = |levels: usize, strategy: ScanStrategy| {
                 let shape = ScanShape {
                     form,
                     t,
@@ -52,9 +52,10 @@ fn chunk_scan_matches_golden_operator_cases() {
                     lambda_cols: lam_cols,
                     levels,
                 };
-                run_scan(
+                run_scan_with_strategy(
                     &gpu,
                     shape,
+                    strategy,
                     &sl(&q, per_qk),
                     &sl(&k, per_qk),
                     &sl(&v, per_v),
@@ -62,7 +63,7 @@ fn chunk_scan_matches_golden_operator_cases() {
                     &beta_b,
                     &sl(&lam, per_l),
                 )
-                .unwrap_or_else(|e| panic!("{name}: {e}"))
+                .unwrap_or_else(|e| panic!("{name} {strategy:?}: {e}"))
             };
             let mut check = |ours: &[f32], refs: &[f64], what: String| {
                 let e = rel_max(ours, refs);
@@ -71,31 +72,45 @@ fn chunk_scan_matches_golden_operator_cases() {
                 }
                 assert_close(ours, refs, tol::OPERATOR, &what);
             };
-            let (o, s) = run(LEVELS);
-            check(
-                &o,
-                &get(&arrays, "o", &name).data[b * per_v..][..per_v],
-                format!("{name} o (batch {b})"),
-            );
-            let s_ref = &get(&arrays, "S", &name).data[b * LEVELS * lvl..][..LEVELS * lvl];
-            let last = (t - 1) as u64;
-            for l in 0..LEVELS {
-                let (ours, refs) = (&s[l * lvl..][..lvl], &s_ref[l * lvl..][..lvl]);
-                if l == 0 || (last >> (l - 1)) & 1 == 1 {
-                    check(ours, refs, format!("{name} S level {l} (batch {b})"));
-                } else {
-                    assert!(
-                        ours.iter().all(|&x| x == 0.0),
-                        "{name}: dead level {l} is not zero"
+            for strategy in [ScanStrategy::LevelWalk, ScanStrategy::Precomputed] {
+                let (o, s) = run(LEVELS, strategy);
+                check(
+                    &o,
+                    &get(&arrays, "o", &name).data[b * per_v..][..per_v],
+                    format!("{name} {} o (batch {b})", strategy.name()),
+                );
+                let s_ref = &get(&arrays, "S", &name).data[b * LEVELS * lvl..][..LEVELS * lvl];
+                let last = (t - 1) as u64;
+                for l in 0..LEVELS {
+                    let (ours, refs) = (&s[l * lvl..][..lvl], &s_ref[l * lvl..][..lvl]);
+                    if l == 0 || (last >> (l - 1)) & 1 == 1 {
+                        check(
+                            ours,
+                            refs,
+                            format!("{name} {} S level {l} (batch {b})", strategy.name()),
+                        );
+                    } else {
+                        assert!(
+                            ours.iter().all(|&x| x == 0.0),
+                            "{name}: dead level {l} is not zero"
+                        );
+                    }
+                }
+                if name.ends_with("_lameq") {
+                    let (o_plain, s_plain) = run(1, strategy);
+                    let op = &get(&arrays, "o_plain", &name).data[b * per_v..][..per_v];
+                    check(
+                        &o_plain,
+                        op,
+                        format!("{name} {} o_plain (batch {b})", strategy.name()),
+                    );
+                    let sp = &get(&arrays, "S_plain", &name).data[b * lvl..][..lvl];
+                    check(
+                        &s_plain,
+                        sp,
+                        format!("{name} {} S_plain (batch {b})", strategy.name()),
                     );
                 }
-            }
-            if name.ends_with("_lameq") {
-                let (o_plain, s_plain) = run(1);
-                let op = &get(&arrays, "o_plain", &name).data[b * per_v..][..per_v];
-                check(&o_plain, op, format!("{name} o_plain (batch {b})"));
-                let sp = &get(&arrays, "S_plain", &name).data[b * lvl..][..lvl];
-                check(&s_plain, sp, format!("{name} S_plain (batch {b})"));
             }
         }
         checked += 1;

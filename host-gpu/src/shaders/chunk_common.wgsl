@@ -15,7 +15,7 @@ struct Params {
     gdn: u32,        // 1 = Gated DeltaNet form, 0 = Mamba-2 form
     levels: u32,
     half_nt: u32,    // ceil(nt / 2): reader chunks of one regular level (slots in olvl)
-    pad0: u32,
+    level: u32,      // precomputed strategy: the chunk level of one up-sweep dispatch; 0 elsewhere
     pad1: u32,
     pad2: u32,
 }

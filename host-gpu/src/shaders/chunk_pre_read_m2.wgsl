@@ -1,0 +1,125 @@
+// Precomputed strategy, step 4 (Mamba-2): every reader chunk at once. One workgroup per (64 dv
+// columns, chunk c ≥ 1, head): for each chunk level m that c reads, the state is slot
+// ((c >> m) << m) − 1 of xs decayed by e^{D} (D = Σ Γ of the chunks between), and
+// o_i += λ_i[min(c0 + 1 + m, top)] · e^{γ_i + D} · q_i · state: one 64 × dk by dk × 64 tile
+// product per level, all levels into one accumulator (each thread a 4 × 4 block), then added to
+// o (written by the intra kernel; one thread per element, no atomics). The last chunk also
+// writes the hand-off states hstate[m] (zero for the levels it does not read).
+
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> q: array<f32>;
+@group(0) @binding(2) var<storage, read> gam: array<f32>;
+@group(0) @binding(3) var<storage, read> lam: array<f32>;
+@group(0) @binding(4) var<storage, read> xs: array<f32>;
+@group(0) @binding(5) var<storage, read_write> o: array<f32>;
+@group(0) @binding(6) var<storage, read_write> hstate: array<f32>;
+
+const TILE: u32 = 64u;
+const DEPTH: u32 = 16u;
+
+var<workgroup> qs: array<f32, 1024>; // [DEPTH][64 rows]: scaled q̃ of this step
+var<workgroup> ss: array<f32, 1024>; // [DEPTH][TILE]: state rows of this step
+var<workgroup> fac: array<f32, 64>;  // λ_i e^{γ_i + D} of the current level
+
+fn add_row(h: u32, t0: u32, n: u32, i: u32, d0: u32, a: vec4<f32>) {
+    if (i >= n) {
+        return;
+    }
+    let base = ((t0 + i) * P.heads + h) * P.dv;
+    for (var e = 0u; e < 4u; e++) {
+        if (d0 + e < P.dv) {
+            o[base + d0 + e] += a[e];
+        }
+    }
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let vb = wg.x;
+    let c = wg.y + 1u;
+    let h = wg.z;
+    let t0 = c * C;
+    let n = min(C, P.t - t0);
+    let last_chunk = c == P.nt - 1u;
+    let tx = lid % 16u; // columns vb·64 + 4 tx ..
+    let ty = lid / 16u; // rows 4 ty ..
+    let per = P.dk * P.dv;
+    var a0 = vec4<f32>(0.0);
+    var a1 = vec4<f32>(0.0);
+    var a2 = vec4<f32>(0.0);
+    var a3 = vec4<f32>(0.0);
+    for (var m = 0u; m < P.n_scans; m++) {
+        let sat = m == P.m_top;
+        let reads = select(((c >> m) & 1u) == 1u, c >= (1u << m), sat);
+        if (!reads) {
+            if (last_chunk) {
+                for (var e = lid; e < P.dk * TILE; e += PWG) {
+                    let d = vb * TILE + e % TILE;
+                    if (d < P.dv) {
+                        hstate[((m * P.heads + h) * P.dk + e / TILE) * P.dv + d] = 0.0;
+                    }
+                }
+            }
+            continue;
+        }
+        let start = (c >> m) << m;
+        let sbase = ((start - 1u) * P.heads + h) * per;
+        let dsum = decay_sum(h, start, c, lid);
+        let col = min(C0P1 + m, P.top);
+        if (lid < C) {
+            var f = 0.0;
+            if (lid < n) {
+                let t = t0 + lid;
+                f = lam[lam_idx(t, h, col)] * exp(gam[t * P.heads + h] + dsum);
+            }
+            fac[lid] = f;
+        }
+        workgroupBarrier();
+        for (var k0 = 0u; k0 < P.dk; k0 += DEPTH) {
+            for (var e = lid; e < DEPTH * TILE; e += PWG) {
+                // q̃: consecutive threads read consecutive kk of one row.
+                let i = e / DEPTH;
+                let kq = e % DEPTH;
+                var x = 0.0;
+                if (i < n && k0 + kq < P.dk) {
+                    x = q[qk_row(t0 + i, h) + k0 + kq] * fac[i];
+                }
+                qs[kq * TILE + i] = x;
+                let kr = e / TILE;
+                let d = vb * TILE + e % TILE;
+                var y = 0.0;
+                if (k0 + kr < P.dk && d < P.dv) {
+                    y = xs[sbase + (k0 + kr) * P.dv + d];
+                }
+                ss[e] = y;
+            }
+            workgroupBarrier();
+            for (var kk = 0u; kk < DEPTH; kk++) {
+                let r = kk * TILE + 4u * ty;
+                let qr = vec4<f32>(qs[r], qs[r + 1u], qs[r + 2u], qs[r + 3u]);
+                let s = kk * TILE + 4u * tx;
+                let sr = vec4<f32>(ss[s], ss[s + 1u], ss[s + 2u], ss[s + 3u]);
+                a0 += qr.x * sr;
+                a1 += qr.y * sr;
+                a2 += qr.z * sr;
+                a3 += qr.w * sr;
+            }
+            workgroupBarrier();
+        }
+        if (last_chunk) {
+            let dec = exp(dsum);
+            for (var e = lid; e < P.dk * TILE; e += PWG) {
+                let kk = e / TILE;
+                let d = vb * TILE + e % TILE;
+                if (d < P.dv) {
+                    hstate[((m * P.heads + h) * P.dk + kk) * P.dv + d] = dec * xs[sbase + kk * P.dv + d];
+                }
+            }
+        }
+    }
+    let d0 = vb * TILE + 4u * tx;
+    add_row(h, t0, n, 4u * ty, d0, a0);
+    add_row(h, t0, n, 4u * ty + 1u, d0, a1);
+    add_row(h, t0, n, 4u * ty + 2u, d0, a2);
+    add_row(h, t0, n, 4u * ty + 3u, d0, a3);
+}
