@@ -6,14 +6,21 @@
 //! cargo run -p loglinear-host-gpu --release --example chunk_scan_bench -- [--quick]
 //!     [--t 2048,8192,16384] [--heads 48] [--dk 128] [--dv 64] [--levels 15]
 //!     [--warmup 2] [--runs 5] [--cpu-t 1024] [--forms mamba2,gdn] [--breakdown]
+//!     [--strategy walk,precomputed]
 //! ```
+//! `--strategy`: the inter-chunk strategies to run (`ScanStrategy`; both by default). The table
+//! names the one that ran (a fallback to the walk shows as `walk (fallback)`) and, for every
+//! strategy after the first, the largest difference of `o` and of the final state from the
+//! first one's, relative to the largest magnitude (a check at sizes the tests do not reach).
 //! `--quick`: T = 256 and 128, 4 heads, 2 runs, CPU T = 128 (for lavapipe).
 //! GPU time comes from timestamp queries when the adapter has TIMESTAMP_QUERY, else from wall
 //! time around submit-and-wait. GFLOP/s counts the FLOPs the kernels do (`ChunkScan::flops`),
 //! GB/s an estimate of the memory traffic (`ChunkScan::bytes`). `--breakdown` also prints the
 //! time of each dispatch (needs timestamps).
 
-use loglinear_host_gpu::chunk_scan::{ChunkScan, Form, ScanIo, ScanKernels, ScanShape};
+use loglinear_host_gpu::chunk_scan::{
+    ChunkScan, Form, ScanIo, ScanKernels, ScanShape, ScanStrategy,
+};
 use loglinear_host_gpu::{Gpu, GpuError};
 use loglinear_runtime::{FenwickState, LevelPolicy};
 use std::time::Instant;
@@ -29,6 +36,7 @@ struct Args {
     cpu_t: usize,
     forms: Vec<Form>,
     breakdown: bool,
+    strategies: Vec<ScanStrategy>,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -43,6 +51,7 @@ fn parse_args() -> Result<Args, String> {
         cpu_t: 1024,
         forms: vec![Form::Mamba2, Form::Gdn],
         breakdown: false,
+        strategies: vec![ScanStrategy::LevelWalk, ScanStrategy::Precomputed],
     };
     let mut it = std::env::args().skip(1);
     let num = |v: Option<String>, what: &str| -> Result<usize, String> {
@@ -85,9 +94,20 @@ fn parse_args() -> Result<Args, String> {
                     })
                     .collect::<Result<_, _>>()?;
             }
+            "--strategy" => {
+                let v = it.next().ok_or("--strategy needs a list")?;
+                a.strategies = v
+                    .split(',')
+                    .map(|x| {
+                        ScanStrategy::parse(x)
+                            .ok_or(format!("unknown strategy {x} (walk, precomputed)"))
+                    })
+                    .collect::<Result<_, _>>()?;
+            }
             "-h" | "--help" => {
                 return Err("usage: chunk_scan_bench [--quick] [--t LIST] [--heads N] [--dk N] \
-                            [--dv N] [--levels N] [--warmup N] [--runs N] [--cpu-t N] [--forms LIST] [--breakdown]"
+                            [--dv N] [--levels N] [--warmup N] [--runs N] [--cpu-t N] [--forms LIST] [--breakdown] \
+                            [--strategy walk,precomputed]"
                     .into())
             }
             o => return Err(format!("unknown flag {o} (--help)")),
@@ -206,21 +226,29 @@ fn time_once(gpu: &Gpu, scan: &ChunkScan, timer: Option<&Timer>) -> Result<f64, 
 struct Row {
     form: Form,
     t: usize,
+    /// The strategy asked for and the one that ran.
+    asked: ScanStrategy,
+    ran: ScanStrategy,
     ms: f64,
     flops: f64,
     bytes: f64,
+    /// Outputs of the last run, for the comparison between strategies.
+    o: Vec<f32>,
+    state: Vec<f32>,
 }
 
+#[allow(clippy::too_many_arguments)]
 fn bench_gpu(
     gpu: &Gpu,
     a: &Args,
     form: Form,
     t: usize,
+    strategy: ScanStrategy,
+    x: &Inputs,
+    kernels: &ScanKernels,
     timer: Option<&Timer>,
 ) -> Result<Row, GpuError> {
     let shape = shape(a, form, t);
-    let x = inputs(&shape);
-    let kernels = ScanKernels::new(gpu, form)?;
     let bq = gpu.storage_from("q", &x.q)?;
     let bk = gpu.storage_from("k", &x.k)?;
     let bv = gpu.storage_from("v", &x.v)?;
@@ -239,7 +267,7 @@ fn bench_gpu(
         o: &bo,
         state: &bs,
     };
-    let scan = ChunkScan::new(gpu, &kernels, shape, io)?;
+    let scan = ChunkScan::with_strategy(gpu, kernels, shape, io, strategy)?;
     for _ in 0..a.warmup {
         time_once(gpu, &scan, timer)?;
     }
@@ -253,9 +281,13 @@ fn bench_gpu(
     Ok(Row {
         form,
         t,
+        asked: strategy,
+        ran: scan.strategy(),
         ms: times[times.len() / 2],
         flops: scan.flops(),
         bytes: scan.bytes(),
+        o: gpu.read_f32(&bo)?,
+        state: gpu.read_f32(&bs)?,
     })
 }
 
@@ -292,7 +324,12 @@ fn print_breakdown(gpu: &Gpu, scan: &ChunkScan, form: Form, t: usize) -> Result<
             format!("{l} {ms:.3} ms")
         })
         .collect();
-    eprintln!("{} T={t}: {}", form_name(form), parts.join(", "));
+    eprintln!(
+        "{} {} T={t}: {}",
+        form_name(form),
+        scan.strategy().name(),
+        parts.join(", ")
+    );
     Ok(())
 }
 
@@ -340,6 +377,21 @@ fn bench_cpu(a: &Args, form: Form) -> f64 {
     s.t as f64 / start.elapsed().as_secs_f64()
 }
 
+/// max |a − b| / max |b| (0 for an all-zero b equal to a).
+fn rel_diff(a: &[f32], b: &[f32]) -> f64 {
+    let diff = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| f64::from((x - y).abs()))
+        .fold(0.0, f64::max);
+    let scale = b.iter().map(|y| f64::from(y.abs())).fold(0.0, f64::max);
+    if diff == 0.0 {
+        0.0
+    } else {
+        diff / scale
+    }
+}
+
 fn form_name(f: Form) -> &'static str {
     match f {
         Form::Mamba2 => "mamba2",
@@ -376,24 +428,58 @@ fn main() {
         a.warmup
     );
     println!();
-    println!("| adapter | form | T | ms | tokens/s | GFLOP/s | GB/s |");
-    println!("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
+    println!(
+        "| adapter | form | strategy | T | ms | tokens/s | GFLOP/s | GB/s | o diff | state diff |"
+    );
+    println!("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |");
     for &form in &a.forms {
-        for &t in &a.ts {
-            match bench_gpu(&gpu, &a, form, t, timer.as_ref()) {
-                Ok(r) => println!(
-                    "| {adapter} | {} | {} | {:.3} | {:.0} | {:.1} | {:.2} |",
-                    form_name(r.form),
-                    r.t,
-                    r.ms,
-                    r.t as f64 / (r.ms / 1e3),
-                    r.flops / (r.ms / 1e3) / 1e9,
-                    r.bytes / (r.ms / 1e3) / 1e9
-                ),
-                Err(e) => println!(
-                    "| {adapter} | {} | {t} | error: {e} | | | |",
+        let kernels = match ScanKernels::new(&gpu, form) {
+            Ok(k) => k,
+            Err(e) => {
+                println!(
+                    "| {adapter} | {} | | | error: {e} | | | | | |",
                     form_name(form)
-                ),
+                );
+                continue;
+            }
+        };
+        for &t in &a.ts {
+            let x = inputs(&shape(&a, form, t));
+            let mut first: Option<Row> = None;
+            for &strategy in &a.strategies {
+                match bench_gpu(&gpu, &a, form, t, strategy, &x, &kernels, timer.as_ref()) {
+                    Ok(r) => {
+                        let (o_diff, s_diff) = match &first {
+                            Some(f) => (
+                                format!("{:.2e}", rel_diff(&r.o, &f.o)),
+                                format!("{:.2e}", rel_diff(&r.state, &f.state)),
+                            ),
+                            None => (String::new(), String::new()),
+                        };
+                        let name = if r.ran == r.asked {
+                            r.ran.name().to_string()
+                        } else {
+                            format!("{} (fallback)", r.ran.name())
+                        };
+                        println!(
+                            "| {adapter} | {} | {name} | {} | {:.3} | {:.0} | {:.1} | {:.2} | {o_diff} | {s_diff} |",
+                            form_name(r.form),
+                            r.t,
+                            r.ms,
+                            r.t as f64 / (r.ms / 1e3),
+                            r.flops / (r.ms / 1e3) / 1e9,
+                            r.bytes / (r.ms / 1e3) / 1e9
+                        );
+                        if first.is_none() {
+                            first = Some(r);
+                        }
+                    }
+                    Err(e) => println!(
+                        "| {adapter} | {} | {} | {t} | error: {e} | | | | | |",
+                        form_name(form),
+                        strategy.name()
+                    ),
+                }
             }
         }
     }
