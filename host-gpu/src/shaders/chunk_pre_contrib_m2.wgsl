@@ -12,8 +12,9 @@
 const TILE: u32 = 64u;
 const DEPTH: u32 = 16u;
 
-var<workgroup> ks: array<f32, 1024>; // [DEPTH][TILE]: K̃ rows of this step, dk columns of the tile
-var<workgroup> vs: array<f32, 1024>; // [DEPTH][TILE]: V rows of this step, dv columns of the tile
+// vec4 elements so that the inner product reads four values per load.
+var<workgroup> ks: array<vec4<f32>, 256>; // [DEPTH][TILE / 4]: K̃ rows of this step, dk columns of the tile
+var<workgroup> vs: array<vec4<f32>, 256>; // [DEPTH][TILE / 4]: V rows of this step, dv columns of the tile
 var<workgroup> fk: array<f32, 64>;   // e^{Γ − γ_j}
 
 fn store_row(base: u32, kk: u32, d0: u32, a: vec4<f32>) {
@@ -56,20 +57,18 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             if (kk < P.dk) {
                 kv = k[qk_row(t, h) + kk] * fk[j0 + jj];
             }
-            ks[e] = kv;
+            ks[e / 4u][e % 4u] = kv;
             let d = vb * TILE + x;
             var vv = 0.0;
             if (d < P.dv) {
                 vv = v[(t * P.heads + h) * P.dv + d];
             }
-            vs[e] = vv;
+            vs[e / 4u][e % 4u] = vv;
         }
         workgroupBarrier();
         for (var jj = 0u; jj < DEPTH; jj++) {
-            let r = jj * TILE + 4u * ty;
-            let kr = vec4<f32>(ks[r], ks[r + 1u], ks[r + 2u], ks[r + 3u]);
-            let s = jj * TILE + 4u * tx;
-            let vr = vec4<f32>(vs[s], vs[s + 1u], vs[s + 2u], vs[s + 3u]);
+            let kr = ks[jj * (TILE / 4u) + ty];
+            let vr = vs[jj * (TILE / 4u) + tx];
             a0 += kr.x * vr;
             a1 += kr.y * vr;
             a2 += kr.z * vr;

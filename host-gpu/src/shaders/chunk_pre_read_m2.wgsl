@@ -17,8 +17,9 @@
 const TILE: u32 = 64u;
 const DEPTH: u32 = 16u;
 
-var<workgroup> qs: array<f32, 1024>; // [DEPTH][64 rows]: scaled q̃ of this step
-var<workgroup> ss: array<f32, 1024>; // [DEPTH][TILE]: state rows of this step
+// vec4 elements so that the inner product reads four values per load.
+var<workgroup> qs: array<vec4<f32>, 256>; // [DEPTH][64 rows / 4]: scaled q̃ of this step
+var<workgroup> ss: array<vec4<f32>, 256>; // [DEPTH][TILE / 4]: state rows of this step
 var<workgroup> fac: array<f32, 64>;  // λ_i e^{γ_i + D} of the current level
 
 fn add_row(h: u32, t0: u32, n: u32, i: u32, d0: u32, a: vec4<f32>) {
@@ -84,21 +85,20 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 if (i < n && k0 + kq < P.dk) {
                     x = q[qk_row(t0 + i, h) + k0 + kq] * fac[i];
                 }
-                qs[kq * TILE + i] = x;
+                let qi = kq * TILE + i;
+                qs[qi / 4u][qi % 4u] = x;
                 let kr = e / TILE;
                 let d = vb * TILE + e % TILE;
                 var y = 0.0;
                 if (k0 + kr < P.dk && d < P.dv) {
                     y = xs[sbase + (k0 + kr) * P.dv + d];
                 }
-                ss[e] = y;
+                ss[e / 4u][e % 4u] = y;
             }
             workgroupBarrier();
             for (var kk = 0u; kk < DEPTH; kk++) {
-                let r = kk * TILE + 4u * ty;
-                let qr = vec4<f32>(qs[r], qs[r + 1u], qs[r + 2u], qs[r + 3u]);
-                let s = kk * TILE + 4u * tx;
-                let sr = vec4<f32>(ss[s], ss[s + 1u], ss[s + 2u], ss[s + 3u]);
+                let qr = qs[kk * (TILE / 4u) + ty];
+                let sr = ss[kk * (TILE / 4u) + tx];
                 a0 += qr.x * sr;
                 a1 += qr.y * sr;
                 a2 += qr.z * sr;
