@@ -131,6 +131,16 @@ pub fn exercise_snapshot(data: &[u8]) {
     }
     one::<f32>(data);
     one::<half::f16>(data);
+    // Again with the CRC made valid, so that mutations reach the header and size checks
+    // behind it (a fuzzer cannot forge a CRC on its own).
+    if data.len() >= snapshot::MIN_LEN {
+        let mut fixed = data.to_vec();
+        let n = fixed.len() - snapshot::CRC_LEN;
+        let crc = snapshot::Crc32::of(&fixed[..n]);
+        fixed[n..].copy_from_slice(&crc.to_le_bytes());
+        one::<f32>(&fixed);
+        one::<half::f16>(&fixed);
+    }
 }
 
 /// NOR-flash semantics over a file, for hosts that want the A/B slots on disk: erase writes
