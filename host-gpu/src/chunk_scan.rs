@@ -14,12 +14,24 @@
 //! 5. `chunk_state`: the decoder's state after token T−1: levels before the last chunk from the
 //!    scan; tokens of the last chunk in closed form (Mamba-2) or stepped like the decoder (GDN).
 //!
+//! Steps 3 and 4 are the [`ScanStrategy::LevelWalk`]. [`ScanStrategy::Precomputed`] (Mamba-2;
+//! `LOGLINEAR_SCAN=precomputed`) replaces them by: `chunk_pre_contrib_m2` (every source chunk's
+//! K̃ᵀV once, fully parallel, into `xs[NT−1][H][dk][dv]`), `chunk_pre_sweep` (one elementwise
+//! dispatch per chunk level m ≥ 1: the in-place up-sweep, so that slot s holds the sum of the
+//! 2^m chunks ending at s, m = trailing one bits of s), `chunk_pre_prefix` (the saturated level's
+//! running prefix over blocks of 2^m_top chunks, in place) and `chunk_pre_read_m2` (one
+//! workgroup per (64 dv columns, reader chunk, head): every level it reads as one 64 × dk by
+//! dk × 64 tile product with the decay between folded into q̃, added straight to `o`; the last
+//! chunk writes the hand-off states). Chunk c reads level m from slot ((c >> m) << m) − 1 decayed
+//! by the Γ of the chunks between, so every exponent is still of a sum of Γ ≤ 0.
+//!
 //! Limits: dk ≤ 256 (a scan thread owns a state row; the GDN final-state pass keeps a column of
 //! dk values per thread); any dv; any T ≥ 1 up to 64·65535 tokens; lambda_cols ≥ levels ≤ 32;
 //! 32 KiB of workgroup memory and 11 storage buffers per stage (checked in [`ScanKernels::new`]).
-//! Scratch: γ (T·H), the packed reader rows of the levels (about scans·T/2·H·dv floats), for GDN
-//! q̃, K̃, W̃ (T·H·dk each) and U (T·H·dv); every buffer must fit the adapter's binding limit
-//! ([`GpuError::TooLarge`] otherwise).
+//! Scratch: γ (T·H), the packed reader rows of the levels (about scans·T/2·H·dv floats; the
+//! precomputed strategy has `xs`, (NT−1)·H·dk·dv floats, instead, and falls back to the walk when
+//! that does not fit the binding limit), for GDN q̃, K̃, W̃ (T·H·dk each) and U (T·H·dv); every
+//! buffer must fit the adapter's binding limit ([`GpuError::TooLarge`] otherwise).
 //!
 //! Measured on an NVIDIA H200 (Vulkan, fp32, 48 heads, dk 128, dv 64, 15 levels, GPU timestamps):
 //! Mamba-2 (q, k shared) T = 2048 / 8192 / 16384 in 2.7 / 14.1 / 32.0 ms, GDN in 13.9 / 64.3 /
