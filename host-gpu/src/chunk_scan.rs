@@ -14,8 +14,8 @@
 //! 5. `chunk_state`: the decoder's state after token T−1: levels before the last chunk from the
 //!    scan; tokens of the last chunk in closed form (Mamba-2) or stepped like the decoder (GDN).
 //!
-//! Steps 3 and 4 are the [`ScanStrategy::LevelWalk`]. [`ScanStrategy::Precomputed`] (Mamba-2;
-//! `LOGLINEAR_SCAN=precomputed`) replaces them by: `chunk_pre_contrib_m2` (every source chunk's
+//! Steps 3 and 4 are the [`ScanStrategy::LevelWalk`] (`LOGLINEAR_SCAN=walk`). The default
+//! [`ScanStrategy::Precomputed`] (Mamba-2 only so far) replaces them by: `chunk_pre_contrib_m2` (every source chunk's
 //! K̃ᵀV once, fully parallel, into `xs[NT−1][H][dk][dv]`), `chunk_pre_sweep` (one elementwise
 //! dispatch per chunk level m ≥ 1: the in-place up-sweep, so that slot s holds the sum of the
 //! 2^m chunks ending at s, m = trailing one bits of s), `chunk_pre_prefix` (the saturated level's
@@ -200,18 +200,19 @@ const PRE_READ_M2: &str = include_str!("shaders/chunk_pre_read_m2.wgsl");
 pub const SCAN_STRATEGY_ENV: &str = "LOGLINEAR_SCAN";
 
 /// How the inter-chunk levels (step 3 of the module docs) are computed. Both give the same
-/// results within fp32 rounding; which is faster depends on the GPU (see BENCHMARKS.md).
+/// results within fp32 rounding. `Precomputed` is the default: on the H200 it runs the
+/// Mamba-2 operator 2-4x faster than the walk (BENCHMARKS.md, "GPU prefill").
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum ScanStrategy {
     /// One workgroup per (8 dv columns, head, chunk level) walks the chunks in order,
     /// recomputing every source chunk's K̃ᵀU per level (`chunk_scan_*` + `chunk_combine`).
-    #[default]
     LevelWalk,
     /// Mamba-2: every chunk's K̃ᵀV computed once into a scratch buffer `[NT−1][H][dk][dv]`, the
     /// level states by an in-place up-sweep over it (elementwise, log NT dispatches), then all
     /// reader chunks and levels in one tiled kernel. Needs that buffer to fit the adapter's
     /// binding limit; otherwise, and for Gated DeltaNet (not implemented yet), the level walk
     /// runs ([`ChunkScan::strategy`] says which ran).
+    #[default]
     Precomputed,
 }
 
@@ -226,7 +227,7 @@ impl ScanStrategy {
     }
 
     /// The strategy [`ChunkScan::new`] uses: `LOGLINEAR_SCAN` when set to a known name, else the
-    /// default ([`ScanStrategy::LevelWalk`]).
+    /// default ([`ScanStrategy::Precomputed`]).
     pub fn from_env() -> Self {
         std::env::var(SCAN_STRATEGY_ENV)
             .ok()
