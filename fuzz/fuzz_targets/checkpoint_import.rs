@@ -7,6 +7,8 @@
 
 use libfuzzer_sys::fuzz_target;
 
+// `join_input` is for the replay test and seed making only.
+#[allow(dead_code)]
 #[path = "../exercise/checkpoint_import.rs"]
 mod exercise;
 
