@@ -21,6 +21,7 @@ mod protocol;
 mod request;
 #[cfg(not(transport_uart))]
 mod serial;
+mod snapshot;
 mod stack;
 #[cfg(transport_uart)]
 mod uart;
@@ -164,8 +165,10 @@ fn run() -> Result<(), i32> {
         board::LEVELS
     );
     let arena = ARENA.take().ok_or(EXIT_RUNTIME)?;
+    // What snapshots carry to say which model file they belong to (`SNAP`).
+    let fingerprint = loglinear_runtime::snapshot::model_fingerprint(&MODEL.0);
     let (mut rx, mut tx) = transport::open().map_err(|_| EXIT_RUNTIME)?;
-    serve(&model, arena, &mut rx, &mut tx)
+    serve(&model, arena, fingerprint, &mut rx, &mut tx)
 }
 
 /// Serves protocol commands from `rx`, replies on `tx`, until end of input or `QUIT`. Only a
@@ -173,6 +176,7 @@ fn run() -> Result<(), i32> {
 fn serve<R: Read, W: Write>(
     model: &Model<'_>,
     arena: &mut [u8],
+    fingerprint: u64,
     rx: &mut R,
     tx: &mut W,
 ) -> Result<(), i32> {
@@ -201,6 +205,8 @@ fn serve<R: Read, W: Write>(
         })?;
         session.reset();
         let mut generated = 0usize;
+        // The PRNG state of the last GEN's sampler, for SNAP.
+        let mut rng_state = 0u64;
         loop {
             let line = match lines.next_line(rx) {
                 Line::Complete(line) => line,
@@ -229,6 +235,11 @@ fn serve<R: Read, W: Write>(
                     return Ok(());
                 }
                 Ok(Command::Status) => status(tx, &session, levels, generated),
+                Ok(Command::Snap) => {
+                    if let Err(e) = snapshot::reply_snap(tx, &session, rng_state, fingerprint) {
+                        reply_err(tx, ErrCode::Runtime, format_args!("snapshot: {e}"));
+                    }
+                }
                 Ok(Command::Reset(args)) => match request::parse_reset(args, board::LEVELS) {
                     Ok(new_levels) => {
                         levels = new_levels.unwrap_or(levels);
@@ -239,8 +250,9 @@ fn serve<R: Read, W: Write>(
                 },
                 Ok(Command::Gen(args)) => match request::parse_gen(args) {
                     Ok(params) => match generate(&mut session, &params, tx) {
-                        Ok(n) => {
+                        Ok((n, rng)) => {
                             generated += n;
+                            rng_state = rng;
                             let _ = writeln!(tx, "DONE {n}");
                         }
                         Err(msg) => reply_err(tx, ErrCode::Runtime, format_args!("{msg}")),
@@ -268,12 +280,12 @@ fn serve<R: Read, W: Write>(
 
 /// `GEN`: feeds the prompt (the default prompt on a fresh session without one), then samples
 /// and streams `params.tokens` tokens, each as a `TOK` line as soon as it is sampled. Returns
-/// the number generated.
+/// the number generated and the sampler's final PRNG state.
 fn generate<W: Write>(
     session: &mut Session<'_, StateElem>,
     params: &request::GenParams<'_>,
     tx: &mut W,
-) -> Result<usize, &'static str> {
+) -> Result<(usize, u64), &'static str> {
     let prompt = match params.prompt {
         Some(p) => p,
         None if session.t() == 0 => request::DEFAULT_PROMPT,
@@ -300,7 +312,7 @@ fn generate<W: Write>(
         reply_tok(tx, next, tokenizer::decode(next));
         session.step(next).map_err(step_err)?;
     }
-    Ok(params.tokens)
+    Ok((params.tokens, sampler.rng_state()))
 }
 
 /// `STATUS`: one line of `key=value` words.

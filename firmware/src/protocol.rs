@@ -129,6 +129,8 @@ pub enum Command<'a> {
     Reset(&'a str),
     /// `QUIT`.
     Quit,
+    /// `SNAP`: the session snapshot, hex-encoded (`snapshot::reply_snap`).
+    Snap,
     /// A blank line: ignored.
     Blank,
 }
@@ -161,6 +163,8 @@ pub fn parse_command(line: &mut [u8]) -> Result<Command<'_>, CommandError<'_>> {
         )),
         b"QUIT" if args_blank => Ok(Command::Quit),
         b"QUIT" => Err(CommandError::UnexpectedArgs("QUIT")),
+        b"SNAP" if args_blank => Ok(Command::Snap),
+        b"SNAP" => Err(CommandError::UnexpectedArgs("SNAP")),
         b"" if args_blank => Ok(Command::Blank),
         w => Err(CommandError::Unknown(
             core::str::from_utf8(w).unwrap_or("?"),

@@ -103,7 +103,7 @@ fn answer(line: &mut [u8], out: &mut Sink) {
             Ok(levels) => assert!(levels.is_none_or(|l| (1..=MAX_LEVELS).contains(&l))),
             Err(e) => reply_err(out, ErrCode::BadParam, format_args!("{e}")),
         },
-        Ok(Command::Status | Command::Quit | Command::Blank) => {}
+        Ok(Command::Status | Command::Quit | Command::Snap | Command::Blank) => {}
         Err(e) => reply_err(out, ErrCode::UnknownCommand, format_args!("{e:?}")),
     }
 }
