@@ -73,6 +73,61 @@ fn top_level_string(text: &str, key: &str) -> Option<String> {
     None
 }
 
+/// An integer of a board.toml (`0x2100_0000`, `8_388_608`).
+fn parse_int(v: &str) -> Option<u64> {
+    let v = v.trim().replace('_', "");
+    match v.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16).ok(),
+        None => v.parse().ok(),
+    }
+}
+
+/// `key = <integer>` in the `[table]` of a board.toml (comments stripped), if present.
+fn table_int(text: &str, table: &str, key: &str) -> Result<Option<u64>, String> {
+    let mut inside = false;
+    for line in text.lines() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.starts_with('[') {
+            inside = line == format!("[{table}]");
+            continue;
+        }
+        let Some((k, v)) = line.split_once('=') else {
+            continue;
+        };
+        if inside && k.trim() == key {
+            return parse_int(v)
+                .map(Some)
+                .ok_or_else(|| format!("[{table}] {key} = {} is not an integer", v.trim()));
+        }
+    }
+    Ok(None)
+}
+
+/// The `[snapshot]` region of a board (origin, bytes of one slot), checked: two slots, 4 KiB
+/// aligned, outside the flash and RAM regions the linker uses. `(0, 0)` without one.
+fn snapshot_region(text: &str, profile: &BoardProfile) -> Result<(u64, u64), String> {
+    let origin = table_int(text, "snapshot", "origin")?;
+    let slot = table_int(text, "snapshot", "slot_bytes")?;
+    let (origin, slot) = match (origin, slot) {
+        (None, None) => return Ok((0, 0)),
+        (Some(o), Some(s)) => (o, s),
+        _ => return Err("[snapshot] needs both origin and slot_bytes".into()),
+    };
+    if origin % 4096 != 0 || slot % 4096 != 0 || slot == 0 {
+        return Err("[snapshot] origin and slot_bytes must be multiples of 4096".into());
+    }
+    let end = origin + 2 * slot;
+    if end > u64::from(u32::MAX) + 1 {
+        return Err("[snapshot] region beyond the 32-bit address space".into());
+    }
+    for (name, r) in [("flash", &profile.flash), ("ram", &profile.ram)] {
+        if origin < r.origin + r.length && r.origin < end {
+            return Err(format!("[snapshot] region overlaps memory.{name}"));
+        }
+    }
+    Ok((origin, slot))
+}
+
 fn run() -> Result<(), String> {
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").map_err(|e| e.to_string())?);
     let root = manifest
@@ -180,6 +235,8 @@ fn run() -> Result<(), String> {
             ))
         }
     }
+    let (snap_origin, snap_slot) =
+        snapshot_region(&board_text, &profile).map_err(|e| format!("board {board}: {e}"))?;
     if kind == "qemu" || transport == "semihosting" {
         println!("cargo:rustc-cfg=semihosting");
     }
@@ -257,6 +314,18 @@ fn run() -> Result<(), String> {
         gen,
         "pub const ARENA_BYTES: usize = {};",
         plan.session.arena
+    )
+    .ok();
+    writeln!(
+        gen,
+        "/// Snapshot region (`[snapshot]` of board.toml): start address, bytes of one of its two"
+    )
+    .ok();
+    writeln!(gen, "/// slots; 0 and 0 on a board without one.").ok();
+    writeln!(gen, "pub const SNAPSHOT_ORIGIN: usize = {snap_origin:#x};").ok();
+    writeln!(
+        gen,
+        "pub const SNAPSHOT_SLOT_BYTES: usize = {snap_slot:#x};"
     )
     .ok();
     writeln!(gen, "/// Vocabulary size of the embedded model.").ok();

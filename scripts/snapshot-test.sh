@@ -83,3 +83,88 @@ if cmp -s "$WORK/host.snap" "$WORK/board.snap"; then
 else
     echo "  note: the board's snapshot differs from the host's in $(cmp -l "$WORK/host.snap" "$WORK/board.snap" | wc -l) bytes (float rounding differs across targets); tokens agree"
 fi
+
+# --- The board's A/B snapshot store: SAVE, LOAD, RESTORE (docs/serial-protocol.md) ---------
+# One QEMU run: the store (the PSRAM region of board.toml's [snapshot]) lives as long as the
+# machine. `gen_blocks` prints the token ids of each GEN of a transcript, one GEN a line.
+gen_blocks() {
+    awk '/^TOK /{ids = ids (ids == "" ? "" : " ") $2} /^DONE /{print ids; ids = ""}' "$1"
+}
+hex_lines() { xxd -p -c 64 "$1" | sed 's/^/HEX /'; }
+# The host's snapshot and a copy with one byte of its body flipped (CRC mismatch).
+snap_len=$(stat -c %s "$WORK/host.snap")
+cp "$WORK/host.snap" "$WORK/bad.snap"
+at=$((snap_len / 2))
+old=$(od -An -tu1 -j "$at" -N1 "$WORK/bad.snap" | tr -d ' ')
+# shellcheck disable=SC2059 # the format is the escaped byte
+printf "\\x$(printf %02x $((old ^ 0x5a)))" | dd of="$WORK/bad.snap" bs=1 seek="$at" conv=notrunc status=none
+hex_lines "$WORK/host.snap" >"$WORK/host.hex"
+hex_lines "$WORK/bad.snap" >"$WORK/bad.hex"
+half=$(($(wc -l <"$WORK/host.hex") / 2))
+n3=5
+{
+    printf 'GEN n=%d temperature=0 prompt=ROMEO:\\n\n' "$n1"      # block 1
+    printf 'SAVE\n'                                                 # seq 1 at t = 7 + n1
+    printf 'GEN n=%d temperature=0\n' "$n2"                         # block 2: uninterrupted
+    printf 'RESET\nLOAD\n'
+    printf 'GEN n=%d temperature=0\n' "$n2"                         # block 3: = block 2 (a)
+    printf 'RESTORE bytes=%d\n' "$snap_len"                         # cut short (c)
+    sed -n "1,${half}p" "$WORK/host.hex"
+    printf 'STATUS\n'
+    printf 'RESTORE bytes=%d\n' "$snap_len"                         # corrupt (c)
+    cat "$WORK/bad.hex"
+    printf 'END\nRESET\nLOAD\n'                                     # still seq 1 (c)
+    printf 'GEN n=%d temperature=0\n' "$n2"                         # block 4: = block 2
+    printf 'SAVE\nGEN n=%d temperature=0\nSAVE\n' "$n3"             # block 5; seq 2, seq 3 (d)
+    printf 'GEN n=%d temperature=0\n' "$n2"                         # block 6: after seq 3
+    printf 'RESET\nLOAD\n'                                          # seq 3 (d)
+    printf 'GEN n=%d temperature=0\n' "$n2"                         # block 7: = block 6
+    printf 'RESTORE bytes=%d\n' "$snap_len"                         # host → board (b)
+    cat "$WORK/host.hex"
+    printf 'END\n'
+    printf 'GEN n=%d temperature=0\n' "$n2"                         # block 8: = host --resume
+    printf 'STATUS\nQUIT\n'
+} >"$WORK/store.in"
+rc=0
+# shellcheck disable=SC2086 # the runner is a command line
+timeout "$QEMU_TIMEOUT" $runner "$elf" <"$WORK/store.in" >"$WORK/store.out" 2>"$WORK/store.err" || rc=$?
+[ "$rc" -eq 0 ] || {
+    cat "$WORK/store.err" >&2
+    fail "$board: QEMU exited with $rc (store test), output in $WORK/store.out"
+}
+mapfile -t blocks < <(gen_blocks "$WORK/store.out")
+[ "${#blocks[@]}" -eq 8 ] || fail "$board: ${#blocks[@]} GEN replies, want 8 ($WORK/store.out)"
+replies=$(grep -v '^TOK \|^DONE \|^READY \|^\[' "$WORK/store.out")
+expect_reply() { # the k-th reply of a kind matches a pattern
+    local k="$1" prefix="$2" pattern="$3" got
+    got=$(grep "^$prefix" <<<"$replies" | sed -n "${k}p")
+    [[ "$got" =~ $pattern ]] || fail "$board: reply $k of $prefix is [$got], want /$pattern/ ($WORK/store.out)"
+}
+t1=$((7 + n1)) t3=$((7 + n1 + n2 + n3))
+expect_reply 1 SAVED "^SAVED seq=1 slot=A bytes=[0-9]+ t=$t1\$"
+expect_reply 1 LOADED "^LOADED seq=1 slot=A bytes=[0-9]+ t=$t1\$"
+[ "${blocks[2]}" = "${blocks[1]}" ] ||
+    fail "$board: after SAVE, RESET, LOAD the board gives [${blocks[2]}], uninterrupted [${blocks[1]}]"
+echo "  ok (a): board SAVE (t = $t1), RESET, LOAD: $n2 greedy tokens equal the uninterrupted run"
+expect_reply 1 "ERR" "^ERR 5 RESTORE: upload cut short after [0-9]+ bytes"
+expect_reply 1 STATUS "^STATUS tokens=$((t1 + n2)) "
+expect_reply 2 "ERR" "^ERR 7 RESTORE: corrupt: CRC mismatch"
+expect_reply 2 LOADED "^LOADED seq=1 slot=A bytes=[0-9]+ t=$t1\$"
+[ "${blocks[3]}" = "${blocks[1]}" ] || fail "$board: LOAD after the bad uploads gives [${blocks[3]}]"
+echo "  ok (c): a RESTORE cut short (then STATUS runs) and a corrupt one (CRC): ERR, LOAD still gives seq 1"
+expect_reply 2 SAVED "^SAVED seq=2 slot=B "
+expect_reply 3 SAVED "^SAVED seq=3 slot=A bytes=[0-9]+ t=$t3\$"
+expect_reply 3 LOADED "^LOADED seq=3 slot=A bytes=[0-9]+ t=$t3\$"
+[ "${blocks[6]}" = "${blocks[5]}" ] || fail "$board: LOAD of seq 3 gives [${blocks[6]}], want [${blocks[5]}]"
+echo "  ok (d): SAVE twice, LOAD gives the newer (seq 3, t = $t3) and continues it"
+expect_reply 1 RESTORED "^RESTORED seq=4 slot=B bytes=$snap_len t=$t1\$"
+"$LOGLINEAR" generate --model "$MODEL" --resume "$WORK/host.snap" -n "$n2" --temperature 0 \
+    >"$WORK/host-resumed2.out" 2>"$WORK/host-resumed2.err" ||
+    fail "host resume of its own snapshot: $(cat "$WORK/host-resumed2.err")"
+n=$(stat -c %s "$WORK/host-resumed2.out")
+host_ids=$(head -c "$((n - 1))" "$WORK/host-resumed2.out" | od -An -tu1 -v | tr -s ' \n' ' ' |
+    sed 's/^ //; s/ $//')
+[ "${blocks[7]}" = "$host_ids" ] ||
+    fail "$board: after RESTORE of the host's snapshot the board gives [${blocks[7]}], the host's --resume [$host_ids]"
+echo "  ok (b): host --save-snapshot ($snap_len bytes) uploaded with RESTORE: the board's $n2 greedy tokens equal the host's --resume"
+echo "  stack: $(grep -o 'stack_peak_bytes=[0-9]*' "$WORK/store.out" | tail -n1) after SAVE/LOAD/RESTORE"

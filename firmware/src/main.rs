@@ -16,6 +16,7 @@
 
 #[cfg(feature = "rp2040")]
 mod boot2;
+mod flash;
 mod fmt;
 mod protocol;
 mod request;
@@ -167,8 +168,10 @@ fn run() -> Result<(), i32> {
     let arena = ARENA.take().ok_or(EXIT_RUNTIME)?;
     // What snapshots carry to say which model file they belong to (`SNAP`).
     let fingerprint = loglinear_runtime::snapshot::model_fingerprint(&MODEL.0);
+    // The A/B snapshot store (`SAVE`, `LOAD`, `RESTORE`), on boards with a `[snapshot]` region.
+    let mut store = flash::open_store();
     let (mut rx, mut tx) = transport::open().map_err(|_| EXIT_RUNTIME)?;
-    serve(&model, arena, fingerprint, &mut rx, &mut tx)
+    serve(&model, arena, fingerprint, store.as_mut(), &mut rx, &mut tx)
 }
 
 /// Serves protocol commands from `rx`, replies on `tx`, until end of input or `QUIT`. Only a
@@ -177,6 +180,7 @@ fn serve<R: Read, W: Write>(
     model: &Model<'_>,
     arena: &mut [u8],
     fingerprint: u64,
+    mut store: Option<&mut flash::Store>,
     rx: &mut R,
     tx: &mut W,
 ) -> Result<(), i32> {
@@ -193,6 +197,8 @@ fn serve<R: Read, W: Write>(
         board::TRANSPORT
     );
     let mut lines = LineReader::new();
+    // A line that cut a `RESTORE` upload short: the next command.
+    let mut pending = snapshot::Pending::new();
     let mut levels = board::LEVELS;
     // One pass per session: `RESET` ends the inner loop and builds a fresh one.
     loop {
@@ -208,7 +214,11 @@ fn serve<R: Read, W: Write>(
         // The PRNG state of the last GEN's sampler, for SNAP.
         let mut rng_state = 0u64;
         loop {
-            let line = match lines.next_line(rx) {
+            let next = match pending.take() {
+                Some(line) => Line::Complete(line),
+                None => lines.next_line(rx),
+            };
+            let line = match next {
                 Line::Complete(line) => line,
                 Line::TooLong => {
                     let max = protocol::MAX_LINE;
@@ -238,6 +248,81 @@ fn serve<R: Read, W: Write>(
                 Ok(Command::Snap) => {
                     if let Err(e) = snapshot::reply_snap(tx, &session, rng_state, fingerprint) {
                         reply_err(tx, ErrCode::Runtime, format_args!("snapshot: {e}"));
+                    }
+                }
+                Ok(Command::Save) => {
+                    let Some(store) = store.as_deref_mut() else {
+                        no_store(tx);
+                        continue;
+                    };
+                    let mut sampler = Sampler::new(SamplerConfig::default());
+                    sampler.set_rng_state(rng_state);
+                    match store.save_snapshot(&session, &sampler, fingerprint) {
+                        Ok(info) => {
+                            let _ = writeln!(
+                                tx,
+                                "SAVED seq={} slot={:?} bytes={} t={}",
+                                info.seq,
+                                info.slot,
+                                info.len,
+                                session.t()
+                            );
+                        }
+                        Err(e) => reply_err(tx, ErrCode::Runtime, format_args!("SAVE: {e}")),
+                    }
+                }
+                Ok(Command::Load) => {
+                    let Some(store) = store.as_deref_mut() else {
+                        no_store(tx);
+                        continue;
+                    };
+                    load(
+                        store,
+                        &mut session,
+                        &mut rng_state,
+                        fingerprint,
+                        tx,
+                        "LOADED",
+                    );
+                }
+                Ok(Command::Restore(args)) => {
+                    let total = match snapshot::parse_restore(args) {
+                        Ok(n) => n,
+                        Err(e) => {
+                            reply_err(tx, ErrCode::BadParam, format_args!("{e}"));
+                            continue;
+                        }
+                    };
+                    let Some(store) = store.as_deref_mut() else {
+                        no_store(tx);
+                        continue;
+                    };
+                    let got = snapshot::receive_restore(
+                        store,
+                        total,
+                        fingerprint,
+                        &mut lines,
+                        rx,
+                        &mut pending,
+                    );
+                    match got {
+                        Ok(_) => load(
+                            store,
+                            &mut session,
+                            &mut rng_state,
+                            fingerprint,
+                            tx,
+                            "RESTORED",
+                        ),
+                        Err(e) => {
+                            let code = match e {
+                                snapshot::UploadError::BadRequest
+                                | snapshot::UploadError::BadSize { .. } => ErrCode::BadParam,
+                                snapshot::UploadError::CutShort { .. } => ErrCode::CutShort,
+                                _ => ErrCode::Snapshot,
+                            };
+                            reply_err(tx, code, format_args!("RESTORE: {e}"))
+                        }
                     }
                 }
                 Ok(Command::Reset(args)) => match request::parse_reset(args, board::LEVELS) {
@@ -275,6 +360,50 @@ fn serve<R: Read, W: Write>(
                 ),
             }
         }
+    }
+}
+
+/// `ERR` for `SAVE`, `LOAD`, `RESTORE` on a board without a snapshot region.
+fn no_store<W: Write>(tx: &mut W) {
+    let msg = format_args!("no snapshot region on this board ([snapshot] in board.toml)");
+    reply_err(tx, ErrCode::Snapshot, msg)
+}
+
+/// Restores the session from the store's newest valid slot and replies
+/// `<word> seq=<n> slot=<A|B> bytes=<n> t=<t>`, or `ERR 7` with the reason: none stored, model
+/// mismatch, corrupt.
+fn load<W: Write>(
+    store: &mut flash::Store,
+    session: &mut Session<'_, StateElem>,
+    rng_state: &mut u64,
+    fingerprint: u64,
+    tx: &mut W,
+    word: &str,
+) {
+    use loglinear_runtime::slot_store::StoreError;
+    use loglinear_runtime::snapshot::SnapshotError;
+    let mut sampler = Sampler::new(SamplerConfig::default());
+    match store.restore_latest(session, &mut sampler, fingerprint) {
+        Ok(info) => {
+            *rng_state = sampler.rng_state();
+            let _ = writeln!(
+                tx,
+                "{word} seq={} slot={:?} bytes={} t={}",
+                info.seq,
+                info.slot,
+                info.len,
+                session.t()
+            );
+        }
+        Err(StoreError::NoSnapshot) => {
+            reply_err(tx, ErrCode::Snapshot, format_args!("none stored"))
+        }
+        Err(StoreError::Snapshot(SnapshotError::ModelMismatch { .. })) => reply_err(
+            tx,
+            ErrCode::Snapshot,
+            format_args!("model mismatch: the stored snapshot is of another model file"),
+        ),
+        Err(e) => reply_err(tx, ErrCode::Snapshot, format_args!("corrupt: {e}")),
     }
 }
 

@@ -32,6 +32,8 @@ pub enum ErrCode {
     CutShort = 5,
     /// The model or session failed (should not happen with a valid image).
     Runtime = 6,
+    /// A snapshot could not be stored or loaded (`SAVE`, `LOAD`, `RESTORE`): the reason.
+    Snapshot = 7,
 }
 
 /// What [`LineReader::next_line`] found.
@@ -131,6 +133,12 @@ pub enum Command<'a> {
     Quit,
     /// `SNAP`: the session snapshot, hex-encoded (`snapshot::reply_snap`).
     Snap,
+    /// `SAVE`: the session into the board's A/B snapshot store.
+    Save,
+    /// `LOAD`: the session from the newest valid slot of the store.
+    Load,
+    /// `RESTORE bytes=<n>`: an uploaded snapshot follows (`HEX` lines, then `END`).
+    Restore(&'a str),
     /// A blank line: ignored.
     Blank,
 }
@@ -165,6 +173,13 @@ pub fn parse_command(line: &mut [u8]) -> Result<Command<'_>, CommandError<'_>> {
         b"QUIT" => Err(CommandError::UnexpectedArgs("QUIT")),
         b"SNAP" if args_blank => Ok(Command::Snap),
         b"SNAP" => Err(CommandError::UnexpectedArgs("SNAP")),
+        b"SAVE" if args_blank => Ok(Command::Save),
+        b"SAVE" => Err(CommandError::UnexpectedArgs("SAVE")),
+        b"LOAD" if args_blank => Ok(Command::Load),
+        b"LOAD" => Err(CommandError::UnexpectedArgs("LOAD")),
+        b"RESTORE" => Ok(Command::Restore(
+            core::str::from_utf8(args).map_err(|_| CommandError::NotUtf8)?,
+        )),
         b"" if args_blank => Ok(Command::Blank),
         w => Err(CommandError::Unknown(
             core::str::from_utf8(w).unwrap_or("?"),
