@@ -155,6 +155,9 @@ done
 section "Firmware under QEMU, token-identical to the host (scripts/qemu-test.sh)"
 bash "$ROOT/scripts/qemu-test.sh"
 
+section "Snapshots under QEMU (scripts/snapshot-test.sh)"
+bash "$ROOT/scripts/snapshot-test.sh"
+
 section "Memory planner vs the linked firmware, size snapshots (scripts/plan-test.sh)"
 bash "$ROOT/scripts/plan-test.sh"
 
