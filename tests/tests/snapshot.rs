@@ -603,6 +603,42 @@ fn ab_slots_alternate_and_restore_without_a_ram_copy() {
     let _ = <MemFlash<4, 256> as NorFlash>::WRITE_SIZE;
 }
 
+/// A save streamed in pieces (the firmware's `RESTORE` upload) whose producer gives up midway
+/// (upload cut short, bad CRC found at the end) commits nothing: the previous snapshot stays
+/// the newest, and the next save goes into the same slot.
+#[test]
+fn ab_slots_streamed_save_that_fails_commits_nothing() {
+    let (old, new) = (vec![0x11u8; 700], vec![0x22u8; 900]);
+    let mut mem = region_with::<4, 256>(1024, &[&old]);
+    {
+        let mut store = SlotStore::new(MemFlash::<4, 256>::new(&mut mem), 0, 1024).unwrap();
+        for give_up_after in [0usize, 1, 300, 899, 900] {
+            let r = store.save_with(|sink| {
+                for piece in new.chunks(100).take(give_up_after.div_ceil(100)) {
+                    sink(piece)?;
+                }
+                Err(SnapshotError::Source)
+            });
+            assert_eq!(r, Err(StoreError::Snapshot(SnapshotError::Source)));
+            let latest = store.latest().unwrap().unwrap();
+            assert_eq!((latest.seq, latest.len), (1, old.len()));
+        }
+        // Pieces beyond the slot are refused by the sink, also without a commit.
+        let r = store.save_with(|sink| {
+            for _ in 0..20 {
+                sink(&[0x33; 100])?;
+            }
+            Ok(())
+        });
+        assert!(matches!(r, Err(StoreError::TooLarge { .. })), "{r:?}");
+        let info = store
+            .save_with(|sink| new.chunks(64).try_for_each(|piece| sink(piece)))
+            .unwrap();
+        assert_eq!((info.seq, info.len), (2, new.len()));
+    }
+    assert_eq!(load::<4, 256>(&mut mem, 1024), Some(new));
+}
+
 #[test]
 fn ab_slots_in_a_file_survive_reopening() {
     use loglinear_tests::snapshot_fixture::FileFlash;
