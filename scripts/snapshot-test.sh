@@ -9,6 +9,13 @@
 # `loglinear generate --resume`: its tokens must be the board's second GEN, token for token.
 # The host's own snapshot of the same run (`--save-snapshot`) is compared with the board's:
 # identical bytes mean the board's state is bit for bit the host's.
+#
+# Then the board's A/B snapshot store (boards with a `[snapshot]` region): in one QEMU run,
+# (a) SAVE, RESET, LOAD, then GEN equals the uninterrupted run; (c) a RESTORE upload cut short by
+# another request and a corrupt one (a flipped byte: CRC) get ERR, and LOAD still gives the
+# previous snapshot; (d) two SAVEs, LOAD gives the newer; (b) the host's `--save-snapshot`
+# uploaded with RESTORE continues exactly as the host's `--resume`. Last, the same upload and a
+# SNAP download through `loglinear serial --restore FILE --snap FILE`.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -168,3 +175,22 @@ host_ids=$(head -c "$((n - 1))" "$WORK/host-resumed2.out" | od -An -tu1 -v | tr 
     fail "$board: after RESTORE of the host's snapshot the board gives [${blocks[7]}], the host's --resume [$host_ids]"
 echo "  ok (b): host --save-snapshot ($snap_len bytes) uploaded with RESTORE: the board's $n2 greedy tokens equal the host's --resume"
 echo "  stack: $(grep -o 'stack_peak_bytes=[0-9]*' "$WORK/store.out" | tail -n1) after SAVE/LOAD/RESTORE"
+
+# The same round trip with the host CLI: `loglinear serial --restore` uploads the host's
+# snapshot, the board continues it, and `--snap` fetches the board's session back.
+"$LOGLINEAR" serial --qemu-board "$board" --elf "$elf" --restore "$WORK/host.snap" -n "$n2" \
+    --temperature 0 --snap "$WORK/cli.snap" >"$WORK/cli.out" 2>"$WORK/cli.err" ||
+    fail "loglinear serial --restore/--snap: $(cat "$WORK/cli.err")"
+cli_ids=$(head -c "$(($(stat -c %s "$WORK/cli.out") - 1))" "$WORK/cli.out" | od -An -tu1 -v |
+    tr -s ' \n' ' ' | sed 's/^ //; s/ $//')
+[ "$cli_ids" = "$host_ids" ] ||
+    fail "$board: loglinear serial --restore gives [$cli_ids], the host's --resume [$host_ids]"
+"$LOGLINEAR" generate --model "$MODEL" --resume "$WORK/host.snap" -n "$n2" --temperature 0 \
+    --save-snapshot "$WORK/host-after.snap" >/dev/null 2>&1 ||
+    fail "host --resume --save-snapshot failed"
+echo "  ok: loglinear serial --restore FILE --snap FILE: the board continues the host's snapshot ($n2 tokens equal)"
+if cmp -s "$WORK/cli.snap" "$WORK/host-after.snap"; then
+    echo "  ok: the board's snapshot fetched with --snap equals the host's after the same $n2 tokens"
+else
+    echo "  note: the snapshot fetched with --snap differs from the host's in $(cmp -l "$WORK/cli.snap" "$WORK/host-after.snap" | wc -l) bytes (float rounding differs across targets); tokens agree"
+fi

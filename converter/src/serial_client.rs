@@ -26,9 +26,10 @@ pub struct SerialArgs {
     /// Firmware ELF for --qemu-board (default: target/firmware/<target>/release/loglinear-firmware).
     #[arg(long, requires = "qemu_board")]
     elf: Option<PathBuf>,
-    /// Prompt text; `\n` escapes are honoured.
-    #[arg(long, default_value = "ROMEO:\\n")]
-    prompt: String,
+    /// Prompt text; `\n` escapes are honoured (default `ROMEO:\n`; none with --restore, which
+    /// continues the uploaded snapshot).
+    #[arg(long)]
+    prompt: Option<String>,
     /// Tokens to generate.
     #[arg(short = 'n', long, default_value_t = 32)]
     tokens: usize,
@@ -40,6 +41,14 @@ pub struct SerialArgs {
     /// Print the board's `STATUS` line on stderr afterwards.
     #[arg(long)]
     status: bool,
+    /// Upload this snapshot (`loglinear generate --save-snapshot`) to the board before the
+    /// `GEN`: `RESTORE` into its A/B snapshot store, then loaded (docs/serial-protocol.md).
+    #[arg(long, value_name = "FILE")]
+    restore: Option<PathBuf>,
+    /// After the `GEN`, fetch the board's session with `SNAP` into this file (for
+    /// `loglinear generate --resume`).
+    #[arg(long, value_name = "FILE")]
+    snap: Option<PathBuf>,
 }
 
 /// Runs `loglinear serial`.
@@ -63,7 +72,11 @@ pub fn run(args: &SerialArgs) -> Res {
             (None, None) => return Err("give --port or --qemu-board".into()),
         };
     let mut rx = BufReader::new(rx);
-    let prompt = args.prompt.replace("\\n", "\n");
+    let prompt = match (&args.prompt, &args.restore) {
+        (Some(p), _) => p.replace("\\n", "\n"),
+        (None, Some(_)) => String::new(),
+        (None, None) => "ROMEO:\n".to_string(),
+    };
     // Sync first. A blank line ends any partial line a previous host left in the board's line
     // buffer (a UART, unlike a pipe, never cuts it off by end of input); the reply to STATUS then
     // marks where this request's replies begin: what comes before it (READY, an ERR for such a
@@ -81,16 +94,22 @@ pub fn run(args: &SerialArgs) -> Res {
     if args.reset {
         writeln!(tx, "RESET")?;
     }
-    writeln!(
+    if let Some(path) = &args.restore {
+        upload(&mut tx, &mut rx, path)?;
+    }
+    write!(
         tx,
-        "GEN n={} temperature={} top_k={} top_p={} seed={} prompt={}",
+        "GEN n={} temperature={} top_k={} top_p={} seed={}",
         args.tokens,
         args.sampling.temperature,
         args.sampling.top_k,
         args.sampling.top_p,
         args.sampling.seed,
-        escape(prompt.as_bytes())
     )?;
+    if !prompt.is_empty() {
+        write!(tx, " prompt={}", escape(prompt.as_bytes()))?;
+    }
+    writeln!(tx)?;
     tx.flush()?;
     let out = std::io::stdout();
     let mut out = out.lock();
@@ -112,6 +131,9 @@ pub fn run(args: &SerialArgs) -> Res {
         }
     }
     writeln!(out)?;
+    if let Some(path) = &args.snap {
+        fetch_snapshot(&mut tx, &mut rx, path)?;
+    }
     if args.status {
         writeln!(tx, "STATUS")?;
         tx.flush()?;
@@ -132,6 +154,69 @@ pub fn run(args: &SerialArgs) -> Res {
             return Err(format!("QEMU exited with {status}").into());
         }
     }
+    Ok(())
+}
+
+/// `RESTORE`: uploads the snapshot file in `HEX` lines of 64 bytes, then waits for `RESTORED`.
+fn upload(tx: &mut impl Write, rx: &mut impl BufRead, path: &Path) -> Res {
+    let bytes = std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    writeln!(tx, "RESTORE bytes={}", bytes.len())?;
+    for chunk in bytes.chunks(64) {
+        let digits: String = chunk.iter().map(|b| format!("{b:02x}")).collect();
+        writeln!(tx, "HEX {digits}")?;
+    }
+    writeln!(tx, "END")?;
+    tx.flush()?;
+    loop {
+        let line = read_reply(rx)?;
+        if line.starts_with("RESTORED ") {
+            eprintln!("[{line}]");
+            return Ok(());
+        }
+        if line.starts_with("ERR ") {
+            return Err(format!("the board refused the snapshot: {line}").into());
+        }
+        eprintln!("[{line}]");
+    }
+}
+
+/// `SNAP`: writes the board's session snapshot (its `HEX` lines, decoded) to `path`.
+fn fetch_snapshot(tx: &mut impl Write, rx: &mut impl BufRead, path: &Path) -> Res {
+    writeln!(tx, "SNAP")?;
+    tx.flush()?;
+    let mut bytes = Vec::new();
+    let mut want = None;
+    loop {
+        let line = read_reply(rx)?;
+        if let Some(rest) = line.strip_prefix("SNAP ") {
+            want = rest
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("bytes="))
+                .and_then(|n| n.parse::<usize>().ok());
+        } else if let Some(digits) = line.strip_prefix("HEX ") {
+            let d = digits.as_bytes();
+            if d.len() % 2 != 0 {
+                return Err(format!("bad HEX line from the board: {line}").into());
+            }
+            for pair in d.chunks(2) {
+                let pair = std::str::from_utf8(pair)?;
+                bytes.push(
+                    u8::from_str_radix(pair, 16).map_err(|_| format!("bad HEX line: {line}"))?,
+                );
+            }
+        } else if line == "OK SNAP" {
+            break;
+        } else if line.starts_with("ERR ") {
+            return Err(format!("SNAP failed: {line}").into());
+        } else {
+            eprintln!("[{line}]");
+        }
+    }
+    if want != Some(bytes.len()) {
+        return Err(format!("SNAP announced {want:?} bytes, {} arrived", bytes.len()).into());
+    }
+    std::fs::write(path, &bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    eprintln!("[snapshot: {} bytes to {}]", bytes.len(), path.display());
     Ok(())
 }
 
