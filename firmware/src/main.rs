@@ -2,8 +2,9 @@
 //! microcontroller, with its whole Fenwick state in one static arena and no heap.
 //!
 //! It serves the line-based serial protocol of `docs/serial-protocol.md` ([`protocol`]):
-//! `GEN` streams tokens as they are produced, `STATUS`, `RESET`, `QUIT`; every bad request gets
-//! an `ERR` reply and the firmware keeps serving. The transport is anything that implements
+//! `GEN` streams tokens as they are produced, `STATUS`, `RESET`, `QUIT`, `SNAP` ([`snapshot`]),
+//! and on boards with a `[snapshot]` region `SAVE`, `LOAD`, `RESTORE` (the A/B store of
+//! [`flash`]); every bad request gets an `ERR` reply and the firmware keeps serving. The transport is anything that implements
 //! `embedded_io::Read` + `Write`, chosen per board at build time (`transport` in its
 //! board.toml): the board's UART (`uart`, polled drivers) or semihosting stdin/stdout
 //! (`serial`). Under QEMU, end of input (or `QUIT`) exits through semihosting with 0 (1 for a
