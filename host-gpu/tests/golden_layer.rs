@@ -1,4 +1,4 @@
-//! GPU layer ops against `golden/layer` (the 4 stress layers): the ops before and after the
+//! GPU layer ops against `golden/layer` (the 4 stress layers; every layer with the full set): the ops before and after the
 //! chunk scan on their own (the scan output replaced by the golden `o`), then whole mixers
 //! (`y_mixer`) and pre-norm blocks (`y_block`) at T = 50 and 200.
 
@@ -93,6 +93,19 @@ fn layer_case(kind: &str) -> (Value, HashMap<String, Array>) {
     (entry, arrays)
 }
 
+/// Every layer case of the manifest: the 4 stress layers of the project copy, plus the `init`
+/// ones when `LOGLINEAR_GOLDEN_DIR` points at the full set.
+fn all_layer_cases() -> Vec<(String, Value, HashMap<String, Array>)> {
+    let m = manifest();
+    cases(&m, "layer")
+        .into_iter()
+        .map(|(name, entry)| {
+            let arrays = read_arrays(&golden_dir().join(entry["file"].as_str().unwrap()));
+            (name, entry, arrays)
+        })
+        .collect()
+}
+
 fn check(what: &str, ours: &[f32], reference: &[f64], tol: f64) -> f64 {
     let e = rel_max(ours, reference);
     eprintln!("{what}: rel_max {e:.2e}");
@@ -139,23 +152,30 @@ fn ops_around_the_scan_match_golden() {
     }
 }
 
-/// Whole mixers and blocks, the chunk scan included, at every T of the manifest.
+/// Whole mixers and blocks, the chunk scan included, at every T, for every layer case of the
+/// manifest.
 #[test]
 fn layers_match_golden() {
     let gpu = Gpu::new_fp32().expect("GPU adapter");
-    for kind in KINDS {
-        let (entry, arrays) = layer_case(kind);
+    let all = all_layer_cases();
+    let stress = all
+        .iter()
+        .filter(|(_, e, _)| e["style"] == "stress")
+        .count();
+    assert_eq!(stress, KINDS.len(), "expected a stress layer of every kind");
+    for (name, entry, arrays) in &all {
+        let (entry, arrays) = (entry.clone(), arrays);
         for t in [50usize, 200] {
-            let what = format!("{kind} T{t}");
-            let x = get(&arrays, &format!("T{t}.x"), &what);
-            let (config, store) = layer_model(&entry, &arrays, x);
+            let what = format!("{name} T{t}");
+            let x = get(arrays, &format!("T{t}.x"), &what);
+            let (config, store) = layer_model(&entry, arrays, x);
             let model = Model::new(config, &store).unwrap();
             let gm = GpuModel::new(&gpu, &model).unwrap();
             let tr = gm.mixer_trace(0, &x.f32(), None).unwrap();
-            let y = get(&arrays, &format!("T{t}.y_mixer"), &what);
+            let y = get(arrays, &format!("T{t}.y_mixer"), &what);
             check(&format!("{what} y_mixer"), &tr.y_mixer, &y.data, tol::LAYER);
             if t == 50 {
-                let o = get(&arrays, "T50.inter.o", &what);
+                let o = get(arrays, "T50.inter.o", &what);
                 check(&format!("{what} o"), &tr.inter["o"], &o.data, tol::LAYER);
             }
             let ids: Vec<u32> = (0..t as u32).collect();
@@ -166,7 +186,7 @@ fn layers_match_golden() {
                 profile: false,
             };
             let p = gm.prefill_with(&ids, &opts).unwrap();
-            let yb = get(&arrays, &format!("T{t}.y_block"), &what);
+            let yb = get(arrays, &format!("T{t}.y_block"), &what);
             check(
                 &format!("{what} y_block"),
                 &p.hidden.as_ref().unwrap()[0],
