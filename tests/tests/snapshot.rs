@@ -632,7 +632,7 @@ fn ab_slots_streamed_save_that_fails_commits_nothing() {
         });
         assert!(matches!(r, Err(StoreError::TooLarge { .. })), "{r:?}");
         let info = store
-            .save_with(|sink| new.chunks(64).try_for_each(|piece| sink(piece)))
+            .save_with(|sink| new.chunks(64).try_for_each(sink))
             .unwrap();
         assert_eq!((info.seq, info.len), (2, new.len()));
     }
