@@ -45,15 +45,6 @@ fn tolerance(cfg: &CoopMatmul) -> f64 {
     }
 }
 
-fn check(what: &str, ours: &[f32], reference: &[f64], tol: f64) {
-    let e = rel_max(ours, reference);
-    eprintln!("{what}: rel_max {e:.2e} (tolerance {tol:.0e})");
-    assert!(
-        e.is_finite() && e <= tol,
-        "{what}: rel_max {e:.3e} > {tol:.0e}"
-    );
-}
-
 struct Lcg(u32);
 
 impl Lcg {
@@ -162,7 +153,7 @@ fn coop_matmul_matches_the_exact_product() {
                 let ours: Vec<f32> = (0..m)
                     .flat_map(|r| y[y_offset + r * y_stride..][..n].to_vec())
                     .collect();
-                check(
+                check_rel_max(
                     &format!("{name} {} m{m} n{n} k{k}", dtype.name()),
                     &ours,
                     &reference,
@@ -219,7 +210,7 @@ fn coop_prefill_matches_golden_models() {
         let levels = c.default_state_levels();
         let mut note = |what: String, ours: &[f32], reference: &[f64]| {
             worst = worst.max(rel_max(ours, reference));
-            check(&what, ours, reference, tol);
+            check_rel_max(&what, ours, reference, tol);
         };
         for t in [100, 300] {
             let ids = get(&g, &format!("ids_T{t}"), &name).ids();

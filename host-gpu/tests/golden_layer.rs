@@ -106,16 +106,6 @@ fn all_layer_cases() -> Vec<(String, Value, HashMap<String, Array>)> {
         .collect()
 }
 
-fn check(what: &str, ours: &[f32], reference: &[f64], tol: f64) -> f64 {
-    let e = rel_max(ours, reference);
-    eprintln!("{what}: rel_max {e:.2e}");
-    assert!(
-        e.is_finite() && e <= tol,
-        "{what}: rel_max {e:.3e} > {tol:.0e}"
-    );
-    e
-}
-
 /// Pre-scan ops (projections, conv, gates, λ, q/k/v for the scan) and post-scan ops (skip,
 /// gate, norms, out_proj) at T = 50, with the golden `o` standing in for the scan.
 #[test]
@@ -135,7 +125,7 @@ fn ops_around_the_scan_match_golden() {
                 continue;
             }
             let r = get(&arrays, &format!("T50.inter.{name}"), kind);
-            check(&format!("{kind} T50 {name}"), ours, &r.data, tol::LAYER);
+            check_rel_max(&format!("{kind} T50 {name}"), ours, &r.data, tol::LAYER);
             compared += 1;
         }
         assert!(
@@ -143,7 +133,7 @@ fn ops_around_the_scan_match_golden() {
             "{kind}: only {compared} intermediates compared"
         );
         let y = get(&arrays, "T50.y_mixer", kind);
-        check(
+        check_rel_max(
             &format!("{kind} T50 y_mixer (golden o)"),
             &tr.y_mixer,
             &y.data,
@@ -173,10 +163,10 @@ fn layers_match_golden() {
             let gm = GpuModel::new(&gpu, &model).unwrap();
             let tr = gm.mixer_trace(0, &x.f32(), None).unwrap();
             let y = get(arrays, &format!("T{t}.y_mixer"), &what);
-            check(&format!("{what} y_mixer"), &tr.y_mixer, &y.data, tol::LAYER);
+            check_rel_max(&format!("{what} y_mixer"), &tr.y_mixer, &y.data, tol::LAYER);
             if t == 50 {
                 let o = get(arrays, "T50.inter.o", &what);
-                check(&format!("{what} o"), &tr.inter["o"], &o.data, tol::LAYER);
+                check_rel_max(&format!("{what} o"), &tr.inter["o"], &o.data, tol::LAYER);
             }
             let ids: Vec<u32> = (0..t as u32).collect();
             let opts = PrefillOptions {
@@ -187,7 +177,7 @@ fn layers_match_golden() {
             };
             let p = gm.prefill_with(&ids, &opts).unwrap();
             let yb = get(arrays, &format!("T{t}.y_block"), &what);
-            check(
+            check_rel_max(
                 &format!("{what} y_block"),
                 &p.hidden.as_ref().unwrap()[0],
                 &yb.data,

@@ -6,15 +6,6 @@ use loglinear_converter::Checkpoint;
 use loglinear_host_gpu::{Gpu, GpuModel, PrefillOptions};
 use loglinear_tests::*;
 
-fn check(what: &str, ours: &[f32], reference: &[f64], tol: f64) {
-    let e = rel_max(ours, reference);
-    eprintln!("{what}: rel_max {e:.2e}");
-    assert!(
-        e.is_finite() && e <= tol,
-        "{what}: rel_max {e:.3e} > {tol:.0e}"
-    );
-}
-
 #[test]
 fn prefill_logits_and_hidden_match_golden() {
     let gpu = Gpu::new_fp32().expect("GPU adapter");
@@ -37,14 +28,14 @@ fn prefill_logits_and_hidden_match_golden() {
             };
             let p = gm.prefill_with(&ids, &opts).unwrap();
             let logits = get(&g, &format!("logits_T{t}"), &name);
-            check(
+            check_rel_max(
                 &format!("{name} logits_T{t}"),
                 p.all_logits.as_ref().unwrap(),
                 &logits.data,
                 tol::MODEL,
             );
             let v = model.config().vocab_size;
-            check(
+            check_rel_max(
                 &format!("{name} last logits T{t}"),
                 &p.last_logits,
                 &logits.data[(t - 1) * v..],
@@ -53,7 +44,7 @@ fn prefill_logits_and_hidden_match_golden() {
             if let Some(hidden) = &p.hidden {
                 for (layer, h) in hidden.iter().enumerate() {
                     let r = get(&g, &format!("hidden_T{t}.layer{layer}"), &name);
-                    check(
+                    check_rel_max(
                         &format!("{name} hidden_T{t}.layer{layer}"),
                         h,
                         &r.data,

@@ -7,16 +7,6 @@ use loglinear_host_gpu::{Gpu, GpuError, GpuModel, Prefill, PrefillOptions};
 use loglinear_runtime::{DType, Model, Session, SessionConfig};
 use loglinear_tests::*;
 
-fn check(what: &str, ours: &[f32], reference: &[f64], tol: f64) -> f64 {
-    let e = rel_max(ours, reference);
-    eprintln!("{what}: rel_max {e:.2e}");
-    assert!(
-        e.is_finite() && e <= tol,
-        "{what}: rel_max {e:.3e} > {tol:.0e}"
-    );
-    e
-}
-
 fn wide(x: &[f32]) -> Vec<f64> {
     x.iter().map(|&v| v as f64).collect()
 }
@@ -67,19 +57,19 @@ fn gpu_then_cpu_vs_cpu(
     let mut cpu = session(model, &mut a_cpu, levels);
     let cpu_prefill = step_all(&mut cpu, &ids[..split]);
     let v = model.config().vocab_size;
-    check(
+    check_rel_max(
         &format!("{what} prefill logits vs CPU"),
         &p.last_logits,
         &wide(&cpu_prefill[(split - 1) * v..]),
         tol,
     );
-    check(
+    check_rel_max(
         &format!("{what} states vs CPU"),
         &p.states,
         &wide(cpu.states()),
         tol,
     );
-    check(
+    check_rel_max(
         &format!("{what} conv states vs CPU"),
         &p.conv,
         &wide(cpu.conv_states()),
@@ -92,7 +82,7 @@ fn gpu_then_cpu_vs_cpu(
     assert_eq!(handed.t(), split as u64);
     let ours = step_all(&mut handed, &ids[split..]);
     let theirs = step_all(&mut cpu, &ids[split..]);
-    check(
+    check_rel_max(
         &format!("{what} continued logits vs CPU"),
         &ours,
         &wide(&theirs),
@@ -127,7 +117,7 @@ fn golden_models_continue_on_the_cpu() {
         let p = gpu_then_cpu_vs_cpu(&name, &gpu, &model, &ids, split, levels, tol::MODEL);
 
         // Against the golden decode trace.
-        check(
+        check_rel_max(
             &format!("{name} prefill logits"),
             &p.last_logits,
             &get(&g, "decode.prefill_last_logits", &name).data,
@@ -143,7 +133,7 @@ fn golden_models_continue_on_the_cpu() {
             };
             let r = get(&g, &format!("decode.state.layer{layer}.{key}"), &name);
             let ours = &p.states[layer * state_n..][..state_n];
-            check(
+            check_rel_max(
                 &format!("{name} layer {layer} state"),
                 ours,
                 &r.data,
@@ -163,7 +153,7 @@ fn golden_models_continue_on_the_cpu() {
                     })
                     .collect()
             };
-            check(
+            check_rel_max(
                 &format!("{name} layer {layer} conv"),
                 &p.conv[layer * conv_n..][..conv_n],
                 &conv_ref,
@@ -176,7 +166,7 @@ fn golden_models_continue_on_the_cpu() {
         let steps = get(&g, "decode.step_ids", &name).ids();
         assert_eq!(steps, ids[split..]);
         let logits = step_all(&mut s, &steps);
-        check(
+        check_rel_max(
             &format!("{name} decode logits"),
             &logits,
             &get(&g, "decode.step_logits", &name).data,
@@ -349,11 +339,11 @@ fn bad_inputs_are_errors() {
     let mut s_gpu = session(&model, &mut a_gpu, 15);
     let p = gm.prefill_into(&[7], &mut s_gpu).unwrap();
     let cpu = s.step(7).unwrap().to_vec();
-    check("T=1 logits", &p.last_logits, &wide(&cpu), tol::MODEL);
-    check("T=1 states", &p.states, &wide(s.states()), tol::MODEL);
-    check("T=1 conv", &p.conv, &wide(s.conv_states()), tol::MODEL);
+    check_rel_max("T=1 logits", &p.last_logits, &wide(&cpu), tol::MODEL);
+    check_rel_max("T=1 states", &p.states, &wide(s.states()), tol::MODEL);
+    check_rel_max("T=1 conv", &p.conv, &wide(s.conv_states()), tol::MODEL);
     let next_gpu = s_gpu.step(8).unwrap().to_vec();
-    check(
+    check_rel_max(
         "T=1 then a step",
         &next_gpu,
         &wide(s.step(8).unwrap()),

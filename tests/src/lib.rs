@@ -146,6 +146,16 @@ pub fn assert_close(a: &[f32], b: &[f64], tol: f64, what: &str) {
     );
 }
 
+/// [`assert_close`] that also prints the error (seen with `--nocapture`) and returns it, for
+/// tests that report their worst case.
+#[track_caller]
+pub fn check_rel_max(what: &str, ours: &[f32], reference: &[f64], tol: f64) -> f64 {
+    assert_close(ours, reference, tol, what);
+    let e = rel_max(ours, reference);
+    eprintln!("{what}: rel_max {e:.2e} (tolerance {tol:.0e})");
+    e
+}
+
 /// Tolerances of golden README §7 for an exact-fp32 implementation.
 pub mod tol {
     /// Operator outputs and states.
