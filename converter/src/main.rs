@@ -285,7 +285,10 @@ fn run(cli: Cli) -> Res {
             source.require_byte_tokenizer(&model)?;
             let prompt = prompt.replace("\\n", "\n");
             let sampler = sampling.config();
-            let mut cfg = SessionConfig { levels };
+            let mut cfg = SessionConfig {
+                levels,
+                ..Default::default()
+            };
             let mut state = state;
             let prefill = if gpu { Prefill::Gpu } else { Prefill::Cpu };
             let mut snap = Snapshots {

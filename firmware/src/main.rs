@@ -205,6 +205,7 @@ fn serve<R: Read, W: Write>(
     loop {
         let cfg = SessionConfig {
             levels: Some(levels),
+            ..Default::default()
         };
         let mut session = Session::<StateElem>::new(model, &mut *arena, cfg).map_err(|e| {
             error!("session: {}", e);

@@ -180,6 +180,7 @@ fn session_for<'m>(
         arena,
         SessionConfig {
             levels: Some(levels),
+            ..Default::default()
         },
     )
     .unwrap()
@@ -248,7 +249,8 @@ fn coop_prefill_matches_golden_models() {
             Session::<f32>::arena_bytes(
                 &model,
                 &SessionConfig {
-                    levels: Some(levels)
+                    levels: Some(levels),
+                    ..Default::default()
                 }
             )
             .unwrap()

@@ -14,6 +14,7 @@ fn wide(x: &[f32]) -> Vec<f64> {
 fn arena(model: &Model<'_>, levels: usize) -> Vec<u8> {
     let cfg = SessionConfig {
         levels: Some(levels),
+        ..Default::default()
     };
     vec![0u8; Session::<f32>::arena_bytes(model, &cfg).unwrap()]
 }
@@ -24,6 +25,7 @@ fn session<'m>(model: &Model<'m>, arena: &'m mut [u8], levels: usize) -> Session
         arena,
         SessionConfig {
             levels: Some(levels),
+            ..Default::default()
         },
     )
     .unwrap()
@@ -176,6 +178,7 @@ fn golden_models_continue_on_the_cpu() {
         // An f16 session takes the same state, narrowed once.
         let cfg = SessionConfig {
             levels: Some(levels),
+            ..Default::default()
         };
         let mut a16 = vec![0u8; Session::<half::f16>::arena_bytes(&model, &cfg).unwrap()];
         let mut s16 = Session::<half::f16>::new(&model, &mut a16, cfg).unwrap();

@@ -136,6 +136,7 @@ fn session_bytes_for<E: StateElem>(
 ) -> Result<SessionBytes, SessionError> {
     let cfg = SessionConfig {
         levels: Some(levels),
+        ..Default::default()
     };
     let arena = Session::<E>::arena_bytes(model, &cfg)?;
     let mut buf = vec![0u8; arena];

@@ -115,7 +115,10 @@ fn figures_come_from_the_runtime() {
             (StateType::F32, 2),
         ] {
             let p = plan_model(b, m, n, Some(st), Some(lv), Some(1000)).unwrap();
-            let cfg = SessionConfig { levels: Some(lv) };
+            let cfg = SessionConfig {
+                levels: Some(lv),
+                ..Default::default()
+            };
             let want = match st {
                 StateType::F32 => Session::<f32>::arena_bytes(m, &cfg),
                 StateType::F16 => Session::<half::f16>::arena_bytes(m, &cfg),

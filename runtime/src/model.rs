@@ -1,6 +1,7 @@
 //! A model: its [`ModelConfig`] plus a [`WeightSource`] whose every tensor has been checked.
 
 use crate::config::{Arch, ConfigError, ModelConfig};
+use crate::quant::Activations;
 use crate::tensor::{Role, TensorName, TensorView, WeightSource};
 
 /// Why a model cannot be built from a config and a weight source.
@@ -57,13 +58,18 @@ impl From<ConfigError> for ModelError {
 pub struct Model<'w> {
     config: ModelConfig,
     source: &'w dyn WeightSource,
+    activations: Activations,
 }
 
 impl<'w> Model<'w> {
     /// Checks the config and the shape and storage of every tensor the model will read.
     pub fn new(config: ModelConfig, source: &'w dyn WeightSource) -> Result<Self, ModelError> {
         config.validate()?;
-        let model = Self { config, source };
+        let model = Self {
+            config,
+            source,
+            activations: Activations::default(),
+        };
         model.globals()?;
         for layer in 0..config.num_layers {
             model.mlp(layer)?;
@@ -88,6 +94,23 @@ impl<'w> Model<'w> {
     /// The weight source.
     pub fn source(&self) -> &'w dyn WeightSource {
         self.source
+    }
+
+    /// How matvecs with quantized weights treat their input ([`Activations::F32`] unless set).
+    pub fn activations(&self) -> Activations {
+        self.activations
+    }
+
+    /// The same model, its quantized matvecs running with `mode`.
+    pub fn with_activations(mut self, mode: Activations) -> Self {
+        self.activations = mode;
+        self
+    }
+
+    /// Activation blocks a step needs: the widest input any matrix reads.
+    pub fn act_blocks(&self) -> usize {
+        let c = &self.config;
+        crate::quant::act_blocks(c.hidden_size.max(c.intermediate_size).max(c.d_inner()))
     }
 
     /// A tensor, checked against the shape the config implies.

@@ -8,6 +8,8 @@ use crate::layers::{mixer_scratch_len, mixer_step, mlp_scratch_len, mlp_step};
 use crate::level::{LevelPolicy, LAMBDA_LEVELS};
 use crate::math::rmsnorm;
 use crate::model::{Model, ModelError};
+use crate::quant::{ActBlock, Activations};
+use crate::tensor::MatvecInput;
 
 /// Points inside a step where [`Session::step_observed`] shows intermediate values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,6 +26,9 @@ pub struct SessionConfig {
     /// Number of state levels; `None` takes the model's default (15 log-linear, 1 plain).
     /// Fewer levels save RAM: the top level then saturates earlier (at 2^(levels−1) tokens).
     pub levels: Option<usize>,
+    /// How matvecs with quantized weights treat their input: f32 (default, the reference
+    /// maths) or Q8 blocks through the integer kernels (faster; see [`Activations`]).
+    pub activations: Activations,
 }
 
 /// Why a session cannot be created.
@@ -127,6 +132,7 @@ pub struct Session<'m, E: StateElem = f32> {
     h: &'m mut [f32],
     mixer_scratch: &'m mut [f32],
     mlp_scratch: &'m mut [f32],
+    act: &'m mut [ActBlock],
     logits: &'m mut [f32],
 }
 
@@ -163,6 +169,7 @@ impl<'m, E: StateElem> Session<'m, E> {
     #[allow(clippy::type_complexity)]
     fn carve<'a>(
         model: &Model<'_>,
+        cfg: &SessionConfig,
         policy: LevelPolicy,
         arena: &mut Arena<'a>,
     ) -> Option<(
@@ -172,6 +179,7 @@ impl<'m, E: StateElem> Session<'m, E> {
         &'a mut [f32],
         &'a mut [f32],
         &'a mut [f32],
+        &'a mut [ActBlock],
         &'a mut [f32],
     )> {
         let c = model.config();
@@ -183,15 +191,21 @@ impl<'m, E: StateElem> Session<'m, E> {
         let h = arena.take::<f32>(c.hidden_size);
         let mix = arena.take::<f32>(mixer_scratch_len(c).max(c.hidden_size));
         let mlp = arena.take::<f32>(mlp_scratch_len(c) + c.hidden_size);
+        // Q8 activation blocks exist only in Q8 mode: f32 sessions pay no RAM for them.
+        let act_blocks = match cfg.activations {
+            Activations::F32 => 0,
+            Activations::Q8 => model.act_blocks(),
+        };
+        let act = arena.take::<ActBlock>(act_blocks);
         let logits = arena.take::<f32>(c.vocab_size);
-        Some((states?, conv?, x?, h?, mix?, mlp?, logits?))
+        Some((states?, conv?, x?, h?, mix?, mlp?, act?, logits?))
     }
 
     /// Bytes of arena a session of `model` with `cfg` needs.
     pub fn arena_bytes(model: &Model<'_>, cfg: &SessionConfig) -> Result<usize, SessionError> {
         let policy = Self::policy_for(model, cfg)?;
         let mut dry = Arena::new(&mut []);
-        let _ = Self::carve(model, policy, &mut dry);
+        let _ = Self::carve(model, cfg, policy, &mut dry);
         Ok(dry.needed())
     }
 
@@ -211,11 +225,11 @@ impl<'m, E: StateElem> Session<'m, E> {
             return Err(SessionError::ArenaTooSmall { needed, available });
         }
         let mut a = Arena::new(arena);
-        let (states, conv, x, h, mixer_scratch, mlp_scratch, logits) =
-            Self::carve(model, policy, &mut a)
+        let (states, conv, x, h, mixer_scratch, mlp_scratch, act, logits) =
+            Self::carve(model, &cfg, policy, &mut a)
                 .ok_or(SessionError::ArenaTooSmall { needed, available })?;
         Ok(Self {
-            model: *model,
+            model: model.with_activations(cfg.activations),
             policy,
             t: 0,
             states,
@@ -224,6 +238,7 @@ impl<'m, E: StateElem> Session<'m, E> {
             h,
             mixer_scratch,
             mlp_scratch,
+            act,
             logits,
         })
     }
@@ -375,6 +390,7 @@ impl<'m, E: StateElem> Session<'m, E> {
             });
         }
         let g = self.model.globals()?;
+        let c_mode = self.model.activations();
         g.embedding.row_into(token as usize, self.x);
         let t = self.t;
         let state_n = self.states.len() / c.num_layers;
@@ -400,6 +416,7 @@ impl<'m, E: StateElem> Session<'m, E> {
                 self.h,
                 out,
                 self.mixer_scratch,
+                self.act,
             )?;
             observe(layer, Probe::MixerOut, out);
             for (x, o) in self.x.iter_mut().zip(out.iter()) {
@@ -409,14 +426,15 @@ impl<'m, E: StateElem> Session<'m, E> {
             rmsnorm(self.x, norms.mlp, c.norm_eps, self.h);
             let w = self.model.mlp(layer)?;
             let (out, scratch) = self.mlp_scratch.split_at_mut(c.hidden_size);
-            mlp_step(&w, self.h, out, scratch);
+            mlp_step(&w, c_mode, self.h, out, scratch, self.act);
             for (x, o) in self.x.iter_mut().zip(out.iter()) {
                 *x += o;
             }
             observe(layer, Probe::BlockOut, self.x);
         }
         rmsnorm(self.x, g.final_norm, c.norm_eps, self.h);
-        g.lm_head.matvec(self.h, self.logits);
+        let h = MatvecInput::new(self.h, c_mode, self.act);
+        g.lm_head.matvec_input(&h, self.logits);
         self.t += 1;
         Ok(self.logits)
     }

@@ -5,7 +5,7 @@
 //! [`WeightSource`]. New storage types (F16, Q8_0, Q4_0) become new [`TensorData`] variants
 //! with their own kernels, without touching the layers.
 
-use crate::quant::{BlockQ4_0, BlockQ8_0, QK};
+use crate::quant::{self, ActBlock, Activations, BlockQ4_0, BlockQ8_0, QK};
 use half::f16;
 
 /// What a tensor is for, independent of any file format's key names.
@@ -314,6 +314,18 @@ impl<'a> TensorView<'a> {
         }
     }
 
+    /// out = W x, with `x` prepared by [`MatvecInput::new`]: quantized weights use the integer
+    /// kernels when the input carries Q8 activations, every other case is [`TensorView::matvec`].
+    pub fn matvec_input(&self, x: &MatvecInput<'_>, out: &mut [f32]) {
+        let act = x.q8.filter(|a| a.len() * QK == self.cols);
+        let out = &mut out[..self.rows];
+        match (self.data, act) {
+            (TensorData::Q8_0(w), Some(a)) => quant::matvec_q8_0(w, a, out),
+            (TensorData::Q4_0(w), Some(a)) => quant::matvec_q4_0(w, a, out),
+            _ => self.matvec(x.x, out),
+        }
+    }
+
     /// Copies (dequantizes) row `r` into `out` (embedding lookup).
     pub fn row_into(&self, r: usize, out: &mut [f32]) {
         let c = self.cols;
@@ -342,6 +354,35 @@ impl<'a> TensorView<'a> {
                 }
             }
         }
+    }
+}
+
+/// An input vector for [`TensorView::matvec_input`]: the f32 values and, with
+/// [`Activations::Q8`], their quantization, made once and shared by every matrix that reads
+/// the same vector (GDN's seven input projections, the MLP's gate and up).
+#[derive(Clone, Copy, Debug)]
+pub struct MatvecInput<'a> {
+    /// The values.
+    pub x: &'a [f32],
+    /// Their Q8 blocks, if quantized.
+    pub q8: Option<&'a [ActBlock]>,
+}
+
+impl<'a> MatvecInput<'a> {
+    /// Prepares `x` for `mode`, quantizing into `scratch` for [`Activations::Q8`]. An input
+    /// whose length is not a whole number of blocks, or a scratch too short, falls back to
+    /// f32 (never wrong, only slower).
+    pub fn new(x: &'a [f32], mode: Activations, scratch: &'a mut [ActBlock]) -> Self {
+        let q8 = match mode {
+            Activations::F32 => None,
+            Activations::Q8 => quant::quantize_activations(x, scratch),
+        };
+        Self { x, q8 }
+    }
+
+    /// `x` as is, for f32 maths.
+    pub fn f32(x: &'a [f32]) -> Self {
+        Self { x, q8: None }
     }
 }
 

@@ -97,6 +97,7 @@ pub fn with_fuzz_session<E: StateElem, R>(
     let model = gguf.model().expect("fuzz model is valid");
     let cfg = SessionConfig {
         levels: Some(FUZZ_LEVELS),
+        ..Default::default()
     };
     let mut arena = vec![0u8; Session::<E>::arena_bytes(&model, &cfg).expect("levels")];
     let mut session = Session::<E>::new(&model, &mut arena, cfg).expect("arena");

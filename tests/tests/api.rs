@@ -46,6 +46,7 @@ fn bad_levels_and_tokens_are_errors() {
     for levels in [0, 1, 16] {
         let cfg = SessionConfig {
             levels: Some(levels),
+            ..Default::default()
         };
         assert_eq!(
             Session::<f32>::arena_bytes(&model, &cfg),
@@ -70,7 +71,10 @@ fn decoding_past_the_capacity_keeps_fixed_memory() {
     // 4 levels: exact for 8 tokens, then the top level saturates.
     let ckpt = default_model();
     let model = ckpt.model().unwrap();
-    let cfg = SessionConfig { levels: Some(4) };
+    let cfg = SessionConfig {
+        levels: Some(4),
+        ..Default::default()
+    };
     let mut arena = vec![0u8; Session::<f32>::arena_bytes(&model, &cfg).unwrap()];
     let mut s = Session::<f32>::new(&model, &mut arena, cfg).unwrap();
     let allocated = s.allocated_state_bytes();

@@ -155,6 +155,7 @@ fn layers_match_golden() {
                     xt,
                     yt,
                     &mut scratch,
+                    &mut [],
                 )
                 .unwrap();
             }

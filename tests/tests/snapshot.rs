@@ -61,7 +61,10 @@ fn new_session<'m, E: StateElem>(
     arena: &'m mut Vec<u8>,
     levels: Option<usize>,
 ) -> Session<'m, E> {
-    let cfg = SessionConfig { levels };
+    let cfg = SessionConfig {
+        levels,
+        ..Default::default()
+    };
     *arena = vec![0u8; Session::<E>::arena_bytes(model, &cfg).unwrap()];
     Session::<E>::new(model, arena, cfg).unwrap()
 }

@@ -84,6 +84,7 @@ struct Report {
 fn stream<E: StateElem>(model: &Model<'_>, levels: usize, seed: u64) -> Report {
     let cfg = SessionConfig {
         levels: Some(levels),
+        ..Default::default()
     };
     let mut arena = vec![0u8; Session::<E>::arena_bytes(model, &cfg).unwrap()];
     let mut session = Session::<E>::new(model, &mut arena, cfg).unwrap();

@@ -5,6 +5,8 @@ use crate::fenwick::{FenwickState, StateElem};
 use crate::layers::conv_step;
 use crate::math::{exp, l2norm_in_place, rmsnorm_in_place, sigmoid, silu, softplus, sqrt};
 use crate::model::GdnWeights;
+use crate::quant::{ActBlock, Activations};
+use crate::tensor::MatvecInput;
 
 /// Scratch floats: q, k, v, gate, a, b, λ inputs, and dv for the transition.
 pub fn scratch_len(c: &ModelConfig) -> usize {
@@ -16,17 +18,20 @@ pub fn scratch_len(c: &ModelConfig) -> usize {
 }
 
 /// One token through the mixer: `x` (D) → `out` (D). `t` is the token's position.
-/// `conv` holds the q, k and v conv states one after another.
+/// `conv` holds the q, k and v conv states one after another; `act` is scratch for
+/// [`Activations::Q8`] inputs.
 #[allow(clippy::too_many_arguments)]
 pub fn step<E: StateElem>(
     c: &ModelConfig,
     w: &GdnWeights<'_>,
+    mode: Activations,
     state: &mut FenwickState<'_, E>,
     conv: &mut [f32],
     t: u64,
     x: &[f32],
     out: &mut [f32],
     scratch: &mut [f32],
+    act: &mut [ActBlock],
 ) {
     let (h_count, dk, dv, kd, vd) = (
         c.num_heads,
@@ -45,19 +50,21 @@ pub fn step<E: StateElem>(
     let (l_in, u) = rest.split_at_mut(h_count * nl);
 
     // 1. q, k, v = SiLU(ShortConv(proj x)); the other projections.
-    w.q_proj.matvec(x, q);
-    w.k_proj.matvec(x, k);
-    w.v_proj.matvec(x, v);
+    // x is quantized once (Q8 mode) for all seven projections that read it.
+    let xin = MatvecInput::new(x, mode, act);
+    w.q_proj.matvec_input(&xin, q);
+    w.k_proj.matvec_input(&xin, k);
+    w.v_proj.matvec_input(&xin, v);
     let (conv_q, rest) = conv.split_at_mut(kd * width);
     let (conv_k, conv_v) = rest.split_at_mut(kd * width);
     conv_step(conv_q, w.q_conv, None, width, q);
     conv_step(conv_k, w.k_conv, None, width, k);
     conv_step(conv_v, w.v_conv, None, width, v);
-    w.g_proj.matvec(x, gate);
-    w.a_proj.matvec(x, a);
-    w.b_proj.matvec(x, b);
+    w.g_proj.matvec_input(&xin, gate);
+    w.a_proj.matvec_input(&xin, a);
+    w.b_proj.matvec_input(&xin, b);
     if let Some(lp) = &w.l_proj {
-        lp.matvec(x, l_in);
+        lp.matvec_input(&xin, l_in);
     }
 
     // The q scale dk^-1/2 and the λ scale dk^1/2 cancel in exact maths (§5.2), but both are
@@ -93,5 +100,5 @@ pub fn step<E: StateElem>(
             *o *= silu(*g);
         }
     }
-    w.o_proj.matvec(v, out);
+    w.o_proj.matvec_input(&MatvecInput::new(v, mode, act), out);
 }

@@ -5,23 +5,28 @@ use crate::fenwick::{FenwickState, StateElem};
 use crate::layers::conv_step;
 use crate::math::{exp, rmsnorm_in_place, silu, softplus};
 use crate::model::Mamba2Weights;
+use crate::quant::{ActBlock, Activations};
+use crate::tensor::MatvecInput;
 
 /// Scratch floats: the in_proj output and the d_inner output.
 pub fn scratch_len(c: &ModelConfig) -> usize {
     c.in_proj_rows() + c.d_inner()
 }
 
-/// One token through the mixer: `x` (D) → `out` (D). `t` is the token's position.
+/// One token through the mixer: `x` (D) → `out` (D). `t` is the token's position; `act` is
+/// scratch for [`Activations::Q8`] inputs.
 #[allow(clippy::too_many_arguments)]
 pub fn step<E: StateElem>(
     c: &ModelConfig,
     w: &Mamba2Weights<'_>,
+    mode: Activations,
     state: &mut FenwickState<'_, E>,
     conv: &mut [f32],
     t: u64,
     x: &[f32],
     out: &mut [f32],
     scratch: &mut [f32],
+    act: &mut [ActBlock],
 ) {
     let (di, h_count, p, n) = (c.d_inner(), c.num_heads, c.head_v_dim, c.head_k_dim);
     let nl = c.lambda_levels;
@@ -30,7 +35,7 @@ pub fn step<E: StateElem>(
     let y = &mut rest[..di];
 
     // 1. in_proj, split z | xBC | dt | dl.
-    w.in_proj.matvec(x, zx);
+    w.in_proj.matvec_input(&MatvecInput::new(x, mode, act), zx);
     let (z, rest) = zx.split_at_mut(di);
     let (xbc, rest) = rest.split_at_mut(c.conv_channels());
     let (dt_raw, dl) = rest.split_at_mut(h_count);
@@ -80,5 +85,6 @@ pub fn step<E: StateElem>(
     }
 
     // 7. out_proj.
-    w.out_proj.matvec(y, out);
+    w.out_proj
+        .matvec_input(&MatvecInput::new(y, mode, act), out);
 }

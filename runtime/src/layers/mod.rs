@@ -8,6 +8,8 @@ use crate::config::ModelConfig;
 use crate::fenwick::{FenwickState, StateElem};
 use crate::math::silu;
 use crate::model::{MlpWeights, Model, ModelError};
+use crate::quant::{ActBlock, Activations};
+use crate::tensor::MatvecInput;
 
 /// One step of the depthwise causal convolution followed by SiLU, for every channel.
 ///
@@ -42,16 +44,25 @@ pub fn mlp_scratch_len(c: &ModelConfig) -> usize {
     2 * c.intermediate_size
 }
 
-/// out = down(SiLU(gate x) ⊙ up x).
-pub fn mlp_step(w: &MlpWeights<'_>, x: &[f32], out: &mut [f32], scratch: &mut [f32]) {
+/// out = down(SiLU(gate x) ⊙ up x). `act` is scratch for [`Activations::Q8`] inputs
+/// ([`Model::act_blocks`] blocks).
+pub fn mlp_step(
+    w: &MlpWeights<'_>,
+    mode: Activations,
+    x: &[f32],
+    out: &mut [f32],
+    scratch: &mut [f32],
+    act: &mut [ActBlock],
+) {
     let (gate, rest) = scratch.split_at_mut(w.gate.rows);
     let up = &mut rest[..w.up.rows];
-    w.gate.matvec(x, gate);
-    w.up.matvec(x, up);
+    let xin = MatvecInput::new(x, mode, act);
+    w.gate.matvec_input(&xin, gate);
+    w.up.matvec_input(&xin, up);
     for (g, u) in gate.iter_mut().zip(up.iter()) {
         *g = silu(*g) * u;
     }
-    w.down.matvec(gate, out);
+    w.down.matvec_input(&MatvecInput::new(gate, mode, act), out);
 }
 
 /// Scratch floats the mixer of this model needs for one step.
@@ -65,7 +76,8 @@ pub fn mixer_scratch_len(c: &ModelConfig) -> usize {
 
 /// One token through the mixer of block `layer`, whichever architecture the model has:
 /// `x` (D) → `out` (D). `conv` is the layer's conv state, `scratch` has
-/// [`mixer_scratch_len`] floats.
+/// [`mixer_scratch_len`] floats and `act` [`Model::act_blocks`] blocks (used when the model
+/// runs with [`Activations::Q8`]).
 #[allow(clippy::too_many_arguments)]
 pub fn mixer_step<E: StateElem>(
     model: &Model<'_>,
@@ -76,12 +88,16 @@ pub fn mixer_step<E: StateElem>(
     x: &[f32],
     out: &mut [f32],
     scratch: &mut [f32],
+    act: &mut [ActBlock],
 ) -> Result<(), ModelError> {
     let c = model.config();
+    let mode = model.activations();
     if c.arch.is_mamba2() {
-        mamba2::step(c, &model.mamba2(layer)?, state, conv, t, x, out, scratch);
+        let w = model.mamba2(layer)?;
+        mamba2::step(c, &w, mode, state, conv, t, x, out, scratch, act);
     } else {
-        gdn::step(c, &model.gdn(layer)?, state, conv, t, x, out, scratch);
+        let w = model.gdn(layer)?;
+        gdn::step(c, &w, mode, state, conv, t, x, out, scratch, act);
     }
     Ok(())
 }
