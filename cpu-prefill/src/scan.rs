@@ -1,0 +1,604 @@
+//! The chunkwise forward of Log-Linear Attention (spec §7.2) on the CPU, for both forms
+//! (Mamba-2 and Gated DeltaNet), ending in the Fenwick state that the runtime decoder
+//! (`FenwickState` under a saturating `LevelPolicy`) holds after the last token.
+//!
+//! Two parallel phases, each a list of independent jobs of fixed size (so results do not
+//! depend on the thread count, see [`crate::par`]):
+//!
+//! 1. **Intra-chunk**, one job per (head, chunk of C = 64 tokens): the dense C×C score tile with
+//!    λ column min(bitlen(i ⊕ j), top), o = A V, and the chunk's quantities for the state scan:
+//!    effective queries q̃, K̃, and for GDN W̃ and U in the WY/UT form.
+//! 2. **Inter-chunk**, one job per (head, block of [`BV`] value columns): the single-pass Fenwick
+//!    cascade over chunks (§7.2, "Equivalent single-pass Fenwick cascade"): states h_m, one per
+//!    chunk level m; chunk c reads every h_m with bit m of c set, then every h_m takes chunk c's
+//!    transition, h_0 takes chunk c's contribution and the trailing one bits of c carry upwards.
+//!    Columns of the state never mix (both transitions act on columns independently), which is
+//!    what makes column blocks independent jobs. The top chunk level m_top = top − 7 saturates
+//!    like the runtime's top level: it never carries out, so it holds every chunk before
+//!    ⌊c / 2^m_top⌋·2^m_top. After the cascade the same job forms the decoder's hand-off state.
+//!
+//! Every exponent is ≤ 0: decays are built from local (in-chunk) cumulative sums γ and chunk
+//! totals Γ only (spec §7.5).
+
+use crate::linalg::{gemm, mat, mat_mut};
+use crate::par;
+use loglinear_runtime::math::exp;
+use loglinear_runtime::{bitlen, LevelPolicy};
+use ndarray::{ArrayView2, Axis, Slice};
+
+/// Chunk size (the official one; intra-chunk levels 0..=6).
+pub const CHUNK: usize = 64;
+/// Token level of chunk level 0: c0 + 1 with C = 2^c0.
+const C0P1: usize = 7;
+/// Value columns per inter-chunk job.
+pub const BV: usize = 64;
+
+/// Which recurrence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Form {
+    /// Scalar decay per token: S ← α S + k vᵀ.
+    Mamba2,
+    /// Decay times the delta rule: S ← α (I − β k kᵀ) S + β k vᵀ.
+    Gdn,
+}
+
+/// Sizes of one scan.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ScanShape {
+    /// The recurrence.
+    pub form: Form,
+    /// Tokens (≥ 1).
+    pub t: usize,
+    /// Heads.
+    pub heads: usize,
+    /// Heads with their own q and k (Mamba-2 B/C groups; `heads` for GDN); head h reads q/k
+    /// row h / (heads / qk_heads). Must divide `heads`.
+    pub qk_heads: usize,
+    /// Key size.
+    pub dk: usize,
+    /// Value size.
+    pub dv: usize,
+    /// λ columns per (token, head) in the λ input (≥ levels).
+    pub lambda_cols: usize,
+    /// State levels of the hand-off (the runtime `LevelPolicy`); 1 = plain single state.
+    pub levels: usize,
+}
+
+impl ScanShape {
+    /// Chunks: ⌈T / 64⌉.
+    pub fn chunks(&self) -> usize {
+        self.t.div_ceil(CHUNK)
+    }
+
+    fn top(&self) -> usize {
+        self.levels - 1
+    }
+
+    /// Chunk level of the saturated (top) state.
+    fn m_top(&self) -> usize {
+        self.top().saturating_sub(C0P1)
+    }
+
+    /// Chunk-level states the cascade can fill: levels m ≤ m_top with 2^m ≤ NT − 1.
+    fn scans(&self) -> usize {
+        let nt1 = (self.chunks() - 1) as u64;
+        (bitlen(nt1) as usize).min(self.m_top() + 1)
+    }
+
+    fn qk_head(&self, h: usize) -> usize {
+        h / (self.heads / self.qk_heads)
+    }
+
+    /// λ column of a pair at token level `level`: saturated at the top level.
+    fn col(&self, level: usize) -> usize {
+        level.min(self.top())
+    }
+}
+
+/// The scan's inputs, token-major f32.
+pub struct ScanInputs<'a> {
+    /// Queries `[T][qk_heads][dk]` (GDN: l2-normalised and scaled by dk^-1/2).
+    pub q: &'a [f32],
+    /// Keys `[T][qk_heads][dk]` (GDN: l2-normalised).
+    pub k: &'a [f32],
+    /// Values `[T][heads][dv]`.
+    pub v: &'a [f32],
+    /// Log decay `[T][heads]`, ≤ 0.
+    pub g: &'a [f32],
+    /// GDN β `[T][heads]`; unused (may be empty) for Mamba-2.
+    pub beta: &'a [f32],
+    /// λ `[T][heads][lambda_cols]` (the values the readout multiplies with).
+    pub lam: &'a [f32],
+}
+
+/// The scan's outputs.
+pub struct ScanOutput {
+    /// `[T][heads][dv]`.
+    pub o: Vec<f32>,
+    /// The decoder's state after token T−1, `[levels][heads][dk][dv]`.
+    pub state: Vec<f32>,
+}
+
+/// What the intra-chunk job of one (head, chunk) leaves for the inter-chunk jobs.
+struct ChunkData {
+    /// Tokens in the chunk.
+    n: usize,
+    /// Local inclusive cumsums of the log decay, `[n]`.
+    gam: Vec<f32>,
+    /// Intra-chunk output `[n][dv]`.
+    o: Vec<f32>,
+    /// Effective queries q̃ `[n][dk]` (readout of a state at the chunk start).
+    qt: Vec<f32>,
+    /// K̃ `[n][dk]`: keys decayed to the chunk end.
+    kt: Vec<f32>,
+    /// GDN W̃ `[n][dk]` (transition h ↦ e^Γ h − K̃ᵀ (W̃ h)); empty for Mamba-2.
+    wt: Vec<f32>,
+    /// The chunk contribution is K̃ᵀ U: `[n][dv]` (Mamba-2: V).
+    u: Vec<f32>,
+}
+
+/// Columns `v0..v0 + bw` of a matrix view.
+fn columns(m: ArrayView2<'_, f32>, v0: usize, bw: usize) -> ArrayView2<'_, f32> {
+    m.slice_axis_move(Axis(1), Slice::from(v0..v0 + bw))
+}
+
+/// Level of key j for query i inside one chunk (spec §2.1).
+fn level(i: usize, j: usize) -> usize {
+    if i == j {
+        0
+    } else {
+        bitlen((i ^ j) as u64) as usize
+    }
+}
+
+/// Runs the scan with `threads` workers.
+pub fn chunk_scan(threads: usize, s: &ScanShape, x: &ScanInputs<'_>) -> ScanOutput {
+    let nt = s.chunks();
+    let (h_count, dk, dv) = (s.heads, s.dk, s.dv);
+
+    // Phase 1: intra-chunk, one job per (head, chunk).
+    let jobs: Vec<(usize, usize)> = (0..h_count)
+        .flat_map(|h| (0..nt).map(move |c| (h, c)))
+        .collect();
+    let chunk_data = par::map(threads, jobs, |(h, c)| intra_chunk(s, x, h, c));
+    let head_chunks: Vec<&[ChunkData]> = chunk_data.chunks(nt).collect();
+
+    // Phase 2: inter-chunk cascade and hand-off state, one job per (head, column block).
+    let blocks = dv.div_ceil(BV);
+    let jobs: Vec<(usize, usize)> = (0..h_count)
+        .flat_map(|h| (0..blocks).map(move |b| (h, b)))
+        .collect();
+    let inter = par::map(threads, jobs, |(h, b)| {
+        let v0 = b * BV;
+        inter_chunk(s, x, head_chunks[h], h, v0, BV.min(dv - v0))
+    });
+
+    // Merge: o = intra + inter, states scattered into `[levels][heads][dk][dv]`.
+    let mut o = vec![0.0f32; s.t * h_count * dv];
+    let mut state = vec![0.0f32; s.levels * h_count * dk * dv];
+    for (idx, part) in inter.iter().enumerate() {
+        let (h, b) = (idx / blocks, idx % blocks);
+        let v0 = b * BV;
+        let bw = BV.min(dv - v0);
+        for (c, d) in head_chunks[h].iter().enumerate() {
+            for i in 0..d.n {
+                let t = c * CHUNK + i;
+                let dst = &mut o[(t * h_count + h) * dv + v0..][..bw];
+                let intra = &d.o[i * dv + v0..][..bw];
+                let lv = &part.o[t * bw..][..bw];
+                for ((y, a), l) in dst.iter_mut().zip(intra).zip(lv) {
+                    *y = a + l;
+                }
+            }
+        }
+        for j in 0..s.levels {
+            for kk in 0..dk {
+                let dst = &mut state[((j * h_count + h) * dk + kk) * dv + v0..][..bw];
+                dst.copy_from_slice(&part.state[(j * dk + kk) * bw..][..bw]);
+            }
+        }
+    }
+    ScanOutput { o, state }
+}
+
+/// Copies rows `t0..t0+n` of head `h` from a token-major `[T][heads][width]` array.
+fn gather(src: &[f32], t0: usize, n: usize, heads: usize, h: usize, width: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(n * width);
+    for t in t0..t0 + n {
+        out.extend_from_slice(&src[(t * heads + h) * width..][..width]);
+    }
+    out
+}
+
+/// Phase 1 for one (head, chunk).
+fn intra_chunk(s: &ScanShape, x: &ScanInputs<'_>, h: usize, c: usize) -> ChunkData {
+    let (dk, dv, hc) = (s.dk, s.dv, s.heads);
+    let t0 = c * CHUNK;
+    let n = CHUNK.min(s.t - t0);
+    let qh = s.qk_head(h);
+    let q = gather(x.q, t0, n, s.qk_heads, qh, dk);
+    let k = gather(x.k, t0, n, s.qk_heads, qh, dk);
+    let v = gather(x.v, t0, n, hc, h, dv);
+    let mut gam = Vec::with_capacity(n);
+    let mut acc = 0.0f32;
+    for i in 0..n {
+        acc += x.g[(t0 + i) * hc + h];
+        gam.push(acc);
+    }
+    let g_last = gam[n - 1];
+    let lam = |i: usize, j: usize| x.lam[((t0 + i) * hc + h) * s.lambda_cols + s.col(level(i, j))];
+
+    // S1 = Q Kᵀ (n × n); only its lower triangle is used.
+    let mut s1 = vec![0.0f32; n * n];
+    gemm(
+        1.0,
+        &mat(&q, n, dk),
+        &mat(&k, n, dk).t(),
+        0.0,
+        &mut mat_mut(&mut s1, n, n),
+    );
+    // K̃_j = e^{Γ − γ_j} k_j.
+    let mut kt = k.clone();
+    for (j, row) in kt.chunks_exact_mut(dk).enumerate() {
+        let f = exp(g_last - gam[j]);
+        row.iter_mut().for_each(|v| *v *= f);
+    }
+
+    match s.form {
+        Form::Mamba2 => {
+            // A_ij = (q_i·k_j) e^{γ_i − γ_j} λ_i[col(i, j)], j ≤ i (masked before exp).
+            let mut a = vec![0.0f32; n * n];
+            for i in 0..n {
+                for j in 0..=i {
+                    a[i * n + j] = s1[i * n + j] * exp(gam[i] - gam[j]) * lam(i, j);
+                }
+            }
+            let mut o = vec![0.0f32; n * dv];
+            gemm(
+                1.0,
+                &mat(&a, n, n),
+                &mat(&v, n, dv),
+                0.0,
+                &mut mat_mut(&mut o, n, dv),
+            );
+            // q̃_i = e^{γ_i} q_i.
+            let mut qt = q;
+            for (i, row) in qt.chunks_exact_mut(dk).enumerate() {
+                let f = exp(gam[i]);
+                row.iter_mut().for_each(|v| *v *= f);
+            }
+            ChunkData {
+                n,
+                gam,
+                o,
+                qt,
+                kt,
+                wt: Vec::new(),
+                u: v,
+            }
+        }
+        Form::Gdn => {
+            let beta: Vec<f32> = (0..n).map(|i| x.beta[(t0 + i) * hc + h]).collect();
+            // P = StrictLower(diag(β) K Kᵀ), then A_w = (I + P)⁻¹ by forward substitution,
+            // row by row: T_i = e_i − Σ_{l<i} P_il T_l (T_l is zero right of l).
+            let mut kk = vec![0.0f32; n * n];
+            gemm(
+                1.0,
+                &mat(&k, n, dk),
+                &mat(&k, n, dk).t(),
+                0.0,
+                &mut mat_mut(&mut kk, n, n),
+            );
+            let mut aw = vec![0.0f32; n * n];
+            for i in 0..n {
+                let (done, rest) = aw.split_at_mut(i * n);
+                let row = &mut rest[..n];
+                row[i] = 1.0;
+                for l in 0..i {
+                    let p = beta[i] * kk[i * n + l];
+                    let tl = &done[l * n..][..=l];
+                    for (r, t) in row[..=l].iter_mut().zip(tl) {
+                        *r -= p * t;
+                    }
+                }
+            }
+            // M = Tril(S1) A_w.
+            for i in 0..n {
+                s1[i * n + i + 1..(i + 1) * n].fill(0.0);
+            }
+            let mut m = vec![0.0f32; n * n];
+            gemm(
+                1.0,
+                &mat(&s1, n, n),
+                &mat(&aw, n, n),
+                0.0,
+                &mut mat_mut(&mut m, n, n),
+            );
+            // βK, then W = A_w βK and q − M βK.
+            let mut bk = k;
+            for (i, row) in bk.chunks_exact_mut(dk).enumerate() {
+                row.iter_mut().for_each(|v| *v *= beta[i]);
+            }
+            let mut wt = vec![0.0f32; n * dk];
+            gemm(
+                1.0,
+                &mat(&aw, n, n),
+                &mat(&bk, n, dk),
+                0.0,
+                &mut mat_mut(&mut wt, n, dk),
+            );
+            let mut qt = q;
+            gemm(
+                -1.0,
+                &mat(&m, n, n),
+                &mat(&bk, n, dk),
+                1.0,
+                &mut mat_mut(&mut qt, n, dk),
+            );
+            // q̃_i = e^{γ_i} (q_i − Σ_j M_ij β_j k_j), W̃_i = e^{γ_i} W_i.
+            for i in 0..n {
+                let f = exp(gam[i]);
+                qt[i * dk..(i + 1) * dk].iter_mut().for_each(|v| *v *= f);
+                wt[i * dk..(i + 1) * dk].iter_mut().for_each(|v| *v *= f);
+            }
+            // U = A_u diag(β) V with A_u,ij = e^{γ_i − γ_j} A_w,ij; the attention tile
+            // M_ij e^{γ_i − γ_j} β_j λ_i[col(i, j)], both for j ≤ i.
+            let mut au = vec![0.0f32; n * n];
+            let mut att = vec![0.0f32; n * n];
+            for i in 0..n {
+                for j in 0..=i {
+                    let e = exp(gam[i] - gam[j]) * beta[j];
+                    au[i * n + j] = aw[i * n + j] * e;
+                    att[i * n + j] = m[i * n + j] * e * lam(i, j);
+                }
+            }
+            let mut u = vec![0.0f32; n * dv];
+            gemm(
+                1.0,
+                &mat(&au, n, n),
+                &mat(&v, n, dv),
+                0.0,
+                &mut mat_mut(&mut u, n, dv),
+            );
+            let mut o = vec![0.0f32; n * dv];
+            gemm(
+                1.0,
+                &mat(&att, n, n),
+                &mat(&v, n, dv),
+                0.0,
+                &mut mat_mut(&mut o, n, dv),
+            );
+            ChunkData {
+                n,
+                gam,
+                o,
+                qt,
+                kt,
+                wt,
+                u,
+            }
+        }
+    }
+}
+
+/// What one inter-chunk job returns.
+struct InterPart {
+    /// Level readouts `[T][bw]`.
+    o: Vec<f32>,
+    /// Hand-off state of the job's columns, `[levels][dk][bw]`.
+    state: Vec<f32>,
+}
+
+/// Phase 2 for head `h`, value columns `v0..v0 + bw`.
+fn inter_chunk(
+    s: &ScanShape,
+    x: &ScanInputs<'_>,
+    chunks: &[ChunkData],
+    h: usize,
+    v0: usize,
+    bw: usize,
+) -> InterPart {
+    let (dk, dv, nt) = (s.dk, s.dv, s.chunks());
+    let (scans, m_top) = (s.scans(), s.m_top());
+    let mut hs = vec![vec![0.0f32; dk * bw]; scans];
+    let mut live = vec![false; scans];
+    let mut out = vec![0.0f32; s.t * bw];
+    let mut read = vec![0.0f32; CHUNK * bw];
+    let mut xw = vec![0.0f32; CHUNK * bw];
+
+    for (c, d) in chunks.iter().enumerate() {
+        let (n, t0) = (d.n, c * CHUNK);
+        let qt = mat(&d.qt, n, dk);
+        // 1. Readout of every live level: o_i += λ_i[col(7 + m)] · q̃_iᵀ h_m.
+        for m in (0..scans).filter(|&m| live[m]) {
+            let col = s.col(C0P1 + m);
+            gemm(
+                1.0,
+                &qt,
+                &mat(&hs[m], dk, bw),
+                0.0,
+                &mut mat_mut(&mut read, n, bw),
+            );
+            for i in 0..n {
+                let l = x.lam[((t0 + i) * s.heads + h) * s.lambda_cols + col];
+                let dst = &mut out[(t0 + i) * bw..][..bw];
+                for (y, r) in dst.iter_mut().zip(&read[i * bw..][..bw]) {
+                    *y += l * r;
+                }
+            }
+        }
+        if c == nt - 1 {
+            break;
+        }
+        // 2. Chunk c's transition on every live level.
+        let eg = exp(d.gam[n - 1]);
+        let kt_t = mat(&d.kt, n, dk);
+        let kt_t = kt_t.t();
+        for m in (0..scans).filter(|&m| live[m]) {
+            match s.form {
+                Form::Mamba2 => hs[m].iter_mut().for_each(|v| *v *= eg),
+                Form::Gdn => {
+                    gemm(
+                        1.0,
+                        &mat(&d.wt, n, dk),
+                        &mat(&hs[m], dk, bw),
+                        0.0,
+                        &mut mat_mut(&mut xw, n, bw),
+                    );
+                    gemm(
+                        -1.0,
+                        &kt_t,
+                        &mat(&xw, n, bw),
+                        eg,
+                        &mut mat_mut(&mut hs[m], dk, bw),
+                    );
+                }
+            }
+        }
+        // 3. Chunk c's contribution K̃ᵀ U into level 0 (there is a level 0 since c < NT − 1).
+        let u = columns(mat(&d.u, n, dv), v0, bw);
+        gemm(1.0, &kt_t, &u, 1.0, &mut mat_mut(&mut hs[0], dk, bw));
+        live[0] = true;
+        // 4. Carry over the trailing one bits of c, never out of the saturated level.
+        let mut m = 0;
+        while m < m_top && m + 1 < scans && (c >> m) & 1 == 1 {
+            let (lo, hi) = hs.split_at_mut(m + 1);
+            for (a, b) in hi[0].iter_mut().zip(lo[m].iter_mut()) {
+                *a += *b;
+                *b = 0.0;
+            }
+            live[m + 1] = true;
+            live[m] = false;
+            m += 1;
+        }
+    }
+
+    let state = hand_off(s, x, chunks, &hs, &live, h, v0, bw);
+    InterPart { o: out, state }
+}
+
+/// The decoder's state after token T−1 for columns `v0..v0 + bw` of head `h`, `[levels][dk][bw]`.
+/// `hs` / `live` are the cascade's level states as the last chunk reads them.
+///
+/// Level j holds the tokens of its bucket decayed to T−1 (runtime `LevelPolicy`): level 0 <
+/// top holds token T−1; an exact level 1 ≤ j < top holds [(T−1 >> j) << j, + 2^(j−1)) when bit
+/// j−1 of T−1 is set; the top level holds every token before ((T−1) >> (top−1)) << (top−1)
+/// (all tokens when top = 0). Tokens before the last chunk come from the cascade state of the
+/// matching chunk level; tokens of the last chunk are added in closed form (Mamba-2) or stepped
+/// exactly as the decoder steps them (GDN).
+#[allow(clippy::too_many_arguments)]
+fn hand_off(
+    s: &ScanShape,
+    x: &ScanInputs<'_>,
+    chunks: &[ChunkData],
+    hs: &[Vec<f32>],
+    live: &[bool],
+    h: usize,
+    v0: usize,
+    bw: usize,
+) -> Vec<f32> {
+    let (dk, dv, nt, top) = (s.dk, s.dv, s.chunks(), s.top());
+    let last = s.t - 1;
+    let s0 = (nt - 1) * CHUNK;
+    let d = &chunks[nt - 1];
+    let policy = LevelPolicy::new(s.levels).expect("levels checked by the caller");
+    let mut state = vec![0.0f32; s.levels * dk * bw];
+    for (j, dst) in state.chunks_exact_mut(dk * bw).enumerate() {
+        if !policy.is_live(last as u64, j as u32) {
+            continue; // a dead level is zero
+        }
+        // The chunk level whose cascade state feeds this level, if it holds anything.
+        let m = if j == top {
+            Some(s.m_top())
+        } else if j >= C0P1 {
+            Some(j - C0P1)
+        } else {
+            None
+        };
+        let from_scan = m.filter(|&m| m < hs.len() && live[m]);
+        // Tokens [a, b) of the bucket (those before s0 came through the cascade).
+        let (a, b) = if j == top {
+            (
+                0,
+                if top == 0 {
+                    s.t
+                } else {
+                    (last >> (top - 1)) << (top - 1)
+                },
+            )
+        } else if j == 0 {
+            (last, s.t)
+        } else if (last >> (j - 1)) & 1 == 1 {
+            let a = (last >> j) << j;
+            (a, a + (1 << (j - 1)))
+        } else {
+            (0, 0)
+        };
+        let a0 = a.max(s0);
+        match s.form {
+            Form::Mamba2 => {
+                // S = e^{Γ} h_m + Σ_{t ∈ [a0, b)} K̃_t U_tᵀ (K̃ of the last chunk decays to T−1).
+                let eg = exp(d.gam[d.n - 1]);
+                if let Some(m) = from_scan {
+                    for (y, v) in dst.iter_mut().zip(&hs[m]) {
+                        *y = eg * v;
+                    }
+                }
+                if a0 < b {
+                    let (r0, r1) = (a0 - s0, b - s0);
+                    let kt = mat(&d.kt, d.n, dk).slice_axis_move(Axis(0), Slice::from(r0..r1));
+                    let u = mat(&d.u, d.n, dv).slice_axis_move(Axis(0), Slice::from(r0..r1));
+                    gemm(
+                        1.0,
+                        &kt.t(),
+                        &columns(u, v0, bw),
+                        1.0,
+                        &mut mat_mut(dst, dk, bw),
+                    );
+                }
+            }
+            Form::Gdn => {
+                // Step the last chunk's tokens like the decoder: S ← α (S − β k (kᵀ S)), then
+                // S += β k vᵀ for tokens of the bucket. Before the first insertion of a level
+                // that starts empty there is nothing to step.
+                let start = match from_scan {
+                    Some(m) => {
+                        dst.copy_from_slice(&hs[m]);
+                        s0
+                    }
+                    None if a0 < b => a0,
+                    None => continue,
+                };
+                let qh = s.qk_head(h);
+                let mut u = vec![0.0f32; bw];
+                for t in start..s.t {
+                    let alpha = exp(x.g[t * s.heads + h]);
+                    let beta = x.beta[t * s.heads + h];
+                    let k = &x.k[(t * s.qk_heads + qh) * dk..][..dk];
+                    u.fill(0.0);
+                    for (kk, &ki) in k.iter().enumerate() {
+                        for (uj, sij) in u.iter_mut().zip(&dst[kk * bw..][..bw]) {
+                            *uj += ki * sij;
+                        }
+                    }
+                    for (kk, &ki) in k.iter().enumerate() {
+                        let bk = beta * ki;
+                        for (sij, uj) in dst[kk * bw..][..bw].iter_mut().zip(&u) {
+                            *sij = alpha * (*sij - bk * uj);
+                        }
+                    }
+                    if t >= a && t < b {
+                        let v = &x.v[(t * s.heads + h) * dv + v0..][..bw];
+                        for (kk, &ki) in k.iter().enumerate() {
+                            let bk = beta * ki;
+                            for (sij, vj) in dst[kk * bw..][..bw].iter_mut().zip(v) {
+                                *sij += bk * vj;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+    state
+}
