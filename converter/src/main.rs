@@ -11,6 +11,7 @@ use loglinear_converter::model_source::{AlignedBytes, IndexedGguf, LoadError, Mo
 use loglinear_converter::vocab::Vocabulary;
 use loglinear_converter::{Checkpoint, ExportOptions, TypeOverride};
 use loglinear_runtime::gguf::{GgufFile, GgufModel, MetaArray, MetaValue};
+use loglinear_runtime::quant::Activations;
 use loglinear_runtime::sampler::{Sampler, SamplerConfig};
 use loglinear_runtime::session::{Session, SessionConfig};
 use loglinear_runtime::{tokenizer, DType, Model, StateElem};
@@ -34,6 +35,24 @@ struct Cli {
 enum StateDtype {
     F32,
     F16,
+}
+
+/// `--activations`: how matvecs with quantized weights treat their input.
+#[derive(Clone, Copy, ValueEnum)]
+enum ActivationsArg {
+    /// f32 maths (the reference).
+    F32,
+    /// Quantize inputs to Q8 blocks and use the integer kernels (faster).
+    Q8,
+}
+
+impl ActivationsArg {
+    fn mode(self) -> Activations {
+        match self {
+            ActivationsArg::F32 => Activations::F32,
+            ActivationsArg::Q8 => Activations::Q8,
+        }
+    }
 }
 
 /// Storage types: `--type` and `--tensor-type`.
@@ -142,6 +161,9 @@ enum Command {
         /// Use only the first this many bytes of the text.
         #[arg(long)]
         bytes: Option<usize>,
+        /// Inputs of quantized matvecs: f32, or Q8 through the integer kernels.
+        #[arg(long, value_enum, default_value = "f32")]
+        activations: ActivationsArg,
     },
     /// Generate text from a prompt, streaming it to stdout (speed on stderr).
     Generate {
@@ -163,6 +185,9 @@ enum Command {
         /// State storage type.
         #[arg(long, value_enum, default_value = "f32")]
         state: StateDtype,
+        /// Inputs of quantized matvecs: f32, or Q8 through the integer kernels.
+        #[arg(long, value_enum, default_value = "f32")]
+        activations: ActivationsArg,
         /// Prefill the prompt on a GPU (wgpu: Vulkan, Metal or DX12; lavapipe without a GPU) in
         /// one chunk-scan pass, then decode on the CPU from the state it hands over.
         #[arg(long)]
@@ -269,7 +294,8 @@ fn run(cli: Cli) -> Res {
             text,
             ctx,
             bytes,
-        } => eval_cmd(&model, &text, ctx, bytes),
+            activations,
+        } => eval_cmd(&model, &text, ctx, bytes, activations.mode()),
         Command::Generate {
             model,
             prompt,
@@ -277,6 +303,7 @@ fn run(cli: Cli) -> Res {
             sampling,
             levels,
             state,
+            activations,
             gpu,
             save_snapshot,
             resume,
@@ -287,7 +314,7 @@ fn run(cli: Cli) -> Res {
             let sampler = sampling.config();
             let mut cfg = SessionConfig {
                 levels,
-                ..Default::default()
+                activations: Some(activations.mode()),
             };
             let mut state = state;
             let prefill = if gpu { Prefill::Gpu } else { Prefill::Cpu };
@@ -745,7 +772,13 @@ fn quantize(input: &Path, output: &Path, types: TypeArgs, quality: &QualityArgs)
     finish_export(&exported, output, &reference, "input", lossless, quality)
 }
 
-fn eval_cmd(model: &Path, text: &Path, ctx: usize, limit: Option<usize>) -> Res {
+fn eval_cmd(
+    model: &Path,
+    text: &Path,
+    ctx: usize,
+    limit: Option<usize>,
+    activations: Activations,
+) -> Res {
     let source = ModelSource::open(model)?;
     source.require_byte_tokenizer(model)?;
     let mut bytes = read_file(text)?;
@@ -754,11 +787,13 @@ fn eval_cmd(model: &Path, text: &Path, ctx: usize, limit: Option<usize>) -> Res 
     }
     let windows = eval::window_count(bytes.len(), ctx);
     let r = source.with_model(model, |m| {
+        let m = &m.with_activations(activations);
         eprintln!(
-            "{}: {} {}, {} windows of {ctx} predictions over {} bytes of {}",
+            "{}: {} {}, {} activations, {} windows of {ctx} predictions over {} bytes of {}",
             model.display(),
             source.kind(),
             m.config().arch.name(),
+            activations.name(),
             windows,
             bytes.len(),
             text.display()

@@ -26,9 +26,10 @@ pub struct SessionConfig {
     /// Number of state levels; `None` takes the model's default (15 log-linear, 1 plain).
     /// Fewer levels save RAM: the top level then saturates earlier (at 2^(levels−1) tokens).
     pub levels: Option<usize>,
-    /// How matvecs with quantized weights treat their input: f32 (default, the reference
-    /// maths) or Q8 blocks through the integer kernels (faster; see [`Activations`]).
-    pub activations: Activations,
+    /// How matvecs with quantized weights treat their input: f32 (the reference maths) or Q8
+    /// blocks through the integer kernels (faster; see [`Activations`]). `None` keeps the
+    /// model's ([`Model::activations`], f32 unless set with [`Model::with_activations`]).
+    pub activations: Option<Activations>,
 }
 
 /// Why a session cannot be created.
@@ -192,7 +193,7 @@ impl<'m, E: StateElem> Session<'m, E> {
         let mix = arena.take::<f32>(mixer_scratch_len(c).max(c.hidden_size));
         let mlp = arena.take::<f32>(mlp_scratch_len(c) + c.hidden_size);
         // Q8 activation blocks exist only in Q8 mode: f32 sessions pay no RAM for them.
-        let act_blocks = match cfg.activations {
+        let act_blocks = match cfg.activations.unwrap_or(model.activations()) {
             Activations::F32 => 0,
             Activations::Q8 => model.act_blocks(),
         };
@@ -229,7 +230,7 @@ impl<'m, E: StateElem> Session<'m, E> {
             Self::carve(model, &cfg, policy, &mut a)
                 .ok_or(SessionError::ArenaTooSmall { needed, available })?;
         Ok(Self {
-            model: model.with_activations(cfg.activations),
+            model: model.with_activations(cfg.activations.unwrap_or(model.activations())),
             policy,
             t: 0,
             states,

@@ -19,6 +19,11 @@
 
 pub mod portable;
 
+// One file per architecture (candle-style); each is checked bit for bit against `portable`.
+#[cfg(target_arch = "x86_64")]
+#[allow(unsafe_code)]
+pub mod x86_avx2;
+
 use half::f16;
 
 /// Weights per block for Q8_0 and Q4_0.
@@ -213,6 +218,8 @@ impl Activations {
 pub enum KernelPath {
     /// [`portable`]: plain Rust, every target.
     Portable,
+    /// [`x86_avx2`]: AVX2, chosen at run time on x86_64.
+    Avx2,
 }
 
 impl KernelPath {
@@ -220,17 +227,32 @@ impl KernelPath {
     pub const fn name(self) -> &'static str {
         match self {
             KernelPath::Portable => "portable",
+            KernelPath::Avx2 => "avx2",
         }
+    }
+
+    /// Whether this CPU runs the path.
+    pub fn is_available(self) -> bool {
+        match self {
+            KernelPath::Portable => true,
+            #[cfg(target_arch = "x86_64")]
+            KernelPath::Avx2 => x86_avx2::available(),
+            #[allow(unreachable_patterns)]
+            _ => false,
+        }
+    }
+
+    /// Every path, slowest first.
+    pub const ALL: &'static [KernelPath] = &[KernelPath::Portable, KernelPath::Avx2];
+
+    /// The paths this CPU runs, slowest first (for benchmarks and cross-checks).
+    pub fn available() -> impl Iterator<Item = KernelPath> {
+        Self::ALL.iter().copied().filter(|p| p.is_available())
     }
 
     /// The fastest path this CPU runs.
     pub fn best() -> Self {
-        KernelPath::Portable
-    }
-
-    /// Every path this CPU can run, best last (for benchmarks and cross-checks).
-    pub fn available() -> &'static [KernelPath] {
-        &[KernelPath::Portable]
+        Self::available().last().unwrap_or(KernelPath::Portable)
     }
 }
 
@@ -238,14 +260,18 @@ impl KernelPath {
 /// blocks a row) and the quantized activations `act`, on `path`. `out` has `rows` entries.
 pub fn matvec_q8_0_on(path: KernelPath, w: &[BlockQ8_0], act: &[ActBlock], out: &mut [f32]) {
     match path {
-        KernelPath::Portable => portable::matvec_q8_0(w, act, out),
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx2 if x86_avx2::available() => x86_avx2::matvec_q8_0(w, act, out),
+        _ => portable::matvec_q8_0(w, act, out),
     }
 }
 
 /// As [`matvec_q8_0_on`] for Q4_0 weights.
 pub fn matvec_q4_0_on(path: KernelPath, w: &[BlockQ4_0], act: &[ActBlock], out: &mut [f32]) {
     match path {
-        KernelPath::Portable => portable::matvec_q4_0(w, act, out),
+        #[cfg(target_arch = "x86_64")]
+        KernelPath::Avx2 if x86_avx2::available() => x86_avx2::matvec_q4_0(w, act, out),
+        _ => portable::matvec_q4_0(w, act, out),
     }
 }
 
@@ -341,7 +367,7 @@ mod tests {
         }
         let (mut got, mut want) = ([0f32; 3], [0f32; 3]);
         for path in KernelPath::available() {
-            matvec_q8_0_on(*path, &w8, act, &mut got);
+            matvec_q8_0_on(path, &w8, act, &mut got);
             for (r, o) in want.iter_mut().enumerate() {
                 *o = w8[r * 4..(r + 1) * 4]
                     .iter()
@@ -355,7 +381,7 @@ mod tests {
                     "{path:?} q8_0 {g} vs {w}"
                 );
             }
-            matvec_q4_0_on(*path, &w4, act, &mut got);
+            matvec_q4_0_on(path, &w4, act, &mut got);
             for (r, o) in want.iter_mut().enumerate() {
                 *o = w4[r * 4..(r + 1) * 4]
                     .iter()
@@ -390,14 +416,14 @@ mod tests {
             let (mut want, mut got) = ([0f32; 2], [0f32; 2]);
             for path in KernelPath::available() {
                 portable::matvec_q8_0(&w8, act, &mut want);
-                matvec_q8_0_on(*path, &w8, act, &mut got);
+                matvec_q8_0_on(path, &w8, act, &mut got);
                 assert_eq!(
                     want.map(f32::to_bits),
                     got.map(f32::to_bits),
                     "{path:?} q8_0"
                 );
                 portable::matvec_q4_0(&w4, act, &mut want);
-                matvec_q4_0_on(*path, &w4, act, &mut got);
+                matvec_q4_0_on(path, &w4, act, &mut got);
                 assert_eq!(
                     want.map(f32::to_bits),
                     got.map(f32::to_bits),
