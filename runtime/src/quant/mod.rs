@@ -24,6 +24,7 @@ pub mod portable;
 #[allow(unsafe_code)]
 pub mod x86_avx2;
 
+use core::sync::atomic::{AtomicU8, Ordering};
 use half::f16;
 
 /// Weights per block for Q8_0 and Q4_0.
@@ -250,9 +251,42 @@ impl KernelPath {
         Self::ALL.iter().copied().filter(|p| p.is_available())
     }
 
-    /// The fastest path this CPU runs.
+    /// The path the kernels use: the one forced with [`set_forced_path`] if any, else the
+    /// fastest this CPU runs.
     pub fn best() -> Self {
+        if let Some(path) = forced_path() {
+            return path;
+        }
         Self::available().last().unwrap_or(KernelPath::Portable)
+    }
+}
+
+/// [`set_forced_path`]'s choice: 0 = none, else 1 + the path's index in [`KernelPath::ALL`].
+/// An atomic (load/store only, which every target has) so that a benchmark can pin a path for
+/// the whole process without threading it through every model and session.
+static FORCED_PATH: AtomicU8 = AtomicU8::new(0);
+
+/// Makes [`KernelPath::best`], the path every quantized matvec takes, return `path` (`None`:
+/// the fastest again). Process-wide; for benchmarks and cross-checks. Returns `false`, and
+/// changes nothing, if this CPU does not run `path`.
+pub fn set_forced_path(path: Option<KernelPath>) -> bool {
+    let code = match path {
+        None => 0,
+        Some(p) if p.is_available() => match KernelPath::ALL.iter().position(|&q| q == p) {
+            Some(i) => i as u8 + 1,
+            None => return false,
+        },
+        Some(_) => return false,
+    };
+    FORCED_PATH.store(code, Ordering::Relaxed);
+    true
+}
+
+/// The path forced with [`set_forced_path`], if any.
+pub fn forced_path() -> Option<KernelPath> {
+    match FORCED_PATH.load(Ordering::Relaxed) {
+        0 => None,
+        code => KernelPath::ALL.get(code as usize - 1).copied(),
     }
 }
 
@@ -335,6 +369,22 @@ mod tests {
                 0.0
             }
         })
+    }
+
+    #[test]
+    fn forced_path_overrides_best_until_cleared() {
+        // Every path gives bit-identical results, so forcing one here cannot upset the tests
+        // running beside this one.
+        for path in KernelPath::available() {
+            assert!(set_forced_path(Some(path)));
+            assert_eq!((forced_path(), KernelPath::best()), (Some(path), path));
+        }
+        for path in KernelPath::ALL.iter().filter(|p| !p.is_available()) {
+            assert!(!set_forced_path(Some(*path)));
+        }
+        assert!(set_forced_path(None));
+        assert_eq!(forced_path(), None);
+        assert_eq!(Some(KernelPath::best()), KernelPath::available().last());
     }
 
     #[test]
