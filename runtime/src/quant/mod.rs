@@ -483,6 +483,114 @@ mod tests {
         }
     }
 
+    /// A deterministic pseudo-random byte stream for the shape sweep below.
+    struct Lcg(u32);
+
+    impl Lcg {
+        fn next(&mut self) -> u32 {
+            self.0 = self.0.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            self.0 >> 8
+        }
+        fn i8(&mut self) -> i8 {
+            self.next() as u8 as i8
+        }
+    }
+
+    /// Weight quants of one kind of extreme (`kind` 0..6): random, all −128, all +127, ±127
+    /// alternating, −128/+127 alternating, all zero.
+    fn extreme_q(kind: u32, rng: &mut Lcg) -> [i8; QK] {
+        core::array::from_fn(|j| match kind {
+            1 => -128,
+            2 => 127,
+            3 => [127, -127][j % 2],
+            4 => [-128, 127][j % 2],
+            5 => 0,
+            _ => rng.i8(),
+        })
+    }
+
+    /// A weight scale: mostly ordinary, sometimes zero, negative zero, the largest finite
+    /// f16, or a subnormal.
+    fn extreme_scale(rng: &mut Lcg) -> f16 {
+        match rng.next() % 8 {
+            0 => f16::ZERO,
+            1 => f16::NEG_ZERO,
+            2 => f16::MAX,
+            3 => f16::from_bits(0x0001),
+            _ => f16::from_f32((rng.next() % 2000) as f32 / 1000.0 - 1.0),
+        }
+    }
+
+    /// Activation blocks: random quants (−127..=127, as [`ActBlock::quantize`] makes them),
+    /// or all ±127, with ordinary or zero scales.
+    fn extreme_act(rng: &mut Lcg, n: usize) -> std::vec::Vec<ActBlock> {
+        (0..n)
+            .map(|i| {
+                let qs: [i8; QK] = core::array::from_fn(|j| match i % 4 {
+                    1 => 127,
+                    2 => [-127, 127][j % 2],
+                    _ => (rng.i8()).max(-127),
+                });
+                let d = match i % 5 {
+                    3 => 0.0,
+                    _ => (rng.next() % 1000) as f32 / 97.0,
+                };
+                ActBlock {
+                    d,
+                    sum: qs.iter().map(|&q| q as i32).sum(),
+                    qs,
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_kernel_path_is_bit_identical_to_portable_on_many_shapes_and_extremes() {
+        // Row counts around the SIMD kernels' row groups (4 and 8) and block counts from one
+        // to a 4096-wide row; every kind of extreme weight, scale and activation.
+        let mut rng = Lcg(12345);
+        let mut checked = 0;
+        for &rows in &[1usize, 3, 4, 7, 8, 9, 12, 16, 17, 33] {
+            for &blocks in &[1usize, 2, 3, 5, 16, 128] {
+                let act = extreme_act(&mut rng, blocks);
+                let w8: std::vec::Vec<BlockQ8_0> = (0..rows * blocks)
+                    .map(|i| BlockQ8_0 {
+                        d: extreme_scale(&mut rng),
+                        qs: extreme_q((i as u32 / 3) % 6, &mut rng),
+                    })
+                    .collect();
+                let w4: std::vec::Vec<BlockQ4_0> = (0..rows * blocks)
+                    .map(|i| BlockQ4_0 {
+                        d: extreme_scale(&mut rng),
+                        qs: core::array::from_fn(|_| match (i / 2) % 4 {
+                            1 => 0x00,
+                            2 => 0xFF,
+                            3 => 0x0F,
+                            _ => rng.next() as u8,
+                        }),
+                    })
+                    .collect();
+                // One spare output: rows past the weights must be left alone, as portable does.
+                let mut want = std::vec![7.0f32; rows + 1];
+                let mut got = want.clone();
+                for path in KernelPath::available() {
+                    portable::matvec_q8_0(&w8, &act, &mut want);
+                    got.fill(7.0);
+                    matvec_q8_0_on(path, &w8, &act, &mut got);
+                    let bits =
+                        |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<std::vec::Vec<_>>();
+                    assert_eq!(bits(&want), bits(&got), "{path:?} q8_0 {rows}×{blocks}");
+                    portable::matvec_q4_0(&w4, &act, &mut want);
+                    got.fill(7.0);
+                    matvec_q4_0_on(path, &w4, &act, &mut got);
+                    assert_eq!(bits(&want), bits(&got), "{path:?} q4_0 {rows}×{blocks}");
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked >= 60);
+    }
+
     #[test]
     fn quantize_activations_refuses_partial_blocks_and_short_scratch() {
         let x = [1.0f32; QK + 1];
