@@ -20,9 +20,17 @@
 pub mod portable;
 
 // One file per architecture (candle-style); each is checked bit for bit against `portable`.
+#[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+#[allow(unsafe_code)]
+pub mod aarch64_neon;
 #[cfg(target_arch = "x86_64")]
 #[allow(unsafe_code)]
 pub mod x86_avx2;
+// Cortex-M4F/M7: thumbv7em-*-eabihf (runtime/build.rs sets the cfg from the target triple:
+// stable Rust does not expose Arm's `dsp` feature to `cfg`).
+#[cfg(loglinear_arm_dsp)]
+#[allow(unsafe_code)]
+pub mod arm_dsp;
 
 use core::sync::atomic::{AtomicU8, Ordering};
 use half::f16;
@@ -221,6 +229,13 @@ pub enum KernelPath {
     Portable,
     /// [`x86_avx2`]: AVX2, chosen at run time on x86_64.
     Avx2,
+    /// `aarch64_neon`: NEON `smull`/`sadalp`, every AArch64 core.
+    Neon,
+    /// `aarch64_neon`: the `sdot` dot-product instructions (Armv8.2+ `dotprod`), chosen at
+    /// run time on AArch64.
+    NeonDot,
+    /// `arm_dsp`: SMLAD dual 16-bit MACs, Cortex-M4F/M7 (thumbv7em-*-eabihf).
+    ArmDsp,
 }
 
 impl KernelPath {
@@ -229,6 +244,9 @@ impl KernelPath {
         match self {
             KernelPath::Portable => "portable",
             KernelPath::Avx2 => "avx2",
+            KernelPath::Neon => "neon",
+            KernelPath::NeonDot => "neon-sdot",
+            KernelPath::ArmDsp => "arm-dsp",
         }
     }
 
@@ -238,13 +256,25 @@ impl KernelPath {
             KernelPath::Portable => true,
             #[cfg(target_arch = "x86_64")]
             KernelPath::Avx2 => x86_avx2::available(),
+            #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+            KernelPath::Neon => true,
+            #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+            KernelPath::NeonDot => aarch64_neon::dotprod_available(),
+            #[cfg(loglinear_arm_dsp)]
+            KernelPath::ArmDsp => true,
             #[allow(unreachable_patterns)]
             _ => false,
         }
     }
 
     /// Every path, slowest first.
-    pub const ALL: &'static [KernelPath] = &[KernelPath::Portable, KernelPath::Avx2];
+    pub const ALL: &'static [KernelPath] = &[
+        KernelPath::Portable,
+        KernelPath::Avx2,
+        KernelPath::Neon,
+        KernelPath::NeonDot,
+        KernelPath::ArmDsp,
+    ];
 
     /// The paths this CPU runs, slowest first (for benchmarks and cross-checks).
     pub fn available() -> impl Iterator<Item = KernelPath> {
@@ -296,6 +326,12 @@ pub fn matvec_q8_0_on(path: KernelPath, w: &[BlockQ8_0], act: &[ActBlock], out: 
     match path {
         #[cfg(target_arch = "x86_64")]
         KernelPath::Avx2 if x86_avx2::available() => x86_avx2::matvec_q8_0(w, act, out),
+        #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+        KernelPath::Neon => aarch64_neon::matvec_q8_0(w, act, out),
+        #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+        KernelPath::NeonDot => aarch64_neon::matvec_q8_0_dot(w, act, out),
+        #[cfg(loglinear_arm_dsp)]
+        KernelPath::ArmDsp => arm_dsp::matvec_q8_0(w, act, out),
         _ => portable::matvec_q8_0(w, act, out),
     }
 }
@@ -305,6 +341,12 @@ pub fn matvec_q4_0_on(path: KernelPath, w: &[BlockQ4_0], act: &[ActBlock], out: 
     match path {
         #[cfg(target_arch = "x86_64")]
         KernelPath::Avx2 if x86_avx2::available() => x86_avx2::matvec_q4_0(w, act, out),
+        #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+        KernelPath::Neon => aarch64_neon::matvec_q4_0(w, act, out),
+        #[cfg(all(target_arch = "aarch64", target_feature = "neon"))]
+        KernelPath::NeonDot => aarch64_neon::matvec_q4_0_dot(w, act, out),
+        #[cfg(loglinear_arm_dsp)]
+        KernelPath::ArmDsp => arm_dsp::matvec_q4_0(w, act, out),
         _ => portable::matvec_q4_0(w, act, out),
     }
 }
@@ -589,6 +631,27 @@ mod tests {
             }
         }
         assert!(checked >= 60);
+    }
+
+    /// The paths named in `LOGLINEAR_EXPECT_KERNELS` (comma-separated [`KernelPath::name`]s,
+    /// `!name` for one that must be absent) match this CPU's, so that a detection bug cannot
+    /// silently skip a kernel in the cross-checks above. Set by scripts/aarch64-test.sh, which
+    /// runs the tests on emulated cores with and without `sdot`.
+    #[cfg(feature = "std")]
+    #[test]
+    fn expected_kernel_paths_are_available() {
+        let Ok(list) = std::env::var("LOGLINEAR_EXPECT_KERNELS") else {
+            return;
+        };
+        for item in list.split(',').filter(|s| !s.is_empty()) {
+            let (want, name) = match item.strip_prefix('!') {
+                Some(name) => (false, name),
+                None => (true, item),
+            };
+            let path = KernelPath::ALL.iter().find(|p| p.name() == name);
+            let path = path.unwrap_or_else(|| panic!("unknown kernel path {name}"));
+            assert_eq!(path.is_available(), want, "{name}");
+        }
     }
 
     #[test]
