@@ -11,7 +11,7 @@ use loglinear_runtime::math::{
     dot, exp, l2norm_in_place, rmsnorm, rmsnorm_in_place, sigmoid, silu, softplus, sqrt,
 };
 use loglinear_runtime::model::{GdnWeights, Mamba2Weights, MlpWeights};
-use loglinear_runtime::ModelConfig;
+use loglinear_runtime::{LevelPolicy, ModelConfig};
 
 /// RMSNorm of every row of `x` (`[T][D]`) into `out`.
 pub fn rmsnorm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
@@ -84,7 +84,7 @@ pub fn mamba2(
     c: &ModelConfig,
     w: &Mamba2Weights<'_>,
     threads: usize,
-    levels: usize,
+    policy: LevelPolicy,
     h: &[f32],
     out: &mut [f32],
     timer: &mut Timer,
@@ -159,7 +159,7 @@ pub fn mamba2(
         dk: n,
         dv: p,
         lambda_cols: cols,
-        levels,
+        policy,
     };
     let scan = chunk_scan(
         threads,
@@ -208,7 +208,7 @@ pub fn gdn(
     c: &ModelConfig,
     w: &GdnWeights<'_>,
     threads: usize,
-    levels: usize,
+    policy: LevelPolicy,
     h: &[f32],
     out: &mut [f32],
     timer: &mut Timer,
@@ -285,7 +285,7 @@ pub fn gdn(
         dk,
         dv,
         lambda_cols: cols,
-        levels,
+        policy,
     };
     let scan = chunk_scan(
         threads,

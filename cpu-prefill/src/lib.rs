@@ -22,10 +22,12 @@
 mod layers;
 pub mod linalg;
 mod par;
-pub mod scan;
+mod scan;
 
 use loglinear_runtime::math::rmsnorm;
-use loglinear_runtime::{Model, ModelError, Session, SessionError, StateElem, LAMBDA_LEVELS};
+use loglinear_runtime::{
+    LevelPolicy, Model, ModelError, Session, SessionError, StateElem, LAMBDA_LEVELS,
+};
 use std::time::Instant;
 
 /// What a prefill computes besides the state and the last logits, and how.
@@ -201,16 +203,17 @@ impl Timer {
     }
 }
 
-fn check_levels(model: &Model<'_>, levels: usize) -> Result<(), PrefillError> {
+/// The capacity policy of `levels` state levels, if `levels` suits the model (as
+/// `SessionConfig::levels`).
+fn policy_for(model: &Model<'_>, levels: usize) -> Result<LevelPolicy, PrefillError> {
     let ok = if model.config().arch.is_log_linear() {
         (2..=LAMBDA_LEVELS).contains(&levels)
     } else {
         levels == 1
     };
-    if ok {
-        Ok(())
-    } else {
-        Err(PrefillError::InvalidLevels(levels))
+    match LevelPolicy::new(levels) {
+        Some(p) if ok => Ok(p),
+        _ => Err(PrefillError::InvalidLevels(levels)),
     }
 }
 
@@ -250,7 +253,7 @@ pub fn prefill(
 ) -> Result<Prefill, PrefillError> {
     let c = *model.config();
     let levels = opts.levels.unwrap_or(c.default_state_levels());
-    check_levels(model, levels)?;
+    let policy = policy_for(model, levels)?;
     check_tokens(model, tokens)?;
     let threads = threads_for(opts);
     let start = Instant::now();
@@ -272,10 +275,10 @@ pub fn prefill(
         layers::rmsnorm_rows(&x, norms.mixer, c.norm_eps, &mut h);
         let st = if c.arch.is_mamba2() {
             let w = model.mamba2(layer)?;
-            layers::mamba2(&c, &w, threads, levels, &h, &mut out, &mut timer)
+            layers::mamba2(&c, &w, threads, policy, &h, &mut out, &mut timer)
         } else {
             let w = model.gdn(layer)?;
-            layers::gdn(&c, &w, threads, levels, &h, &mut out, &mut timer)
+            layers::gdn(&c, &w, threads, policy, &h, &mut out, &mut timer)
         };
         states.extend_from_slice(&st.fenwick);
         conv.extend_from_slice(&st.conv);

@@ -60,8 +60,8 @@ pub struct ScanShape {
     pub dv: usize,
     /// λ columns per (token, head) in the λ input (≥ levels).
     pub lambda_cols: usize,
-    /// State levels of the hand-off (the runtime `LevelPolicy`); 1 = plain single state.
-    pub levels: usize,
+    /// The hand-off's capacity policy (its levels; 1 level = plain single state).
+    pub policy: LevelPolicy,
 }
 
 impl ScanShape {
@@ -70,8 +70,12 @@ impl ScanShape {
         self.t.div_ceil(CHUNK)
     }
 
+    fn levels(&self) -> usize {
+        self.policy.levels()
+    }
+
     fn top(&self) -> usize {
-        self.levels - 1
+        self.policy.top() as usize
     }
 
     /// Chunk level of the saturated (top) state.
@@ -119,7 +123,53 @@ pub struct ScanOutput {
     pub state: Vec<f32>,
 }
 
-/// What the intra-chunk job of one (head, chunk) leaves for the inter-chunk jobs.
+/// Decay factors below this are taken as zero: 2^-100 ≈ 7.9e-31.
+///
+/// Why: every decay factor multiplies a term of a sum whose newest term has factor 1 (the
+/// diagonal of an intra-chunk tile, the last token of a chunk's contribution), so a term
+/// decayed below 2^-100 is 2^76 times below fp32 resolution of that sum. Keeping such tiny
+/// factors would only make products land in the subnormal range, where x86 cores take a
+/// microcode assist per operation: that made the scans of strongly decaying heads several times
+/// slower (measured on ll-gdn-mcu).
+const NEGLIGIBLE: f32 = 7.888_609e-31;
+
+/// e^x, or 0 when that is below [`NEGLIGIBLE`] (x ≤ 0 everywhere it is used).
+fn decay(x: f32) -> f32 {
+    let f = exp(x);
+    if f < NEGLIGIBLE {
+        0.0
+    } else {
+        f
+    }
+}
+
+/// x ← f · x elementwise, where results below the smallest normal f32 (≈ 1.2e-38) become zero
+/// without ever being formed, so that no subnormal value is produced (see [`NEGLIGIBLE`]). The
+/// decoder keeps such values; the difference is below 1.2e-38 absolute per element.
+fn scale_flushed(x: &mut [f32], f: f32) {
+    // |v| < MIN_POSITIVE / f  ⇔  |f v| < MIN_POSITIVE (f = 0 gives an infinite threshold).
+    let thr = f32::MIN_POSITIVE / f;
+    for v in x {
+        *v = if v.abs() < thr { 0.0 } else { f * *v };
+    }
+}
+
+/// y += f · r elementwise, skipping terms that would fall below the smallest normal f32.
+fn add_scaled_flushed(y: &mut [f32], r: &[f32], f: f32) {
+    if f == 0.0 {
+        return;
+    }
+    let thr = f32::MIN_POSITIVE / f;
+    for (y, &r) in y.iter_mut().zip(r) {
+        if r.abs() >= thr {
+            *y += f * r;
+        }
+    }
+}
+
+/// What the intra-chunk job of one (head, chunk) leaves for the inter-chunk jobs. The
+/// per-token decays are kept apart from the matrices the state products use, so that those
+/// matrices hold O(1) values (see [`NEGLIGIBLE`]).
 struct ChunkData {
     /// Tokens in the chunk.
     n: usize,
@@ -127,19 +177,17 @@ struct ChunkData {
     gam: Vec<f32>,
     /// Intra-chunk output `[n][dv]`.
     o: Vec<f32>,
-    /// Effective queries q̃ `[n][dk]` (readout of a state at the chunk start).
-    qt: Vec<f32>,
-    /// K̃ `[n][dk]`: keys decayed to the chunk end.
+    /// Readout queries `[n][dk]`: a state h at the chunk start adds e^{γ_i} λ_i qr_iᵀ h to
+    /// o_i. Mamba-2: q; GDN: q_i − Σ_j M_ij β_j k_j (so that q̃ = e^{γ_i} qr_i of spec §7.2).
+    qr: Vec<f32>,
+    /// GDN: the keys `[n][dk]` and W = A_w diag(β) K `[n][dk]`: the chunk's transition is
+    /// h ↦ e^Γ (h − Kᵀ (W h)) (= e^Γ h − K̃ᵀ (W̃ h) of spec §7.2). Empty for Mamba-2.
+    k: Vec<f32>,
+    w: Vec<f32>,
+    /// K̃ `[n][dk]`: keys decayed to the chunk end, K̃_j = e^{Γ − γ_j} k_j.
     kt: Vec<f32>,
-    /// GDN W̃ `[n][dk]` (transition h ↦ e^Γ h − K̃ᵀ (W̃ h)); empty for Mamba-2.
-    wt: Vec<f32>,
-    /// The chunk contribution is K̃ᵀ U: `[n][dv]` (Mamba-2: V).
+    /// The chunk's contribution is K̃ᵀ U: `[n][dv]` (Mamba-2: V).
     u: Vec<f32>,
-}
-
-/// Columns `v0..v0 + bw` of a matrix view.
-fn columns(m: ArrayView2<'_, f32>, v0: usize, bw: usize) -> ArrayView2<'_, f32> {
-    m.slice_axis_move(Axis(1), Slice::from(v0..v0 + bw))
 }
 
 /// Level of key j for query i inside one chunk (spec §2.1).
@@ -149,6 +197,11 @@ fn level(i: usize, j: usize) -> usize {
     } else {
         bitlen((i ^ j) as u64) as usize
     }
+}
+
+/// Columns `v0..v0 + bw` of a matrix view.
+fn columns(m: ArrayView2<'_, f32>, v0: usize, bw: usize) -> ArrayView2<'_, f32> {
+    m.slice_axis_move(Axis(1), Slice::from(v0..v0 + bw))
 }
 
 /// Runs the scan with `threads` workers.
@@ -175,7 +228,7 @@ pub fn chunk_scan(threads: usize, s: &ScanShape, x: &ScanInputs<'_>) -> ScanOutp
 
     // Merge: o = intra + inter, states scattered into `[levels][heads][dk][dv]`.
     let mut o = vec![0.0f32; s.t * h_count * dv];
-    let mut state = vec![0.0f32; s.levels * h_count * dk * dv];
+    let mut state = vec![0.0f32; s.levels() * h_count * dk * dv];
     for (idx, part) in inter.iter().enumerate() {
         let (h, b) = (idx / blocks, idx % blocks);
         let v0 = b * BV;
@@ -191,7 +244,7 @@ pub fn chunk_scan(threads: usize, s: &ScanShape, x: &ScanInputs<'_>) -> ScanOutp
                 }
             }
         }
-        for j in 0..s.levels {
+        for j in 0..s.levels() {
             for kk in 0..dk {
                 let dst = &mut state[((j * h_count + h) * dk + kk) * dv + v0..][..bw];
                 dst.copy_from_slice(&part.state[(j * dk + kk) * bw..][..bw]);
@@ -240,7 +293,7 @@ fn intra_chunk(s: &ScanShape, x: &ScanInputs<'_>, h: usize, c: usize) -> ChunkDa
     // K̃_j = e^{Γ − γ_j} k_j.
     let mut kt = k.clone();
     for (j, row) in kt.chunks_exact_mut(dk).enumerate() {
-        let f = exp(g_last - gam[j]);
+        let f = decay(g_last - gam[j]);
         row.iter_mut().for_each(|v| *v *= f);
     }
 
@@ -250,7 +303,10 @@ fn intra_chunk(s: &ScanShape, x: &ScanInputs<'_>, h: usize, c: usize) -> ChunkDa
             let mut a = vec![0.0f32; n * n];
             for i in 0..n {
                 for j in 0..=i {
-                    a[i * n + j] = s1[i * n + j] * exp(gam[i] - gam[j]) * lam(i, j);
+                    let e = decay(gam[i] - gam[j]);
+                    if e != 0.0 {
+                        a[i * n + j] = s1[i * n + j] * e * lam(i, j);
+                    }
                 }
             }
             let mut o = vec![0.0f32; n * dv];
@@ -261,19 +317,14 @@ fn intra_chunk(s: &ScanShape, x: &ScanInputs<'_>, h: usize, c: usize) -> ChunkDa
                 0.0,
                 &mut mat_mut(&mut o, n, dv),
             );
-            // q̃_i = e^{γ_i} q_i.
-            let mut qt = q;
-            for (i, row) in qt.chunks_exact_mut(dk).enumerate() {
-                let f = exp(gam[i]);
-                row.iter_mut().for_each(|v| *v *= f);
-            }
             ChunkData {
                 n,
                 gam,
                 o,
-                qt,
+                qr: q,
+                k: Vec::new(),
+                w: Vec::new(),
                 kt,
-                wt: Vec::new(),
                 u: v,
             }
         }
@@ -314,42 +365,39 @@ fn intra_chunk(s: &ScanShape, x: &ScanInputs<'_>, h: usize, c: usize) -> ChunkDa
                 0.0,
                 &mut mat_mut(&mut m, n, n),
             );
-            // βK, then W = A_w βK and q − M βK.
-            let mut bk = k;
+            // βK, then W = A_w βK and qr = Q − M βK.
+            let mut bk = k.clone();
             for (i, row) in bk.chunks_exact_mut(dk).enumerate() {
                 row.iter_mut().for_each(|v| *v *= beta[i]);
             }
-            let mut wt = vec![0.0f32; n * dk];
+            let mut w = vec![0.0f32; n * dk];
             gemm(
                 1.0,
                 &mat(&aw, n, n),
                 &mat(&bk, n, dk),
                 0.0,
-                &mut mat_mut(&mut wt, n, dk),
+                &mut mat_mut(&mut w, n, dk),
             );
-            let mut qt = q;
+            let mut qr = q;
             gemm(
                 -1.0,
                 &mat(&m, n, n),
                 &mat(&bk, n, dk),
                 1.0,
-                &mut mat_mut(&mut qt, n, dk),
+                &mut mat_mut(&mut qr, n, dk),
             );
-            // q̃_i = e^{γ_i} (q_i − Σ_j M_ij β_j k_j), W̃_i = e^{γ_i} W_i.
-            for i in 0..n {
-                let f = exp(gam[i]);
-                qt[i * dk..(i + 1) * dk].iter_mut().for_each(|v| *v *= f);
-                wt[i * dk..(i + 1) * dk].iter_mut().for_each(|v| *v *= f);
-            }
             // U = A_u diag(β) V with A_u,ij = e^{γ_i − γ_j} A_w,ij; the attention tile
             // M_ij e^{γ_i − γ_j} β_j λ_i[col(i, j)], both for j ≤ i.
             let mut au = vec![0.0f32; n * n];
             let mut att = vec![0.0f32; n * n];
             for i in 0..n {
                 for j in 0..=i {
-                    let e = exp(gam[i] - gam[j]) * beta[j];
-                    au[i * n + j] = aw[i * n + j] * e;
-                    att[i * n + j] = m[i * n + j] * e * lam(i, j);
+                    let e = decay(gam[i] - gam[j]);
+                    if e != 0.0 {
+                        let eb = e * beta[j];
+                        au[i * n + j] = aw[i * n + j] * eb;
+                        att[i * n + j] = m[i * n + j] * eb * lam(i, j);
+                    }
                 }
             }
             let mut u = vec![0.0f32; n * dv];
@@ -372,9 +420,10 @@ fn intra_chunk(s: &ScanShape, x: &ScanInputs<'_>, h: usize, c: usize) -> ChunkDa
                 n,
                 gam,
                 o,
-                qt,
+                qr,
+                k,
+                w,
                 kt,
-                wt,
                 u,
             }
         }
@@ -408,56 +457,55 @@ fn inter_chunk(
 
     for (c, d) in chunks.iter().enumerate() {
         let (n, t0) = (d.n, c * CHUNK);
-        let qt = mat(&d.qt, n, dk);
-        // 1. Readout of every live level: o_i += λ_i[col(7 + m)] · q̃_iᵀ h_m.
+        let qr = mat(&d.qr, n, dk);
+        // 1. Readout of every live level: o_i += λ_i[col(7 + m)] e^{γ_i} qr_iᵀ h_m.
         for m in (0..scans).filter(|&m| live[m]) {
             let col = s.col(C0P1 + m);
             gemm(
                 1.0,
-                &qt,
+                &qr,
                 &mat(&hs[m], dk, bw),
                 0.0,
                 &mut mat_mut(&mut read, n, bw),
             );
             for i in 0..n {
-                let l = x.lam[((t0 + i) * s.heads + h) * s.lambda_cols + col];
-                let dst = &mut out[(t0 + i) * bw..][..bw];
-                for (y, r) in dst.iter_mut().zip(&read[i * bw..][..bw]) {
-                    *y += l * r;
-                }
+                let f = x.lam[((t0 + i) * s.heads + h) * s.lambda_cols + col] * decay(d.gam[i]);
+                add_scaled_flushed(&mut out[(t0 + i) * bw..][..bw], &read[i * bw..][..bw], f);
             }
         }
         if c == nt - 1 {
             break;
         }
-        // 2. Chunk c's transition on every live level.
+        // 2. Chunk c's transition on every live level: e^Γ h (Mamba-2), e^Γ (h − Kᵀ (W h)) (GDN).
         let eg = exp(d.gam[n - 1]);
-        let kt_t = mat(&d.kt, n, dk);
-        let kt_t = kt_t.t();
         for m in (0..scans).filter(|&m| live[m]) {
-            match s.form {
-                Form::Mamba2 => hs[m].iter_mut().for_each(|v| *v *= eg),
-                Form::Gdn => {
-                    gemm(
-                        1.0,
-                        &mat(&d.wt, n, dk),
-                        &mat(&hs[m], dk, bw),
-                        0.0,
-                        &mut mat_mut(&mut xw, n, bw),
-                    );
-                    gemm(
-                        -1.0,
-                        &kt_t,
-                        &mat(&xw, n, bw),
-                        eg,
-                        &mut mat_mut(&mut hs[m], dk, bw),
-                    );
-                }
+            if s.form == Form::Gdn {
+                gemm(
+                    1.0,
+                    &mat(&d.w, n, dk),
+                    &mat(&hs[m], dk, bw),
+                    0.0,
+                    &mut mat_mut(&mut xw, n, bw),
+                );
+                gemm(
+                    -1.0,
+                    &mat(&d.k, n, dk).t(),
+                    &mat(&xw, n, bw),
+                    1.0,
+                    &mut mat_mut(&mut hs[m], dk, bw),
+                );
             }
+            scale_flushed(&mut hs[m], eg);
         }
         // 3. Chunk c's contribution K̃ᵀ U into level 0 (there is a level 0 since c < NT − 1).
         let u = columns(mat(&d.u, n, dv), v0, bw);
-        gemm(1.0, &kt_t, &u, 1.0, &mut mat_mut(&mut hs[0], dk, bw));
+        gemm(
+            1.0,
+            &mat(&d.kt, n, dk).t(),
+            &u,
+            1.0,
+            &mut mat_mut(&mut hs[0], dk, bw),
+        );
         live[0] = true;
         // 4. Carry over the trailing one bits of c, never out of the saturated level.
         let mut m = 0;
@@ -501,10 +549,9 @@ fn hand_off(
     let last = s.t - 1;
     let s0 = (nt - 1) * CHUNK;
     let d = &chunks[nt - 1];
-    let policy = LevelPolicy::new(s.levels).expect("levels checked by the caller");
-    let mut state = vec![0.0f32; s.levels * dk * bw];
+    let mut state = vec![0.0f32; s.levels() * dk * bw];
     for (j, dst) in state.chunks_exact_mut(dk * bw).enumerate() {
-        if !policy.is_live(last as u64, j as u32) {
+        if !s.policy.is_live(last as u64, j as u32) {
             continue; // a dead level is zero
         }
         // The chunk level whose cascade state feeds this level, if it holds anything.
@@ -538,11 +585,9 @@ fn hand_off(
         match s.form {
             Form::Mamba2 => {
                 // S = e^{Γ} h_m + Σ_{t ∈ [a0, b)} K̃_t U_tᵀ (K̃ of the last chunk decays to T−1).
-                let eg = exp(d.gam[d.n - 1]);
                 if let Some(m) = from_scan {
-                    for (y, v) in dst.iter_mut().zip(&hs[m]) {
-                        *y = eg * v;
-                    }
+                    dst.copy_from_slice(&hs[m]);
+                    scale_flushed(dst, exp(d.gam[d.n - 1]));
                 }
                 if a0 < b {
                     let (r0, r1) = (a0 - s0, b - s0);
