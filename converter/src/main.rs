@@ -1,5 +1,6 @@
 //! `loglinear`: the host command line.
 
+mod bench;
 mod serial_client;
 mod snapshot_file;
 
@@ -207,6 +208,10 @@ enum Command {
     /// Talk to the firmware over its serial protocol (a serial device or a QEMU board): send a
     /// prompt, print the tokens as they stream back.
     Serial(serial_client::SerialArgs),
+    /// Throughput in llama-bench's style: pp512, tg128, tg128@16K tokens/s per backend,
+    /// kernel path and activation mode; `--curve` for decode speed against context, `--qemu`
+    /// for the firmware's instruction counts.
+    Bench(bench::BenchArgs),
 }
 
 /// Held-out text for the quality measurement: Hamlet is in the shipped models' validation
@@ -281,6 +286,7 @@ fn run(cli: Cli) -> Res {
         } => quantize(&input, &output, types, &quality),
         Command::Inspect { file } => inspect(&file),
         Command::Serial(args) => serial_client::run(&args),
+        Command::Bench(args) => bench::run(&args),
         Command::Plan(args) => {
             let plan = loglinear_converter::plan::plan(&args)?;
             outln!("{plan}");
