@@ -264,3 +264,31 @@ fn bad_arguments_give_clear_errors() {
         assert!(stderr.contains(needle), "{args:?}: {stderr}");
     }
 }
+
+#[cfg(feature = "gpu")]
+#[test]
+fn gpu_rows_and_contexts_reached_on_the_gpu() {
+    let out = Command::new(env!("CARGO_BIN_EXE_loglinear"))
+        .current_dir(repo())
+        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+        .args(["bench", "--gpu"])
+        .args(TINY_ARGS)
+        .output()
+        .expect("run loglinear");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let t = &tables(&stdout)[0];
+    let gpu: Vec<&Vec<String>> = t.iter().filter(|r| r[3] == "GPU").collect();
+    assert_eq!(gpu.len(), 1, "{stdout}");
+    assert_eq!(gpu[0][7], "pp16");
+    assert!(rate(&gpu[0][8]).0 > 0.0);
+    assert!(
+        stdout.contains("context 64 reached by the GPU prefill"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("GPU: "), "the notes name the adapter");
+}
