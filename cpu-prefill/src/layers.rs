@@ -8,27 +8,53 @@ use crate::par;
 use crate::scan::{chunk_scan, Form, ScanInputs, ScanShape};
 use crate::Timer;
 use loglinear_runtime::math::{
-    dot, exp, l2norm_in_place, rmsnorm, rmsnorm_in_place, sigmoid, silu, softplus, sqrt,
+    exp, l2norm_in_place, rmsnorm, rmsnorm_in_place, sigmoid, silu, softplus, sqrt,
 };
 use loglinear_runtime::model::{GdnWeights, Mamba2Weights, MlpWeights};
 use loglinear_runtime::{LevelPolicy, ModelConfig};
 
 /// RMSNorm of every row of `x` (`[T][D]`) into `out`.
-pub fn rmsnorm_rows(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+pub fn rmsnorm_rows(threads: usize, x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     let d = w.len();
-    for (xr, or) in x.chunks_exact(d).zip(out.chunks_exact_mut(d)) {
-        rmsnorm(xr, w, eps, or);
-    }
+    par::for_row_blocks(threads, out, d, PROJ_ROWS, |row, block| {
+        for (r, or) in block.chunks_exact_mut(d).enumerate() {
+            rmsnorm(&x[(row + r) * d..][..d], w, eps, or);
+        }
+    });
+}
+
+/// x += y, elementwise, in parallel row blocks.
+pub fn add_rows(threads: usize, x: &mut [f32], y: &[f32], d: usize) {
+    par::for_row_blocks(threads, x, d, PROJ_ROWS, |row, block| {
+        for (xv, yv) in block.iter_mut().zip(&y[row * d..]) {
+            *xv += yv;
+        }
+    });
+}
+
+/// Runs `f` on consecutive token ranges of [`PROJ_ROWS`] tokens in parallel; results in order.
+fn per_token_block<R: Send>(
+    threads: usize,
+    t_len: usize,
+    f: impl Fn(std::ops::Range<usize>) -> R + Sync,
+) -> Vec<R> {
+    let ranges: Vec<_> = (0..t_len)
+        .step_by(PROJ_ROWS)
+        .map(|t0| t0..(t0 + PROJ_ROWS).min(t_len))
+        .collect();
+    par::map(threads, ranges, f)
 }
 
 /// The depthwise causal convolution + SiLU over all tokens, and the conv state it leaves.
 ///
 /// Input channel `ch` of token t is `src[t * stride + offset + ch]`. Output `[T][channels]`
 /// is SiLU(Σ_w in[t − W + 1 + w] · weight[ch][w] + bias[ch]) with zeros before the first token,
-/// summed in the decoder's order; `state` (`[channels][W]`) gets the last W inputs, newest in
-/// column W − 1, zero where that token does not exist (the decoder's conv state after T tokens).
+/// summed in the decoder's order (w ascending, from zero); `state` (`[channels][W]`) gets the
+/// last W inputs, newest in column W − 1, zero where that token does not exist (the decoder's
+/// conv state after T tokens). The loops run along channels, so they vectorize.
 #[allow(clippy::too_many_arguments)]
 pub fn short_conv(
+    threads: usize,
     src: &[f32],
     stride: usize,
     offset: usize,
@@ -40,25 +66,38 @@ pub fn short_conv(
     state: &mut [f32],
 ) {
     let channels = state.len() / width;
-    let mut row = vec![0.0f32; width];
-    for t in 0..t_len {
-        for ch in 0..channels {
-            for (w, r) in row.iter_mut().enumerate() {
-                // Token t − (W − 1) + w.
-                let back = width - 1 - w;
-                *r = if t >= back {
-                    src[(t - back) * stride + offset + ch]
-                } else {
-                    0.0
-                };
-            }
-            let mut y = dot(&row, &weight[ch * width..][..width]);
-            if let Some(b) = bias {
-                y += b[ch];
-            }
-            out[t * channels + ch] = silu(y);
+    // Weights as [W][channels], so that tap w of every channel is one contiguous row.
+    let mut taps = vec![0.0f32; width * channels];
+    for (ch, wrow) in weight.chunks_exact(width).enumerate().take(channels) {
+        for (w, &x) in wrow.iter().enumerate() {
+            taps[w * channels + ch] = x;
         }
     }
+    let out = &mut out[..t_len * channels];
+    par::for_row_blocks(threads, out, channels, PROJ_ROWS, |row, block| {
+        for (r, o) in block.chunks_exact_mut(channels).enumerate() {
+            let t = row + r;
+            o.fill(0.0);
+            for (w, tap) in taps.chunks_exact(channels).enumerate() {
+                // Tap w reads token t − (W − 1 − w); before the first token the input is zero.
+                let back = width - 1 - w;
+                if t >= back {
+                    let x = &src[(t - back) * stride + offset..][..channels];
+                    for ((y, &xv), &wv) in o.iter_mut().zip(x).zip(tap) {
+                        *y += xv * wv;
+                    }
+                }
+            }
+            if let Some(b) = bias {
+                for (y, &bv) in o.iter_mut().zip(b) {
+                    *y += bv;
+                }
+            }
+            for y in o.iter_mut() {
+                *y = silu(*y);
+            }
+        }
+    });
     for (ch, srow) in state.chunks_exact_mut(width).enumerate() {
         for (j, s) in srow.iter_mut().enumerate() {
             let back = width - 1 - j;
@@ -68,6 +107,39 @@ pub fn short_conv(
                 0.0
             };
         }
+    }
+}
+
+/// Per-token scan inputs of a block of tokens (the fields a mixer does not compute stay
+/// empty), concatenated in token order afterwards.
+struct ScanBlock {
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    g: Vec<f32>,
+    beta: Vec<f32>,
+    lam: Vec<f32>,
+}
+
+impl ScanBlock {
+    fn concat(blocks: Vec<ScanBlock>) -> ScanBlock {
+        let mut all = ScanBlock {
+            q: Vec::new(),
+            k: Vec::new(),
+            v: Vec::new(),
+            g: Vec::new(),
+            beta: Vec::new(),
+            lam: Vec::new(),
+        };
+        for b in blocks {
+            all.q.extend(b.q);
+            all.k.extend(b.k);
+            all.v.extend(b.v);
+            all.g.extend(b.g);
+            all.beta.extend(b.beta);
+            all.lam.extend(b.lam);
+        }
+        all
     }
 }
 
@@ -108,6 +180,7 @@ pub fn mamba2(
     let mut xbc = vec![0.0f32; t_len * ch];
     let mut conv = vec![0.0f32; ch * c.conv_kernel];
     short_conv(
+        threads,
         &zx,
         rows,
         di,
@@ -120,34 +193,42 @@ pub fn mamba2(
     );
     // 3-4. Scan inputs: q = C, k = B per group; dt, g = −exp(A_log)·dt, v = x·dt, λ.
     let gn = groups * n;
-    let mut q = vec![0.0f32; t_len * gn];
-    let mut k = vec![0.0f32; t_len * gn];
-    let mut v = vec![0.0f32; t_len * di];
-    let mut g = vec![0.0f32; t_len * hc];
-    let mut lam = vec![1.0f32; t_len * hc * cols];
-    for t in 0..t_len {
-        let xr = &xbc[t * ch..][..ch];
-        k[t * gn..][..gn].copy_from_slice(&xr[di..di + gn]);
-        q[t * gn..][..gn].copy_from_slice(&xr[di + gn..di + 2 * gn]);
-        let zr = &zx[t * rows..][..rows];
-        let (dt_raw, dl) = zr[di + ch..].split_at(hc);
-        for hh in 0..hc {
-            let dt = softplus(dt_raw[hh] + w.dt_bias[hh]);
-            g[t * hc + hh] = -exp(w.a_log[hh]) * dt;
-            for (vv, xv) in v[(t * hc + hh) * p..][..p]
-                .iter_mut()
-                .zip(&xr[hh * p..][..p])
-            {
-                *vv = xv * dt;
-            }
-            if let Some(ls) = w.lambda_scale {
-                for l in 0..nl {
-                    let i = hh * nl + l;
-                    lam[(t * hc + hh) * cols + l] = softplus(ls[i] * dl[i]);
+    let blocks = per_token_block(threads, t_len, |range| {
+        let nt = range.len();
+        let mut b = ScanBlock {
+            q: Vec::with_capacity(nt * gn),
+            k: Vec::with_capacity(nt * gn),
+            v: vec![0.0f32; nt * di],
+            g: vec![0.0f32; nt * hc],
+            beta: Vec::new(),
+            lam: vec![1.0f32; nt * hc * cols],
+        };
+        for (r, t) in range.enumerate() {
+            let xr = &xbc[t * ch..][..ch];
+            b.k.extend_from_slice(&xr[di..di + gn]);
+            b.q.extend_from_slice(&xr[di + gn..di + 2 * gn]);
+            let zr = &zx[t * rows..][..rows];
+            let (dt_raw, dl) = zr[di + ch..].split_at(hc);
+            for hh in 0..hc {
+                let i = r * hc + hh;
+                let dt = softplus(dt_raw[hh] + w.dt_bias[hh]);
+                b.g[i] = -exp(w.a_log[hh]) * dt;
+                for (vv, xv) in b.v[i * p..][..p].iter_mut().zip(&xr[hh * p..][..p]) {
+                    *vv = xv * dt;
+                }
+                if let Some(ls) = w.lambda_scale {
+                    for l in 0..nl {
+                        let j = hh * nl + l;
+                        b.lam[i * cols + l] = softplus(ls[j] * dl[j]);
+                    }
                 }
             }
         }
-    }
+        b
+    });
+    let ScanBlock {
+        q, k, v, g, lam, ..
+    } = ScanBlock::concat(blocks);
     timer.lap(Timer::PRE);
 
     // 5. The chunk scan.
@@ -178,23 +259,25 @@ pub fn mamba2(
     // 5b-7. y = o + D·x (x before the dt scaling), gated RMSNorm per group, out_proj.
     let mut y = scan.o;
     let gs = c.norm_group_size;
-    for t in 0..t_len {
-        let yr = &mut y[t * di..][..di];
-        let xr = &xbc[t * ch..][..di];
-        let zr = &zx[t * rows..][..di];
-        for hh in 0..hc {
-            let dsk = w.d_skip[hh];
-            for (yv, xv) in yr[hh * p..][..p].iter_mut().zip(&xr[hh * p..][..p]) {
-                *yv += dsk * xv;
+    par::for_row_blocks(threads, &mut y, di, PROJ_ROWS, |row, block| {
+        for (r, yr) in block.chunks_exact_mut(di).enumerate() {
+            let t = row + r;
+            let xr = &xbc[t * ch..][..di];
+            let zr = &zx[t * rows..][..di];
+            for hh in 0..hc {
+                let dsk = w.d_skip[hh];
+                for (yv, xv) in yr[hh * p..][..p].iter_mut().zip(&xr[hh * p..][..p]) {
+                    *yv += dsk * xv;
+                }
+            }
+            for (yv, zv) in yr.iter_mut().zip(zr) {
+                *yv *= silu(*zv);
+            }
+            for (yg, wg) in yr.chunks_exact_mut(gs).zip(w.norm.chunks_exact(gs)) {
+                rmsnorm_in_place(yg, wg, c.norm_eps);
             }
         }
-        for (yv, zv) in yr.iter_mut().zip(zr) {
-            *yv *= silu(*zv);
-        }
-        for (yg, wg) in yr.chunks_exact_mut(gs).zip(w.norm.chunks_exact(gs)) {
-            rmsnorm_in_place(yg, wg, c.norm_eps);
-        }
-    }
+    });
     project(threads, &y, di, &dense(&w.out_proj), d, out);
     MixerState {
         fenwick: scan.state,
@@ -233,7 +316,9 @@ pub fn gdn(
         let mut pre = vec![0.0f32; t_len * n];
         project(threads, h, d, &dense(wt), n, &mut pre);
         let mut post = vec![0.0f32; t_len * n];
-        short_conv(&pre, n, 0, t_len, cw, None, width, &mut post, state);
+        short_conv(
+            threads, &pre, n, 0, t_len, cw, None, width, &mut post, state,
+        );
         post
     };
     let mut q = conv_one(&w.q_proj, kd, w.q_conv, conv_q);
@@ -254,26 +339,41 @@ pub fn gdn(
     // scales are applied, as the decoder does, so that rounding matches.
     let q_scale = 1.0 / sqrt(dk as f32);
     let lam_scale = sqrt(dk as f32);
-    let mut beta = vec![0.0f32; t_len * hc];
-    let mut g = vec![0.0f32; t_len * hc];
-    let mut lam = vec![1.0f32; t_len * hc * cols];
-    for t in 0..t_len {
-        for hh in 0..hc {
-            let i = t * hc + hh;
-            let qh = &mut q[i * dk..][..dk];
+    par::for_row_blocks(threads, &mut q, dk, PROJ_ROWS, |_, block| {
+        for qh in block.chunks_exact_mut(dk) {
             l2norm_in_place(qh);
             qh.iter_mut().for_each(|x| *x *= q_scale);
-            l2norm_in_place(&mut k[i * dk..][..dk]);
-            beta[i] = sigmoid(b[i]);
-            g[i] = -exp(w.a_log[hh]) * softplus(a[i] + w.dt_bias[hh]);
-            if let Some(ls) = w.lambda_scale {
-                for l in 0..nl {
-                    let j = hh * nl + l;
-                    lam[i * cols + l] = softplus(ls[j] * l_in[t * hc * nl + j]) * lam_scale;
+        }
+    });
+    par::for_row_blocks(threads, &mut k, dk, PROJ_ROWS, |_, block| {
+        block.chunks_exact_mut(dk).for_each(l2norm_in_place);
+    });
+    let blocks = per_token_block(threads, t_len, |range| {
+        let nt = range.len();
+        let mut blk = ScanBlock {
+            q: Vec::new(),
+            k: Vec::new(),
+            v: Vec::new(),
+            g: vec![0.0f32; nt * hc],
+            beta: vec![0.0f32; nt * hc],
+            lam: vec![1.0f32; nt * hc * cols],
+        };
+        for (r, t) in range.enumerate() {
+            for hh in 0..hc {
+                let (i, ti) = (r * hc + hh, t * hc + hh);
+                blk.beta[i] = sigmoid(b[ti]);
+                blk.g[i] = -exp(w.a_log[hh]) * softplus(a[ti] + w.dt_bias[hh]);
+                if let Some(ls) = w.lambda_scale {
+                    for l in 0..nl {
+                        let j = hh * nl + l;
+                        blk.lam[i * cols + l] = softplus(ls[j] * l_in[t * hc * nl + j]) * lam_scale;
+                    }
                 }
             }
         }
-    }
+        blk
+    });
+    let ScanBlock { g, beta, lam, .. } = ScanBlock::concat(blocks);
     timer.lap(Timer::PRE);
 
     // 4. The chunk scan.
@@ -303,12 +403,14 @@ pub fn gdn(
 
     // 5-6. Per head RMSNorm_dv(o) · w · SiLU(g_proj x), then o_proj.
     let mut o = scan.o;
-    for (orow, grow) in o.chunks_exact_mut(dv).zip(gate.chunks_exact(dv)) {
-        rmsnorm_in_place(orow, w.o_norm, c.norm_eps);
-        for (ov, gv) in orow.iter_mut().zip(grow) {
-            *ov *= silu(*gv);
+    par::for_row_blocks(threads, &mut o, dv, PROJ_ROWS * hc, |row, block| {
+        for (r, orow) in block.chunks_exact_mut(dv).enumerate() {
+            rmsnorm_in_place(orow, w.o_norm, c.norm_eps);
+            for (ov, gv) in orow.iter_mut().zip(&gate[(row + r) * dv..][..dv]) {
+                *ov *= silu(*gv);
+            }
         }
-    }
+    });
     project(threads, &o, vd, &dense(&w.o_proj), d, out);
     MixerState {
         fenwick: scan.state,

@@ -272,7 +272,7 @@ pub fn prefill(
     timer.lap(Timer::HEAD);
     for layer in 0..c.num_layers {
         let norms = model.norms(layer)?;
-        layers::rmsnorm_rows(&x, norms.mixer, c.norm_eps, &mut h);
+        layers::rmsnorm_rows(threads, &x, norms.mixer, c.norm_eps, &mut h);
         let st = if c.arch.is_mamba2() {
             let w = model.mamba2(layer)?;
             layers::mamba2(&c, &w, threads, policy, &h, &mut out, &mut timer)
@@ -282,14 +282,10 @@ pub fn prefill(
         };
         states.extend_from_slice(&st.fenwick);
         conv.extend_from_slice(&st.conv);
-        for (xv, o) in x.iter_mut().zip(&out) {
-            *xv += o;
-        }
-        layers::rmsnorm_rows(&x, norms.mlp, c.norm_eps, &mut h);
+        layers::add_rows(threads, &mut x, &out, d);
+        layers::rmsnorm_rows(threads, &x, norms.mlp, c.norm_eps, &mut h);
         layers::mlp(&model.mlp(layer)?, threads, &h, &mut out);
-        for (xv, o) in x.iter_mut().zip(&out) {
-            *xv += o;
-        }
+        layers::add_rows(threads, &mut x, &out, d);
         timer.lap(Timer::POST);
     }
 
@@ -301,7 +297,7 @@ pub fn prefill(
     rmsnorm(last, g.final_norm, c.norm_eps, &mut h[..d]);
     g.lm_head.matvec(&h[..d], &mut last_logits);
     let all_logits = if opts.all_logits {
-        layers::rmsnorm_rows(&x, g.final_norm, c.norm_eps, &mut h);
+        layers::rmsnorm_rows(threads, &x, g.final_norm, c.norm_eps, &mut h);
         let mut all = vec![0.0f32; t_len * v];
         linalg::project(threads, &h, d, &linalg::dense(&g.lm_head), v, &mut all);
         Some(all)

@@ -180,8 +180,11 @@ struct ChunkData {
     /// Readout queries `[n][dk]`: a state h at the chunk start adds e^{γ_i} λ_i qr_iᵀ h to
     /// o_i. Mamba-2: q; GDN: q_i − Σ_j M_ij β_j k_j (so that q̃ = e^{γ_i} qr_i of spec §7.2).
     qr: Vec<f32>,
-    /// GDN: the keys `[n][dk]` and W = A_w diag(β) K `[n][dk]`: the chunk's transition is
-    /// h ↦ e^Γ (h − Kᵀ (W h)) (= e^Γ h − K̃ᵀ (W̃ h) of spec §7.2). Empty for Mamba-2.
+    /// GDN, the chunk's transition h ↦ e^Γ (I − Kᵀ W) h (= e^Γ h − K̃ᵀ (W̃ h) of spec §7.2)
+    /// with W = A_w diag(β) K, in one of two forms, whichever costs fewer flops per state:
+    /// for dk ≤ C the dk × dk matrix `a` = I − Kᵀ W (one product per state), otherwise the keys
+    /// `k` and `w` (`[n][dk]` each; two products per state). All empty for Mamba-2.
+    a: Vec<f32>,
     k: Vec<f32>,
     w: Vec<f32>,
     /// K̃ `[n][dk]`: keys decayed to the chunk end, K̃_j = e^{Γ − γ_j} k_j.
@@ -322,6 +325,7 @@ fn intra_chunk(s: &ScanShape, x: &ScanInputs<'_>, h: usize, c: usize) -> ChunkDa
                 gam,
                 o,
                 qr: q,
+                a: Vec::new(),
                 k: Vec::new(),
                 w: Vec::new(),
                 kt,
@@ -416,15 +420,42 @@ fn intra_chunk(s: &ScanShape, x: &ScanInputs<'_>, h: usize, c: usize) -> ChunkDa
                 0.0,
                 &mut mat_mut(&mut o, n, dv),
             );
-            ChunkData {
-                n,
-                gam,
-                o,
-                qr,
-                k,
-                w,
-                kt,
-                u,
+            if dk <= CHUNK {
+                // A = I − Kᵀ W.
+                let mut a = vec![0.0f32; dk * dk];
+                for i in 0..dk {
+                    a[i * dk + i] = 1.0;
+                }
+                gemm(
+                    -1.0,
+                    &mat(&k, n, dk).t(),
+                    &mat(&w, n, dk),
+                    1.0,
+                    &mut mat_mut(&mut a, dk, dk),
+                );
+                ChunkData {
+                    n,
+                    gam,
+                    o,
+                    qr,
+                    a,
+                    k: Vec::new(),
+                    w: Vec::new(),
+                    kt,
+                    u,
+                }
+            } else {
+                ChunkData {
+                    n,
+                    gam,
+                    o,
+                    qr,
+                    a: Vec::new(),
+                    k,
+                    w,
+                    kt,
+                    u,
+                }
             }
         }
     }
@@ -453,7 +484,9 @@ fn inter_chunk(
     let mut live = vec![false; scans];
     let mut out = vec![0.0f32; s.t * bw];
     let mut read = vec![0.0f32; CHUNK * bw];
+    // Scratch for W h (n × bw) and A h (dk × bw, swapped with the level it transitions).
     let mut xw = vec![0.0f32; CHUNK * bw];
+    let mut ah = vec![0.0f32; dk * bw];
 
     for (c, d) in chunks.iter().enumerate() {
         let (n, t0) = (d.n, c * CHUNK);
@@ -479,7 +512,16 @@ fn inter_chunk(
         // 2. Chunk c's transition on every live level: e^Γ h (Mamba-2), e^Γ (h − Kᵀ (W h)) (GDN).
         let eg = exp(d.gam[n - 1]);
         for m in (0..scans).filter(|&m| live[m]) {
-            if s.form == Form::Gdn {
+            if !d.a.is_empty() {
+                gemm(
+                    1.0,
+                    &mat(&d.a, dk, dk),
+                    &mat(&hs[m], dk, bw),
+                    0.0,
+                    &mut mat_mut(&mut ah, dk, bw),
+                );
+                std::mem::swap(&mut hs[m], &mut ah);
+            } else if s.form == Form::Gdn {
                 gemm(
                     1.0,
                     &mat(&d.w, n, dk),
