@@ -32,10 +32,11 @@ use core::arch::asm;
 
 use super::{ActBlock, BlockQ4_0, BlockQ8_0, QK};
 
-/// Activation blocks widened at a time (per chunk, on the stack: 8 × 72 B). Longer rows are
+/// Activation blocks widened at a time (per chunk, on the stack: 16 × 72 B = 1152 B; every
+/// matrix of the shipped model has at most 16 blocks a row, so one chunk). Longer rows are
 /// processed chunk by chunk, each row's float sum carried in `out` between chunks, which keeps
 /// the float order of [`super::portable`] (one running sum over the blocks in order).
-pub const CHUNK: usize = 8;
+pub const CHUNK: usize = 16;
 
 /// An activation block widened for the Q8_0 kernel: the scale, then for each weight word k
 /// (bytes 4k..4k+3) the pairs `[a4k, a4k+2]`, `[a4k+1, a4k+3]` as i16 halves of a u32.
@@ -255,27 +256,78 @@ macro_rules! combine {
     };
 }
 
-/// Continues the float sums `(s0, s1)` of two rows over `row0.len()` blocks: for each block b,
-/// `s += (d_w · d_x) · isum_b`, in block order. Both rows and `wide` have the same length ≥ 1.
+/// The rows of one chunk for the kernels: `pairs` pairs of rows from `w0`, the next pair
+/// `skip` bytes after where the previous one's blocks end, results in `out`.
+struct Rows {
+    /// First block of the chunk in the pair's first row, and in its second.
+    w0: *const u8,
+    w1: *const u8,
+    /// Bytes from the end of a pair's chunk blocks to the next pair's: 2 rows − the chunk.
+    skip: usize,
+    /// Two floats a pair; the sums are continued from what `out` holds.
+    out: *mut f32,
+    pairs: usize,
+}
+
+/// Checks that `pairs` pairs of rows starting at row `r0` (the second row of each pair
+/// `second` rows after its first: 1, or 0 to run a row with itself), blocks `c0..c0 + n`, lie
+/// inside `w` (`per_row` blocks a row) and that `out` has 2 · `pairs` floats; then the
+/// pointers.
+fn rows<W>(
+    w: &[W],
+    per_row: usize,
+    c0: usize,
+    n: usize,
+    r0: usize,
+    second: usize,
+    out: &mut [f32],
+) -> Rows {
+    let pairs = out.len() / 2;
+    assert!(n > 0 && c0 + n <= per_row && out.len() == 2 * pairs);
+    if pairs > 0 {
+        let last_row = r0 + 2 * (pairs - 1) + second;
+        assert!((last_row + 1) * per_row <= w.len());
+    }
+    let size = core::mem::size_of::<W>();
+    Rows {
+        w0: w.as_ptr().wrapping_add(r0 * per_row + c0).cast(),
+        w1: w.as_ptr().wrapping_add((r0 + second) * per_row + c0).cast(),
+        skip: (2 * per_row - n) * size,
+        out: out.as_mut_ptr(),
+        pairs,
+    }
+}
+
+/// Continues the float sums of `rows.pairs` pairs of rows over the chunk's `wide.len()`
+/// blocks (for each block b, `s += (d_w · d_x) · isum_b`, in block order).
 #[inline]
-fn pair_q8(row0: &[BlockQ8_0], row1: &[BlockQ8_0], wide: &[WideQ8], s: [f32; 2]) -> [f32; 2] {
+fn run_q8(rows: Rows, wide: &[WideQ8]) {
     let n = wide.len();
-    assert!(n > 0 && row0.len() == n && row1.len() == n);
-    let (mut s0, mut s1) = (s[0].to_bits(), s[1].to_bits());
-    // SAFETY: the loop runs exactly n ≥ 1 times (r12 counts down from n) and each pass reads
-    // one 34-byte block from each row pointer (LDRH + 8 LDR, post-incremented) and one 68-byte
-    // `WideQ8` (VLDMIA + 4 LDM): n blocks of `row0`, `row1` and `wide`, all in bounds (checked
-    // above). `wide` is 4-aligned (LDM/VLDM); the weight reads are LDRH at even addresses and
-    // LDR, which ARMv7-M performs unaligned (module doc). Nothing is written to memory but the
-    // VPUSH/VPOP pair on the stack (balanced). Every core register written is an operand or
-    // declared clobbered; s0-s7 are saved and restored by VPUSH/VPOP (the compiler is not told
-    // about them: stable Rust lacks the `vfp2` feature for float register operands). The
-    // flags and the FPSCR's cumulative exception bits change, which `asm!` allows without
-    // `preserves_flags`; the rounding mode is untouched.
+    if rows.pairs == 0 {
+        return;
+    }
+    // SAFETY: `rows` was built by `rows()`, which checked that every pair's two rows, blocks
+    // c0..c0 + n, lie inside the weight slice and that `out` holds 2 · pairs floats. For each
+    // pair the block loop runs exactly n ≥ 1 times (r12 counts down from n) and each pass
+    // reads one 34-byte block from each row pointer (LDRH + 8 LDR, post-incremented) and one
+    // 68-byte `WideQ8` (VLDMIA + 4 LDM); then the row pointers skip to the next pair (the
+    // `skip` computed in `rows()`), r0 and r12 are reloaded from the stack and the pair's two
+    // sums are stored to out[0..2] (VSTR), out advancing by 8 bytes until it reaches the end
+    // (lr). `wide` is 4-aligned (LDM/VLDM); weight reads are LDRH at even addresses and LDR,
+    // which ARMv7-M performs unaligned (module doc). The PUSH/POP and VPUSH/VPOP pairs on the
+    // stack are balanced. Every core register written is an operand or declared clobbered;
+    // s0-s7 are saved and restored by VPUSH/VPOP (the compiler is not told about them: stable
+    // Rust lacks the `vfp2` feature for float register operands). The flags and the FPSCR's
+    // cumulative exception bits change, which `asm!` allows without `preserves_flags`; the
+    // rounding mode is untouched.
     unsafe {
         asm!(
             "vpush {{s0-s7}}",
-            "vmov s6, s7, r3, r4",
+            "push {{r0, r5, r12, lr}}",
+            "3:",
+            "vldr s6, [r3]",
+            "vldr s7, [r3, #4]",
+            "vmov s5, r3",
             "2:",
             scales!(),
             q8_group!(smuad),
@@ -285,40 +337,58 @@ fn pair_q8(row0: &[BlockQ8_0], row1: &[BlockQ8_0], wide: &[WideQ8], s: [f32; 2])
             combine!(),
             "subs r12, r12, #1",
             "bne 2b",
-            "vmov r3, r4, s6, s7",
+            "vmov r3, s5",
+            "vstr s6, [r3]",
+            "vstr s7, [r3, #4]",
+            "add r3, r3, #8",
+            "ldrd r0, r5, [sp]",
+            "add r1, r1, r5",
+            "add r2, r2, r5",
+            "ldrd r12, r5, [sp, #8]",
+            "cmp r3, r5",
+            "bne 3b",
+            "add sp, sp, #16",
             "vpop {{s0-s7}}",
             inout("r0") wide.as_ptr() => _,
-            inout("r1") row0.as_ptr() => _,
-            inout("r2") row1.as_ptr() => _,
-            inout("r3") s0,
-            inout("r4") s1,
+            inout("r1") rows.w0 => _,
+            inout("r2") rows.w1 => _,
+            inout("r3") rows.out => _,
+            inout("r5") rows.skip => _,
             inout("r12") n => _,
-            out("r5") _,
+            inout("lr") rows.out.wrapping_add(2 * rows.pairs) => _,
+            out("r4") _,
             out("r8") _,
             out("r9") _,
             out("r10") _,
             out("r11") _,
-            out("lr") _,
         );
     }
-    [f32::from_bits(s0), f32::from_bits(s1)]
 }
 
-/// As [`pair_q8`] for Q4_0; the last element of `wide` carries the `last` flag, and no other.
+/// As [`run_q8`] for Q4_0; the last element of `wide` carries the `last` flag, and no other.
 #[inline]
-fn pair_q4(row0: &[BlockQ4_0], row1: &[BlockQ4_0], wide: &[WideQ4], s: [f32; 2]) -> [f32; 2] {
+fn run_q4(rows: Rows, wide: &[WideQ4]) {
     let n = wide.len();
-    assert!(n > 0 && row0.len() == n && row1.len() == n);
-    assert!(wide[..n - 1].iter().all(|b| b.h & 1 == 0) && wide[n - 1].h & 1 == 1);
-    let (mut s0, mut s1) = (s[0].to_bits(), s[1].to_bits());
-    // SAFETY: as in `pair_q8`, with 18-byte weight blocks (LDRH + 4 LDR per row per pass) and
-    // 72-byte `WideQ4` blocks (VLDMIA + 4 LDM + LDR). The loop ends after the block whose `h`
-    // has bit 0 set (ASRS moves it to C; BCC loops while it is clear), which is exactly the
-    // n-th (asserted above), so n blocks of each slice are read and no more.
+    if rows.pairs == 0 {
+        return;
+    }
+    // The block loop stops at the first flagged block: the last one must be, and (for a right
+    // result, not for memory safety) no other.
+    assert!(n > 0 && wide[n - 1].h & 1 == 1);
+    debug_assert!(wide[..n - 1].iter().all(|b| b.h & 1 == 0));
+    // SAFETY: as in `run_q8`, with 18-byte weight blocks (LDRH + 4 LDR per row per pass) and
+    // 72-byte `WideQ4` blocks (VLDMIA + 4 LDM + LDR). A pair's block loop ends after the
+    // block whose `h` has bit 0 set (ASRS moves it to C; BCC loops while it is clear), at the
+    // latest the n-th (asserted above), so at most n blocks of each row and of `wide` are
+    // read. r12 holds the mask throughout.
     unsafe {
         asm!(
             "vpush {{s0-s7}}",
-            "vmov s6, s7, r3, r4",
+            "push {{r0, r5, lr}}",
+            "3:",
+            "vldr s6, [r3]",
+            "vldr s7, [r3, #4]",
+            "vmov s5, r3",
             "2:",
             scales!(),
             q4_group!(first),
@@ -332,48 +402,139 @@ fn pair_q4(row0: &[BlockQ4_0], row1: &[BlockQ4_0], wide: &[WideQ4], s: [f32; 2])
             "sub r4, r4, r5",
             combine!(),
             "bcc 2b",
-            "vmov r3, r4, s6, s7",
+            "vmov r3, s5",
+            "vstr s6, [r3]",
+            "vstr s7, [r3, #4]",
+            "add r3, r3, #8",
+            "ldrd r0, r5, [sp]",
+            "add r1, r1, r5",
+            "add r2, r2, r5",
+            "ldr r5, [sp, #8]",
+            "cmp r3, r5",
+            "bne 3b",
+            "add sp, sp, #12",
             "vpop {{s0-s7}}",
             inout("r0") wide.as_ptr() => _,
-            inout("r1") row0.as_ptr() => _,
-            inout("r2") row1.as_ptr() => _,
-            inout("r3") s0,
-            inout("r4") s1,
+            inout("r1") rows.w0 => _,
+            inout("r2") rows.w1 => _,
+            inout("r3") rows.out => _,
+            inout("r5") rows.skip => _,
             in("r12") 0x000F_000Fu32,
-            out("r5") _,
+            inout("lr") rows.out.wrapping_add(2 * rows.pairs) => _,
+            out("r4") _,
             out("r8") _,
             out("r9") _,
             out("r10") _,
             out("r11") _,
-            out("lr") _,
         );
     }
-    [f32::from_bits(s0), f32::from_bits(s1)]
 }
 
-/// Runs `pair` over every pair of rows for one chunk of widened activations: blocks
-/// `c0..c0 + n` of each row, sums carried in `out`. An odd last row runs paired with itself.
+/// One chunk (blocks `c0..c0 + wide.len()` of every row) for all rows of `out`: pairs of rows
+/// in one kernel call, an odd last row paired with itself into a scratch pair.
 #[inline(always)]
-fn rows_in_pairs<W, A>(
+fn chunk<W, A>(
     w: &[W],
     per_row: usize,
     c0: usize,
     wide: &[A],
     out: &mut [f32],
-    pair: impl Fn(&[W], &[W], &[A], [f32; 2]) -> [f32; 2],
+    run: impl Fn(Rows, &[A]),
 ) {
     let n = wide.len();
-    let rows = out.len();
-    let mut r = 0;
-    while r < rows {
-        let r1 = if r + 1 < rows { r + 1 } else { r };
-        let row0 = &w[r * per_row + c0..][..n];
-        let row1 = &w[r1 * per_row + c0..][..n];
-        let s = pair(row0, row1, wide, [out[r], out[r1]]);
-        out[r] = s[0];
-        out[r1] = s[1];
-        r += 2;
+    let even = out.len() & !1;
+    let (pairs, tail) = out.split_at_mut(even);
+    run(rows(w, per_row, c0, n, 0, 1, pairs), wide);
+    if let [last] = tail {
+        let mut pair = [*last; 2];
+        run(rows(w, per_row, c0, n, even, 0, &mut pair), wide);
+        *last = pair[0];
     }
+}
+
+/// Widens `act` into `wide`: [`WideQ8::widen`] for each block (the reference, checked in
+/// debug builds), with SXTB16: 36 instructions a block.
+fn widen_q8(act: &[ActBlock], wide: &mut [WideQ8]) {
+    let n = act.len();
+    assert!(n > 0 && wide.len() == n);
+    // SAFETY: n ≥ 1 passes (r2 counts down), each reading one 40-byte `ActBlock` (d, then
+    // past `sum` to the 8 quant words; LDR, word-aligned) and writing one 68-byte `WideQ8`
+    // (STR + 8 STRD, word-aligned), both slices n long (asserted). Only operand registers
+    // and the flags change.
+    unsafe {
+        asm!(
+            "2:",
+            "ldr r3, [r0], #8",
+            "str r3, [r1], #4",
+            ".rept 8",
+            "ldr r3, [r0], #4",
+            "sxtb16 r4, r3",
+            "sxtb16 r3, r3, ror #8",
+            "strd r4, r3, [r1], #8",
+            ".endr",
+            "subs r2, r2, #1",
+            "bne 2b",
+            inout("r0") act.as_ptr() => _,
+            inout("r1") wide.as_mut_ptr() => _,
+            inout("r2") n => _,
+            out("r3") _,
+            out("r4") _,
+            options(nostack),
+        );
+    }
+    debug_assert!(wide
+        .iter()
+        .zip(act)
+        .all(|(w, a)| (w.d.to_bits(), w.q) == (a.d.to_bits(), WideQ8::widen(a).q)));
+}
+
+/// Widens `act` into `wide` ([`WideQ4::widen`] for each block, with SXTB16), the last block
+/// flagged.
+fn widen_q4(act: &[ActBlock], wide: &mut [WideQ4]) {
+    let n = act.len();
+    assert!(n > 0 && wide.len() == n);
+    // SAFETY: n ≥ 1 passes (r2 counts down), each reading one 40-byte `ActBlock` (d, sum,
+    // then its 8 quant words at r0 + 0..32, LDR, word-aligned) and writing one 72-byte
+    // `WideQ4` (STR d, 4 STM of 4 words, STR h, word-aligned), both slices n long (asserted).
+    // Only operand registers and the flags change.
+    unsafe {
+        asm!(
+            "2:",
+            "ldr r3, [r0], #4",
+            "ldr r4, [r0], #4",
+            "str r3, [r1], #4",
+            ".rept 4",
+            "ldr r5, [r0, #16]",
+            "ldr r3, [r0], #4",
+            "sxtb16 r8, r3",
+            "sxtb16 r9, r5",
+            "sxtb16 r10, r3, ror #8",
+            "sxtb16 r11, r5, ror #8",
+            "stm r1!, {{r8-r11}}",
+            ".endr",
+            "add r0, r0, #16",
+            "lsl r4, r4, #4",
+            "str r4, [r1], #4",
+            "subs r2, r2, #1",
+            "bne 2b",
+            inout("r0") act.as_ptr() => _,
+            inout("r1") wide.as_mut_ptr() => _,
+            inout("r2") n => _,
+            out("r3") _,
+            out("r4") _,
+            out("r5") _,
+            out("r8") _,
+            out("r9") _,
+            out("r10") _,
+            out("r11") _,
+            options(nostack),
+        );
+    }
+    wide[n - 1].h |= 1;
+    debug_assert!(wide.iter().zip(act).enumerate().all(|(i, (w, a))| {
+        let want = WideQ4::widen(a, i + 1 == n);
+        (w.d.to_bits(), w.q, w.h) == (want.d.to_bits(), want.q, want.h)
+    }));
 }
 
 /// out = W x for Q8_0 weights and quantized activations (as [`super::portable::matvec_q8_0`]).
@@ -389,10 +550,8 @@ pub fn matvec_q8_0(w: &[BlockQ8_0], act: &[ActBlock], out: &mut [f32]) {
     let mut wide = [WideQ8::ZERO; CHUNK];
     for c0 in (0..per_row).step_by(CHUNK) {
         let n = (per_row - c0).min(CHUNK);
-        for (d, a) in wide.iter_mut().zip(&act[c0..c0 + n]) {
-            *d = WideQ8::widen(a);
-        }
-        rows_in_pairs(w, per_row, c0, &wide[..n], out, pair_q8);
+        widen_q8(&act[c0..c0 + n], &mut wide[..n]);
+        chunk(w, per_row, c0, &wide[..n], out, run_q8);
     }
 }
 
@@ -409,9 +568,7 @@ pub fn matvec_q4_0(w: &[BlockQ4_0], act: &[ActBlock], out: &mut [f32]) {
     let mut wide = [WideQ4::ZERO; CHUNK];
     for c0 in (0..per_row).step_by(CHUNK) {
         let n = (per_row - c0).min(CHUNK);
-        for (i, (d, a)) in wide.iter_mut().zip(&act[c0..c0 + n]).enumerate() {
-            *d = WideQ4::widen(a, i + 1 == n);
-        }
-        rows_in_pairs(w, per_row, c0, &wide[..n], out, pair_q4);
+        widen_q4(&act[c0..c0 + n], &mut wide[..n]);
+        chunk(w, per_row, c0, &wide[..n], out, run_q4);
     }
 }

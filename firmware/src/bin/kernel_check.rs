@@ -1,0 +1,292 @@
+//! Integer-kernel check and microbenchmark for the board (`scripts/kernel-check.sh` runs it
+//! under QEMU; built only with `--features kernel-check`).
+//!
+//! Reads one request line on semihosting stdin:
+//!
+//! * `check N SEED`: N random cases (rows 1..=7, 1..=19 blocks a row, so the DSP kernel's
+//!   8-block chunks, an odd last row and a partial chunk all occur; random f16 scales
+//!   including subnormal ones, weight quants over the whole i8 range, activation blocks from
+//!   random vectors of random magnitude, some all zero, some saturated at ±127). Every kernel
+//!   path the target runs is compared with `portable`, bit for bit, for Q8_0 and Q4_0, and
+//!   entries of `out` past the rows must stay untouched. Prints `ok <path> <cases>` per path
+//!   and `PASS`, or `FAIL ...`; exits 0 or 1.
+//! * `bench q8_0|q4_0 PATH ROWS BLOCKS REPS`: REPS matvecs of a ROWS × 32·BLOCKS matrix on
+//!   PATH (a `KernelPath` name). Instructions per MAC = the difference of the instruction
+//!   counts of REPS and 0 repetitions / (REPS · ROWS · 32 · BLOCKS).
+#![no_std]
+#![no_main]
+
+use loglinear_runtime::quant::{
+    self, portable, quantize_activations, ActBlock, BlockQ4_0, BlockQ8_0, KernelPath, QK,
+};
+use semihosting::io::Read as _;
+use semihosting::println;
+
+#[cfg(target_arch = "arm")]
+use cortex_m as _;
+
+/// Largest case of `check`: 7 rows × 19 blocks.
+const CHECK_ROWS: usize = 7;
+const CHECK_BLOCKS: usize = 19;
+/// Largest `bench` matrix, in blocks (on the stack: ~70 KB on the 4 MiB MPS2 boards, ~3 KB
+/// on the 16 KiB micro:bit).
+#[cfg(target_abi = "eabihf")]
+const BENCH_BLOCKS: usize = 2048;
+#[cfg(not(target_abi = "eabihf"))]
+const BENCH_BLOCKS: usize = 96;
+const BENCH_COLS_BLOCKS: usize = 32;
+
+/// xorshift32.
+struct Rng(u32);
+
+impl Rng {
+    fn next(&mut self) -> u32 {
+        let mut x = self.0;
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        self.0 = x;
+        x
+    }
+
+    fn below(&mut self, n: u32) -> u32 {
+        self.next() % n
+    }
+
+    /// A finite f16 scale: any exponent but inf/NaN (subnormals included), either sign.
+    fn scale(&mut self) -> half::f16 {
+        let exp = self.below(31) as u16;
+        let bits = ((self.next() as u16) & 0x83FF) | (exp << 10);
+        half::f16::from_bits(bits)
+    }
+
+    fn i8(&mut self) -> i8 {
+        self.next() as i8
+    }
+}
+
+fn fill_q8(rng: &mut Rng, w: &mut [BlockQ8_0]) {
+    for b in w {
+        b.d = rng.scale();
+        for q in b.qs.iter_mut() {
+            *q = rng.i8();
+        }
+    }
+}
+
+fn fill_q4(rng: &mut Rng, w: &mut [BlockQ4_0]) {
+    for b in w {
+        b.d = rng.scale();
+        for q in b.qs.iter_mut() {
+            *q = rng.next() as u8;
+        }
+    }
+}
+
+/// Activation blocks: quantized random vectors of random magnitude; now and then an all-zero
+/// block or one whose quants are all ±127.
+fn fill_act(rng: &mut Rng, act: &mut [ActBlock]) {
+    let mut x = [0f32; QK];
+    for a in act.iter_mut() {
+        match rng.below(8) {
+            0 => *a = ActBlock::default(),
+            1 => {
+                let s = if rng.below(2) == 0 { 127 } else { -127 };
+                *a = ActBlock {
+                    d: 0.01,
+                    sum: 32 * s as i32,
+                    qs: [s; QK],
+                };
+            }
+            _ => {
+                let mag = (1u32 << rng.below(12)) as f32 / 64.0;
+                for v in x.iter_mut() {
+                    *v = (rng.next() as i32 >> 8) as f32 / (1u32 << 23) as f32 * mag;
+                }
+                let _ = quantize_activations(&x, core::slice::from_mut(a));
+            }
+        }
+    }
+}
+
+const SENTINEL: f32 = -1234.5;
+
+fn check(cases: u32, seed: u32) -> bool {
+    let mut rng = Rng(seed | 1);
+    let mut w8 = [BlockQ8_0 {
+        d: half::f16::ZERO,
+        qs: [0; QK],
+    }; CHECK_ROWS * CHECK_BLOCKS];
+    let mut w4 = [BlockQ4_0 {
+        d: half::f16::ZERO,
+        qs: [0; QK / 2],
+    }; CHECK_ROWS * CHECK_BLOCKS];
+    let mut act = [ActBlock::default(); CHECK_BLOCKS];
+    let mut want = [0f32; CHECK_ROWS + 1];
+    let mut got = [0f32; CHECK_ROWS + 1];
+    let mut tested = [0u32; KernelPath::ALL.len()];
+    let mut failed = [0u32; KernelPath::ALL.len()];
+    for case in 0..cases {
+        let rows = 1 + rng.below(CHECK_ROWS as u32) as usize;
+        let blocks = 1 + rng.below(CHECK_BLOCKS as u32) as usize;
+        let (w8, w4) = (&mut w8[..rows * blocks], &mut w4[..rows * blocks]);
+        fill_q8(&mut rng, w8);
+        fill_q4(&mut rng, w4);
+        let act = &mut act[..blocks];
+        fill_act(&mut rng, act);
+        for (i, path) in KernelPath::ALL.iter().enumerate() {
+            if !path.is_available() {
+                continue;
+            }
+            for kind in ["q8_0", "q4_0"] {
+                want.fill(SENTINEL);
+                got.fill(SENTINEL);
+                let (want, got) = (&mut want[..rows + 1], &mut got[..rows + 1]);
+                if kind == "q8_0" {
+                    portable::matvec_q8_0(w8, act, want);
+                    quant::matvec_q8_0_on(*path, w8, act, got);
+                } else {
+                    portable::matvec_q4_0(w4, act, want);
+                    quant::matvec_q4_0_on(*path, w4, act, got);
+                }
+                for (r, (a, b)) in want.iter().zip(got.iter()).enumerate() {
+                    if a.to_bits() != b.to_bits() {
+                        println!(
+                            "FAIL {} {} case {} ({} rows x {} blocks) row {}: portable {:e} ({:#010x}), got {:e} ({:#010x})",
+                            path.name(), kind, case, rows, blocks, r, a, a.to_bits(), b, b.to_bits()
+                        );
+                        failed[i] += 1;
+                    }
+                }
+            }
+            tested[i] += 1;
+        }
+    }
+    for ((path, n), f) in KernelPath::ALL.iter().zip(tested).zip(failed) {
+        if n > 0 && f == 0 {
+            println!(
+                "ok {} {} cases bit-identical to portable (q8_0, q4_0)",
+                path.name(),
+                n
+            );
+        } else if n > 0 {
+            println!("FAIL {} {} of {} rows differ", path.name(), f, n);
+        }
+    }
+    failed.iter().all(|&f| f == 0)
+}
+
+fn bench(kind: &str, path: &str, rows: usize, blocks: usize, reps: u32) -> bool {
+    let Some(path) = KernelPath::ALL.iter().copied().find(|p| p.name() == path) else {
+        println!("FAIL unknown path {}", path);
+        return false;
+    };
+    if !path.is_available() || rows * blocks > BENCH_BLOCKS || blocks > BENCH_COLS_BLOCKS {
+        println!("FAIL path unavailable or matrix too large");
+        return false;
+    }
+    let mut rng = Rng(12345);
+    let mut act = [ActBlock::default(); BENCH_COLS_BLOCKS];
+    let act = &mut act[..blocks];
+    fill_act(&mut rng, act);
+    let mut out = [0f32; BENCH_BLOCKS];
+    let out = &mut out[..rows];
+    let mut check = 0u32;
+    match kind {
+        "q8_0" => {
+            let mut w = [BlockQ8_0 {
+                d: half::f16::ZERO,
+                qs: [0; QK],
+            }; BENCH_BLOCKS];
+            let w = &mut w[..rows * blocks];
+            fill_q8(&mut rng, w);
+            for _ in 0..reps {
+                quant::matvec_q8_0_on(path, w, act, out);
+                check ^= out[0].to_bits();
+            }
+        }
+        "q4_0" => {
+            let mut w = [BlockQ4_0 {
+                d: half::f16::ZERO,
+                qs: [0; QK / 2],
+            }; BENCH_BLOCKS];
+            let w = &mut w[..rows * blocks];
+            fill_q4(&mut rng, w);
+            for _ in 0..reps {
+                quant::matvec_q4_0_on(path, w, act, out);
+                check ^= out[0].to_bits();
+            }
+        }
+        _ => {
+            println!("FAIL kind {} is not q8_0 or q4_0", kind);
+            return false;
+        }
+    }
+    println!(
+        "DONE {} {} {}x{} reps={} macs={} check={:#x}",
+        kind,
+        path.name(),
+        rows,
+        blocks * QK,
+        reps,
+        reps as usize * rows * blocks * QK,
+        check
+    );
+    true
+}
+
+fn run() -> bool {
+    let mut line = [0u8; 128];
+    let mut len = 0;
+    let Ok(mut stdin) = semihosting::io::stdin() else {
+        return false;
+    };
+    while len < line.len() {
+        match stdin.read(&mut line[len..len + 1]) {
+            Ok(1) if line[len] != b'\n' => len += 1,
+            _ => break,
+        }
+    }
+    let Ok(line) = core::str::from_utf8(&line[..len]) else {
+        return false;
+    };
+    let mut args = line.split_ascii_whitespace();
+    let num = |args: &mut core::str::SplitAsciiWhitespace<'_>| -> u32 {
+        args.next().and_then(|v| v.parse().ok()).unwrap_or(0)
+    };
+    match args.next() {
+        Some("check") => {
+            let n = num(&mut args);
+            let seed = num(&mut args);
+            check(n, seed)
+        }
+        Some("bench") => {
+            let kind = args.next().unwrap_or("");
+            let path = args.next().unwrap_or("");
+            let rows = num(&mut args) as usize;
+            let blocks = num(&mut args) as usize;
+            let reps = num(&mut args);
+            bench(kind, path, rows, blocks, reps)
+        }
+        _ => {
+            println!("FAIL request: check N SEED | bench KIND PATH ROWS BLOCKS REPS");
+            false
+        }
+    }
+}
+
+#[cfg_attr(target_arch = "arm", cortex_m_rt::entry)]
+#[cfg_attr(target_arch = "riscv32", riscv_rt::entry)]
+fn main() -> ! {
+    let pass = run();
+    if pass {
+        println!("PASS");
+    }
+    semihosting::process::exit(if pass { 0 } else { 1 })
+}
+
+#[panic_handler]
+fn panic(info: &core::panic::PanicInfo<'_>) -> ! {
+    semihosting::eprintln!("panic: {}", info);
+    semihosting::process::exit(101)
+}
