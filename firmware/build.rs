@@ -11,6 +11,11 @@
 //!   a relative path is taken from the repository root).
 //! * `LOGLINEAR_LEVELS`, `LOGLINEAR_STATE` (`f32` | `f16`): override the board's state settings.
 //! * `LOGLINEAR_TRANSPORT` (`uart` | `semihosting`): overrides the board's `transport`.
+//! * `LOGLINEAR_ACTIVATIONS` (`f32` | `q8`): overrides the board's `firmware.activations`, how
+//!   matvecs with quantized weights treat their input (q8: the integer kernels; the planner
+//!   then adds the activation blocks to the arena).
+//! * `LOGLINEAR_KERNEL` (a `KernelPath` name: `portable`, `arm-dsp`): pins the integer kernel
+//!   path (default: the fastest the target runs); for benchmarks.
 //!
 //! Transport (the byte stream the serial protocol runs over), from `board.toml`:
 //! `transport = "uart"` builds the board's UART driver (`uart = "<driver>"`, `src/uart.rs`),
@@ -31,7 +36,7 @@ use std::fmt::Write as _;
 use std::fs;
 use std::path::PathBuf;
 
-use loglinear_planner::{plan_file_bytes, BoardProfile, StateType};
+use loglinear_planner::{plan_file_bytes, Activations, BoardProfile, StateType};
 
 fn main() {
     if let Err(msg) = run() {
@@ -142,6 +147,8 @@ fn run() -> Result<(), String> {
         "LOGLINEAR_LEVELS",
         "LOGLINEAR_STATE",
         "LOGLINEAR_TRANSPORT",
+        "LOGLINEAR_ACTIVATIONS",
+        "LOGLINEAR_KERNEL",
     ] {
         println!("cargo:rerun-if-env-changed={v}");
     }
@@ -178,7 +185,7 @@ fn run() -> Result<(), String> {
         "cargo:rerun-if-changed={}",
         board_dir.join("memory.x").display()
     );
-    let profile = BoardProfile::read(&board_toml).map_err(|e| format!("board {board}: {e}"))?;
+    let mut profile = BoardProfile::read(&board_toml).map_err(|e| format!("board {board}: {e}"))?;
     if profile.target != target {
         return Err(format!(
             "board {board} is a {} board but this build targets {target} \
@@ -200,6 +207,13 @@ fn run() -> Result<(), String> {
         ),
         _ => None,
     };
+    match env::var("LOGLINEAR_ACTIVATIONS").as_deref() {
+        Ok("f32") => profile.activations = Activations::F32,
+        Ok("q8") => profile.activations = Activations::Q8,
+        Ok("") | Err(_) => {}
+        Ok(v) => return Err(format!("LOGLINEAR_ACTIVATIONS={v} is not f32 or q8")),
+    }
+    let kernel = env::var("LOGLINEAR_KERNEL").unwrap_or_default();
 
     // --- transport -------------------------------------------------------------------------
     let board_text =
@@ -328,6 +342,23 @@ fn run() -> Result<(), String> {
         "pub const SNAPSHOT_SLOT_BYTES: usize = {snap_slot:#x};"
     )
     .ok();
+    writeln!(
+        gen,
+        "/// How quantized matvecs treat their input: `f32` or `q8` (board.toml `firmware.activations`)."
+    )
+    .ok();
+    writeln!(
+        gen,
+        "pub const ACTIVATIONS: &str = {:?};",
+        profile.activations.name()
+    )
+    .ok();
+    writeln!(
+        gen,
+        "/// Integer kernel path pinned at build time (`LOGLINEAR_KERNEL`), empty for the fastest."
+    )
+    .ok();
+    writeln!(gen, "pub const KERNEL: &str = {kernel:?};").ok();
     writeln!(gen, "/// Vocabulary size of the embedded model.").ok();
     writeln!(gen, "pub const VOCAB: usize = {};", plan.vocab_size).ok();
     fs::write(out.join("board_config.rs"), gen).map_err(|e| e.to_string())?;

@@ -4,6 +4,11 @@
 #
 #   bash scripts/count-instructions.sh [BOARD...]   (default: every QEMU board)
 #   TOKENS=32 bash scripts/count-instructions.sh     (tokens of the long run; default 16)
+#   ACTIVATIONS=q8 KERNEL=portable bash scripts/count-instructions.sh mps2-an500
+#       (LOGLINEAR_ACTIVATIONS / LOGLINEAR_KERNEL of the firmware build: f32 or q8 activations,
+#       a pinned integer kernel path; default: the board's activations, the fastest path)
+#   MODEL=target/ll-gdn-mcu-q4_0.gguf bash scripts/count-instructions.sh   (another model file)
+#   bash scripts/count-instructions.sh --plugin-only  (only build the plugin; kernel-check.sh)
 #
 # 1. Builds QEMU's `insn` sample plugin in target/qemu-plugin/ from Debian's QEMU source package
 #    (`apt-get source --download-only qemu/bookworm-backports`; only the upstream tarball is
@@ -32,11 +37,18 @@ FW_TARGET_DIR="$TARGET_DIR/firmware"
 PLUGIN_DIR="$TARGET_DIR/qemu-plugin"
 PLUGIN="$PLUGIN_DIR/libinsn.so"
 WORK="$TARGET_DIR/count-instructions"
-MODEL="models/ll-gdn-mcu-q8_0.gguf"
+MODEL_ARG="${MODEL:-}"
+ACTIVATIONS="${ACTIVATIONS:-}"
+KERNEL="${KERNEL:-}"
 TOKENS="${TOKENS:-16}"
 PROMPT="X"
 QEMU_TIMEOUT="${QEMU_TIMEOUT:-300}"
 
+PLUGIN_ONLY=0
+if [ "${1:-}" = --plugin-only ]; then
+    PLUGIN_ONLY=1
+    shift
+fi
 BOARDS=("$@")
 if [ "${#BOARDS[@]}" -eq 0 ]; then
     BOARDS=(mps2-an386 mps2-an500 riscv-virt)
@@ -84,15 +96,18 @@ if [ ! -f "$PLUGIN" ]; then
     mv "$PLUGIN.tmp" "$PLUGIN"
     echo "built $PLUGIN from $(basename "$tarball")" >&2
 fi
+[ "$PLUGIN_ONLY" = 0 ] || exit 0
 
 # ---- weight MACs per token -----------------------------------------------------------------
 cargo build --release -q -p loglinear-converter --bin loglinear
-macs=$("$TARGET_DIR/release/loglinear" inspect "$MODEL" | awk '
-    $2 ~ /^\[[0-9]+,$/ && $1 != "token_embd.weight" {
-        a = $2; b = $3; gsub(/[^0-9]/, "", a); gsub(/[^0-9]/, "", b); s += a * b
-    }
-    END { print s + 0 }')
-[ "$macs" -gt 0 ] || fail "no matrix tensors in $MODEL"
+# Weight MACs per token of model file $1.
+weight_macs() {
+    "$TARGET_DIR/release/loglinear" inspect "$1" | awk '
+        $2 ~ /^\[[0-9]+,$/ && $1 != "token_embd.weight" {
+            a = $2; b = $3; gsub(/[^0-9]/, "", a); gsub(/[^0-9]/, "", b); s += a * b
+        }
+        END { print s + 0 }'
+}
 
 # ---- 2./3. the runs --------------------------------------------------------------------------
 mkdir -p "$WORK"
@@ -117,8 +132,15 @@ for board in "${BOARDS[@]}"; do
     state="$(board_value "$toml" state)"
     levels="$(board_value "$toml" levels)"
     reserve="$(board_value "$toml" stack_reserve)"
+    # The board's own model (`model = ...`, the micro:bit's test-sized one) unless MODEL is set.
+    board_model="$(board_value "$toml" model)"
+    MODEL="${MODEL_ARG:-${board_model:-models/ll-gdn-mcu-q8_0.gguf}}"
+    macs=$(weight_macs "$MODEL")
+    [ "$macs" -gt 0 ] || fail "no matrix tensors in $MODEL"
+    acts="${ACTIVATIONS:-$(board_value "$toml" activations)}"
     echo "$board: building and counting" >&2
     LOGLINEAR_BOARD="$board" LOGLINEAR_MODEL="$MODEL" LOGLINEAR_LEVELS="" LOGLINEAR_STATE="" \
+        LOGLINEAR_ACTIVATIONS="$ACTIVATIONS" LOGLINEAR_KERNEL="$KERNEL" LOGLINEAR_TRANSPORT="" \
         cargo build --release -q --manifest-path firmware/Cargo.toml --target "$target" \
         --target-dir "$FW_TARGET_DIR"
     elf="$WORK/$board.elf"
@@ -132,12 +154,13 @@ for board in "${BOARDS[@]}"; do
     peak=$(printf 'GEN n=%s temperature=0 prompt=%s\nSTATUS\nQUIT\n' "$TOKENS" "$PROMPT" |
         timeout "$QEMU_TIMEOUT" $runner "$elf" 2>/dev/null |
         sed -n 's/^STATUS .* stack_peak_bytes=\([0-9]*\).*/\1/p')
-    rows+=("| $board | $core | $state | $levels | $i0 | $i1 | $per_tok | $per_mac | ${peak:-?} | ${reserve:-?} |")
+    kpath=$(sed -n 's/.*integer kernels \([a-z0-9-]*\).*/\1/p' "$WORK/$board-n0.err" | head -n1)
+    rows+=("| $board | $core | $(basename "$MODEL") | $macs | ${acts:-f32} | ${kpath:-?} | $state | $levels | $i0 | $i1 | $per_tok | $per_mac | ${peak:-?} | ${reserve:-?} |")
 done
 
 echo
-echo "Model $MODEL: $macs weight MACs per token. Runs: \`GEN n=0\` and \`GEN n=$TOKENS\`, temperature 0, prompt \"$PROMPT\"."
+echo "Runs: \`GEN n=0\` and \`GEN n=$TOKENS\`, temperature 0, prompt \"$PROMPT\"."
 echo
-echo "| board | core | state | levels | insns, n=0 | insns, n=$TOKENS | insns / token | insns / weight-MAC | stack peak B | stack reserve B |"
-echo "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
+echo "| board | core | model | weight MACs / token | activations | integer kernels | state | levels | insns, n=0 | insns, n=$TOKENS | insns / token | insns / weight-MAC | stack peak B | stack reserve B |"
+echo "| --- | --- | --- | ---: | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
 printf '%s\n' "${rows[@]}"

@@ -28,6 +28,11 @@
 #     the UART through a QEMU pty chardev (`-serial pty`), ends a line cut short that a
 #     previous host left (its sync: a blank line and STATUS) and prints what `loglinear
 #     generate` prints;
+#   * the integer matvec kernels (scripts/kernel-check.sh, Arm boards): every kernel path the
+#     core runs equals the portable one bit for bit on random shapes, on the board's own CPU;
+#   * activations: a board with `activations = "q8"` under [firmware] runs its quantized
+#     matvecs on Q8 activations (the integer kernels), and the host reference then runs
+#     `loglinear generate --activations q8`;
 #   * stack: the deepest `stack_peak_bytes` any STATUS reports (the stack painted at boot) stays
 #     within the memory planner's stack estimate for the board (`loglinear plan`: sampler
 #     scratch + the board's firmware.stack_reserve), so the planner's RAM sum covers the stack.
@@ -176,7 +181,7 @@ uart_test() {
     # The host client on a pty: QEMU's `-serial pty` chardev, `loglinear serial --port`.
     base="$WORK/$board-uart-client"
     "$LOGLINEAR" generate --model "$MODEL" --prompt 'JULIET:\n' -n 16 --temperature 0 \
-        --levels "$levels" --state "$state" >"$base.host.out" 2>/dev/null
+        --levels "$levels" --state "$state" --activations "$acts" >"$base.host.out" 2>/dev/null
     pty_runner="${uart_runner/-serial stdio/-serial pty}"
     [ "$pty_runner" != "$uart_runner" ] || fail "$toml: uart_runner has no '-serial stdio'"
     # shellcheck disable=SC2086 # the runner is a command line
@@ -233,7 +238,7 @@ for tb in thumbv7em-none-eabihf: riscv32imac-unknown-none-elf: thumbv6m-none-eab
     echo "firmware: cargo clippy --target $t -D warnings"
     LOGLINEAR_BOARD="$b" LOGLINEAR_MODEL="$m" LOGLINEAR_LEVELS="" LOGLINEAR_STATE="" \
         cargo clippy --release -q --manifest-path firmware/Cargo.toml --target "$t" \
-        --target-dir "$FW_TARGET_DIR" -- -D warnings
+        --target-dir "$FW_TARGET_DIR" --features kernel-check -- -D warnings
     # The same target with its QEMU board's UART driver (src/uart.rs).
     ub="${b:-$([ "$t" = riscv32imac-unknown-none-elf ] && echo riscv-virt || echo mps2-an386)}"
     echo "firmware: cargo clippy --target $t -D warnings, UART transport ($ub)"
@@ -242,6 +247,19 @@ for tb in thumbv7em-none-eabihf: riscv32imac-unknown-none-elf: thumbv6m-none-eab
         cargo clippy --release -q --manifest-path firmware/Cargo.toml --target "$t" \
         --target-dir "$FW_UART_TARGET_DIR" -- -D warnings
 done
+
+# The integer kernels on the Arm boards' own cores, bit for bit against the portable ones.
+kernel_boards=()
+for board in "${BOARDS[@]}"; do
+    case "$(board_value "boards/$board/board.toml" target)" in
+    thumb*) kernel_boards+=("$board") ;;
+    esac
+done
+if [ "${#kernel_boards[@]}" -gt 0 ]; then
+    echo
+    echo "==== integer kernels vs portable under QEMU (scripts/kernel-check.sh) ===="
+    bash "$ROOT/scripts/kernel-check.sh" "${kernel_boards[@]}"
+fi
 
 for board in "${BOARDS[@]}"; do
     toml="boards/$board/board.toml"
@@ -253,11 +271,15 @@ for board in "${BOARDS[@]}"; do
     # The board's own model if it names one (microbit: a test-sized model), else the shipped one.
     MODEL="$(board_value "$toml" model)"
     MODEL="${MODEL:-$DEFAULT_MODEL}"
+    # How the board's quantized matvecs treat their input (`activations` under [firmware]):
+    # the host reference runs the same mode, so the tokens stay identical.
+    acts="$(board_value "$toml" activations)"
+    acts="${acts:-f32}"
     [ -n "$target" ] && [ -n "$runner" ] && [ -n "$state" ] && [ -n "$levels" ] ||
         fail "$toml: target, runner, state or levels missing"
 
     echo
-    echo "==== $board: $target, $state state, $levels levels, $MODEL ===="
+    echo "==== $board: $target, $state state, $levels levels, $acts activations, $MODEL ===="
     LOGLINEAR_BOARD="$board" LOGLINEAR_MODEL="$MODEL" LOGLINEAR_LEVELS="" LOGLINEAR_STATE="" \
         LOGLINEAR_TRANSPORT="" \
         cargo build --release -q --manifest-path firmware/Cargo.toml --target "$target" \
@@ -282,7 +304,7 @@ for board in "${BOARDS[@]}"; do
         host_args=(${case#*|})
         base="$WORK/$board-$i"
         "$LOGLINEAR" generate --model "$MODEL" "${host_args[@]}" --levels "$levels" \
-            --state "$state" >"$base.host.out" 2>"$base.host.err"
+            --state "$state" --activations "$acts" >"$base.host.out" 2>"$base.host.err"
         # printf format: the request's `\n` escapes must reach the firmware as `\n`.
         qemu_run "GEN ${request//\\/\\\\}\nSTATUS\nQUIT\n" "$base"
         read -r t g < <(sed -n 's/^STATUS tokens=\([0-9]*\) generated=\([0-9]*\).*/\1 \2/p' "$base.out") ||
@@ -310,7 +332,7 @@ for board in "${BOARDS[@]}"; do
     # `GEN n=1` between them continue the host's greedy text for prompt "A".
     base="$WORK/$board-hostile"
     "$LOGLINEAR" generate --model "$MODEL" --prompt A -n 4 --temperature 0 --levels "$levels" \
-        --state "$state" >"$base.host.out" 2>/dev/null
+        --state "$state" --activations "$acts" >"$base.host.out" 2>/dev/null
     long=$(head -c 1500 /dev/zero | tr '\0' a)
     one='GEN n=1 temperature=0\n'
     script="GEN prompt=$long\nGEN n=1 temperature=0 prompt=A\n"
@@ -342,7 +364,7 @@ for board in "${BOARDS[@]}"; do
     if [ "$board" = mps2-an386 ]; then
         base="$WORK/$board-session"
         "$LOGLINEAR" generate --model "$MODEL" --prompt 'JULIET:\n' -n 16 --temperature 0 \
-            --levels "$levels" --state "$state" >"$base.host.out" 2>/dev/null
+            --levels "$levels" --state "$state" --activations "$acts" >"$base.host.out" 2>/dev/null
         gen1='GEN n=8 temperature=0 prompt=JULIET:\\n\n'
         qemu_run "${gen1}STATUS\nGEN n=8 temperature=0\nSTATUS\nRESET\nSTATUS\n${gen1}QUIT\n" "$base"
         got=$(awk '{ print $1 }' "$base.out" | uniq | tr '\n' ' ' | sed 's/ $//')

@@ -42,6 +42,7 @@ use portable_atomic::{AtomicBool, Ordering};
 
 use embedded_io::{Read, Write};
 use loglinear_runtime::gguf::GgufModel;
+use loglinear_runtime::quant::{self, Activations, KernelPath};
 use loglinear_runtime::Model;
 use loglinear_runtime::{tokenizer, Sampler, SamplerConfig, Session, SessionConfig};
 
@@ -65,6 +66,14 @@ type StateElem = half::f16;
 #[cfg(not(state_f16))]
 type StateElem = f32;
 const STATE_NAME: &str = if cfg!(state_f16) { "f16" } else { "f32" };
+
+/// How quantized matvecs treat their input (`firmware.activations` in board.toml, or
+/// `LOGLINEAR_ACTIVATIONS`): Q8 runs the integer kernels, the arena holds the activation blocks.
+const ACTIVATIONS: Activations = if matches!(board::ACTIVATIONS.as_bytes(), b"q8") {
+    Activations::Q8
+} else {
+    Activations::F32
+};
 
 /// Bytes aligned to 32, so the GGUF reader can view tensors in place.
 #[repr(C, align(32))]
@@ -166,6 +175,24 @@ fn run() -> Result<(), i32> {
         board::ARENA_BYTES,
         board::LEVELS
     );
+    if !board::KERNEL.is_empty() {
+        let path = KernelPath::ALL
+            .iter()
+            .copied()
+            .find(|p| p.name() == board::KERNEL);
+        if !path.is_some_and(|p| quant::set_forced_path(Some(p))) {
+            error!(
+                "LOGLINEAR_KERNEL={}: not a kernel path this target runs",
+                board::KERNEL
+            );
+            return Err(EXIT_RUNTIME);
+        }
+    }
+    info!(
+        "activations {}, integer kernels {}",
+        ACTIVATIONS.name(),
+        KernelPath::best().name()
+    );
     let arena = ARENA.take().ok_or(EXIT_RUNTIME)?;
     // What snapshots carry to say which model file they belong to (`SNAP`).
     let fingerprint = loglinear_runtime::snapshot::model_fingerprint(&MODEL.0);
@@ -205,7 +232,7 @@ fn serve<R: Read, W: Write>(
     loop {
         let cfg = SessionConfig {
             levels: Some(levels),
-            ..Default::default()
+            activations: Some(ACTIVATIONS),
         };
         let mut session = Session::<StateElem>::new(model, &mut *arena, cfg).map_err(|e| {
             error!("session: {}", e);

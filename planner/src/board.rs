@@ -1,6 +1,7 @@
 //! Board profiles: the parts of `boards/<name>/board.toml` that the planner reads.
 
 use crate::{PlanError, StateType};
+use loglinear_runtime::quant::Activations;
 use std::path::{Path, PathBuf};
 
 /// A memory region of the board.
@@ -34,6 +35,9 @@ pub struct BoardProfile {
     pub levels: usize,
     /// `firmware.state`: the image's default state type.
     pub state: StateType,
+    /// `firmware.activations` (`"f32"`, the default, or `"q8"`): how the image's quantized
+    /// matvecs treat their input. Q8 adds the activation blocks to the session arena.
+    pub activations: Activations,
 }
 
 /// `boards/` of the current folder if there is one, else the repository's (next to this crate).
@@ -118,6 +122,18 @@ impl BoardProfile {
                 .ok_or_else(|| bad(format!("{key} must be a string")))
         };
         let state = string("firmware.state")?;
+        let activations = match get("firmware.activations") {
+            Err(_) => Activations::F32,
+            Ok(v) => match v.as_str() {
+                Some("f32") => Activations::F32,
+                Some("q8") => Activations::Q8,
+                _ => {
+                    return Err(bad(format!(
+                        "firmware.activations = {v:?} is not \"f32\" or \"q8\""
+                    )))
+                }
+            },
+        };
         Ok(Self {
             name: string("name")?,
             path: path.to_path_buf(),
@@ -136,6 +152,7 @@ impl BoardProfile {
                 .map_err(|_| bad("firmware.levels is too large".into()))?,
             state: StateType::from_name(&state)
                 .ok_or_else(|| bad(format!("firmware.state = {state:?} is not f32 or f16")))?,
+            activations,
         })
     }
 }

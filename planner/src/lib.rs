@@ -25,6 +25,7 @@ pub use board::{BoardProfile, Region};
 
 use loglinear_runtime::gguf::{GgufModel, ModelFileError};
 use loglinear_runtime::level::{LevelPolicy, LAMBDA_LEVELS};
+pub use loglinear_runtime::quant::Activations;
 use loglinear_runtime::session::{Session, SessionConfig, SessionError};
 use loglinear_runtime::{Model, ModelError, StateElem};
 use std::fmt;
@@ -133,10 +134,11 @@ fn session_bytes_for<E: StateElem>(
     model: &Model<'_>,
     levels: usize,
     context: u64,
+    activations: Activations,
 ) -> Result<SessionBytes, SessionError> {
     let cfg = SessionConfig {
         levels: Some(levels),
-        ..Default::default()
+        activations: Some(activations),
     };
     let arena = Session::<E>::arena_bytes(model, &cfg)?;
     let mut buf = vec![0u8; arena];
@@ -162,16 +164,28 @@ fn session_bytes_for<E: StateElem>(
     })
 }
 
-/// RAM figures for a state type.
+/// RAM figures for a state type (f32 activations).
 pub fn session_bytes(
     model: &Model<'_>,
     state: StateType,
     levels: usize,
     context: u64,
 ) -> Result<SessionBytes, SessionError> {
+    session_bytes_with(model, state, levels, context, Activations::F32)
+}
+
+/// RAM figures for a state type and activations mode ([`Activations::Q8`] adds the
+/// activation blocks to the arena).
+pub fn session_bytes_with(
+    model: &Model<'_>,
+    state: StateType,
+    levels: usize,
+    context: u64,
+    activations: Activations,
+) -> Result<SessionBytes, SessionError> {
     match state {
-        StateType::F32 => session_bytes_for::<f32>(model, levels, context),
-        StateType::F16 => session_bytes_for::<half::f16>(model, levels, context),
+        StateType::F32 => session_bytes_for::<f32>(model, levels, context, activations),
+        StateType::F16 => session_bytes_for::<half::f16>(model, levels, context, activations),
     }
 }
 
@@ -297,7 +311,7 @@ pub fn plan_model(
         source: SessionError::InvalidLevels(levels),
     })?;
     let context = context.unwrap_or(policy.exact_capacity());
-    let session = session_bytes(model, state, levels, context)
+    let session = session_bytes_with(model, state, levels, context, board.activations)
         .map_err(|source| PlanError::Levels { levels, source })?;
     let sampler_stack = 4 * c.vocab_size as u64;
     let model_levels = c.default_state_levels();
@@ -308,7 +322,7 @@ pub fn plan_model(
     };
     let most = |s: StateType| {
         range.clone().rev().find(|&l| {
-            session_bytes(model, s, l, 0)
+            session_bytes_with(model, s, l, 0, board.activations)
                 .is_ok_and(|b| ram_total(board, b.arena, sampler_stack) <= board.ram.length)
         })
     };
