@@ -281,6 +281,10 @@ struct QemuRow {
     model: String,
     board: String,
     core: String,
+    /// Activations of the firmware build (`-` where the table does not say).
+    act: String,
+    /// Integer-kernel path the firmware ran (`-` where the table does not say).
+    kernel: String,
     state: String,
     test: String,
     insn_per_token: u64,
@@ -902,10 +906,12 @@ fn parse_int(cell: &str) -> Option<u64> {
 }
 
 /// Reads count-instructions.sh's markdown output (or a table with the same column names, as
-/// in BENCHMARKS.md): columns are found by header name, so extra or reordered ones are fine.
+/// in BENCHMARKS.md): columns are found by header name, so extra, missing or reordered ones
+/// are fine. The model is the row's `model` cell, else the `Model FILE: …` line of older
+/// outputs, else the script's default model.
 fn parse_qemu_table(text: &str, what: &str) -> Result<Vec<QemuRow>, BenchError> {
     // "Model models/x.gguf: N weight MACs per token. …"
-    let model = text
+    let default_model = text
         .lines()
         .find_map(|l| l.strip_prefix("Model ")?.split(':').next())
         .unwrap_or("models/ll-gdn-mcu-q8_0.gguf")
@@ -925,6 +931,9 @@ fn parse_qemu_table(text: &str, what: &str) -> Result<Vec<QemuRow>, BenchError> 
             continue;
         };
         let core = col(&|h| h == "core");
+        let model = col(&|h| h == "model");
+        let act = col(&|h| h == "activations");
+        let kernel = col(&|h| h == "integer kernels");
         let state = col(&|h| h.starts_with("state"));
         let levels = col(&|h| h == "levels");
         // "insns, n=16": the long run's token count names the test.
@@ -944,6 +953,7 @@ fn parse_qemu_table(text: &str, what: &str) -> Result<Vec<QemuRow>, BenchError> 
                 continue;
             }
             let cell = |i: Option<usize>| i.and_then(|i| cells.get(i)).cloned().unwrap_or_default();
+            let or_dash = |c: String| if c.is_empty() { "-".to_string() } else { c };
             let (Some(insn_per_token), Some(insn_per_mac)) = (
                 parse_int(&cell(Some(per_token))),
                 cell(Some(per_mac)).replace(',', "").parse::<f64>().ok(),
@@ -955,9 +965,11 @@ fn parse_qemu_table(text: &str, what: &str) -> Result<Vec<QemuRow>, BenchError> 
                 state = format!("{state} × {}", cell(levels));
             }
             rows.push(QemuRow {
-                model: model.clone(),
+                model: model.map_or(default_model.clone(), |_| cell(model)),
                 board: cell(Some(board)),
                 core: cell(core),
+                act: or_dash(cell(act)),
+                kernel: or_dash(cell(kernel)),
                 state,
                 test: test.clone(),
                 insn_per_token,
@@ -1080,6 +1092,8 @@ impl Table {
                     r.model.clone(),
                     r.board.clone(),
                     r.core.clone(),
+                    r.act.clone(),
+                    r.kernel.clone(),
                     r.state.clone(),
                     r.test.clone(),
                     r.insn_per_token.to_string(),
@@ -1092,12 +1106,14 @@ impl Table {
                 "model",
                 "board",
                 "core",
+                "act",
+                "kernel",
                 "state",
                 "test",
                 "instructions/token",
                 "instructions/MAC",
             ],
-            right: vec![false, false, false, false, true, true, true],
+            right: vec![false, false, false, false, false, false, true, true, true],
             rows,
         }
     }
@@ -1278,6 +1294,8 @@ fn report_json(report: &Report) -> serde_json::Value {
                 "model": r.model,
                 "board": r.board,
                 "core": r.core,
+                "act": r.act,
+                "kernel": r.kernel,
                 "state": r.state,
                 "test": r.test,
                 "instructions_per_token": r.insn_per_token,

@@ -192,7 +192,7 @@ fn curve_reports_live_levels_per_context() {
     assert!(t[1..].iter().all(|r| r[7].parse::<f64>().unwrap() > 0.0));
 }
 
-/// `scripts/count-instructions.sh`'s output format.
+/// `scripts/count-instructions.sh`'s first output format.
 const SCRIPT_OUTPUT: &str = "
 Model models/ll-gdn-mcu-q8_0.gguf: 1369088 weight MACs per token. Runs: `GEN n=0` and `GEN n=16`, temperature 0, prompt \"X\".
 
@@ -202,21 +202,40 @@ Model models/ll-gdn-mcu-q8_0.gguf: 1369088 weight MACs per token. Runs: `GEN n=0
 | riscv-virt | rv32imac | f32 | 15 | 337541750 | 5640507846 | 331435381 | 242.1 | 9000 | 16384 |
 ";
 
-#[test]
-fn qemu_table_is_folded_in() {
-    let path = std::env::temp_dir().join(format!("loglinear-bench-qemu-{}.md", std::process::id()));
-    std::fs::write(&path, SCRIPT_OUTPUT).unwrap();
+/// Its later format: a model, activations and kernel path per row.
+const SCRIPT_OUTPUT_PER_ROW: &str = "
+Runs: `GEN n=0` and `GEN n=32`, temperature 0, prompt \"X\".
+
+| board | core | model | weight MACs / token | activations | integer kernels | state | levels | insns, n=0 | insns, n=32 | insns / token | insns / weight-MAC | stack peak B | stack reserve B |
+| --- | --- | --- | ---: | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |
+| mps2-an500 | Cortex-M7 | ll-gdn-mcu-q8_0.gguf | 1369088 | q8 | cortex-m-dsp | f32 | 12 | 1 | 2 | 9876543 | 7.2 | 9000 | 16384 |
+";
+
+/// The QEMU table of `loglinear bench -p 0 -n 0 --qemu-table` on `text`.
+fn qemu_table(text: &str, name: &str) -> Vec<Vec<String>> {
+    let path = std::env::temp_dir().join(format!(
+        "loglinear-bench-qemu-{name}-{}.md",
+        std::process::id()
+    ));
+    std::fs::write(&path, text).unwrap();
     let stdout = bench_ok(&["-p", "0", "-n", "0", "--qemu-table", path.to_str().unwrap()]);
     std::fs::remove_file(&path).ok();
-    let tables = tables(&stdout);
+    let mut tables = tables(&stdout);
     assert_eq!(tables.len(), 1, "{stdout}");
-    let t = &tables[0];
+    tables.remove(0)
+}
+
+#[test]
+fn qemu_table_is_folded_in() {
+    let t = qemu_table(SCRIPT_OUTPUT, "first");
     assert_eq!(
         t[0],
         [
             "model",
             "board",
             "core",
+            "act",
+            "kernel",
             "state",
             "test",
             "instructions/token",
@@ -229,6 +248,8 @@ fn qemu_table_is_folded_in() {
             "models/ll-gdn-mcu-q8_0.gguf",
             "mps2-an386",
             "Cortex-M4F",
+            "-",
+            "-",
             "f16 × 15",
             "tg16",
             "35769743",
@@ -236,7 +257,23 @@ fn qemu_table_is_folded_in() {
         ]
     );
     assert_eq!(t[2][1], "riscv-virt");
-    assert_eq!(t[2][5], "331435381");
+    assert_eq!(t[2][7], "331435381");
+
+    let t = qemu_table(SCRIPT_OUTPUT_PER_ROW, "per-row");
+    assert_eq!(
+        t[1],
+        [
+            "ll-gdn-mcu-q8_0.gguf",
+            "mps2-an500",
+            "Cortex-M7",
+            "q8",
+            "cortex-m-dsp",
+            "f32 × 12",
+            "tg32",
+            "9876543",
+            "7.2"
+        ]
+    );
 }
 
 #[test]
