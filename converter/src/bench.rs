@@ -39,10 +39,10 @@ pub struct BenchArgs {
     #[arg(long = "model", default_value = "models/ll-gdn-mcu-q8_0.gguf")]
     models: Vec<PathBuf>,
     /// Prompt tokens of the `pp` test (0: no `pp` test).
-    #[arg(short = 'p', long, default_value_t = 512)]
+    #[arg(short = 'p', long, value_parser = parse_count, default_value = "512")]
     n_prompt: usize,
     /// Generated tokens of the `tg` tests (0: no `tg` test).
-    #[arg(short = 'n', long, default_value_t = 128)]
+    #[arg(short = 'n', long, value_parser = parse_count, default_value = "128")]
     n_gen: usize,
     /// Contexts before the `tg` test, comma-separated, `K` = 1024: `tg128@16K` decodes 128
     /// tokens after 16384.
@@ -154,18 +154,29 @@ fn parse_kernel(s: &str) -> Result<KernelChoice, String> {
     }
 }
 
-/// A token count: digits, optionally followed by `K`/`k` (× 1024).
+/// The largest token count a test takes: the token lists and the chunkwise prefill's
+/// activations are held in memory (a few hundred bytes a token), so a typo such as `-p 1e12`
+/// must be refused rather than run the machine out of memory.
+const MAX_TOKENS: usize = 1 << 20;
+
+/// A token count: digits, optionally followed by `K`/`k` (× 1024), at most [`MAX_TOKENS`].
 fn parse_count(s: &str) -> Result<usize, String> {
     let s = s.trim();
     let (digits, scale) = match s.strip_suffix(['K', 'k']) {
         Some(d) => (d, 1024),
         None => (s, 1),
     };
-    digits
+    let n = digits
         .parse::<usize>()
         .ok()
         .and_then(|n| n.checked_mul(scale))
-        .ok_or_else(|| format!("`{s}` is not a token count (digits, optionally followed by K)"))
+        .ok_or_else(|| format!("`{s}` is not a token count (digits, optionally followed by K)"))?;
+    if n > MAX_TOKENS {
+        return Err(format!(
+            "{n} tokens is more than this benchmark takes ({MAX_TOKENS})"
+        ));
+    }
+    Ok(n)
 }
 
 /// Why the benchmark could not run. Bad input ends here, never in a panic.
@@ -308,6 +319,7 @@ impl CpuConfig {
 /// The CPU configurations `args` asks for, f32 first.
 fn cpu_configs(args: &BenchArgs) -> Result<Vec<CpuConfig>, BenchError> {
     let paths: Vec<KernelPath> = match args.kernel {
+        // Not `KernelPath::best()`, which would follow a path forced earlier.
         KernelChoice::Best => vec![KernelPath::available()
             .last()
             .unwrap_or(KernelPath::Portable)],
@@ -337,6 +349,8 @@ fn cpu_configs(args: &BenchArgs) -> Result<Vec<CpuConfig>, BenchError> {
     Ok(configs)
 }
 
+/// Runs what `args` asks for. Everything that can be checked cheaply (arguments, kernel
+/// paths, the QEMU table or script) is checked before the first long measurement.
 fn measure(args: &BenchArgs) -> Result<Report, BenchError> {
     let standard = args.curve.is_none() && (args.n_prompt > 0 || args.n_gen > 0);
     let any_model_work = standard || args.curve.is_some();
@@ -346,8 +360,20 @@ fn measure(args: &BenchArgs) -> Result<Report, BenchError> {
     if args.reach == Reach::Gpu && !args.gpu {
         return Err(BenchError::ReachGpuWithoutGpu);
     }
+    if args.qemu && !Path::new(COUNT_INSTRUCTIONS).is_file() {
+        return Err(BenchError::QemuScriptMissing {
+            script: COUNT_INSTRUCTIONS.into(),
+        });
+    }
     let configs = cpu_configs(args)?;
     let mut report = Report::default();
+    if let Some(path) = &args.qemu_table {
+        let text = std::fs::read_to_string(path).map_err(|source| BenchError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        report.qemu = parse_qemu_table(&text, &path.display().to_string())?;
+    }
     if any_model_work {
         let device = if args.gpu {
             let d = gpu_backend::Device::open()?;
@@ -386,15 +412,6 @@ fn measure(args: &BenchArgs) -> Result<Report, BenchError> {
     }
     if args.qemu {
         report.qemu.extend(run_count_instructions()?);
-    }
-    if let Some(path) = &args.qemu_table {
-        let text = std::fs::read_to_string(path).map_err(|source| BenchError::Read {
-            path: path.clone(),
-            source,
-        })?;
-        report
-            .qemu
-            .extend(parse_qemu_table(&text, &path.display().to_string())?);
     }
     if !report.qemu.is_empty() {
         report.notes.push(

@@ -278,9 +278,11 @@ fn qemu_table_is_folded_in() {
 
 #[test]
 fn bad_arguments_give_clear_errors() {
-    let cases: [(&[&str], &str); 8] = [
+    let cases: [(&[&str], &str); 10] = [
         (&["--reps", "0"], "--reps"),
         (&["--depth", "16Q"], "not a token count"),
+        (&["-p", "99999999999"], "more than this benchmark takes"),
+        (&["--curve", "64,,1K"], "not a token count"),
         (&["--kernel", "sse9"], "expected best, all or one of"),
         (&["--model", "no/such/model.gguf"], "no/such/model.gguf"),
         (&["-p", "0", "-n", "0"], "nothing to measure"),
@@ -328,4 +330,19 @@ fn gpu_rows_and_contexts_reached_on_the_gpu() {
         "{stdout}"
     );
     assert!(stdout.contains("GPU: "), "the notes name the adapter");
+}
+
+#[test]
+fn qemu_outside_the_repository_says_where_to_run() {
+    let out = Command::new(env!("CARGO_BIN_EXE_loglinear"))
+        .current_dir(std::env::temp_dir())
+        .args(["bench", "-p", "0", "-n", "0", "--qemu"])
+        .output()
+        .expect("run loglinear");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("run loglinear bench from the repository root"),
+        "{stderr}"
+    );
 }
