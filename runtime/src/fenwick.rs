@@ -4,6 +4,8 @@
 //! layout), in f32 or f16 ([`StateElem`]). Arithmetic is always f32; f16 only narrows what is
 //! stored between steps.
 
+use half::slice::HalfFloatSliceExt;
+
 use crate::level::LevelPolicy;
 
 /// A scalar type the state can be stored in.
@@ -14,6 +16,32 @@ pub trait StateElem: Copy + Default + bytemuck::Pod + 'static {
     fn load(self) -> f32;
     /// Narrow from f32 (round to nearest even).
     fn store(x: f32) -> Self;
+    /// Whether the fused steps should use the wide column blocks (`WIDE_BLOCK` columns
+    /// rather than `BLOCK`): worth it where a block conversion has a fixed cost per call to
+    /// spread (f16 on hosts where `half` converts slices with vector instructions); elsewhere
+    /// the narrow blocks keep the stack small and the block in registers.
+    const WIDE_BLOCKS: bool = false;
+
+    /// Widens the first `W` elements of `src` into `dst` (`dst` is left as it is if `src` is
+    /// shorter). The fused steps move the state through this a block of columns at a time,
+    /// so that f32 storage is plain vector loads and f16 storage converts a block per call
+    /// (with `half`'s vector conversions where it has them) instead of element by element.
+    #[inline(always)]
+    fn load_block<const W: usize>(src: &[Self], dst: &mut [f32; W]) {
+        for (d, s) in dst.iter_mut().zip(src) {
+            *d = s.load();
+        }
+    }
+
+    /// Narrows `src` into the first `W` elements of `dst`, then leaves in `src` the values as
+    /// stored (narrowed and widened again): what a later read of the state would see.
+    #[inline(always)]
+    fn store_block<const W: usize>(src: &mut [f32; W], dst: &mut [Self]) {
+        for (s, d) in src.iter_mut().zip(dst.iter_mut()) {
+            *d = Self::store(*s);
+            *s = d.load();
+        }
+    }
 }
 
 impl StateElem for f32 {
@@ -26,10 +54,31 @@ impl StateElem for f32 {
     fn store(x: f32) -> Self {
         x
     }
+    #[inline(always)]
+    fn load_block<const W: usize>(src: &[Self], dst: &mut [f32; W]) {
+        if let Some(src) = src.get(..W) {
+            dst.copy_from_slice(src);
+        }
+    }
+    #[inline(always)]
+    fn store_block<const W: usize>(src: &mut [f32; W], dst: &mut [Self]) {
+        // f32 storage keeps the value exactly: nothing to read back.
+        if let Some(dst) = dst.get_mut(..W) {
+            dst.copy_from_slice(src);
+        }
+    }
 }
 
 impl StateElem for half::f16 {
     const NAME: &'static str = "f16";
+    // `half` has vector slice conversions on these (F16C, fp16; chosen at run time with
+    // `std`); on the boards' Arm M-profile and RISC-V targets it converts element by element
+    // in software whatever the block, so the narrow blocks cost nothing there.
+    const WIDE_BLOCKS: bool = cfg!(any(
+        target_arch = "x86",
+        target_arch = "x86_64",
+        target_arch = "aarch64"
+    ));
     #[inline(always)]
     fn load(self) -> f32 {
         self.to_f32()
@@ -37,6 +86,21 @@ impl StateElem for half::f16 {
     #[inline(always)]
     fn store(x: f32) -> Self {
         half::f16::from_f32(x)
+    }
+    #[inline(always)]
+    fn load_block<const W: usize>(src: &[Self], dst: &mut [f32; W]) {
+        if let Some(src) = src.get(..W) {
+            // On x86 hosts with `std`: one F16C check and 8-wide conversions per call,
+            // instead of a check and a scalar conversion per element in `to_f32`.
+            src.convert_to_f32_slice(dst);
+        }
+    }
+    #[inline(always)]
+    fn store_block<const W: usize>(src: &mut [f32; W], dst: &mut [Self]) {
+        if let Some(dst) = dst.get_mut(..W) {
+            dst.convert_from_f32_slice(src);
+            dst.convert_to_f32_slice(src);
+        }
     }
 }
 
@@ -122,13 +186,23 @@ impl<'a, E: StateElem> FenwickState<'a, E> {
         let target = target as usize;
         let (low, high) = self.data.split_at_mut(target * n);
         let dst = &mut high[..n];
-        for (i, d) in dst.iter_mut().enumerate() {
-            // Same order as the reference: S[target] += (S[0] + … + S[target-1]).
-            let mut acc = 0.0f32;
-            for l in 0..target {
-                acc += low[l * n + i].load();
+        // A block of elements at a time, so that the sum over levels is a straight vector add
+        // per level and f16 converts a block per call. Same order as the reference:
+        // S[target] += (0 + S[0] + … + S[target-1]).
+        let mut start = 0;
+        if E::WIDE_BLOCKS {
+            while start + WIDE_BLOCK <= n {
+                merge_block::<E, WIDE_BLOCK>(low, n, dst, start);
+                start += WIDE_BLOCK;
             }
-            *d = E::store(d.load() + acc);
+        }
+        while start + BLOCK <= n {
+            merge_block::<E, BLOCK>(low, n, dst, start);
+            start += BLOCK;
+        }
+        while start < n {
+            merge_block::<E, 1>(low, n, dst, start);
+            start += 1;
         }
         low.fill(E::default());
     }
@@ -217,6 +291,313 @@ impl<'a, E: StateElem> FenwickState<'a, E> {
             for (o, sij) in out.iter_mut().zip(&s[i * dv..(i + 1) * dv]) {
                 *o += w * sij.load();
             }
+        }
+    }
+}
+
+/// Columns the fused steps and the merge work on together. Every column of a state matrix is
+/// independent in the transition, the insert and the readout, so a step runs one block of
+/// columns at a time through all levels: the block's kᵀS, v and output are small fixed-size
+/// arrays the compiler keeps in vector registers, instead of dv-long arrays that every row
+/// reloads and stores. The stack cost is a few blocks (≈ 0.3 KiB), which matters on the
+/// boards (a few KiB of stack in all). Columns beyond the last whole block go one at a time.
+const BLOCK: usize = 16;
+
+/// Columns per block for element types with [`StateElem::WIDE_BLOCKS`]: f16 through `half`'s
+/// slice conversions pays a feature check and a call per conversion, which 64 columns
+/// amortise (measured: `converter/examples/state_bench.rs`). About 1 KiB of stack.
+const WIDE_BLOCK: usize = 64;
+
+/// λ of every level, evaluated once per step (the caller's closure may be costly, e.g. a
+/// softplus per call) instead of once per column block.
+struct Lambdas([f32; 64]);
+
+impl Lambdas {
+    /// λ(ℓ) for level 0 and the levels in `levels`; the others stay 0 and are never read.
+    fn new(levels: impl Iterator<Item = u32>, lambda: impl Fn(u32) -> f32) -> Self {
+        let mut lam = [0.0f32; 64];
+        lam[0] = lambda(0);
+        for l in levels {
+            if let Some(x) = lam.get_mut(l as usize) {
+                *x = lambda(l);
+            }
+        }
+        Self(lam)
+    }
+
+    #[inline(always)]
+    fn get(&self, l: u32) -> f32 {
+        self.0.get(l as usize).copied().unwrap_or(0.0)
+    }
+}
+
+/// What a fused step does to the levels holding history.
+#[derive(Clone, Copy)]
+enum Transition {
+    /// Gated DeltaNet: S ← α (S − β k (kᵀ S)).
+    Delta { alpha: f32, beta: f32 },
+    /// Mamba-2: S ← α S.
+    Decay { alpha: f32 },
+}
+
+impl<E: StateElem> FenwickState<'_, E> {
+    /// Steps 2–4 of §4.2 for one head, Gated DeltaNet form, fused: the transition
+    /// S ← α (S − β k (kᵀ S)) on every level holding history, the insert S[0] += β k vᵀ and the
+    /// readout Σ_ℓ λ(ℓ) S[ℓ]ᵀ q over the live levels. Call [`merge`](Self::merge) first, as
+    /// with the separate steps.
+    ///
+    /// `v_out` holds v (dv floats) on entry and the readout on exit. `k` and `q` hold dk
+    /// floats; with shorter slices nothing is done.
+    ///
+    /// The result is bit-identical to `transition_delta`, `insert`, `read`: every sum is taken
+    /// in the same order and the readout sees each level as stored (rounded to f16 for f16
+    /// storage). What changes is the passes over the state: a history level is read once for
+    /// kᵀS, then read, updated, written and read out in one more pass (three passes before);
+    /// level 0 is inserted and read out in one pass (two before).
+    #[allow(clippy::too_many_arguments)]
+    pub fn step_delta(
+        &mut self,
+        t: u64,
+        head: usize,
+        alpha: f32,
+        beta: f32,
+        k: &[f32],
+        q: &[f32],
+        lambda: impl Fn(u32) -> f32,
+        v_out: &mut [f32],
+    ) {
+        self.fused_step(
+            t,
+            head,
+            Transition::Delta { alpha, beta },
+            beta,
+            k,
+            q,
+            lambda,
+            v_out,
+        );
+    }
+
+    /// Steps 2–4 of §4.2 for one head, Mamba-2 form, fused: S ← α S on every level holding
+    /// history, S[0] += k vᵀ, and the readout Σ_ℓ λ(ℓ) S[ℓ]ᵀ q over the live levels, in one
+    /// read-modify-write pass per level (two passes before). Call [`merge`](Self::merge)
+    /// first.
+    ///
+    /// `v_out` holds v (dv floats) on entry and the readout on exit; `k` and `q` hold dk floats
+    /// (with shorter slices nothing is done). Bit-identical to `transition_decay`,
+    /// `insert(.., 1.0)`, `read`, as for [`step_delta`](Self::step_delta).
+    #[allow(clippy::too_many_arguments)]
+    pub fn step_decay(
+        &mut self,
+        t: u64,
+        head: usize,
+        alpha: f32,
+        k: &[f32],
+        q: &[f32],
+        lambda: impl Fn(u32) -> f32,
+        v_out: &mut [f32],
+    ) {
+        self.fused_step(
+            t,
+            head,
+            Transition::Decay { alpha },
+            1.0,
+            k,
+            q,
+            lambda,
+            v_out,
+        );
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn fused_step(
+        &mut self,
+        t: u64,
+        head: usize,
+        tr: Transition,
+        beta: f32,
+        k: &[f32],
+        q: &[f32],
+        lambda: impl Fn(u32) -> f32,
+        v_out: &mut [f32],
+    ) {
+        let (dk, dv) = (self.dk, self.dv);
+        let (Some(k), Some(q), Some(v_out)) = (k.get(..dk), q.get(..dk), v_out.get_mut(..dv))
+        else {
+            return;
+        };
+        let lam = Lambdas::new(self.policy.history_levels(t), lambda);
+        let mut j0 = 0;
+        if E::WIDE_BLOCKS {
+            while j0 + WIDE_BLOCK <= dv {
+                self.fused_block::<WIDE_BLOCK>(t, head, tr, beta, k, q, &lam, v_out, j0);
+                j0 += WIDE_BLOCK;
+            }
+        }
+        while j0 + BLOCK <= dv {
+            self.fused_block::<BLOCK>(t, head, tr, beta, k, q, &lam, v_out, j0);
+            j0 += BLOCK;
+        }
+        while j0 < dv {
+            self.fused_block::<1>(t, head, tr, beta, k, q, &lam, v_out, j0);
+            j0 += 1;
+        }
+    }
+
+    /// Columns `j0..j0 + W` of one head through every live level. Level order and, within a
+    /// level, row order are those of the separate steps, so each output is summed in the same
+    /// order.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn fused_block<const W: usize>(
+        &mut self,
+        t: u64,
+        head: usize,
+        tr: Transition,
+        beta: f32,
+        k: &[f32],
+        q: &[f32],
+        lam: &Lambdas,
+        v_out: &mut [f32],
+        j0: usize,
+    ) {
+        let dv = self.dv;
+        let mut v = [0.0f32; W];
+        v.copy_from_slice(&v_out[j0..j0 + W]);
+        let mut out = [0.0f32; W];
+        if self.policy.levels() == 1 {
+            // Level 0 holds the whole history: transition, then insert, then read.
+            let r = self.matrix_range(0, head);
+            let s = &mut self.data[r];
+            level_pass(s, dv, j0, tr, k, q, Some((beta, &v)), lam.get(0), &mut out);
+        } else {
+            let r = self.matrix_range(0, head);
+            insert_pass(
+                &mut self.data[r],
+                dv,
+                j0,
+                k,
+                q,
+                beta,
+                &v,
+                lam.get(0),
+                &mut out,
+            );
+            for l in self.policy.live_upper_levels(t) {
+                let r = self.matrix_range(l, head);
+                let s = &mut self.data[r];
+                level_pass(s, dv, j0, tr, k, q, None, lam.get(l), &mut out);
+            }
+        }
+        v_out[j0..j0 + W].copy_from_slice(&out);
+    }
+}
+
+/// Columns `j0..j0 + W` of `dst` += those of every level in `low` (levels of `n` elements).
+#[inline(always)]
+fn merge_block<E: StateElem, const W: usize>(low: &[E], n: usize, dst: &mut [E], start: usize) {
+    let mut acc = [0.0f32; W];
+    let mut x = [0.0f32; W];
+    for level in low.chunks_exact(n) {
+        E::load_block(&level[start..], &mut x);
+        for (a, &xi) in acc.iter_mut().zip(&x) {
+            *a += xi;
+        }
+    }
+    let d = &mut dst[start..];
+    E::load_block(d, &mut x);
+    for (xi, &a) in x.iter_mut().zip(&acc) {
+        *xi += a;
+    }
+    E::store_block(&mut x, d);
+}
+
+/// One level's columns `j0..j0 + W` (rows of `dv` in `s`): the transition, then the insert
+/// S += β k vᵀ when `insert` is given (the plain single-level case), storing after each as the
+/// separate steps do, and out += λ Sᵀ q on the stored values. The Gated DeltaNet transition
+/// needs kᵀS of the whole column first: one read pass more.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn level_pass<E: StateElem, const W: usize>(
+    s: &mut [E],
+    dv: usize,
+    j0: usize,
+    tr: Transition,
+    k: &[f32],
+    q: &[f32],
+    insert: Option<(f32, &[f32; W])>,
+    lam: f32,
+    out: &mut [f32; W],
+) {
+    let mut x = [0.0f32; W];
+    // u = kᵀ S over the block (GDN only), summed over rows in order as before.
+    let mut u = [0.0f32; W];
+    if let Transition::Delta { .. } = tr {
+        for (row, &ki) in s.chunks_exact(dv).zip(k) {
+            E::load_block(&row[j0..], &mut x);
+            for (uj, &xj) in u.iter_mut().zip(&x) {
+                *uj += ki * xj;
+            }
+        }
+    }
+    for ((row, &ki), &qi) in s.chunks_exact_mut(dv).zip(k).zip(q) {
+        let row = &mut row[j0..];
+        E::load_block(row, &mut x);
+        match tr {
+            Transition::Delta { alpha, beta } => {
+                let bk = beta * ki;
+                for (xj, &uj) in x.iter_mut().zip(&u) {
+                    *xj = alpha * (*xj - bk * uj);
+                }
+            }
+            Transition::Decay { alpha } => {
+                for xj in x.iter_mut() {
+                    *xj *= alpha;
+                }
+            }
+        }
+        if let Some((beta, v)) = insert {
+            E::store_block(&mut x, row);
+            let bk = beta * ki;
+            for (xj, &vj) in x.iter_mut().zip(v) {
+                *xj += bk * vj;
+            }
+        }
+        E::store_block(&mut x, row);
+        let wq = lam * qi;
+        for (o, &xj) in out.iter_mut().zip(&x) {
+            *o += wq * xj;
+        }
+    }
+}
+
+/// Level 0's columns `j0..j0 + W`: S += β k vᵀ and out += λ Sᵀ q, in one pass.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn insert_pass<E: StateElem, const W: usize>(
+    s: &mut [E],
+    dv: usize,
+    j0: usize,
+    k: &[f32],
+    q: &[f32],
+    beta: f32,
+    v: &[f32; W],
+    lam: f32,
+    out: &mut [f32; W],
+) {
+    let mut x = [0.0f32; W];
+    for ((row, &ki), &qi) in s.chunks_exact_mut(dv).zip(k).zip(q) {
+        let row = &mut row[j0..];
+        E::load_block(row, &mut x);
+        let bk = beta * ki;
+        for (xj, &vj) in x.iter_mut().zip(v) {
+            *xj += bk * vj;
+        }
+        E::store_block(&mut x, row);
+        let wq = lam * qi;
+        for (o, &xj) in out.iter_mut().zip(&x) {
+            *o += wq * xj;
         }
     }
 }

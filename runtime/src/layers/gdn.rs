@@ -8,7 +8,8 @@ use crate::model::GdnWeights;
 use crate::quant::{ActBlock, Activations};
 use crate::tensor::MatvecInput;
 
-/// Scratch floats: q, k, v, gate, a, b, λ inputs, and dv for the transition.
+/// Scratch floats: q, k, v, gate, a, b, λ inputs, and dv that the separate transition step
+/// used (the fused step needs none; kept so that session and planner sizes stay as they are).
 pub fn scratch_len(c: &ModelConfig) -> usize {
     2 * c.key_dim()
         + 2 * c.d_inner()
@@ -47,7 +48,7 @@ pub fn step<E: StateElem>(
     let (gate, rest) = rest.split_at_mut(vd);
     let (a, rest) = rest.split_at_mut(h_count);
     let (b, rest) = rest.split_at_mut(h_count);
-    let (l_in, u) = rest.split_at_mut(h_count * nl);
+    let l_in = &mut rest[..h_count * nl];
 
     // 1. q, k, v = SiLU(ShortConv(proj x)); the other projections.
     // x is quantized once (Q8 mode) for all seven projections that read it.
@@ -83,8 +84,6 @@ pub fn step<E: StateElem>(
         let beta = sigmoid(b[h]);
         let alpha = exp(-exp(w.a_log[h]) * softplus(a[h] + w.dt_bias[h]));
         let vh = &mut v[h * dv..(h + 1) * dv];
-        state.transition_delta(t, h, alpha, beta, kh, u);
-        state.insert(h, kh, vh, beta);
         let lam = |l: u32| match w.lambda_scale {
             Some(ls) => {
                 let i = h * nl + l as usize;
@@ -92,8 +91,9 @@ pub fn step<E: StateElem>(
             }
             None => 1.0,
         };
-        // v is consumed; reuse its slot for the head output.
-        state.read(t, h, qh, lam, vh);
+        // Transition, insert and readout in one fused step (bit-identical to the separate
+        // ones, fewer passes over the state); v is consumed and its slot gets the output.
+        state.step_delta(t, h, alpha, beta, kh, qh, lam, vh);
         // Output norm and gate, per head: RMSNorm_dv(o) · w · SiLU(g_proj x).
         rmsnorm_in_place(vh, w.o_norm, c.norm_eps);
         for (o, g) in vh.iter_mut().zip(&gate[h * dv..(h + 1) * dv]) {

@@ -59,8 +59,6 @@ pub fn step<E: StateElem>(
         for (v, xv) in yh.iter_mut().zip(xh) {
             *v = xv * dt;
         }
-        state.transition_decay(t, h, alpha);
-        state.insert(h, k, yh, 1.0);
         let lam = |l: u32| match w.lambda_scale {
             Some(ls) => {
                 let i = h * nl + l as usize;
@@ -68,7 +66,9 @@ pub fn step<E: StateElem>(
             }
             None => 1.0,
         };
-        state.read(t, h, q, lam, yh);
+        // Decay, insert and readout in one fused step (bit-identical to the separate ones,
+        // one pass per level); v in yh is consumed and yh gets the output.
+        state.step_decay(t, h, alpha, k, q, lam, yh);
         let d = w.d_skip[h];
         for (yv, xv) in yh.iter_mut().zip(xh) {
             *yv += d * xv;
