@@ -1,0 +1,381 @@
+//! State-step benchmark: the Fenwick state maths of one layer alone (merge, transition,
+//! insert, readout for every head), the previous separate-pass code against the fused steps
+//! (`FenwickState::step_delta` / `step_decay`), f32 and f16 storage, in one run.
+//!
+//! ```text
+//! cargo run --release -p loglinear-converter --example state_bench [-- STEPS]
+//! ```
+//!
+//! Shapes are the shipped models' layers: ll-gdn-mcu (2 heads, dk 64, dv 128, 15 levels) and
+//! ll-mamba2-mcu (4 heads, dk = d_state 64, dv = head_dim 64, 15 levels). Two workloads:
+//! `t = 16383` repeated (all 15 levels live, a one-level merge) and a sweep over
+//! t = 12288..16384 (the mix of merges and live-level counts of long contexts). The old code
+//! is a copy of the runtime's code before the fusion, kept here so that both run in the same
+//! process; the two are interleaved repetition by repetition (the machine is shared) and the
+//! median time per layer step is reported. Each run also checks that old and new give
+//! bit-identical states and outputs.
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use half::f16;
+use loglinear_runtime::{FenwickState, LevelPolicy, StateElem};
+
+/// Repetitions per variant (median reported).
+const REPS: usize = 9;
+/// Levels of the shipped models.
+const LEVELS: usize = 15;
+
+/// The runtime's separate-pass state code before the fusion (merge, transition, insert, read),
+/// verbatim apart from working on a borrowed slice.
+struct Old<'a, E: StateElem> {
+    data: &'a mut [E],
+    policy: LevelPolicy,
+    heads: usize,
+    dk: usize,
+    dv: usize,
+}
+
+impl<E: StateElem> Old<'_, E> {
+    fn level_len(&self) -> usize {
+        self.heads * self.dk * self.dv
+    }
+
+    fn matrix_range(&self, level: u32, head: usize) -> core::ops::Range<usize> {
+        let m = self.dk * self.dv;
+        let start = level as usize * self.level_len() + head * m;
+        start..start + m
+    }
+
+    fn merge(&mut self, t: u64) {
+        let Some(target) = self.policy.merge_target(t) else {
+            return;
+        };
+        let n = self.level_len();
+        let target = target as usize;
+        let (low, high) = self.data.split_at_mut(target * n);
+        let dst = &mut high[..n];
+        for (i, d) in dst.iter_mut().enumerate() {
+            let mut acc = 0.0f32;
+            for l in 0..target {
+                acc += low[l * n + i].load();
+            }
+            *d = E::store(d.load() + acc);
+        }
+        low.fill(E::default());
+    }
+
+    fn transition_decay(&mut self, t: u64, head: usize, alpha: f32) {
+        for l in self.policy.history_levels(t) {
+            let r = self.matrix_range(l, head);
+            for s in &mut self.data[r] {
+                *s = E::store(alpha * s.load());
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn transition_delta(
+        &mut self,
+        t: u64,
+        head: usize,
+        alpha: f32,
+        beta: f32,
+        k: &[f32],
+        u: &mut [f32],
+    ) {
+        let (dk, dv) = (self.dk, self.dv);
+        let u = &mut u[..dv];
+        for l in self.policy.history_levels(t) {
+            let r = self.matrix_range(l, head);
+            let s = &mut self.data[r];
+            u.fill(0.0);
+            for i in 0..dk {
+                let ki = k[i];
+                for (uj, sij) in u.iter_mut().zip(&s[i * dv..(i + 1) * dv]) {
+                    *uj += ki * sij.load();
+                }
+            }
+            for i in 0..dk {
+                let bk = beta * k[i];
+                for (sij, uj) in s[i * dv..(i + 1) * dv].iter_mut().zip(u.iter()) {
+                    *sij = E::store(alpha * (sij.load() - bk * uj));
+                }
+            }
+        }
+    }
+
+    fn insert(&mut self, head: usize, k: &[f32], v: &[f32], beta: f32) {
+        let dv = self.dv;
+        let r = self.matrix_range(0, head);
+        let s = &mut self.data[r];
+        for (i, &ki) in k.iter().enumerate().take(self.dk) {
+            let bk = beta * ki;
+            for (sij, &vj) in s[i * dv..(i + 1) * dv].iter_mut().zip(v) {
+                *sij = E::store(sij.load() + bk * vj);
+            }
+        }
+    }
+
+    fn read(&self, t: u64, head: usize, q: &[f32], lambda: impl Fn(u32) -> f32, out: &mut [f32]) {
+        let out = &mut out[..self.dv];
+        out.fill(0.0);
+        self.read_level(0, head, q, lambda(0), out);
+        for l in self.policy.live_upper_levels(t) {
+            self.read_level(l, head, q, lambda(l), out);
+        }
+    }
+
+    fn read_level(&self, level: u32, head: usize, q: &[f32], lam: f32, out: &mut [f32]) {
+        let dv = self.dv;
+        let s = &self.data[self.matrix_range(level, head)];
+        for (i, &qi) in q.iter().enumerate().take(self.dk) {
+            let w = lam * qi;
+            for (o, sij) in out.iter_mut().zip(&s[i * dv..(i + 1) * dv]) {
+                *o += w * sij.load();
+            }
+        }
+    }
+}
+
+/// Small deterministic generator (xorshift64*), values in [-1, 1).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> f32 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        let x = self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 40;
+        x as f32 / (1u64 << 23) as f32 - 1.0
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Form {
+    Delta,
+    Decay,
+}
+
+/// One layer shape.
+#[derive(Clone, Copy)]
+struct Shape {
+    name: &'static str,
+    form: Form,
+    heads: usize,
+    dk: usize,
+    dv: usize,
+}
+
+/// Per-head inputs of one step (the same every step: the timing does not depend on values).
+struct Inputs {
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    alpha: Vec<f32>,
+    beta: Vec<f32>,
+    lam: Vec<f32>,
+}
+
+impl Inputs {
+    fn new(sh: Shape, rng: &mut Rng) -> Self {
+        let mut vecs = |n: usize| (0..n).map(|_| rng.next()).collect::<Vec<f32>>();
+        let mut q = vecs(sh.heads * sh.dk);
+        let mut k = vecs(sh.heads * sh.dk);
+        let v = vecs(sh.heads * sh.dv);
+        // Unit k and q as the GDN layer makes them (keeps α(I − βkkᵀ) a contraction).
+        for x in q.chunks_exact_mut(sh.dk).chain(k.chunks_exact_mut(sh.dk)) {
+            let n = x.iter().map(|a| a * a).sum::<f32>().sqrt();
+            x.iter_mut().for_each(|a| *a /= n);
+        }
+        // α near 1 as in trained models: a smaller one would decay the levels that
+        // `t = 16383` repeated never refreshes into f32 subnormals within a repetition,
+        // which are slow on x86 and would time the subnormal path instead of the maths.
+        let alpha = (0..sh.heads).map(|h| 0.999 - 0.0002 * h as f32).collect();
+        let beta = (0..sh.heads).map(|h| 0.3 + 0.1 * h as f32).collect();
+        let lam = (0..sh.heads * LEVELS)
+            .map(|i| 0.5 + (i % 7) as f32 * 0.1)
+            .collect();
+        Self {
+            q,
+            k,
+            v,
+            alpha,
+            beta,
+            lam,
+        }
+    }
+}
+
+/// One layer step with the old code; outputs into `out` (heads × dv).
+fn step_old<E: StateElem>(st: &mut Old<'_, E>, sh: Shape, inp: &Inputs, t: u64, out: &mut [f32]) {
+    let mut u = vec![0f32; sh.dv];
+    st.merge(t);
+    for h in 0..sh.heads {
+        let k = &inp.k[h * sh.dk..][..sh.dk];
+        let q = &inp.q[h * sh.dk..][..sh.dk];
+        let v = &inp.v[h * sh.dv..][..sh.dv];
+        let o = &mut out[h * sh.dv..][..sh.dv];
+        let lam = |l: u32| inp.lam[h * LEVELS + l as usize];
+        match sh.form {
+            Form::Delta => {
+                st.transition_delta(t, h, inp.alpha[h], inp.beta[h], k, &mut u);
+                st.insert(h, k, v, inp.beta[h]);
+            }
+            Form::Decay => {
+                st.transition_decay(t, h, inp.alpha[h]);
+                st.insert(h, k, v, 1.0);
+            }
+        }
+        st.read(t, h, q, lam, o);
+    }
+}
+
+/// One layer step with the fused code; outputs into `out` (heads × dv).
+fn step_new<E: StateElem>(
+    st: &mut FenwickState<'_, E>,
+    sh: Shape,
+    inp: &Inputs,
+    t: u64,
+    out: &mut [f32],
+) {
+    st.merge(t);
+    for h in 0..sh.heads {
+        let k = &inp.k[h * sh.dk..][..sh.dk];
+        let q = &inp.q[h * sh.dk..][..sh.dk];
+        let o = &mut out[h * sh.dv..][..sh.dv];
+        o.copy_from_slice(&inp.v[h * sh.dv..][..sh.dv]);
+        let lam = |l: u32| inp.lam[h * LEVELS + l as usize];
+        match sh.form {
+            Form::Delta => st.step_delta(t, h, inp.alpha[h], inp.beta[h], k, q, lam, o),
+            Form::Decay => st.step_decay(t, h, inp.alpha[h], k, q, lam, o),
+        }
+    }
+}
+
+fn median(mut xs: Vec<f64>) -> f64 {
+    xs.sort_by(f64::total_cmp);
+    xs[xs.len() / 2]
+}
+
+/// Times `steps` layer steps of old and new code at the positions `ts` (cycled), interleaved
+/// over [`REPS`] repetitions; returns (old µs, new µs) per layer step, medians.
+fn time_pair<E: StateElem>(sh: Shape, ts: &[u64], steps: usize) -> (f64, f64) {
+    let policy = LevelPolicy::new(LEVELS).expect("15 levels");
+    let len = LEVELS * sh.heads * sh.dk * sh.dv;
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    let init: Vec<E> = (0..len).map(|_| E::store(0.1 * rng.next())).collect();
+    let inp = Inputs::new(sh, &mut rng);
+    let mut out = vec![0f32; sh.heads * sh.dv];
+
+    // Correctness first: the same steps from the same state give identical bits.
+    let mut a = init.clone();
+    let mut b = init.clone();
+    let mut oa = out.clone();
+    let mut ob = out.clone();
+    {
+        let mut old = Old {
+            data: &mut a,
+            policy,
+            heads: sh.heads,
+            dk: sh.dk,
+            dv: sh.dv,
+        };
+        let mut new = FenwickState::new(&mut b, policy, sh.heads, sh.dk, sh.dv).expect("len");
+        for &t in ts.iter().cycle().take(ts.len().min(64)) {
+            step_old(&mut old, sh, &inp, t, &mut oa);
+            step_new(&mut new, sh, &inp, t, &mut ob);
+            let same_out = oa.iter().zip(&ob).all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(
+                same_out,
+                "{} {}: outputs differ at t = {t}",
+                sh.name,
+                E::NAME
+            );
+        }
+    }
+    let same_state = a
+        .iter()
+        .zip(&b)
+        .all(|(x, y)| x.load().to_bits() == y.load().to_bits());
+    assert!(same_state, "{} {}: states differ", sh.name, E::NAME);
+
+    let (mut t_old, mut t_new) = (Vec::new(), Vec::new());
+    for _ in 0..REPS {
+        let mut data = init.clone();
+        let mut old = Old {
+            data: &mut data,
+            policy,
+            heads: sh.heads,
+            dk: sh.dk,
+            dv: sh.dv,
+        };
+        let start = Instant::now();
+        for &t in ts.iter().cycle().take(steps) {
+            step_old(&mut old, sh, &inp, black_box(t), &mut out);
+        }
+        black_box(&out);
+        t_old.push(start.elapsed().as_secs_f64() * 1e6 / steps as f64);
+
+        let mut data = init.clone();
+        let mut new = FenwickState::new(&mut data, policy, sh.heads, sh.dk, sh.dv).expect("len");
+        let start = Instant::now();
+        for &t in ts.iter().cycle().take(steps) {
+            step_new(&mut new, sh, &inp, black_box(t), &mut out);
+        }
+        black_box(&out);
+        t_new.push(start.elapsed().as_secs_f64() * 1e6 / steps as f64);
+    }
+    (median(t_old), median(t_new))
+}
+
+fn main() {
+    let steps: usize = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(2000);
+    let shapes = [
+        Shape {
+            name: "ll-gdn-mcu",
+            form: Form::Delta,
+            heads: 2,
+            dk: 64,
+            dv: 128,
+        },
+        Shape {
+            name: "ll-mamba2-mcu",
+            form: Form::Decay,
+            heads: 4,
+            dk: 64,
+            dv: 64,
+        },
+    ];
+    let fixed = [16383u64];
+    let sweep: Vec<u64> = (12288..16384).collect();
+    let loadavg = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!(
+        "state step of one layer, µs per step (median of {REPS}), {steps} steps per repetition; \
+         loadavg at start: {}",
+        loadavg.trim()
+    );
+    println!("| shape | state | t | old µs | fused µs | old / fused |");
+    println!("| --- | --- | --- | ---: | ---: | ---: |");
+    for sh in shapes {
+        for (label, ts) in [("16383", &fixed[..]), ("12288..16384", &sweep[..])] {
+            let (o, n) = time_pair::<f32>(sh, ts, steps);
+            println!(
+                "| {} | f32 | {label} | {o:.1} | {n:.1} | {:.2} |",
+                sh.name,
+                o / n
+            );
+            let (o, n) = time_pair::<f16>(sh, ts, steps);
+            println!(
+                "| {} | f16 | {label} | {o:.1} | {n:.1} | {:.2} |",
+                sh.name,
+                o / n
+            );
+        }
+    }
+    let loadavg = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!("loadavg at end: {}", loadavg.trim());
+}
