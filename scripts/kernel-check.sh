@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The integer matvec kernels on the boards themselves, under QEMU: every kernel path a board's
-# core runs (portable, arm-dsp on the Cortex-M4F/M7) against `portable`, bit for bit, for Q8_0
+# core runs (portable; arm-dsp on the Cortex-M4F/M7, arm-m0 on the Cortex-M0) against `portable`, bit for bit, for Q8_0
 # and Q4_0 weights on random shapes (firmware/src/bin/kernel_check.rs). Called by
 # scripts/qemu-test.sh; a few seconds.
 #
@@ -85,7 +85,7 @@ for board in "${BOARDS[@]}"; do
     # × 512 columns; attn_v / attn_gate: 256 × 128), REPS matvecs minus none; 8 × 256 on the
     # micro:bit's 16 KiB.
     if [ "$target" = thumbv6m-none-eabi ]; then
-        shapes=("8 8") paths=(portable)
+        shapes=("8 8") paths=(portable arm-m0)
     else
         shapes=("128 16" "256 4") paths=(portable arm-dsp)
     fi

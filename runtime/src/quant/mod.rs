@@ -31,6 +31,10 @@ pub mod x86_avx2;
 #[cfg(loglinear_arm_dsp)]
 #[allow(unsafe_code)]
 pub mod arm_dsp;
+// Cortex-M0/M0+ (thumbv6m, cfg from runtime/build.rs): safe Rust, so also built for the host
+// tests.
+#[cfg(any(loglinear_arm_m0, test))]
+pub mod arm_m0;
 
 use core::sync::atomic::{AtomicU8, Ordering};
 use half::f16;
@@ -236,6 +240,8 @@ pub enum KernelPath {
     NeonDot,
     /// `arm_dsp`: SMLAD dual 16-bit MACs, Cortex-M4F/M7 (thumbv7em-*-eabihf).
     ArmDsp,
+    /// `arm_m0`: plain integer Rust shaped for Thumb-1, Cortex-M0/M0+ (thumbv6m).
+    ArmM0,
 }
 
 impl KernelPath {
@@ -247,6 +253,7 @@ impl KernelPath {
             KernelPath::Neon => "neon",
             KernelPath::NeonDot => "neon-sdot",
             KernelPath::ArmDsp => "arm-dsp",
+            KernelPath::ArmM0 => "arm-m0",
         }
     }
 
@@ -262,6 +269,8 @@ impl KernelPath {
             KernelPath::NeonDot => aarch64_neon::dotprod_available(),
             #[cfg(loglinear_arm_dsp)]
             KernelPath::ArmDsp => true,
+            #[cfg(loglinear_arm_m0)]
+            KernelPath::ArmM0 => true,
             #[allow(unreachable_patterns)]
             _ => false,
         }
@@ -274,6 +283,7 @@ impl KernelPath {
         KernelPath::Neon,
         KernelPath::NeonDot,
         KernelPath::ArmDsp,
+        KernelPath::ArmM0,
     ];
 
     /// The paths this CPU runs, slowest first (for benchmarks and cross-checks).
@@ -332,6 +342,8 @@ pub fn matvec_q8_0_on(path: KernelPath, w: &[BlockQ8_0], act: &[ActBlock], out: 
         KernelPath::NeonDot => aarch64_neon::matvec_q8_0_dot(w, act, out),
         #[cfg(loglinear_arm_dsp)]
         KernelPath::ArmDsp => arm_dsp::matvec_q8_0(w, act, out),
+        #[cfg(loglinear_arm_m0)]
+        KernelPath::ArmM0 => arm_m0::matvec_q8_0(w, act, out),
         _ => portable::matvec_q8_0(w, act, out),
     }
 }
@@ -347,6 +359,8 @@ pub fn matvec_q4_0_on(path: KernelPath, w: &[BlockQ4_0], act: &[ActBlock], out: 
         KernelPath::NeonDot => aarch64_neon::matvec_q4_0_dot(w, act, out),
         #[cfg(loglinear_arm_dsp)]
         KernelPath::ArmDsp => arm_dsp::matvec_q4_0(w, act, out),
+        #[cfg(loglinear_arm_m0)]
+        KernelPath::ArmM0 => arm_m0::matvec_q4_0(w, act, out),
         _ => portable::matvec_q4_0(w, act, out),
     }
 }
