@@ -3,9 +3,10 @@
 //! `cargo run --release -p loglinear-cpu-prefill --example prefill_bench [-- T [repeats]]`
 //!
 //! The prompt is the bytes of the models' TRAINING.md, repeated up to T tokens (default 4096).
-//! Each timing is the best of `repeats` runs (default 3). Prints a markdown table (tokens/s and
-//! the speedup over stepping) and the phase breakdown of the fastest prefill, plus the machine's
-//! load average before and after, since the machine may be shared.
+//! Stepping, 1-thread and 2-thread prefills run interleaved, `repeats` times (default 3), and the
+//! best wall time of each is kept. Prints a markdown table (tokens/s and the speedup over
+//! stepping, plus CPU seconds, which a busy shared machine disturbs less than wall time) and the
+//! phase breakdown of the fastest prefill, with the load average before and after.
 
 use loglinear_converter::model_source::{AlignedBytes, IndexedGguf};
 use loglinear_converter::Checkpoint;
@@ -20,39 +21,60 @@ fn load_avg() -> String {
         .unwrap_or_else(|_| "n/a".into())
 }
 
-/// Seconds to step every token on a fresh session (best of `repeats`).
-fn stepping_seconds(model: &Model<'_>, ids: &[u32], repeats: usize) -> f64 {
-    let cfg = SessionConfig::default();
-    let mut arena = vec![0u8; Session::<f32>::arena_bytes(model, &cfg).unwrap()];
-    let mut best = f64::INFINITY;
-    for _ in 0..repeats {
-        let mut s = Session::<f32>::new(model, &mut arena, cfg).unwrap();
-        let start = Instant::now();
-        for &id in ids {
-            s.step(id).unwrap();
-        }
-        best = best.min(start.elapsed().as_secs_f64());
-    }
-    best
+/// CPU seconds (user + system) this process has used so far, from /proc (10 ms ticks); 0 where
+/// that is not available.
+fn cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the command name: state is field 3, utime 14 and stime 15.
+    let rest = stat.rsplit(')').next().unwrap_or("");
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let tick = |i: usize| f.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (tick(11) + tick(12)) / 100.0
 }
 
-/// The fastest of `repeats` prefills with `threads` workers.
-fn fastest_prefill(model: &Model<'_>, ids: &[u32], threads: usize, repeats: usize) -> Prefill {
+/// Best wall and CPU seconds over the repeats.
+#[derive(Clone, Copy)]
+struct Best {
+    wall: f64,
+    cpu: f64,
+}
+
+impl Best {
+    fn new() -> Self {
+        Best {
+            wall: f64::INFINITY,
+            cpu: f64::INFINITY,
+        }
+    }
+    fn add(&mut self, wall: f64, cpu: f64) {
+        self.wall = self.wall.min(wall);
+        self.cpu = self.cpu.min(cpu);
+    }
+}
+
+/// Steps every token on a fresh session; (wall, CPU) seconds.
+fn step_once(model: &Model<'_>, ids: &[u32]) -> (f64, f64) {
+    let cfg = SessionConfig::default();
+    let mut arena = vec![0u8; Session::<f32>::arena_bytes(model, &cfg).unwrap()];
+    let mut s = Session::<f32>::new(model, &mut arena, cfg).unwrap();
+    let (start, cpu) = (Instant::now(), cpu_seconds());
+    for &id in ids {
+        s.step(id).unwrap();
+    }
+    (start.elapsed().as_secs_f64(), cpu_seconds() - cpu)
+}
+
+/// One prefill with `threads` workers; (wall, CPU) seconds and the result.
+fn prefill_once(model: &Model<'_>, ids: &[u32], threads: usize) -> (f64, f64, Prefill) {
     let opts = PrefillOptions {
         threads: Some(threads),
         ..Default::default()
     };
-    let mut best: Option<Prefill> = None;
-    for _ in 0..repeats {
-        let p = prefill(model, ids, &opts).unwrap();
-        if best
-            .as_ref()
-            .is_none_or(|b| p.timing.seconds < b.timing.seconds)
-        {
-            best = Some(p);
-        }
-    }
-    best.unwrap()
+    let (start, cpu) = (Instant::now(), cpu_seconds());
+    let p = prefill(model, ids, &opts).unwrap();
+    (start.elapsed().as_secs_f64(), cpu_seconds() - cpu, p)
 }
 
 fn main() {
@@ -71,25 +93,45 @@ fn main() {
     let mut rows = Vec::new();
     let mut breakdowns = Vec::new();
     let mut bench = |name: &str, model: &Model<'_>| {
-        let step = stepping_seconds(model, &ids, repeats);
-        let p1 = fastest_prefill(model, &ids, 1, repeats);
-        let p2 = fastest_prefill(model, &ids, 2, repeats);
+        // Interleaved, so that a burst of load on the shared machine hits all three alike;
+        // the best of the repeats is kept.
+        let (mut step, mut one, mut two) = (Best::new(), Best::new(), Best::new());
+        let mut fastest: Option<Prefill> = None;
+        for _ in 0..repeats {
+            let (w, c) = step_once(model, &ids);
+            step.add(w, c);
+            let (w, c, _) = prefill_once(model, &ids, 1);
+            one.add(w, c);
+            let (w, c, p) = prefill_once(model, &ids, 2);
+            two.add(w, c);
+            if fastest
+                .as_ref()
+                .is_none_or(|b| p.timing.seconds < b.timing.seconds)
+            {
+                fastest = Some(p);
+            }
+        }
         let tps = |s: f64| t as f64 / s;
         rows.push(format!(
-            "| {name} | {t} | {:.0} | {:.0} ({:.1}×) | {:.0} ({:.1}×) |",
-            tps(step),
-            tps(p1.timing.seconds),
-            step / p1.timing.seconds,
-            tps(p2.timing.seconds),
-            step / p2.timing.seconds,
+            "| {name} | {t} | {:.0} | {:.0} ({:.1}×) | {:.0} ({:.1}×) | {:.2} / {:.2} ({:.1}×) |",
+            tps(step.wall),
+            tps(one.wall),
+            step.wall / one.wall,
+            tps(two.wall),
+            step.wall / two.wall,
+            step.cpu,
+            one.cpu,
+            step.cpu / one.cpu,
         ));
-        let phases: Vec<String> = p2
-            .timing
-            .phases
-            .iter()
-            .map(|(n, s)| format!("{n} {:.1} ms", s * 1e3))
-            .collect();
-        breakdowns.push(format!("{name} (2 threads): {}", phases.join(", ")));
+        if let Some(p) = fastest {
+            let phases: Vec<String> = p
+                .timing
+                .phases
+                .iter()
+                .map(|(n, s)| format!("{n} {:.1} ms", s * 1e3))
+                .collect();
+            breakdowns.push(format!("{name} (2 threads): {}", phases.join(", ")));
+        }
         eprintln!("{name} done");
     };
     for dir in ["ll-gdn-mcu", "ll-mamba2-mcu", "gdn-mcu"] {
@@ -100,8 +142,11 @@ fn main() {
     let gguf = IndexedGguf::parse(bytes.as_bytes()).unwrap();
     bench("ll-gdn-mcu-q8_0.gguf", &gguf.model().unwrap());
 
-    println!("| model | T | stepping tokens/s | chunkwise 1 thread tokens/s (speedup) | chunkwise 2 threads tokens/s (speedup) |");
-    println!("| --- | --- | --- | --- | --- |");
+    println!(
+        "| model | T | stepping tokens/s | chunkwise 1 thread tokens/s (speedup) | \
+         chunkwise 2 threads tokens/s (speedup) | CPU s stepping / chunkwise 1 thread (ratio) |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- |");
     for r in rows {
         println!("{r}");
     }

@@ -1,14 +1,16 @@
 //! One block's parts over all T tokens at once: the two mixers (spec §6.1, §6.2) around the
-//! chunk scan, the short convolution, and the SwiGLU MLP. Per-token arithmetic (norms, gates,
-//! activations) uses the runtime's own `math` functions, so it rounds as the decoder does; the
+//! chunk scan, the short convolution, and the SwiGLU MLP. Per-token arithmetic (norms, gates)
+//! uses the runtime's own `math` functions, so it rounds as the decoder does, except SiLU,
+//! whose exponential is a vectorized one ([`crate::act`]) within 2 ulp of the runtime's; the
 //! linear layers are batched matrix products ([`crate::linalg::project`]).
 
+use crate::act::silu;
 use crate::linalg::{dense, gemm, mat, mat_mut, project, PROJ_ROWS};
 use crate::par;
 use crate::scan::{chunk_scan, Form, ScanInputs, ScanShape};
 use crate::Timer;
 use loglinear_runtime::math::{
-    exp, l2norm_in_place, rmsnorm, rmsnorm_in_place, sigmoid, silu, softplus, sqrt,
+    exp, l2norm_in_place, rmsnorm, rmsnorm_in_place, sigmoid, softplus, sqrt,
 };
 use loglinear_runtime::model::{GdnWeights, Mamba2Weights, MlpWeights};
 use loglinear_runtime::{LevelPolicy, ModelConfig};
@@ -32,17 +34,43 @@ pub fn add_rows(threads: usize, x: &mut [f32], y: &[f32], d: usize) {
     });
 }
 
-/// Runs `f` on consecutive token ranges of [`PROJ_ROWS`] tokens in parallel; results in order.
-fn per_token_block<R: Send>(
-    threads: usize,
-    t_len: usize,
-    f: impl Fn(std::ops::Range<usize>) -> R + Sync,
-) -> Vec<R> {
-    let ranges: Vec<_> = (0..t_len)
-        .step_by(PROJ_ROWS)
-        .map(|t0| t0..(t0 + PROJ_ROWS).min(t_len))
-        .collect();
-    par::map(threads, ranges, f)
+/// A buffer of `n` floats from `v`, grown if needed. Its contents are whatever the last
+/// user left: every caller overwrites (or fills) all of it.
+fn sized(v: &mut Vec<f32>, n: usize) -> &mut [f32] {
+    if v.len() < n {
+        v.resize(n, 0.0);
+    }
+    &mut v[..n]
+}
+
+/// Buffers that every layer of one prefill reuses, so that the activations of all T tokens
+/// are allocated once per prefill rather than once per layer (fresh pages cost a page fault
+/// and a kernel clear each: that was a quarter of the Mamba-2 prefill's time).
+#[derive(Default)]
+pub struct Work {
+    /// Mamba-2 in_proj output `[T][rows]`; GDN pre-conv projection `[T][channels]`.
+    proj: Vec<f32>,
+    /// Mamba-2 conv output `[T][conv channels]`.
+    xbc: Vec<f32>,
+    /// Scan inputs.
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    g: Vec<f32>,
+    beta: Vec<f32>,
+    lam: Vec<f32>,
+    /// GDN a, b, λ-input projections and output gate.
+    a: Vec<f32>,
+    b: Vec<f32>,
+    l_in: Vec<f32>,
+    gate: Vec<f32>,
+    /// Scan output `[T][heads][dv]`, then the mixer's pre-out_proj activations.
+    o: Vec<f32>,
+    /// The scan's level readouts.
+    scan: Vec<f32>,
+    /// MLP gate and up activations `[T][I]`.
+    mlp_gate: Vec<f32>,
+    mlp_up: Vec<f32>,
 }
 
 /// The depthwise causal convolution + SiLU over all tokens, and the conv state it leaves.
@@ -110,39 +138,6 @@ pub fn short_conv(
     }
 }
 
-/// Per-token scan inputs of a block of tokens (the fields a mixer does not compute stay
-/// empty), concatenated in token order afterwards.
-struct ScanBlock {
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
-    g: Vec<f32>,
-    beta: Vec<f32>,
-    lam: Vec<f32>,
-}
-
-impl ScanBlock {
-    fn concat(blocks: Vec<ScanBlock>) -> ScanBlock {
-        let mut all = ScanBlock {
-            q: Vec::new(),
-            k: Vec::new(),
-            v: Vec::new(),
-            g: Vec::new(),
-            beta: Vec::new(),
-            lam: Vec::new(),
-        };
-        for b in blocks {
-            all.q.extend(b.q);
-            all.k.extend(b.k);
-            all.v.extend(b.v);
-            all.g.extend(b.g);
-            all.beta.extend(b.beta);
-            all.lam.extend(b.lam);
-        }
-        all
-    }
-}
-
 /// What a mixer leaves besides its output: the layer's hand-off state.
 pub struct MixerState {
     /// Fenwick state `[levels][heads][dk][dv]`.
@@ -152,6 +147,7 @@ pub struct MixerState {
 }
 
 /// The (Log-Linear) Mamba-2 mixer over all tokens: `h` `[T][D]` (normed) → `out` `[T][D]`.
+#[allow(clippy::too_many_arguments)]
 pub fn mamba2(
     c: &ModelConfig,
     w: &Mamba2Weights<'_>,
@@ -159,6 +155,7 @@ pub fn mamba2(
     policy: LevelPolicy,
     h: &[f32],
     out: &mut [f32],
+    work: &mut Work,
     timer: &mut Timer,
 ) -> MixerState {
     let t_len = h.len() / c.hidden_size;
@@ -172,63 +169,71 @@ pub fn mamba2(
     );
     let (nl, ch, rows) = (c.lambda_levels, c.conv_channels(), c.in_proj_rows());
     let cols = nl.max(1);
+    let gn = groups * n;
 
     // 1. in_proj, split z | xBC | dt | dl per token.
-    let mut zx = vec![0.0f32; t_len * rows];
-    project(threads, h, d, &dense(&w.in_proj), rows, &mut zx);
+    let zx = sized(&mut work.proj, t_len * rows);
+    project(threads, h, d, &dense(&w.in_proj), rows, zx);
+    let zx = &*zx;
     // 2. xBC ← SiLU(conv(xBC)), split x | B | C.
-    let mut xbc = vec![0.0f32; t_len * ch];
+    let xbc = sized(&mut work.xbc, t_len * ch);
     let mut conv = vec![0.0f32; ch * c.conv_kernel];
     short_conv(
         threads,
-        &zx,
+        zx,
         rows,
         di,
         t_len,
         w.conv,
         w.conv_bias,
         c.conv_kernel,
-        &mut xbc,
+        xbc,
         &mut conv,
     );
-    // 3-4. Scan inputs: q = C, k = B per group; dt, g = −exp(A_log)·dt, v = x·dt, λ.
-    let gn = groups * n;
-    let blocks = per_token_block(threads, t_len, |range| {
-        let nt = range.len();
-        let mut b = ScanBlock {
-            q: Vec::with_capacity(nt * gn),
-            k: Vec::with_capacity(nt * gn),
-            v: vec![0.0f32; nt * di],
-            g: vec![0.0f32; nt * hc],
-            beta: Vec::new(),
-            lam: vec![1.0f32; nt * hc * cols],
-        };
-        for (r, t) in range.enumerate() {
+    let xbc = &*xbc;
+    // 3-4. Scan inputs: q = C, k = B per group; dt, g = −exp(A_log)·dt, v = x·dt, λ (1 for
+    // plain models), in parallel blocks of tokens.
+    let q = sized(&mut work.q, t_len * gn);
+    let k = sized(&mut work.k, t_len * gn);
+    let v = sized(&mut work.v, t_len * di);
+    let g = sized(&mut work.g, t_len * hc);
+    let lam = sized(&mut work.lam, t_len * hc * cols);
+    let b = PROJ_ROWS;
+    let jobs: Vec<_> = q
+        .chunks_mut(b * gn)
+        .zip(k.chunks_mut(b * gn))
+        .zip(v.chunks_mut(b * di))
+        .zip(g.chunks_mut(b * hc))
+        .zip(lam.chunks_mut(b * hc * cols))
+        .enumerate()
+        .collect();
+    par::map(threads, jobs, |(blk, ((((q, k), v), g), lam))| {
+        for r in 0..g.len() / hc {
+            let t = blk * b + r;
             let xr = &xbc[t * ch..][..ch];
-            b.k.extend_from_slice(&xr[di..di + gn]);
-            b.q.extend_from_slice(&xr[di + gn..di + 2 * gn]);
-            let zr = &zx[t * rows..][..rows];
-            let (dt_raw, dl) = zr[di + ch..].split_at(hc);
+            k[r * gn..][..gn].copy_from_slice(&xr[di..di + gn]);
+            q[r * gn..][..gn].copy_from_slice(&xr[di + gn..di + 2 * gn]);
+            let (dt_raw, dl) = zx[t * rows + di + ch..][..hc * (1 + nl)].split_at(hc);
             for hh in 0..hc {
                 let i = r * hc + hh;
                 let dt = softplus(dt_raw[hh] + w.dt_bias[hh]);
-                b.g[i] = -exp(w.a_log[hh]) * dt;
-                for (vv, xv) in b.v[i * p..][..p].iter_mut().zip(&xr[hh * p..][..p]) {
+                g[i] = -exp(w.a_log[hh]) * dt;
+                for (vv, xv) in v[i * p..][..p].iter_mut().zip(&xr[hh * p..][..p]) {
                     *vv = xv * dt;
                 }
-                if let Some(ls) = w.lambda_scale {
-                    for l in 0..nl {
-                        let j = hh * nl + l;
-                        b.lam[i * cols + l] = softplus(ls[j] * dl[j]);
+                let lr = &mut lam[i * cols..][..cols];
+                match w.lambda_scale {
+                    Some(ls) => {
+                        for (l, lv) in lr.iter_mut().enumerate() {
+                            let j = hh * nl + l;
+                            *lv = softplus(ls[j] * dl[j]);
+                        }
                     }
+                    None => lr.fill(1.0),
                 }
             }
         }
-        b
     });
-    let ScanBlock {
-        q, k, v, g, lam, ..
-    } = ScanBlock::concat(blocks);
     timer.lap(Timer::PRE);
 
     // 5. The chunk scan.
@@ -242,24 +247,26 @@ pub fn mamba2(
         lambda_cols: cols,
         policy,
     };
-    let scan = chunk_scan(
+    let y = sized(&mut work.o, t_len * di);
+    let fenwick = chunk_scan(
         threads,
         &shape,
         &ScanInputs {
-            q: &q,
-            k: &k,
-            v: &v,
-            g: &g,
+            q,
+            k,
+            v,
+            g,
             beta: &[],
-            lam: &lam,
+            lam,
         },
+        y,
+        &mut work.scan,
     );
     timer.lap(Timer::SCAN);
 
     // 5b-7. y = o + D·x (x before the dt scaling), gated RMSNorm per group, out_proj.
-    let mut y = scan.o;
     let gs = c.norm_group_size;
-    par::for_row_blocks(threads, &mut y, di, PROJ_ROWS, |row, block| {
+    par::for_row_blocks(threads, y, di, PROJ_ROWS, |row, block| {
         for (r, yr) in block.chunks_exact_mut(di).enumerate() {
             let t = row + r;
             let xr = &xbc[t * ch..][..di];
@@ -278,11 +285,8 @@ pub fn mamba2(
             }
         }
     });
-    project(threads, &y, di, &dense(&w.out_proj), d, out);
-    MixerState {
-        fenwick: scan.state,
-        conv,
-    }
+    project(threads, y, di, &dense(&w.out_proj), d, out);
+    MixerState { fenwick, conv }
 }
 
 /// The (Log-Linear) Gated DeltaNet mixer over all tokens: `h` `[T][D]` → `out` `[T][D]`.
@@ -294,6 +298,7 @@ pub fn gdn(
     policy: LevelPolicy,
     h: &[f32],
     out: &mut [f32],
+    work: &mut Work,
     timer: &mut Timer,
 ) -> MixerState {
     let t_len = h.len() / c.hidden_size;
@@ -312,68 +317,77 @@ pub fn gdn(
     let mut conv = vec![0.0f32; c.conv_channels() * width];
     let (conv_q, rest) = conv.split_at_mut(kd * width);
     let (conv_k, conv_v) = rest.split_at_mut(kd * width);
-    let conv_one = |wt, n: usize, cw: &[f32], state: &mut [f32]| {
-        let mut pre = vec![0.0f32; t_len * n];
-        project(threads, h, d, &dense(wt), n, &mut pre);
-        let mut post = vec![0.0f32; t_len * n];
-        short_conv(
-            threads, &pre, n, 0, t_len, cw, None, width, &mut post, state,
-        );
-        post
+    let pre = &mut work.proj;
+    let mut conv_one = |wt, n: usize, cw: &[f32], state: &mut [f32], post: &mut Vec<f32>| {
+        let pre = sized(pre, t_len * n);
+        project(threads, h, d, &dense(wt), n, pre);
+        let post = sized(post, t_len * n);
+        short_conv(threads, pre, n, 0, t_len, cw, None, width, post, state);
     };
-    let mut q = conv_one(&w.q_proj, kd, w.q_conv, conv_q);
-    let mut k = conv_one(&w.k_proj, kd, w.k_conv, conv_k);
-    let v = conv_one(&w.v_proj, vd, w.v_conv, conv_v);
-    let mut a = vec![0.0f32; t_len * hc];
-    project(threads, h, d, &dense(&w.a_proj), hc, &mut a);
-    let mut b = vec![0.0f32; t_len * hc];
-    project(threads, h, d, &dense(&w.b_proj), hc, &mut b);
-    let mut l_in = vec![0.0f32; t_len * hc * nl];
+    conv_one(&w.q_proj, kd, w.q_conv, conv_q, &mut work.q);
+    conv_one(&w.k_proj, kd, w.k_conv, conv_k, &mut work.k);
+    conv_one(&w.v_proj, vd, w.v_conv, conv_v, &mut work.v);
+    let (q, k, v) = (
+        &mut work.q[..t_len * kd],
+        &mut work.k[..t_len * kd],
+        &work.v[..t_len * vd],
+    );
+    let a = sized(&mut work.a, t_len * hc);
+    project(threads, h, d, &dense(&w.a_proj), hc, a);
+    let b = sized(&mut work.b, t_len * hc);
+    project(threads, h, d, &dense(&w.b_proj), hc, b);
+    let l_in = sized(&mut work.l_in, t_len * hc * nl);
     if let Some(lp) = &w.l_proj {
-        project(threads, h, d, &dense(lp), hc * nl, &mut l_in);
+        project(threads, h, d, &dense(lp), hc * nl, l_in);
     }
-    let mut gate = vec![0.0f32; t_len * vd];
-    project(threads, h, d, &dense(&w.g_proj), vd, &mut gate);
+    let gate = sized(&mut work.gate, t_len * vd);
+    project(threads, h, d, &dense(&w.g_proj), vd, gate);
+    let (a, b, l_in, gate) = (&*a, &*b, &*l_in, &*gate);
 
-    // 2-3. q ← l2norm(q)·dk^-1/2, k ← l2norm(k); β, g, λ (·dk^1/2) per token and head. Both
-    // scales are applied, as the decoder does, so that rounding matches.
+    // 2-3. q ← l2norm(q)·dk^-1/2, k ← l2norm(k); β, g, λ (·dk^1/2, or 1 for plain models)
+    // per token and head. Both scales are applied, as the decoder does, so that rounding
+    // matches.
     let q_scale = 1.0 / sqrt(dk as f32);
     let lam_scale = sqrt(dk as f32);
-    par::for_row_blocks(threads, &mut q, dk, PROJ_ROWS, |_, block| {
+    par::for_row_blocks(threads, q, dk, PROJ_ROWS, |_, block| {
         for qh in block.chunks_exact_mut(dk) {
             l2norm_in_place(qh);
             qh.iter_mut().for_each(|x| *x *= q_scale);
         }
     });
-    par::for_row_blocks(threads, &mut k, dk, PROJ_ROWS, |_, block| {
+    par::for_row_blocks(threads, k, dk, PROJ_ROWS, |_, block| {
         block.chunks_exact_mut(dk).for_each(l2norm_in_place);
     });
-    let blocks = per_token_block(threads, t_len, |range| {
-        let nt = range.len();
-        let mut blk = ScanBlock {
-            q: Vec::new(),
-            k: Vec::new(),
-            v: Vec::new(),
-            g: vec![0.0f32; nt * hc],
-            beta: vec![0.0f32; nt * hc],
-            lam: vec![1.0f32; nt * hc * cols],
-        };
-        for (r, t) in range.enumerate() {
+    let g = sized(&mut work.g, t_len * hc);
+    let beta = sized(&mut work.beta, t_len * hc);
+    let lam = sized(&mut work.lam, t_len * hc * cols);
+    let bt = PROJ_ROWS;
+    let jobs: Vec<_> = g
+        .chunks_mut(bt * hc)
+        .zip(beta.chunks_mut(bt * hc))
+        .zip(lam.chunks_mut(bt * hc * cols))
+        .enumerate()
+        .collect();
+    par::map(threads, jobs, |(blk, ((g, beta), lam))| {
+        for r in 0..g.len() / hc {
+            let t = blk * bt + r;
             for hh in 0..hc {
                 let (i, ti) = (r * hc + hh, t * hc + hh);
-                blk.beta[i] = sigmoid(b[ti]);
-                blk.g[i] = -exp(w.a_log[hh]) * softplus(a[ti] + w.dt_bias[hh]);
-                if let Some(ls) = w.lambda_scale {
-                    for l in 0..nl {
-                        let j = hh * nl + l;
-                        blk.lam[i * cols + l] = softplus(ls[j] * l_in[t * hc * nl + j]) * lam_scale;
+                beta[i] = sigmoid(b[ti]);
+                g[i] = -exp(w.a_log[hh]) * softplus(a[ti] + w.dt_bias[hh]);
+                let lr = &mut lam[i * cols..][..cols];
+                match w.lambda_scale {
+                    Some(ls) => {
+                        for (l, lv) in lr.iter_mut().enumerate() {
+                            let j = hh * nl + l;
+                            *lv = softplus(ls[j] * l_in[t * hc * nl + j]) * lam_scale;
+                        }
                     }
+                    None => lr.fill(1.0),
                 }
             }
         }
-        blk
     });
-    let ScanBlock { g, beta, lam, .. } = ScanBlock::concat(blocks);
     timer.lap(Timer::PRE);
 
     // 4. The chunk scan.
@@ -387,23 +401,25 @@ pub fn gdn(
         lambda_cols: cols,
         policy,
     };
-    let scan = chunk_scan(
+    let o = sized(&mut work.o, t_len * vd);
+    let fenwick = chunk_scan(
         threads,
         &shape,
         &ScanInputs {
-            q: &q,
-            k: &k,
-            v: &v,
-            g: &g,
-            beta: &beta,
-            lam: &lam,
+            q,
+            k,
+            v,
+            g,
+            beta,
+            lam,
         },
+        o,
+        &mut work.scan,
     );
     timer.lap(Timer::SCAN);
 
     // 5-6. Per head RMSNorm_dv(o) · w · SiLU(g_proj x), then o_proj.
-    let mut o = scan.o;
-    par::for_row_blocks(threads, &mut o, dv, PROJ_ROWS * hc, |row, block| {
+    par::for_row_blocks(threads, o, dv, PROJ_ROWS * hc, |row, block| {
         for (r, orow) in block.chunks_exact_mut(dv).enumerate() {
             rmsnorm_in_place(orow, w.o_norm, c.norm_eps);
             for (ov, gv) in orow.iter_mut().zip(&gate[(row + r) * dv..][..dv]) {
@@ -411,42 +427,41 @@ pub fn gdn(
             }
         }
     });
-    project(threads, &o, vd, &dense(&w.o_proj), d, out);
-    MixerState {
-        fenwick: scan.state,
-        conv,
-    }
+    project(threads, o, vd, &dense(&w.o_proj), d, out);
+    MixerState { fenwick, conv }
 }
 
-/// The SwiGLU MLP over all tokens: `out` = down(SiLU(gate h) ⊙ up h), fused per block of
-/// [`PROJ_ROWS`] tokens so that the intermediate activations never exist for all T at once.
-pub fn mlp(w: &MlpWeights<'_>, threads: usize, h: &[f32], out: &mut [f32]) {
+/// The SwiGLU MLP over all tokens: `out` = down(SiLU(gate h) ⊙ up h), in parallel blocks of
+/// [`PROJ_ROWS`] tokens (each block: two products, the activation, the down product).
+pub fn mlp(w: &MlpWeights<'_>, threads: usize, h: &[f32], out: &mut [f32], work: &mut Work) {
     let (d, inter) = (w.gate.cols, w.gate.rows);
+    let t_len = h.len() / d;
     let (gate_w, up_w, down_w) = (dense(&w.gate), dense(&w.up), dense(&w.down));
     let (gate_t, up_t, down_t) = (
         mat(&gate_w, inter, d),
         mat(&up_w, inter, d),
         mat(&down_w, d, inter),
     );
-    par::for_row_blocks(threads, out, d, PROJ_ROWS, |row, block| {
+    let gate = sized(&mut work.mlp_gate, t_len * inter);
+    let up = sized(&mut work.mlp_up, t_len * inter);
+    let b = PROJ_ROWS;
+    let jobs: Vec<_> = out
+        .chunks_mut(b * d)
+        .zip(gate.chunks_mut(b * inter))
+        .zip(up.chunks_mut(b * inter))
+        .enumerate()
+        .collect();
+    par::map(threads, jobs, |(blk, ((block, gate), up))| {
         let rows = block.len() / d;
-        let hb = mat(&h[row * d..], rows, d);
-        let mut gate = vec![0.0f32; rows * inter];
-        let mut up = vec![0.0f32; rows * inter];
-        gemm(
-            1.0,
-            &hb,
-            &gate_t.t(),
-            0.0,
-            &mut mat_mut(&mut gate, rows, inter),
-        );
-        gemm(1.0, &hb, &up_t.t(), 0.0, &mut mat_mut(&mut up, rows, inter));
-        for (gv, uv) in gate.iter_mut().zip(&up) {
+        let hb = mat(&h[blk * b * d..], rows, d);
+        gemm(1.0, &hb, &gate_t.t(), 0.0, &mut mat_mut(gate, rows, inter));
+        gemm(1.0, &hb, &up_t.t(), 0.0, &mut mat_mut(up, rows, inter));
+        for (gv, uv) in gate.iter_mut().zip(up.iter()) {
             *gv = silu(*gv) * uv;
         }
         gemm(
             1.0,
-            &mat(&gate, rows, inter),
+            &mat(gate, rows, inter),
             &down_t.t(),
             0.0,
             &mut mat_mut(block, rows, d),

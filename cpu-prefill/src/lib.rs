@@ -19,6 +19,7 @@
 #![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
+mod act;
 mod layers;
 pub mod linalg;
 mod par;
@@ -267,6 +268,7 @@ pub fn prefill(
     }
     let mut h = vec![0.0f32; t_len * d];
     let mut out = vec![0.0f32; t_len * d];
+    let mut work = layers::Work::default();
     let mut states = Vec::new();
     let mut conv = Vec::new();
     timer.lap(Timer::HEAD);
@@ -275,16 +277,16 @@ pub fn prefill(
         layers::rmsnorm_rows(threads, &x, norms.mixer, c.norm_eps, &mut h);
         let st = if c.arch.is_mamba2() {
             let w = model.mamba2(layer)?;
-            layers::mamba2(&c, &w, threads, policy, &h, &mut out, &mut timer)
+            layers::mamba2(&c, &w, threads, policy, &h, &mut out, &mut work, &mut timer)
         } else {
             let w = model.gdn(layer)?;
-            layers::gdn(&c, &w, threads, policy, &h, &mut out, &mut timer)
+            layers::gdn(&c, &w, threads, policy, &h, &mut out, &mut work, &mut timer)
         };
         states.extend_from_slice(&st.fenwick);
         conv.extend_from_slice(&st.conv);
         layers::add_rows(threads, &mut x, &out, d);
         layers::rmsnorm_rows(threads, &x, norms.mlp, c.norm_eps, &mut h);
-        layers::mlp(&model.mlp(layer)?, threads, &h, &mut out);
+        layers::mlp(&model.mlp(layer)?, threads, &h, &mut out, &mut work);
         layers::add_rows(threads, &mut x, &out, d);
         timer.lap(Timer::POST);
     }

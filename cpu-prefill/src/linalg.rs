@@ -10,7 +10,7 @@ use std::borrow::Cow;
 
 /// Rows per job of a batched projection. Fixed (not derived from the thread count), so that
 /// every product is the same call whatever the number of threads.
-pub const PROJ_ROWS: usize = 64;
+pub const PROJ_ROWS: usize = 256;
 
 /// A row-major `rows × cols` view of `data[..rows * cols]`.
 ///

@@ -115,14 +115,6 @@ pub struct ScanInputs<'a> {
     pub lam: &'a [f32],
 }
 
-/// The scan's outputs.
-pub struct ScanOutput {
-    /// `[T][heads][dv]`.
-    pub o: Vec<f32>,
-    /// The decoder's state after token T−1, `[levels][heads][dk][dv]`.
-    pub state: Vec<f32>,
-}
-
 /// Decay factors below this are taken as zero: 2^-100 ≈ 7.9e-31.
 ///
 /// Why: every decay factor multiplies a term of a sum whose newest term has factor 1 (the
@@ -207,8 +199,17 @@ fn columns(m: ArrayView2<'_, f32>, v0: usize, bw: usize) -> ArrayView2<'_, f32> 
     m.slice_axis_move(Axis(1), Slice::from(v0..v0 + bw))
 }
 
-/// Runs the scan with `threads` workers.
-pub fn chunk_scan(threads: usize, s: &ScanShape, x: &ScanInputs<'_>) -> ScanOutput {
+/// Runs the scan with `threads` workers: writes o (`[T][heads][dv]`) into `o` and returns the
+/// hand-off state `[levels][heads][dk][dv]`. `scratch` is reused between calls (it holds the
+/// level readouts of the inter-chunk jobs), so that a prefill does not fault in fresh pages
+/// for every layer.
+pub fn chunk_scan(
+    threads: usize,
+    s: &ScanShape,
+    x: &ScanInputs<'_>,
+    o: &mut [f32],
+    scratch: &mut Vec<f32>,
+) -> Vec<f32> {
     let nt = s.chunks();
     let (h_count, dk, dv) = (s.heads, s.dk, s.dv);
 
@@ -219,42 +220,49 @@ pub fn chunk_scan(threads: usize, s: &ScanShape, x: &ScanInputs<'_>) -> ScanOutp
     let chunk_data = par::map(threads, jobs, |(h, c)| intra_chunk(s, x, h, c));
     let head_chunks: Vec<&[ChunkData]> = chunk_data.chunks(nt).collect();
 
-    // Phase 2: inter-chunk cascade and hand-off state, one job per (head, column block).
+    // Phase 2: inter-chunk cascade and hand-off state, one job per (head, column block); job
+    // j writes its level readouts `[T][bw]` into its own part of `scratch`.
     let blocks = dv.div_ceil(BV);
-    let jobs: Vec<(usize, usize)> = (0..h_count)
-        .flat_map(|h| (0..blocks).map(move |b| (h, b)))
+    let part_len = s.t * BV.min(dv);
+    if scratch.len() < h_count * blocks * part_len {
+        scratch.resize(h_count * blocks * part_len, 0.0);
+    }
+    let jobs: Vec<(usize, &mut [f32])> = scratch
+        .chunks_mut(part_len)
+        .take(h_count * blocks)
+        .enumerate()
         .collect();
-    let inter = par::map(threads, jobs, |(h, b)| {
-        let v0 = b * BV;
-        inter_chunk(s, x, head_chunks[h], h, v0, BV.min(dv - v0))
+    let states = par::map(threads, jobs, |(j, out)| {
+        let (h, v0) = (j / blocks, (j % blocks) * BV);
+        let bw = BV.min(dv - v0);
+        inter_chunk(s, x, head_chunks[h], h, v0, bw, &mut out[..s.t * bw])
     });
 
     // Merge: o = intra + inter, states scattered into `[levels][heads][dk][dv]`.
-    let mut o = vec![0.0f32; s.t * h_count * dv];
     let mut state = vec![0.0f32; s.levels() * h_count * dk * dv];
-    for (idx, part) in inter.iter().enumerate() {
-        let (h, b) = (idx / blocks, idx % blocks);
-        let v0 = b * BV;
+    for (j, part_state) in states.iter().enumerate() {
+        let (h, v0) = (j / blocks, (j % blocks) * BV);
         let bw = BV.min(dv - v0);
+        let part = &scratch[j * part_len..][..s.t * bw];
         for (c, d) in head_chunks[h].iter().enumerate() {
             for i in 0..d.n {
                 let t = c * CHUNK + i;
                 let dst = &mut o[(t * h_count + h) * dv + v0..][..bw];
                 let intra = &d.o[i * dv + v0..][..bw];
-                let lv = &part.o[t * bw..][..bw];
+                let lv = &part[t * bw..][..bw];
                 for ((y, a), l) in dst.iter_mut().zip(intra).zip(lv) {
                     *y = a + l;
                 }
             }
         }
-        for j in 0..s.levels() {
+        for lvl in 0..s.levels() {
             for kk in 0..dk {
-                let dst = &mut state[((j * h_count + h) * dk + kk) * dv + v0..][..bw];
-                dst.copy_from_slice(&part.state[(j * dk + kk) * bw..][..bw]);
+                let dst = &mut state[((lvl * h_count + h) * dk + kk) * dv + v0..][..bw];
+                dst.copy_from_slice(&part_state[(lvl * dk + kk) * bw..][..bw]);
             }
         }
     }
-    ScanOutput { o, state }
+    state
 }
 
 /// Copies rows `t0..t0+n` of head `h` from a token-major `[T][heads][width]` array.
@@ -461,15 +469,8 @@ fn intra_chunk(s: &ScanShape, x: &ScanInputs<'_>, h: usize, c: usize) -> ChunkDa
     }
 }
 
-/// What one inter-chunk job returns.
-struct InterPart {
-    /// Level readouts `[T][bw]`.
-    o: Vec<f32>,
-    /// Hand-off state of the job's columns, `[levels][dk][bw]`.
-    state: Vec<f32>,
-}
-
-/// Phase 2 for head `h`, value columns `v0..v0 + bw`.
+/// Phase 2 for head `h`, value columns `v0..v0 + bw`: the level readouts go to `out`
+/// (`[T][bw]`); returns the hand-off state of these columns, `[levels][dk][bw]`.
 fn inter_chunk(
     s: &ScanShape,
     x: &ScanInputs<'_>,
@@ -477,12 +478,13 @@ fn inter_chunk(
     h: usize,
     v0: usize,
     bw: usize,
-) -> InterPart {
+    out: &mut [f32],
+) -> Vec<f32> {
     let (dk, dv, nt) = (s.dk, s.dv, s.chunks());
     let (scans, m_top) = (s.scans(), s.m_top());
     let mut hs = vec![vec![0.0f32; dk * bw]; scans];
     let mut live = vec![false; scans];
-    let mut out = vec![0.0f32; s.t * bw];
+    out.fill(0.0);
     let mut read = vec![0.0f32; CHUNK * bw];
     // Scratch for W h (n × bw) and A h (dk × bw, swapped with the level it transitions).
     let mut xw = vec![0.0f32; CHUNK * bw];
@@ -563,8 +565,7 @@ fn inter_chunk(
         }
     }
 
-    let state = hand_off(s, x, chunks, &hs, &live, h, v0, bw);
-    InterPart { o: out, state }
+    hand_off(s, x, chunks, &hs, &live, h, v0, bw)
 }
 
 /// The decoder's state after token T−1 for columns `v0..v0 + bw` of head `h`, `[levels][dk][bw]`.
