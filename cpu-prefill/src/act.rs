@@ -27,7 +27,7 @@ pub fn exp(x: f32) -> f32 {
         * r
         + 1.666_666_5e-1)
         * r
-        + 5.000_000_1e-1;
+        + 0.5;
     let p = 1.0 + r + r * r * poly;
     // 2^k by building the exponent bits; k ∈ [-126, 128] after the clamp, and k = 128 only
     // for x ≥ 88.38, where 2^127 · (2 p) keeps the product finite.
