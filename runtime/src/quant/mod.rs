@@ -158,7 +158,8 @@ pub struct ActBlock {
     pub d: f32,
     /// Σ qs.
     pub sum: i32,
-    /// Quants.
+    /// Quants, in −127..=127: [`ActBlock::quantize`] never makes −128, and the AVX2 Q8_0
+    /// kernel relies on it (its `vpsignb` cannot negate −128).
     pub qs: [i8; QK],
 }
 
