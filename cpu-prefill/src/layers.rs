@@ -66,8 +66,9 @@ pub struct Work {
     gate: Vec<f32>,
     /// Scan output `[T][heads][dv]`, then the mixer's pre-out_proj activations.
     o: Vec<f32>,
-    /// The scan's level readouts.
+    /// The scan's level readouts and per-chunk quantities.
     scan: Vec<f32>,
+    chunks: Vec<f32>,
     /// MLP gate and up activations `[T][I]`.
     mlp_gate: Vec<f32>,
     mlp_up: Vec<f32>,
@@ -261,6 +262,7 @@ pub fn mamba2(
         },
         y,
         &mut work.scan,
+        &mut work.chunks,
     );
     timer.lap(Timer::SCAN);
 
@@ -415,6 +417,7 @@ pub fn gdn(
         },
         o,
         &mut work.scan,
+        &mut work.chunks,
     );
     timer.lap(Timer::SCAN);
 

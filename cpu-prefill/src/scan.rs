@@ -162,27 +162,49 @@ fn add_scaled_flushed(y: &mut [f32], r: &[f32], f: f32) {
 /// What the intra-chunk job of one (head, chunk) leaves for the inter-chunk jobs. The
 /// per-token decays are kept apart from the matrices the state products use, so that those
 /// matrices hold O(1) values (see [`NEGLIGIBLE`]).
-struct ChunkData {
+struct ChunkData<'a> {
     /// Tokens in the chunk.
     n: usize,
     /// Local inclusive cumsums of the log decay, `[n]`.
-    gam: Vec<f32>,
+    gam: &'a [f32],
     /// Intra-chunk output `[n][dv]`.
-    o: Vec<f32>,
+    o: &'a [f32],
     /// Readout queries `[n][dk]`: a state h at the chunk start adds e^{γ_i} λ_i qr_iᵀ h to
     /// o_i. Mamba-2: q; GDN: q_i − Σ_j M_ij β_j k_j (so that q̃ = e^{γ_i} qr_i of spec §7.2).
-    qr: Vec<f32>,
+    qr: &'a [f32],
     /// GDN, the chunk's transition h ↦ e^Γ (I − Kᵀ W) h (= e^Γ h − K̃ᵀ (W̃ h) of spec §7.2)
     /// with W = A_w diag(β) K, in one of two forms, whichever costs fewer flops per state:
     /// for dk ≤ C the dk × dk matrix `a` = I − Kᵀ W (one product per state), otherwise the keys
     /// `k` and `w` (`[n][dk]` each; two products per state). All empty for Mamba-2.
-    a: Vec<f32>,
-    k: Vec<f32>,
-    w: Vec<f32>,
+    a: &'a [f32],
+    k: &'a [f32],
+    w: &'a [f32],
     /// K̃ `[n][dk]`: keys decayed to the chunk end, K̃_j = e^{Γ − γ_j} k_j.
-    kt: Vec<f32>,
+    kt: &'a [f32],
     /// The chunk's contribution is K̃ᵀ U: `[n][dv]` (Mamba-2: V).
-    u: Vec<f32>,
+    u: &'a [f32],
+}
+
+/// Floats of scratch one chunk's [`ChunkData`] takes (rows padded to C).
+fn chunk_floats(s: &ScanShape) -> usize {
+    let (dk, dv) = (s.dk, s.dv);
+    CHUNK * (1 + 2 * dv + 2 * dk) + transition_floats(s, CHUNK)
+}
+
+/// Floats of a chunk's GDN transition (see [`ChunkData::a`]) for `n` rows.
+fn transition_floats(s: &ScanShape, n: usize) -> usize {
+    match s.form {
+        Form::Mamba2 => 0,
+        Form::Gdn if s.dk <= CHUNK => s.dk * s.dk,
+        Form::Gdn => 2 * n * s.dk,
+    }
+}
+
+/// Cuts `len` floats off the front of `rest`.
+fn take<'a>(rest: &mut &'a mut [f32], len: usize) -> &'a mut [f32] {
+    let (head, tail) = std::mem::take(rest).split_at_mut(len);
+    *rest = tail;
+    head
 }
 
 /// Level of key j for query i inside one chunk (spec §2.1).
@@ -209,15 +231,25 @@ pub fn chunk_scan(
     x: &ScanInputs<'_>,
     o: &mut [f32],
     scratch: &mut Vec<f32>,
+    chunk_scratch: &mut Vec<f32>,
 ) -> Vec<f32> {
     let nt = s.chunks();
     let (h_count, dk, dv) = (s.heads, s.dk, s.dv);
 
-    // Phase 1: intra-chunk, one job per (head, chunk).
-    let jobs: Vec<(usize, usize)> = (0..h_count)
-        .flat_map(|h| (0..nt).map(move |c| (h, c)))
+    // Phase 1: intra-chunk, one job per (head, chunk), each storing its results in its own
+    // part of `chunk_scratch`.
+    let per = chunk_floats(s);
+    if chunk_scratch.len() < h_count * nt * per {
+        chunk_scratch.resize(h_count * nt * per, 0.0);
+    }
+    let jobs: Vec<(usize, &mut [f32])> = chunk_scratch
+        .chunks_mut(per)
+        .take(h_count * nt)
+        .enumerate()
         .collect();
-    let chunk_data = par::map(threads, jobs, |(h, c)| intra_chunk(s, x, h, c));
+    let chunk_data = par::map(threads, jobs, |(j, mem)| {
+        intra_chunk(s, x, j / nt, j % nt, mem)
+    });
     let head_chunks: Vec<&[ChunkData]> = chunk_data.chunks(nt).collect();
 
     // Phase 2: inter-chunk cascade and hand-off state, one job per (head, column block); job
@@ -265,30 +297,44 @@ pub fn chunk_scan(
     state
 }
 
-/// Copies rows `t0..t0+n` of head `h` from a token-major `[T][heads][width]` array.
-fn gather(src: &[f32], t0: usize, n: usize, heads: usize, h: usize, width: usize) -> Vec<f32> {
-    let mut out = Vec::with_capacity(n * width);
-    for t in t0..t0 + n {
-        out.extend_from_slice(&src[(t * heads + h) * width..][..width]);
+/// Copies rows `t0..t0+n` of head `h` from a token-major `[T][heads][width]` array into `out`.
+fn gather(src: &[f32], t0: usize, n: usize, heads: usize, h: usize, width: usize, out: &mut [f32]) {
+    for (i, row) in out.chunks_exact_mut(width).take(n).enumerate() {
+        row.copy_from_slice(&src[((t0 + i) * heads + h) * width..][..width]);
     }
-    out
 }
 
-/// Phase 1 for one (head, chunk).
-fn intra_chunk(s: &ScanShape, x: &ScanInputs<'_>, h: usize, c: usize) -> ChunkData {
+/// Phase 1 for one (head, chunk), its results stored in `mem` (at least [`chunk_floats`]).
+fn intra_chunk<'a>(
+    s: &ScanShape,
+    x: &ScanInputs<'_>,
+    h: usize,
+    c: usize,
+    mem: &'a mut [f32],
+) -> ChunkData<'a> {
     let (dk, dv, hc) = (s.dk, s.dv, s.heads);
     let t0 = c * CHUNK;
     let n = CHUNK.min(s.t - t0);
     let qh = s.qk_head(h);
-    let q = gather(x.q, t0, n, s.qk_heads, qh, dk);
-    let k = gather(x.k, t0, n, s.qk_heads, qh, dk);
-    let v = gather(x.v, t0, n, hc, h, dv);
-    let mut gam = Vec::with_capacity(n);
+    let mut rest = mem;
+    let gam = take(&mut rest, n);
+    let o = take(&mut rest, n * dv);
+    let qr = take(&mut rest, n * dk);
+    let kt = take(&mut rest, n * dk);
+    let u = take(&mut rest, n * dv);
+    let tr = take(&mut rest, transition_floats(s, n));
+
+    // Inputs of the chunk: qr starts as q, u as v (Mamba-2 keeps both as they are).
+    gather(x.q, t0, n, s.qk_heads, qh, dk, qr);
+    gather(x.v, t0, n, hc, h, dv, u);
+    let mut k = vec![0.0f32; n * dk];
+    gather(x.k, t0, n, s.qk_heads, qh, dk, &mut k);
     let mut acc = 0.0f32;
-    for i in 0..n {
+    for (i, gv) in gam.iter_mut().enumerate() {
         acc += x.g[(t0 + i) * hc + h];
-        gam.push(acc);
+        *gv = acc;
     }
+    let gam = &*gam;
     let g_last = gam[n - 1];
     let lam = |i: usize, j: usize| x.lam[((t0 + i) * hc + h) * s.lambda_cols + s.col(level(i, j))];
 
@@ -296,49 +342,39 @@ fn intra_chunk(s: &ScanShape, x: &ScanInputs<'_>, h: usize, c: usize) -> ChunkDa
     let mut s1 = vec![0.0f32; n * n];
     gemm(
         1.0,
-        &mat(&q, n, dk),
+        &mat(qr, n, dk),
         &mat(&k, n, dk).t(),
         0.0,
         &mut mat_mut(&mut s1, n, n),
     );
     // K̃_j = e^{Γ − γ_j} k_j.
-    let mut kt = k.clone();
-    for (j, row) in kt.chunks_exact_mut(dk).enumerate() {
+    for (j, (row, kr)) in kt.chunks_exact_mut(dk).zip(k.chunks_exact(dk)).enumerate() {
         let f = decay(g_last - gam[j]);
-        row.iter_mut().for_each(|v| *v *= f);
+        for (y, kv) in row.iter_mut().zip(kr) {
+            *y = f * kv;
+        }
     }
 
+    let (mut a, mut kk_out, mut w_out): (&[f32], &[f32], &[f32]) = (&[], &[], &[]);
     match s.form {
         Form::Mamba2 => {
             // A_ij = (q_i·k_j) e^{γ_i − γ_j} λ_i[col(i, j)], j ≤ i (masked before exp).
-            let mut a = vec![0.0f32; n * n];
+            let mut att = vec![0.0f32; n * n];
             for i in 0..n {
                 for j in 0..=i {
                     let e = decay(gam[i] - gam[j]);
                     if e != 0.0 {
-                        a[i * n + j] = s1[i * n + j] * e * lam(i, j);
+                        att[i * n + j] = s1[i * n + j] * e * lam(i, j);
                     }
                 }
             }
-            let mut o = vec![0.0f32; n * dv];
             gemm(
                 1.0,
-                &mat(&a, n, n),
-                &mat(&v, n, dv),
+                &mat(&att, n, n),
+                &mat(u, n, dv),
                 0.0,
-                &mut mat_mut(&mut o, n, dv),
+                &mut mat_mut(o, n, dv),
             );
-            ChunkData {
-                n,
-                gam,
-                o,
-                qr: q,
-                a: Vec::new(),
-                k: Vec::new(),
-                w: Vec::new(),
-                kt,
-                u: v,
-            }
         }
         Form::Gdn => {
             let beta: Vec<f32> = (0..n).map(|i| x.beta[(t0 + i) * hc + h]).collect();
@@ -390,16 +426,16 @@ fn intra_chunk(s: &ScanShape, x: &ScanInputs<'_>, h: usize, c: usize) -> ChunkDa
                 0.0,
                 &mut mat_mut(&mut w, n, dk),
             );
-            let mut qr = q;
             gemm(
                 -1.0,
                 &mat(&m, n, n),
                 &mat(&bk, n, dk),
                 1.0,
-                &mut mat_mut(&mut qr, n, dk),
+                &mut mat_mut(qr, n, dk),
             );
             // U = A_u diag(β) V with A_u,ij = e^{γ_i − γ_j} A_w,ij; the attention tile
-            // M_ij e^{γ_i − γ_j} β_j λ_i[col(i, j)], both for j ≤ i.
+            // M_ij e^{γ_i − γ_j} β_j λ_i[col(i, j)], both for j ≤ i. Both multiply V, which
+            // `u` holds until U replaces it.
             let mut au = vec![0.0f32; n * n];
             let mut att = vec![0.0f32; n * n];
             for i in 0..n {
@@ -412,60 +448,54 @@ fn intra_chunk(s: &ScanShape, x: &ScanInputs<'_>, h: usize, c: usize) -> ChunkDa
                     }
                 }
             }
-            let mut u = vec![0.0f32; n * dv];
+            gemm(
+                1.0,
+                &mat(&att, n, n),
+                &mat(u, n, dv),
+                0.0,
+                &mut mat_mut(o, n, dv),
+            );
+            let v = u.to_vec();
             gemm(
                 1.0,
                 &mat(&au, n, n),
                 &mat(&v, n, dv),
                 0.0,
-                &mut mat_mut(&mut u, n, dv),
-            );
-            let mut o = vec![0.0f32; n * dv];
-            gemm(
-                1.0,
-                &mat(&att, n, n),
-                &mat(&v, n, dv),
-                0.0,
-                &mut mat_mut(&mut o, n, dv),
+                &mut mat_mut(u, n, dv),
             );
             if dk <= CHUNK {
                 // A = I − Kᵀ W.
-                let mut a = vec![0.0f32; dk * dk];
+                tr.fill(0.0);
                 for i in 0..dk {
-                    a[i * dk + i] = 1.0;
+                    tr[i * dk + i] = 1.0;
                 }
                 gemm(
                     -1.0,
                     &mat(&k, n, dk).t(),
                     &mat(&w, n, dk),
                     1.0,
-                    &mut mat_mut(&mut a, dk, dk),
+                    &mut mat_mut(tr, dk, dk),
                 );
-                ChunkData {
-                    n,
-                    gam,
-                    o,
-                    qr,
-                    a,
-                    k: Vec::new(),
-                    w: Vec::new(),
-                    kt,
-                    u,
-                }
+                a = tr;
             } else {
-                ChunkData {
-                    n,
-                    gam,
-                    o,
-                    qr,
-                    a: Vec::new(),
-                    k,
-                    w,
-                    kt,
-                    u,
-                }
+                let (kd, wd) = tr.split_at_mut(n * dk);
+                kd.copy_from_slice(&k);
+                wd.copy_from_slice(&w);
+                kk_out = kd;
+                w_out = wd;
             }
         }
+    }
+    ChunkData {
+        n,
+        gam,
+        o,
+        qr,
+        a,
+        k: kk_out,
+        w: w_out,
+        kt,
+        u,
     }
 }
 
@@ -474,7 +504,7 @@ fn intra_chunk(s: &ScanShape, x: &ScanInputs<'_>, h: usize, c: usize) -> ChunkDa
 fn inter_chunk(
     s: &ScanShape,
     x: &ScanInputs<'_>,
-    chunks: &[ChunkData],
+    chunks: &[ChunkData<'_>],
     h: usize,
     v0: usize,
     bw: usize,
@@ -492,7 +522,7 @@ fn inter_chunk(
 
     for (c, d) in chunks.iter().enumerate() {
         let (n, t0) = (d.n, c * CHUNK);
-        let qr = mat(&d.qr, n, dk);
+        let qr = mat(d.qr, n, dk);
         // 1. Readout of every live level: o_i += λ_i[col(7 + m)] e^{γ_i} qr_iᵀ h_m.
         for m in (0..scans).filter(|&m| live[m]) {
             let col = s.col(C0P1 + m);
@@ -517,7 +547,7 @@ fn inter_chunk(
             if !d.a.is_empty() {
                 gemm(
                     1.0,
-                    &mat(&d.a, dk, dk),
+                    &mat(d.a, dk, dk),
                     &mat(&hs[m], dk, bw),
                     0.0,
                     &mut mat_mut(&mut ah, dk, bw),
@@ -526,14 +556,14 @@ fn inter_chunk(
             } else if s.form == Form::Gdn {
                 gemm(
                     1.0,
-                    &mat(&d.w, n, dk),
+                    &mat(d.w, n, dk),
                     &mat(&hs[m], dk, bw),
                     0.0,
                     &mut mat_mut(&mut xw, n, bw),
                 );
                 gemm(
                     -1.0,
-                    &mat(&d.k, n, dk).t(),
+                    &mat(d.k, n, dk).t(),
                     &mat(&xw, n, bw),
                     1.0,
                     &mut mat_mut(&mut hs[m], dk, bw),
@@ -542,10 +572,10 @@ fn inter_chunk(
             scale_flushed(&mut hs[m], eg);
         }
         // 3. Chunk c's contribution K̃ᵀ U into level 0 (there is a level 0 since c < NT − 1).
-        let u = columns(mat(&d.u, n, dv), v0, bw);
+        let u = columns(mat(d.u, n, dv), v0, bw);
         gemm(
             1.0,
-            &mat(&d.kt, n, dk).t(),
+            &mat(d.kt, n, dk).t(),
             &u,
             1.0,
             &mut mat_mut(&mut hs[0], dk, bw),
@@ -581,7 +611,7 @@ fn inter_chunk(
 fn hand_off(
     s: &ScanShape,
     x: &ScanInputs<'_>,
-    chunks: &[ChunkData],
+    chunks: &[ChunkData<'_>],
     hs: &[Vec<f32>],
     live: &[bool],
     h: usize,
@@ -634,8 +664,8 @@ fn hand_off(
                 }
                 if a0 < b {
                     let (r0, r1) = (a0 - s0, b - s0);
-                    let kt = mat(&d.kt, d.n, dk).slice_axis_move(Axis(0), Slice::from(r0..r1));
-                    let u = mat(&d.u, d.n, dv).slice_axis_move(Axis(0), Slice::from(r0..r1));
+                    let kt = mat(d.kt, d.n, dk).slice_axis_move(Axis(0), Slice::from(r0..r1));
+                    let u = mat(d.u, d.n, dv).slice_axis_move(Axis(0), Slice::from(r0..r1));
                     gemm(
                         1.0,
                         &kt.t(),
