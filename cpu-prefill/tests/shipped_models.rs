@@ -17,11 +17,11 @@ fn prompt(n: usize) -> Vec<u32> {
     text[..n].iter().map(|&b| u32::from(b)).collect()
 }
 
-/// Every f32 checkpoint: a long prompt (17 full chunks and a partial one, levels up to 11),
+/// Every f32 checkpoint: a long prompt (12 full chunks and a partial one, levels up to 10),
 /// a prompt that saturates 4 levels, and one shorter than a chunk.
 #[test]
 fn checkpoints_match_stepping() {
-    let ids = prompt(1100);
+    let ids = prompt(800);
     let mut worst = Errors::default();
     for dir in ["ll-gdn-mcu", "ll-mamba2-mcu", "gdn-mcu"] {
         let ckpt = Checkpoint::load(models_dir().join(dir)).unwrap();
@@ -40,7 +40,7 @@ fn checkpoints_match_stepping() {
 /// dequantizes each matrix once; stepping multiplies the quantized blocks in place.
 #[test]
 fn quantized_models_match_stepping() {
-    let ids = prompt(700);
+    let ids = prompt(500);
     let bytes = AlignedBytes::read(&models_dir().join("ll-gdn-mcu-q8_0.gguf")).unwrap();
     let gguf = IndexedGguf::parse(bytes.as_bytes()).unwrap();
     let model = gguf.model().unwrap();
