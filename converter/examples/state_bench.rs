@@ -3,7 +3,7 @@
 //! (`FenwickState::step_delta` / `step_decay`), f32 and f16 storage, in one run.
 //!
 //! ```text
-//! cargo run --release -p loglinear-converter --example state_bench [-- STEPS]
+//! cargo run --release -p loglinear-converter --example state_bench [-- STEPS [LAYERS]]
 //! ```
 //!
 //! Shapes are the shipped models' layers: ll-gdn-mcu (2 heads, dk 64, dv 128, 15 levels) and
@@ -11,7 +11,9 @@
 //! `t = 16383` repeated (all 15 levels live, a one-level merge) and a sweep over
 //! t = 12288..16384 (the mix of merges and live-level counts of long contexts). The old code
 //! is a copy of the runtime's code before the fusion, kept here so that both run in the same
-//! process; the two are interleaved repetition by repetition (the machine is shared) and the
+//! process; LAYERS (default 4, the shipped models' depth) independent layer states are stepped
+//! in turn, so that the state sizes and cache misses are those of decoding (4 f32 layers do
+//! not fit in a 2 MiB L2). The two are interleaved repetition by repetition (the machine is shared) and the
 //! median time per layer step is reported. Each run also checks that old and new give
 //! bit-identical states and outputs.
 
@@ -260,7 +262,7 @@ fn median(mut xs: Vec<f64>) -> f64 {
 
 /// Times `steps` layer steps of old and new code at the positions `ts` (cycled), interleaved
 /// over [`REPS`] repetitions; returns (old µs, new µs) per layer step, medians.
-fn time_pair<E: StateElem>(sh: Shape, ts: &[u64], steps: usize) -> (f64, f64) {
+fn time_pair<E: StateElem>(sh: Shape, ts: &[u64], steps: usize, layers: usize) -> (f64, f64) {
     let policy = LevelPolicy::new(LEVELS).expect("15 levels");
     let len = LEVELS * sh.heads * sh.dk * sh.dv;
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
@@ -300,31 +302,39 @@ fn time_pair<E: StateElem>(sh: Shape, ts: &[u64], steps: usize) -> (f64, f64) {
         .all(|(x, y)| x.load().to_bits() == y.load().to_bits());
     assert!(same_state, "{} {}: states differ", sh.name, E::NAME);
 
+    // `layers` independent layer states stepped in turn, as a model does: with 4 the state
+    // (3.75 MiB in f32) no longer fits in L2, as in real decoding.
     let (mut t_old, mut t_new) = (Vec::new(), Vec::new());
+    let per_step = (steps * layers) as f64;
     for _ in 0..REPS {
-        let mut data = init.clone();
-        let mut old = Old {
-            data: &mut data,
-            policy,
-            heads: sh.heads,
-            dk: sh.dk,
-            dv: sh.dv,
-        };
+        let mut data = init.repeat(layers);
         let start = Instant::now();
         for &t in ts.iter().cycle().take(steps) {
-            step_old(&mut old, sh, &inp, black_box(t), &mut out);
+            for layer in data.chunks_exact_mut(len) {
+                let mut old = Old {
+                    data: layer,
+                    policy,
+                    heads: sh.heads,
+                    dk: sh.dk,
+                    dv: sh.dv,
+                };
+                step_old(&mut old, sh, &inp, black_box(t), &mut out);
+            }
         }
         black_box(&out);
-        t_old.push(start.elapsed().as_secs_f64() * 1e6 / steps as f64);
+        t_old.push(start.elapsed().as_secs_f64() * 1e6 / per_step);
 
-        let mut data = init.clone();
-        let mut new = FenwickState::new(&mut data, policy, sh.heads, sh.dk, sh.dv).expect("len");
+        let mut data = init.repeat(layers);
         let start = Instant::now();
         for &t in ts.iter().cycle().take(steps) {
-            step_new(&mut new, sh, &inp, black_box(t), &mut out);
+            for layer in data.chunks_exact_mut(len) {
+                let mut new =
+                    FenwickState::new(layer, policy, sh.heads, sh.dk, sh.dv).expect("len");
+                step_new(&mut new, sh, &inp, black_box(t), &mut out);
+            }
         }
         black_box(&out);
-        t_new.push(start.elapsed().as_secs_f64() * 1e6 / steps as f64);
+        t_new.push(start.elapsed().as_secs_f64() * 1e6 / per_step);
     }
     (median(t_old), median(t_new))
 }
@@ -334,6 +344,11 @@ fn main() {
         .nth(1)
         .and_then(|s| s.parse().ok())
         .unwrap_or(2000);
+    let layers: usize = std::env::args()
+        .nth(2)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(4)
+        .max(1);
     let shapes = [
         Shape {
             name: "ll-gdn-mcu",
@@ -354,21 +369,21 @@ fn main() {
     let sweep: Vec<u64> = (12288..16384).collect();
     let loadavg = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!(
-        "state step of one layer, µs per step (median of {REPS}), {steps} steps per repetition; \
-         loadavg at start: {}",
+        "state step of one layer, µs per layer step (median of {REPS}), {steps} steps of \
+         {layers} layers per repetition; loadavg at start: {}",
         loadavg.trim()
     );
     println!("| shape | state | t | old µs | fused µs | old / fused |");
     println!("| --- | --- | --- | ---: | ---: | ---: |");
     for sh in shapes {
         for (label, ts) in [("16383", &fixed[..]), ("12288..16384", &sweep[..])] {
-            let (o, n) = time_pair::<f32>(sh, ts, steps);
+            let (o, n) = time_pair::<f32>(sh, ts, steps, layers);
             println!(
                 "| {} | f32 | {label} | {o:.1} | {n:.1} | {:.2} |",
                 sh.name,
                 o / n
             );
-            let (o, n) = time_pair::<f16>(sh, ts, steps);
+            let (o, n) = time_pair::<f16>(sh, ts, steps, layers);
             println!(
                 "| {} | f16 | {label} | {o:.1} | {n:.1} | {:.2} |",
                 sh.name,

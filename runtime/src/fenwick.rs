@@ -209,6 +209,11 @@ impl<'a, E: StateElem> FenwickState<'a, E> {
 
     /// Step 2 of §4.2, Mamba-2 form, one head: S ← α S on every level holding history
     /// ([`LevelPolicy::history_levels`]).
+    ///
+    /// The separate steps (this, [`transition_delta`](Self::transition_delta),
+    /// [`insert`](Self::insert), [`read`](Self::read)) are the plain statement of §4.2, kept
+    /// for tests and tools; the layers use the fused [`step_decay`](Self::step_decay) and
+    /// [`step_delta`](Self::step_delta), which give the same bits in fewer passes.
     pub fn transition_decay(&mut self, t: u64, head: usize, alpha: f32) {
         for l in self.policy.history_levels(t) {
             let r = self.matrix_range(l, head);
