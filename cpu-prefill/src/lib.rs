@@ -32,7 +32,7 @@
 
 mod act;
 mod layers;
-pub mod linalg;
+mod linalg;
 mod par;
 mod scan;
 

@@ -6,8 +6,9 @@
 //! depend on the thread count, see [`crate::par`]):
 //!
 //! 1. **Intra-chunk**, one job per (head, chunk of C = 64 tokens): the dense C×C score tile with
-//!    λ column min(bitlen(i ⊕ j), top), o = A V, and the chunk's quantities for the state scan:
-//!    effective queries q̃, K̃, and for GDN W̃ and U in the WY/UT form.
+//!    λ column min(bitlen(i ⊕ j), top), o = A V (GDN: A_w = (I + StrictLower(diag(β) K Kᵀ))⁻¹
+//!    by forward substitution, the WY/UT form of spec §7.2), and the chunk's quantities for the
+//!    state scan ([`ChunkData`]): readout queries, K̃, U, and for GDN the chunk's transition.
 //! 2. **Inter-chunk**, one job per (head, block of [`BV`] value columns): the single-pass Fenwick
 //!    cascade over chunks (§7.2, "Equivalent single-pass Fenwick cascade"): states h_m, one per
 //!    chunk level m; chunk c reads every h_m with bit m of c set, then every h_m takes chunk c's
