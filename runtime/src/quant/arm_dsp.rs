@@ -300,7 +300,8 @@ fn rows<W>(
 
 /// Continues the float sums of `rows.pairs` pairs of rows over the chunk's `wide.len()`
 /// blocks (for each block b, `s += (d_w · d_x) · isum_b`, in block order).
-#[inline]
+// One copy: called once or twice per chunk, so inlining only multiplies the code.
+#[inline(never)]
 fn run_q8(rows: Rows, wide: &[WideQ8]) {
     let n = wide.len();
     if rows.pairs == 0 {
@@ -366,7 +367,8 @@ fn run_q8(rows: Rows, wide: &[WideQ8]) {
 }
 
 /// As [`run_q8`] for Q4_0; the last element of `wide` carries the `last` flag, and no other.
-#[inline]
+// One copy: called once or twice per chunk, so inlining only multiplies the code.
+#[inline(never)]
 fn run_q4(rows: Rows, wide: &[WideQ4]) {
     let n = wide.len();
     if rows.pairs == 0 {
