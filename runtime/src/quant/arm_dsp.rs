@@ -24,6 +24,14 @@
 //!   combination and the loop: 99 instructions, 1.55 per MAC;
 //! * Q4_0: 8 LDR + 32 AND + 32 SMLAD + 4 LDM = 76, plus 18: 94 instructions, 1.47 per MAC.
 //!
+//! Around that: 10-13 instructions per pair of rows (storing the two sums, the next pair's
+//! pointers; all inside the asm) and ~36 per block to widen the activations, once per matvec.
+//! Measured kernel-only under QEMU (`scripts/kernel-check.sh --bench`, 128 × 512): 1.58
+//! (Q8_0) and 1.50 (Q4_0) instructions per MAC; `portable` takes 3.97 and 4.47. Q8_0 cannot
+//! reach 1.5 this way: its two SXTB16 + two SMLAD + one LDR per weight word are 1.25 per MAC
+//! before the scales (per row and block: LDRH, VCVTB, VMUL, VCVT, VMLA and half a VMOV pair
+//! each for the scale and the sum, ~0.2 per MAC), which bit-identity with `portable` fixes.
+//!
 //! Memory: weight words are read with LDR/LDRH at any 2-byte alignment (blocks are 34 and 18
 //! bytes), which ARMv7-M allows unless `CCR.UNALIGN_TRP` is set (it is clear at reset and
 //! nothing in this project sets it); LDM/VLDM only read the word-aligned wide buffers.
