@@ -54,8 +54,8 @@ impl Best {
     }
 }
 
-/// Steps every token on a fresh session; (wall, CPU) seconds.
-fn step_once(model: &Model<'_>, ids: &[u32]) -> (f64, f64) {
+/// Steps every token on a fresh session; (wall, CPU) seconds, the final states and logits.
+fn step_once(model: &Model<'_>, ids: &[u32]) -> (f64, f64, Vec<f32>, Vec<f32>) {
     let cfg = SessionConfig::default();
     let mut arena = vec![0u8; Session::<f32>::arena_bytes(model, &cfg).unwrap()];
     let mut s = Session::<f32>::new(model, &mut arena, cfg).unwrap();
@@ -63,7 +63,19 @@ fn step_once(model: &Model<'_>, ids: &[u32]) -> (f64, f64) {
     for &id in ids {
         s.step(id).unwrap();
     }
-    (start.elapsed().as_secs_f64(), cpu_seconds() - cpu)
+    let (wall, cpu) = (start.elapsed().as_secs_f64(), cpu_seconds() - cpu);
+    (wall, cpu, s.states().to_vec(), s.logits().to_vec())
+}
+
+/// max |a − b| / max |b|, the tests' metric.
+fn rel_max(a: &[f32], b: &[f32]) -> f64 {
+    let num = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs() as f64)
+        .fold(0.0, f64::max);
+    let den = b.iter().map(|y| y.abs() as f64).fold(0.0, f64::max);
+    num / den.max(f64::MIN_POSITIVE)
 }
 
 /// One prefill with `threads` workers; (wall, CPU) seconds and the result.
@@ -92,14 +104,17 @@ fn main() {
 
     let mut rows = Vec::new();
     let mut breakdowns = Vec::new();
+    let mut errors = Vec::new();
     let mut bench = |name: &str, model: &Model<'_>| {
         // Interleaved, so that a burst of load on the shared machine hits all three alike;
         // the best of the repeats is kept.
         let (mut step, mut one, mut two) = (Best::new(), Best::new(), Best::new());
         let mut fastest: Option<Prefill> = None;
+        let mut stepped = (Vec::new(), Vec::new());
         for _ in 0..repeats {
-            let (w, c) = step_once(model, &ids);
+            let (w, c, states, logits) = step_once(model, &ids);
             step.add(w, c);
+            stepped = (states, logits);
             let (w, c, _) = prefill_once(model, &ids, 1);
             one.add(w, c);
             let (w, c, p) = prefill_once(model, &ids, 2);
@@ -124,6 +139,11 @@ fn main() {
             step.cpu / one.cpu,
         ));
         if let Some(p) = fastest {
+            errors.push(format!(
+                "{name}: prefill vs stepping at T = {t}: states rel_max {:.1e}, last logits rel_max {:.1e}",
+                rel_max(&p.states, &stepped.0),
+                rel_max(&p.last_logits, &stepped.1),
+            ));
             let phases: Vec<String> = p
                 .timing
                 .phases
@@ -153,6 +173,10 @@ fn main() {
     println!();
     for b in breakdowns {
         println!("{b}");
+    }
+    println!();
+    for e in errors {
+        println!("{e}");
     }
     println!();
     println!("load average after: {}", load_avg());
