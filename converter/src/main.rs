@@ -189,8 +189,13 @@ enum Command {
         /// Inputs of quantized matvecs: f32, or Q8 through the integer kernels.
         #[arg(long, value_enum, default_value = "f32")]
         activations: ActivationsArg,
-        /// Prefill the prompt on a GPU (wgpu: Vulkan, Metal or DX12; lavapipe without a GPU) in
-        /// one chunk-scan pass, then decode on the CPU from the state it hands over.
+        /// How the prompt is fed: `step` (token by token through the decoder, exactly what a
+        /// board does), `chunkwise` (the §7 chunk algorithm on all CPU cores, much faster for
+        /// long prompts; same state up to f32 rounding) or `gpu` (one chunk-scan pass on a GPU
+        /// through wgpu: Vulkan, Metal or DX12; lavapipe without a GPU). Decoding is on the CPU.
+        #[arg(long, value_enum, default_value = "step")]
+        prefill: PrefillArg,
+        /// Same as `--prefill gpu`.
         #[arg(long)]
         gpu: bool,
         /// After generating, save the session (state, t, conv states, last logits, sampler
@@ -310,6 +315,7 @@ fn run(cli: Cli) -> Res {
             levels,
             state,
             activations,
+            prefill,
             gpu,
             save_snapshot,
             resume,
@@ -323,7 +329,7 @@ fn run(cli: Cli) -> Res {
                 activations: Some(activations.mode()),
             };
             let mut state = state;
-            let prefill = if gpu { Prefill::Gpu } else { Prefill::Cpu };
+            let prefill = if gpu { Prefill::Gpu } else { prefill.into() };
             let mut snap = Snapshots {
                 save: save_snapshot,
                 resume: None,
@@ -363,11 +369,31 @@ struct Snapshots {
     fingerprint: u64,
 }
 
+/// `--prefill`.
+#[derive(Clone, Copy, ValueEnum)]
+enum PrefillArg {
+    Step,
+    Chunkwise,
+    Gpu,
+}
+
+impl From<PrefillArg> for Prefill {
+    fn from(p: PrefillArg) -> Self {
+        match p {
+            PrefillArg::Step => Prefill::Cpu,
+            PrefillArg::Chunkwise => Prefill::Chunkwise,
+            PrefillArg::Gpu => Prefill::Gpu,
+        }
+    }
+}
+
 /// Where `generate` runs the prompt.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Prefill {
     /// Token by token through the CPU decoder.
     Cpu,
+    /// The chunk algorithm on the CPU's cores (`loglinear-cpu-prefill`).
+    Chunkwise,
     /// One chunk-scan pass on the GPU, handing the state to the CPU decoder.
     Gpu,
 }
@@ -436,7 +462,20 @@ fn generate<E: StateElem>(
         Prefill::Gpu if !prompt_tokens.is_empty() => {
             Some(gpu_prefill(model, &prompt_tokens, &mut session)?)
         }
-        Prefill::Gpu | Prefill::Cpu => {
+        Prefill::Chunkwise if !prompt_tokens.is_empty() => {
+            let p = loglinear_cpu_prefill::prefill_into(
+                model,
+                &prompt_tokens,
+                &mut session,
+                &loglinear_cpu_prefill::PrefillOptions::default(),
+            )?;
+            Some(format!(
+                "chunkwise CPU prefill on {} threads: {:.1} ms",
+                p.timing.threads,
+                p.timing.seconds * 1e3
+            ))
+        }
+        Prefill::Gpu | Prefill::Cpu | Prefill::Chunkwise => {
             for &tok in &prompt_tokens {
                 session.step(tok)?;
             }
