@@ -13,6 +13,9 @@
 #   4. cargo test --workspace --release         (release: the golden tests step long sequences)
 #   5. gguf-py (ggml's reference Python reader, installed with pip) reads and dequantizes model
 #      files written by `loglinear convert` at every tensor type
+#   6. the firmware under QEMU (token identity with the host, every integer kernel against the
+#      portable one on the Arm boards), snapshots, the memory planner, the hardware board builds
+#   7. the AArch64 NEON/sdot kernels under qemu-user
 #
 # The host-gpu tests (step 4) run the WGSL kernels through wgpu; on a machine without a GPU they
 # run on lavapipe (Mesa's software Vulkan), which the setup step installs.
@@ -163,5 +166,8 @@ bash "$ROOT/scripts/plan-test.sh"
 
 section "Hardware board profiles build (scripts/boards-build.sh; probe-rs not run)"
 bash "$ROOT/scripts/boards-build.sh"
+
+section "AArch64 integer kernels (NEON, sdot) under qemu-user (scripts/aarch64-test.sh)"
+bash "$ROOT/scripts/aarch64-test.sh"
 
 section "All checks passed in $((SECONDS - START)) s"
