@@ -6,16 +6,17 @@
 //! cargo run --release -p loglinear-converter --example state_bench [-- STEPS [LAYERS]]
 //! ```
 //!
-//! Shapes are the shipped models' layers: ll-gdn-mcu (2 heads, dk 64, dv 128, 15 levels) and
-//! ll-mamba2-mcu (4 heads, dk = d_state 64, dv = head_dim 64, 15 levels). Two workloads:
-//! `t = 16383` repeated (all 15 levels live, a one-level merge) and a sweep over
-//! t = 12288..16384 (the mix of merges and live-level counts of long contexts). The old code
-//! is a copy of the runtime's code before the fusion, kept here so that both run in the same
-//! process; LAYERS (default 4, the shipped models' depth) independent layer states are stepped
-//! in turn, so that the state sizes and cache misses are those of decoding (4 f32 layers do
-//! not fit in a 2 MiB L2). The two are interleaved repetition by repetition (the machine is shared) and the
-//! median time per layer step is reported. Each run also checks that old and new give
-//! bit-identical states and outputs.
+//! Shapes are the shipped models' layers: ll-gdn-mcu (2 heads, dk 64, dv 128, 15 levels),
+//! gdn-mcu (the same with 1 level: the plain recurrence) and ll-mamba2-mcu (4 heads,
+//! dk = d_state 64, dv = head_dim 64, 15 levels). Two workloads: `t = 16383` repeated (all 15
+//! levels live, a one-level merge) and a sweep over t = 12288..16384 (the mix of merges and
+//! live-level counts of long contexts). The old code is a copy of the runtime's code before
+//! the fusion, kept here so that both run in the same process. LAYERS (default 4, the shipped
+//! models' depth) independent layer states are stepped in turn, so that the state sizes and
+//! cache misses are those of decoding (4 f32 layers do not fit in a 2 MiB L2). Old and new are
+//! interleaved repetition by repetition (the machine is shared) and the median time per layer
+//! step is reported. Each run also checks that old and new give bit-identical states and
+//! outputs.
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -167,6 +168,8 @@ struct Shape {
     heads: usize,
     dk: usize,
     dv: usize,
+    /// Allocated levels: 15, or 1 for the plain recurrence (gdn-mcu).
+    levels: usize,
 }
 
 /// Per-head inputs of one step (the same every step: the timing does not depend on values).
@@ -263,8 +266,8 @@ fn median(mut xs: Vec<f64>) -> f64 {
 /// Times `steps` layer steps of old and new code at the positions `ts` (cycled), interleaved
 /// over [`REPS`] repetitions; returns (old µs, new µs) per layer step, medians.
 fn time_pair<E: StateElem>(sh: Shape, ts: &[u64], steps: usize, layers: usize) -> (f64, f64) {
-    let policy = LevelPolicy::new(LEVELS).expect("15 levels");
-    let len = LEVELS * sh.heads * sh.dk * sh.dv;
+    let policy = LevelPolicy::new(sh.levels).expect("levels");
+    let len = sh.levels * sh.heads * sh.dk * sh.dv;
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     let init: Vec<E> = (0..len).map(|_| E::store(0.1 * rng.next())).collect();
     let inp = Inputs::new(sh, &mut rng);
@@ -356,6 +359,15 @@ fn main() {
             heads: 2,
             dk: 64,
             dv: 128,
+            levels: LEVELS,
+        },
+        Shape {
+            name: "gdn-mcu (plain)",
+            form: Form::Delta,
+            heads: 2,
+            dk: 64,
+            dv: 128,
+            levels: 1,
         },
         Shape {
             name: "ll-mamba2-mcu",
@@ -363,6 +375,7 @@ fn main() {
             heads: 4,
             dk: 64,
             dv: 64,
+            levels: LEVELS,
         },
     ];
     let fixed = [16383u64];
