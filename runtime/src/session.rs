@@ -197,13 +197,7 @@ impl<'m, E: StateElem> Session<'m, E> {
             Activations::F32 => 0,
             Activations::Q8 => model.act_blocks(),
         };
-        // Not even the alignment padding of an empty take: an f32 session's arena is what it
-        // was before Q8 activations existed.
-        let act = if act_blocks == 0 {
-            Some(&mut [][..])
-        } else {
-            arena.take::<ActBlock>(act_blocks)
-        };
+        let act = arena.take::<ActBlock>(act_blocks);
         let logits = arena.take::<f32>(c.vocab_size);
         Some((states?, conv?, x?, h?, mix?, mlp?, act?, logits?))
     }
