@@ -9,6 +9,7 @@ use crate::linalg::{dense, gemm, mat, mat_mut, project, PROJ_ROWS};
 use crate::par;
 use crate::scan::{chunk_scan, Form, ScanInputs, ScanShape};
 use crate::Timer;
+use loglinear_runtime::layers::level_weight;
 use loglinear_runtime::math::{
     exp, l2norm_in_place, rmsnorm, rmsnorm_in_place, sigmoid, softplus, sqrt,
 };
@@ -222,15 +223,8 @@ pub fn mamba2(
                 for (vv, xv) in v[i * p..][..p].iter_mut().zip(&xr[hh * p..][..p]) {
                     *vv = xv * dt;
                 }
-                let lr = &mut lam[i * cols..][..cols];
-                match w.lambda_scale {
-                    Some(ls) => {
-                        for (l, lv) in lr.iter_mut().enumerate() {
-                            let j = hh * nl + l;
-                            *lv = softplus(ls[j] * dl[j]);
-                        }
-                    }
-                    None => lr.fill(1.0),
+                for (l, lv) in lam[i * cols..][..cols].iter_mut().enumerate() {
+                    *lv = level_weight(w.lambda_scale, dl, hh * nl + l, 1.0);
                 }
             }
         }
@@ -377,15 +371,10 @@ pub fn gdn(
                 let (i, ti) = (r * hc + hh, t * hc + hh);
                 beta[i] = sigmoid(b[ti]);
                 g[i] = -exp(w.a_log[hh]) * softplus(a[ti] + w.dt_bias[hh]);
-                let lr = &mut lam[i * cols..][..cols];
-                match w.lambda_scale {
-                    Some(ls) => {
-                        for (l, lv) in lr.iter_mut().enumerate() {
-                            let j = hh * nl + l;
-                            *lv = softplus(ls[j] * l_in[t * hc * nl + j]) * lam_scale;
-                        }
-                    }
-                    None => lr.fill(1.0),
+                // Token t's λ inputs (none for a plain model, where they are not read).
+                let l_in_t = l_in.get(t * hc * nl..).unwrap_or_default();
+                for (l, lv) in lam[i * cols..][..cols].iter_mut().enumerate() {
+                    *lv = level_weight(w.lambda_scale, l_in_t, hh * nl + l, lam_scale);
                 }
             }
         }

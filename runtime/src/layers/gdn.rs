@@ -2,7 +2,7 @@
 
 use crate::config::ModelConfig;
 use crate::fenwick::{FenwickState, StateElem};
-use crate::layers::conv_step;
+use crate::layers::{conv_step, level_weight};
 use crate::math::{exp, l2norm_in_place, rmsnorm_in_place, sigmoid, silu, softplus, sqrt};
 use crate::model::GdnWeights;
 use crate::quant::{ActBlock, Activations};
@@ -84,13 +84,7 @@ pub fn step<E: StateElem>(
         let beta = sigmoid(b[h]);
         let alpha = exp(-exp(w.a_log[h]) * softplus(a[h] + w.dt_bias[h]));
         let vh = &mut v[h * dv..(h + 1) * dv];
-        let lam = |l: u32| match w.lambda_scale {
-            Some(ls) => {
-                let i = h * nl + l as usize;
-                softplus(ls[i] * l_in[i]) * lam_scale
-            }
-            None => 1.0,
-        };
+        let lam = |l: u32| level_weight(w.lambda_scale, l_in, h * nl + l as usize, lam_scale);
         // Transition, insert and readout in one fused step (bit-identical to the separate
         // ones, fewer passes over the state); v is consumed and its slot gets the output.
         state.step_delta(t, h, alpha, beta, kh, qh, lam, vh);

@@ -2,7 +2,7 @@
 
 use crate::config::ModelConfig;
 use crate::fenwick::{FenwickState, StateElem};
-use crate::layers::conv_step;
+use crate::layers::{conv_step, level_weight};
 use crate::math::{exp, rmsnorm_in_place, silu, softplus};
 use crate::model::Mamba2Weights;
 use crate::quant::{ActBlock, Activations};
@@ -59,13 +59,7 @@ pub fn step<E: StateElem>(
         for (v, xv) in yh.iter_mut().zip(xh) {
             *v = xv * dt;
         }
-        let lam = |l: u32| match w.lambda_scale {
-            Some(ls) => {
-                let i = h * nl + l as usize;
-                softplus(ls[i] * dl[i])
-            }
-            None => 1.0,
-        };
+        let lam = |l: u32| level_weight(w.lambda_scale, dl, h * nl + l as usize, 1.0);
         // Decay, insert and readout in one fused step (bit-identical to the separate ones,
         // one pass per level); v in yh is consumed and yh gets the output.
         state.step_decay(t, h, alpha, k, q, lam, yh);

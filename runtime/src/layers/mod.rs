@@ -39,6 +39,18 @@ pub fn conv_step(
     }
 }
 
+/// λ of one (head, level) pair (spec §5): `softplus(L[i] · l_in[i]) · scale`, where `i` indexes
+/// the pair in both inputs, `scale` is √dk for Gated DeltaNet and 1 for Mamba-2; 1 for a plain
+/// model (`lambda_scale` `None`, and `l_in` is not read). The decoder and the CPU prefill both
+/// call this, so the two cannot drift.
+#[inline]
+pub fn level_weight(lambda_scale: Option<&[f32]>, l_in: &[f32], i: usize, scale: f32) -> f32 {
+    match lambda_scale {
+        Some(ls) => crate::math::softplus(ls[i] * l_in[i]) * scale,
+        None => 1.0,
+    }
+}
+
 /// Scratch floats the MLP needs: gate and up activations.
 pub fn mlp_scratch_len(c: &ModelConfig) -> usize {
     2 * c.intermediate_size
