@@ -1195,21 +1195,26 @@ impl Table {
     }
 }
 
+/// The report's non-empty tables, in output order (bench, curve, QEMU).
+fn tables(report: &Report) -> Vec<Table> {
+    let mut tables = Vec::new();
+    if !report.bench.is_empty() {
+        tables.push(Table::bench(report));
+    }
+    if !report.curve.is_empty() {
+        tables.push(Table::curve(report));
+    }
+    if !report.qemu.is_empty() {
+        tables.push(Table::qemu(report));
+    }
+    tables
+}
+
 fn write_markdown(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
-    let tables = [
-        (report.bench.is_empty(), Table::bench(report)),
-        (report.curve.is_empty(), Table::curve(report)),
-        (report.qemu.is_empty(), Table::qemu(report)),
-    ];
-    let mut first = true;
-    for (empty, table) in &tables {
-        if *empty {
-            continue;
-        }
-        if !first {
+    for (i, table) in tables(report).iter().enumerate() {
+        if i > 0 {
             writeln!(out)?;
         }
-        first = false;
         table.write_markdown(out)?;
     }
     if !report.models.is_empty() || !report.notes.is_empty() {
@@ -1234,20 +1239,10 @@ fn write_markdown(out: &mut impl Write, report: &Report) -> std::io::Result<()> 
 /// CSV: the t/s cells keep "median ± spread" so that every format shows the same table; the
 /// JSON output has the numbers apart.
 fn write_csv(out: &mut impl Write, report: &Report) -> std::io::Result<()> {
-    let tables = [
-        (report.bench.is_empty(), Table::bench(report)),
-        (report.curve.is_empty(), Table::curve(report)),
-        (report.qemu.is_empty(), Table::qemu(report)),
-    ];
-    let mut first = true;
-    for (empty, table) in &tables {
-        if *empty {
-            continue;
-        }
-        if !first {
+    for (i, table) in tables(report).iter().enumerate() {
+        if i > 0 {
             writeln!(out)?;
         }
-        first = false;
         table.write_csv(out)?;
     }
     for n in &report.notes {
