@@ -475,13 +475,10 @@ mod tests {
         let (mut got, mut want) = ([0f32; 3], [0f32; 3]);
         for path in KernelPath::available() {
             matvec_q8_0_on(path, &w8, act, &mut got);
-            for (r, o) in want.iter_mut().enumerate() {
-                *o = w8[r * 4..(r + 1) * 4]
-                    .iter()
-                    .zip(x.chunks_exact(QK))
-                    .map(|(b, xs)| b.dot(xs))
-                    .sum();
-            }
+            // The f32-activation matvec the session uses without Q8.
+            crate::tensor::TensorView::new(3, cols, crate::tensor::TensorData::Q8_0(&w8))
+                .unwrap()
+                .matvec(&x[..cols], &mut want);
             for (g, w) in got.iter().zip(&want) {
                 assert!(
                     (g - w).abs() <= 0.02 * (1.0 + w.abs()),
@@ -489,13 +486,10 @@ mod tests {
                 );
             }
             matvec_q4_0_on(path, &w4, act, &mut got);
-            for (r, o) in want.iter_mut().enumerate() {
-                *o = w4[r * 4..(r + 1) * 4]
-                    .iter()
-                    .zip(x.chunks_exact(QK))
-                    .map(|(b, xs)| b.dot(xs))
-                    .sum();
-            }
+            // The f32-activation matvec the session uses without Q8.
+            crate::tensor::TensorView::new(3, cols, crate::tensor::TensorData::Q4_0(&w4))
+                .unwrap()
+                .matvec(&x[..cols], &mut want);
             for (g, w) in got.iter().zip(&want) {
                 assert!(
                     (g - w).abs() <= 0.02 * (1.0 + w.abs()),
