@@ -5,10 +5,12 @@
 //! WGSL lives in `src/shaders/*.wgsl`, beside the Rust that dispatches it.
 
 pub mod chunk_scan;
+pub mod grad;
 pub mod gpu;
 pub mod ops;
 pub mod prefill;
 pub mod scan_link;
+pub mod train;
 pub mod weights;
 
 pub use gpu::{dispatch, Gpu, GpuError, Kernel};

@@ -1,0 +1,17 @@
+//! Training on the GPU: the model's forward with saved activations and its backward
+//! (`gdn_model`), and the optimizer (`optim`).
+
+/// One trainable tensor: its official checkpoint key, its shape, and its value and gradient
+/// buffers on the GPU (f32, row-major, `len` values each). Backward passes add into `grad`, so
+/// gradient accumulation over micro-batches is the default; the trainer zeroes it per step.
+pub struct Param {
+    /// Official state-dict key, e.g. `model.layers.0.attn.q_proj.weight`.
+    pub name: String,
+    pub shape: Vec<usize>,
+    pub len: usize,
+    pub value: wgpu::Buffer,
+    pub grad: wgpu::Buffer,
+    /// Whether AdamW's weight decay applies (the official no-decay group is false: A_log,
+    /// dt_bias, D, L, norms and biases).
+    pub decay: bool,
+}
