@@ -15,3 +15,6 @@ pub struct Param {
     /// dt_bias, D, L, norms and biases).
     pub decay: bool,
 }
+
+pub mod optim;
+pub mod schedule;
