@@ -30,6 +30,9 @@ pub enum EvalError {
     /// A step failed (e.g. a byte outside a vocabulary smaller than 256).
     #[error(transparent)]
     Step(#[from] StepError),
+    /// The chunkwise CPU prefill refused a window.
+    #[error("chunkwise prefill: {0}")]
+    Prefill(#[from] loglinear_cpu_prefill::PrefillError),
     /// The two models do not have the same vocabulary.
     #[error("vocabulary sizes differ: {0} vs {1}")]
     VocabMismatch(usize, usize),

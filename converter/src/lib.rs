@@ -5,7 +5,9 @@
 //!   [`WeightSource`](loglinear_runtime::WeightSource) trait;
 //! * [`gguf_writer`], [`export`]: writing GGUF v3 model files (`docs/model-file.md`) with
 //!   f32/f16/Q8_0/Q4_0 weights;
-//! * [`eval`]: bits per byte on text, and a quantized model's distance from the f32 one.
+//! * [`eval`]: bits per byte on text, and a quantized model's distance from the f32 one;
+//!   [`per_position`]: the loss at each position of the windows; [`plot`]: its PNG chart;
+//! * [`mqar`]: multi-query associative recall data (Zoology's synthetic task).
 
 pub mod checkpoint;
 pub mod config_json;
@@ -14,7 +16,10 @@ pub mod export;
 pub mod gguf_writer;
 pub mod layout;
 pub mod model_source;
+pub mod mqar;
+pub mod per_position;
 pub mod plan;
+pub mod plot;
 pub mod vocab;
 
 pub use checkpoint::{Checkpoint, ImportError, Tensor, TensorStore};

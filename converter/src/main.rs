@@ -1,6 +1,7 @@
 //! `loglinear`: the host command line.
 
 mod bench;
+mod eval_cli;
 mod serial_client;
 mod snapshot_file;
 
@@ -148,24 +149,10 @@ enum Command {
         /// The file.
         file: PathBuf,
     },
-    /// Bits per byte of a model (GGUF file or checkpoint folder) on a text file.
-    Eval {
-        /// GGUF model file or checkpoint folder.
-        model: PathBuf,
-        /// The text (raw bytes; one token per byte).
-        #[arg(long)]
-        text: PathBuf,
-        /// Predictions per window; windows do not overlap and each starts from an empty state,
-        /// feeding ctx + 1 bytes and predicting ctx.
-        #[arg(long, default_value_t = 512)]
-        ctx: usize,
-        /// Use only the first this many bytes of the text.
-        #[arg(long)]
-        bytes: Option<usize>,
-        /// Inputs of quantized matvecs: f32, or Q8 through the integer kernels.
-        #[arg(long, value_enum, default_value = "f32")]
-        activations: ActivationsArg,
-    },
+    /// Bits per byte of a model (GGUF file or checkpoint folder) on a text file; with
+    /// `--per-position`/`--plot`, the loss at each position of the windows (CSV, PNG chart,
+    /// optionally against a `--baseline` model).
+    Eval(eval_cli::EvalArgs),
     /// Generate text from a prompt, streaming it to stdout (speed on stderr).
     Generate {
         /// GGUF model file or checkpoint folder (config.json + model.safetensors). The default
@@ -300,13 +287,7 @@ fn run(cli: Cli) -> Res {
             }
             Ok(())
         }
-        Command::Eval {
-            model,
-            text,
-            ctx,
-            bytes,
-            activations,
-        } => eval_cmd(&model, &text, ctx, bytes, activations.mode()),
+        Command::Eval(args) => eval_cli::run(&args),
         Command::Generate {
             model,
             prompt,
@@ -815,51 +796,6 @@ fn quantize(input: &Path, output: &Path, types: TypeArgs, quality: &QualityArgs)
     });
     let reference = src.model()?;
     finish_export(&exported, output, &reference, "input", lossless, quality)
-}
-
-fn eval_cmd(
-    model: &Path,
-    text: &Path,
-    ctx: usize,
-    limit: Option<usize>,
-    activations: Activations,
-) -> Res {
-    let source = ModelSource::open(model)?;
-    source.require_byte_tokenizer(model)?;
-    let mut bytes = read_file(text)?;
-    if let Some(n) = limit {
-        bytes.truncate(n);
-    }
-    let windows = eval::window_count(bytes.len(), ctx);
-    let r = source.with_model(model, |m| {
-        let m = &m.with_activations(activations);
-        eprintln!(
-            "{}: {} {}, {} activations, {} windows of {ctx} predictions over {} bytes of {}",
-            model.display(),
-            source.kind(),
-            m.config().arch.name(),
-            activations.name(),
-            windows,
-            bytes.len(),
-            text.display()
-        );
-        let pb = progress_bar(windows, "evaluating");
-        let start = Instant::now();
-        let r = eval::bits_per_byte(m, &bytes, ctx, &mut |w| pb.set_position(w as u64));
-        pb.finish_and_clear();
-        r.map(|r| (r, start.elapsed()))
-    })??;
-    let (r, took) = r;
-    outln!(
-        "bits per byte: {:.5} ({:.5} nats/byte; {} windows x {ctx} = {} predictions; {:.1} s, {:.0} tokens/s)",
-        r.bpb(),
-        r.bpb() * std::f64::consts::LN_2,
-        r.windows,
-        r.predictions,
-        took.as_secs_f64(),
-        r.predictions as f64 / took.as_secs_f64()
-    );
-    Ok(())
 }
 
 fn type_name(id: u32) -> &'static str {

@@ -1,0 +1,1 @@
+//! Multi-query associative recall (MQAR) data.
