@@ -14,4 +14,6 @@ pub mod train;
 pub mod weights;
 
 pub use gpu::{dispatch, Gpu, GpuError, Kernel};
+/// The wgpu this crate is built on (its buffers and encoders appear in the training API).
+pub use wgpu;
 pub use prefill::{GpuModel, MixerTrace, Prefill, PrefillOptions};
