@@ -66,6 +66,13 @@ fn parse_size(s: &str) -> Result<(u32, u32), String> {
     let (w, h) = s.split_once(['x', 'X']).ok_or_else(bad)?;
     let w = w.trim().parse().map_err(|_| bad())?;
     let h = h.trim().parse().map_err(|_| bad())?;
+    if !plot::SIZE_RANGE.contains(&w) || !plot::SIZE_RANGE.contains(&h) {
+        return Err(format!(
+            "plot size {w}x{h}: width and height must be in {}..={} pixels",
+            plot::SIZE_RANGE.start(),
+            plot::SIZE_RANGE.end()
+        ));
+    }
     Ok((w, h))
 }
 
@@ -105,8 +112,14 @@ pub fn run(args: &EvalArgs) -> Res {
     if let Some(n) = args.bytes {
         bytes.truncate(n);
     }
+    // Both models are opened before either is evaluated, so a bad baseline fails at once.
+    let source = open_model(&args.model)?;
+    let baseline_source = match &args.baseline {
+        Some(path) => Some((path, open_model(path)?)),
+        None => None,
+    };
 
-    let model = evaluate(&args.model, "", args, &bytes, runner, activations)?;
+    let model = evaluate(&args.model, &source, "", args, &bytes, runner, activations)?;
     if let Some(csv) = &args.per_position {
         std::fs::write(csv, model.to_csv()).map_err(|source| CliError::Write {
             path: csv.clone(),
@@ -114,9 +127,10 @@ pub fn run(args: &EvalArgs) -> Res {
         })?;
         eprintln!("wrote {} ({} positions)", csv.display(), model.ctx());
     }
-    let baseline = match &args.baseline {
-        Some(path) => Some(evaluate(
+    let baseline = match &baseline_source {
+        Some((path, src)) => Some(evaluate(
             path,
+            src,
             "baseline ",
             args,
             &bytes,
@@ -160,9 +174,17 @@ fn model_name(path: &Path) -> String {
         .into_owned()
 }
 
+/// A byte-level model.
+fn open_model(path: &Path) -> Res<ModelSource> {
+    let source = ModelSource::open(path)?;
+    source.require_byte_tokenizer(path)?;
+    Ok(source)
+}
+
 /// Evaluates one model on the windows and prints its bits per byte (after `what`).
 fn evaluate(
     path: &Path,
+    source: &ModelSource,
     what: &str,
     args: &EvalArgs,
     bytes: &[u8],
@@ -170,8 +192,6 @@ fn evaluate(
     activations: Activations,
 ) -> Res<PerPosition> {
     let ctx = args.ctx;
-    let source = ModelSource::open(path)?;
-    source.require_byte_tokenizer(path)?;
     let windows = eval::window_count(bytes.len(), ctx);
     let r = source.with_model(path, |m| {
         let m = &m.with_activations(activations);

@@ -29,6 +29,9 @@ pub struct PlotOptions {
     pub title: String,
 }
 
+/// Widths and heights accepted, in pixels.
+pub const SIZE_RANGE: std::ops::RangeInclusive<u32> = 64..=8192;
+
 /// Why a chart could not be drawn.
 #[derive(Debug, thiserror::Error)]
 pub enum PlotError {
@@ -105,7 +108,7 @@ const COLOURS: [RGBColor; 4] = [
 /// geometric centre.
 pub fn draw_png(path: &Path, curves: &[Curve], opts: &PlotOptions) -> Result<(), PlotError> {
     check_png_path(path)?;
-    if !(64..=8192).contains(&opts.width) || !(64..=8192).contains(&opts.height) {
+    if !SIZE_RANGE.contains(&opts.width) || !SIZE_RANGE.contains(&opts.height) {
         return Err(PlotError::Size(opts.width, opts.height));
     }
     let ctx = curves.iter().map(|c| c.mean_bits.len()).max().unwrap_or(0);
