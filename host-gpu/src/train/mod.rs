@@ -16,5 +16,7 @@ pub struct Param {
     pub decay: bool,
 }
 
+pub mod gdn_model;
+pub mod kernels;
 pub mod optim;
 pub mod schedule;

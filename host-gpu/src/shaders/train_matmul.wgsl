@@ -1,0 +1,109 @@
+// Training matmul with explicit strides: C[m][n] = (acc ? C[m][n] : 0) + Σ_k A(m, k) · B(k, n),
+// A(m, k) = a[a_off + m·a_rs + k·a_cs], B(k, n) = b[b_off + k·b_rs + n·b_cs],
+// C[m][n] = c[c_off + m·c_rs + n]. One kernel covers the three products of a linear layer:
+// forward Y = X·Wᵀ, input gradient dX = dY·W, weight gradient dW += dYᵀ·X.
+// Each workgroup computes a 64×64 tile of C, 16 k at a time; each of its 16×16 threads a 4×4
+// block (rows ly + 16i, columns lx + 16j), as matmul.wgsl.
+struct MatmulParams {
+    m: u32,
+    n: u32,
+    k: u32,
+    a_off: u32,
+    a_rs: u32,
+    a_cs: u32,
+    b_off: u32,
+    b_rs: u32,
+    b_cs: u32,
+    c_off: u32,
+    c_rs: u32,
+    acc: u32,
+}
+
+@group(0) @binding(0) var<storage, read> a: array<f32>;
+@group(0) @binding(1) var<storage, read> b: array<f32>;
+@group(0) @binding(2) var<storage, read_write> c: array<f32>;
+@group(0) @binding(3) var<uniform> p: MatmulParams;
+
+const TILE: u32 = 64u;
+const KT: u32 = 16u;
+const PAD: u32 = 65u;
+
+var<workgroup> a_tile: array<f32, 1040>; // [16 k][65] rows m
+var<workgroup> b_tile: array<f32, 1040>; // [16 k][65] columns n
+
+@compute @workgroup_size(16, 16)
+fn main(
+    @builtin(workgroup_id) wg: vec3<u32>,
+    @builtin(local_invocation_id) lid: vec3<u32>,
+    @builtin(local_invocation_index) li: u32,
+) {
+    let row0 = wg.y * TILE;
+    let col0 = wg.x * TILE;
+    var acc0 = vec4<f32>(0.0);
+    var acc1 = vec4<f32>(0.0);
+    var acc2 = vec4<f32>(0.0);
+    var acc3 = vec4<f32>(0.0);
+    for (var k0 = 0u; k0 < p.k; k0 += KT) {
+        for (var e = li; e < TILE * KT; e += 256u) {
+            // Lanes walk k when k is the contiguous index of the operand, else the row.
+            var r = e / KT;
+            var kk = e % KT;
+            if (p.a_rs == 1u) {
+                r = e % TILE;
+                kk = e / TILE;
+            }
+            var av = 0.0;
+            if (row0 + r < p.m && k0 + kk < p.k) {
+                av = a[p.a_off + (row0 + r) * p.a_rs + (k0 + kk) * p.a_cs];
+            }
+            a_tile[kk * PAD + r] = av;
+            var cn = e / KT;
+            var kb = e % KT;
+            if (p.b_cs == 1u) {
+                cn = e % TILE;
+                kb = e / TILE;
+            }
+            var bv = 0.0;
+            if (col0 + cn < p.n && k0 + kb < p.k) {
+                bv = b[p.b_off + (k0 + kb) * p.b_rs + (col0 + cn) * p.b_cs];
+            }
+            b_tile[kb * PAD + cn] = bv;
+        }
+        workgroupBarrier();
+        for (var kk = 0u; kk < KT; kk++) {
+            let base = kk * PAD;
+            let bb = vec4<f32>(
+                b_tile[base + lid.x],
+                b_tile[base + lid.x + 16u],
+                b_tile[base + lid.x + 32u],
+                b_tile[base + lid.x + 48u],
+            );
+            acc0 += a_tile[base + lid.y] * bb;
+            acc1 += a_tile[base + lid.y + 16u] * bb;
+            acc2 += a_tile[base + lid.y + 32u] * bb;
+            acc3 += a_tile[base + lid.y + 48u] * bb;
+        }
+        workgroupBarrier();
+    }
+    store_row(row0 + lid.y, col0 + lid.x, acc0);
+    store_row(row0 + lid.y + 16u, col0 + lid.x, acc1);
+    store_row(row0 + lid.y + 32u, col0 + lid.x, acc2);
+    store_row(row0 + lid.y + 48u, col0 + lid.x, acc3);
+}
+
+fn store_row(r: u32, col: u32, v: vec4<f32>) {
+    if (r >= p.m) {
+        return;
+    }
+    for (var j = 0u; j < 4u; j++) {
+        let n = col + 16u * j;
+        if (n < p.n) {
+            let i = p.c_off + r * p.c_rs + n;
+            if (p.acc != 0u) {
+                c[i] = c[i] + v[j];
+            } else {
+                c[i] = v[j];
+            }
+        }
+    }
+}

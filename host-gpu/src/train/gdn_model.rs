@@ -1,0 +1,1088 @@
+//! The training graph of a whole Gated DeltaNet language model (log-linear, official
+//! `h_gated_deltanet`, or plain, fla `gated_deltanet`) on the GPU: the forward with every
+//! activation its backward needs kept, the cross-entropy against the next token, and the
+//! backward of every op, adding parameter gradients.
+//!
+//! The maths is the runtime's (`loglinear_runtime::layers::gdn`, spec §6.2): embedding → per
+//! layer [attn_norm → q/k/v projections → short causal conv (no bias) + SiLU → q, k l2norm,
+//! q·dk^-½ → β = sigmoid(b_proj x), g = −exp(A_log)·softplus(a_proj x + dt_bias),
+//! λ = softplus(L ⊙ l_proj x)·√dk (plain: λ = 1) → operator → per-head RMSNorm(o)·o_norm ⊙
+//! SiLU(g_proj x) → o_proj → residual; mlp_norm → SwiGLU → residual] → norm → lm_head.
+//!
+//! Batching: B windows of T tokens are laid out in (t, b) row order (token-major, batch-minor),
+//! row r = t·B + b. The operator then sees B·H heads `[T][B·H][d]` with no copies, and the short
+//! conv's previous token of row r is row r − B. The operator runs with exact levels
+//! (bitlen(T − 1) + 1, no saturated top level) so that its backward is exact; plain models pass
+//! λ = 1 in as many columns.
+
+use crate::chunk_scan::{ChunkScan, Form, ScanIo, ScanKernels, ScanShape};
+use crate::gpu::{Gpu, GpuError};
+use crate::grad::OpGradIo;
+use crate::train::kernels::{encode_all, ConvShape, GateIo, GateShape, Step, TrainKernels};
+use crate::train::Param;
+use loglinear_runtime::{Arch, ModelConfig, LAMBDA_LEVELS};
+
+/// Where each parameter of one block sits in [`GdnTrainModel::params`].
+#[derive(Clone, Copy, Debug)]
+struct BlockParams {
+    attn_norm: usize,
+    q_proj: usize,
+    k_proj: usize,
+    v_proj: usize,
+    a_proj: usize,
+    b_proj: usize,
+    l_proj: Option<usize>,
+    g_proj: usize,
+    o_proj: usize,
+    q_conv: usize,
+    k_conv: usize,
+    v_conv: usize,
+    a_log: usize,
+    dt_bias: usize,
+    l_scale: Option<usize>,
+    o_norm: usize,
+    mlp_norm: usize,
+    gate: usize,
+    up: usize,
+    down: usize,
+}
+
+/// Activations one block keeps from its forward for its backward. Rows (t, b).
+struct BlockActs {
+    /// attn_norm: 1/rms per row, and the normed input `[N][D]`.
+    rstd1: wgpu::Buffer,
+    h1: wgpu::Buffer,
+    /// q|k|v projections before the conv `[N][ch]`, conv sums before SiLU, conv outputs.
+    proj: wgpu::Buffer,
+    conv_pre: wgpu::Buffer,
+    conv_out: wgpu::Buffer,
+    /// Operator inputs: q_used, k_used `[N][H][dk]`, v `[N][H][dv]`, β, g `[N][H]`,
+    /// λ `[N][H][lambda_cols]`.
+    q: wgpu::Buffer,
+    k: wgpu::Buffer,
+    v: wgpu::Buffer,
+    beta: wgpu::Buffer,
+    g: wgpu::Buffer,
+    lam: wgpu::Buffer,
+    /// `[N][a (H) | b (H) | l (15H, log-linear)]`.
+    abl: wgpu::Buffer,
+    /// g_proj x `[N][vd]`.
+    gp: wgpu::Buffer,
+    /// Operator output, its per-head 1/rms, normed, gated.
+    o: wgpu::Buffer,
+    rstd_o: wgpu::Buffer,
+    y: wgpu::Buffer,
+    yg: wgpu::Buffer,
+    /// Residual after the mixer `[N][D]`, mlp_norm's 1/rms and output.
+    x_mid: wgpu::Buffer,
+    rstd2: wgpu::Buffer,
+    h2: wgpu::Buffer,
+    /// SwiGLU gate and up projections, and SiLU(gate)·up `[N][I]`.
+    mg: wgpu::Buffer,
+    mu: wgpu::Buffer,
+    act: wgpu::Buffer,
+}
+
+/// Gradient scratch shared by all blocks (each block's backward overwrites it).
+struct GradScratch {
+    /// dL/d(residual) `[N][D]`, carried down the layers.
+    dx: wgpu::Buffer,
+    /// dL/d(normed input) `[N][D]`.
+    dh: wgpu::Buffer,
+    dact: wgpu::Buffer,
+    dmg: wgpu::Buffer,
+    dmu: wgpu::Buffer,
+    dyg: wgpu::Buffer,
+    dy: wgpu::Buffer,
+    dgp: wgpu::Buffer,
+    d_o: wgpu::Buffer,
+    dq: wgpu::Buffer,
+    dk: wgpu::Buffer,
+    dv: wgpu::Buffer,
+    dg: wgpu::Buffer,
+    dbeta: wgpu::Buffer,
+    dlam: wgpu::Buffer,
+    dabl: wgpu::Buffer,
+    dconv_out: wgpu::Buffer,
+    dproj: wgpu::Buffer,
+    /// Per-row shares of norm-weight gradients `[N][max(D, vd)]`.
+    wrow: wgpu::Buffer,
+    /// Per-row shares of the gate parameters' gradients `[N][17H]`.
+    prow: wgpu::Buffer,
+    dlogits: wgpu::Buffer,
+    dxf: wgpu::Buffer,
+}
+
+/// One block's recorded work.
+struct BlockSteps {
+    before_scan: Vec<Step>,
+    scan: ChunkScan,
+    after_scan: Vec<Step>,
+    /// Backward, top down: MLP and output side, then the operator, then the input side.
+    bwd_after: Vec<Step>,
+    op_bwd: OpBackward,
+    bwd_before: Vec<Step>,
+}
+
+/// The GDN operator's backward for one block.
+/// TEMPORARY until grad::op_gdn lands: writes zero gradients.
+struct OpBackward {
+    outs: Vec<wgpu::Buffer>,
+}
+
+impl OpBackward {
+    fn new(_gpu: &Gpu, shape: ScanShape, io: OpGradIo<'_>) -> Result<Self, GpuError> {
+        crate::grad::check_training_shape(&shape)?;
+        Ok(Self {
+            outs: [io.dq, io.dk, io.dv, io.dg, io.dbeta, io.dlam]
+                .iter()
+                .map(|b| (*b).clone())
+                .collect(),
+        })
+    }
+
+    fn encode(&self, enc: &mut wgpu::CommandEncoder) {
+        for b in &self.outs {
+            enc.clear_buffer(b, 0, None);
+        }
+    }
+}
+
+/// A GDN language model set up for training on B windows of T tokens.
+pub struct GdnTrainModel {
+    config: ModelConfig,
+    batch: usize,
+    seq_len: usize,
+    levels: usize,
+    lambda_cols: usize,
+    device: wgpu::Device,
+    params: Vec<Param>,
+    blocks: Vec<BlockParams>,
+    embedding: usize,
+    final_norm: usize,
+    lm_head: usize,
+    /// The windows `[B][T+1]` (u32), copied from the caller's buffer by `encode_forward`.
+    tokens: wgpu::Buffer,
+    /// The loss scale of the backward (one f32, written inside the encoder).
+    scale: wgpu::Buffer,
+    losses: wgpu::Buffer,
+    embed: Step,
+    steps: Vec<BlockSteps>,
+    head: Vec<Step>,
+    head_bwd: Vec<Step>,
+    embed_bwd: Step,
+    // Kept alive for the bind groups.
+    _acts: Vec<BlockActs>,
+    _xs: Vec<wgpu::Buffer>,
+    _grads: GradScratch,
+    _other: Vec<wgpu::Buffer>,
+}
+
+/// Exact levels for T tokens: bitlen(T − 1) + 1.
+pub fn exact_levels(t: usize) -> usize {
+    (usize::BITS - (t.max(1) - 1).leading_zeros()) as usize + 1
+}
+
+fn f32_bytes(n: usize) -> u64 {
+    4 * n as u64
+}
+
+/// The official initialisation's random numbers (deterministic for a seed): SplitMix64
+/// words, uniform doubles in [0, 1), and normals by Box–Muller.
+struct InitRng(u64);
+
+impl InitRng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn uniform(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    fn normal(&mut self) -> f64 {
+        let u1 = 1.0 - self.uniform();
+        let u2 = self.uniform();
+        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+    }
+}
+
+impl GdnTrainModel {
+    /// Allocates parameters (uninitialised: call [`GdnTrainModel::init_params`] or
+    /// [`GdnTrainModel::load_params`]), activations and gradient scratch for `batch` windows of
+    /// `seq_len` tokens, and records every step. GDN architectures only.
+    pub fn new(
+        gpu: &Gpu,
+        config: &ModelConfig,
+        batch: usize,
+        seq_len: usize,
+    ) -> Result<Self, GpuError> {
+        let c = *config;
+        if !matches!(c.arch, Arch::LogLinearGatedDeltaNet | Arch::GatedDeltaNet) {
+            return Err(GpuError::Invalid(format!(
+                "GdnTrainModel trains Gated DeltaNet models, not {}",
+                c.arch.name()
+            )));
+        }
+        c.validate()
+            .map_err(|e| GpuError::Invalid(format!("model config: {e}")))?;
+        if batch == 0 || seq_len == 0 {
+            return Err(GpuError::Invalid("batch and seq_len must be ≥ 1".into()));
+        }
+        let ll = c.arch.is_log_linear();
+        let levels = exact_levels(seq_len);
+        if ll && levels > LAMBDA_LEVELS {
+            return Err(GpuError::Invalid(format!(
+                "seq_len {seq_len} needs {levels} levels, over the model's {LAMBDA_LEVELS}"
+            )));
+        }
+        let lambda_cols = if ll { LAMBDA_LEVELS } else { levels };
+        let (d, h, dk, dv) = (c.hidden_size, c.num_heads, c.head_k_dim, c.head_v_dim);
+        let (kd, vd, ch, im, w) = (
+            c.key_dim(),
+            c.d_inner(),
+            c.conv_channels(),
+            c.intermediate_size,
+            c.conv_kernel,
+        );
+        let vocab = c.vocab_size;
+        let n = batch * seq_len;
+        let abl_stride = 2 * h + if ll { LAMBDA_LEVELS * h } else { 0 };
+        let pw = 2 * h + LAMBDA_LEVELS * h;
+
+        // Parameters, official keys and shapes.
+        let mut params = Vec::new();
+        let mut add = |name: String, shape: Vec<usize>, decay: bool| -> Result<usize, GpuError> {
+            let len: usize = shape.iter().product();
+            params.push(Param {
+                value: gpu.storage_zeroed(&name, f32_bytes(len))?,
+                grad: gpu.storage_zeroed(&format!("{name}.grad"), f32_bytes(len))?,
+                name,
+                shape,
+                len,
+                decay,
+            });
+            Ok(params.len() - 1)
+        };
+        let embedding = add("model.embeddings.weight".into(), vec![vocab, d], true)?;
+        let mut blocks = Vec::with_capacity(c.num_layers);
+        for l in 0..c.num_layers {
+            let p = |s: &str| format!("model.layers.{l}.{s}");
+            blocks.push(BlockParams {
+                attn_norm: add(p("attn_norm.weight"), vec![d], false)?,
+                q_proj: add(p("attn.q_proj.weight"), vec![kd, d], true)?,
+                k_proj: add(p("attn.k_proj.weight"), vec![kd, d], true)?,
+                v_proj: add(p("attn.v_proj.weight"), vec![vd, d], true)?,
+                a_proj: add(p("attn.a_proj.weight"), vec![h, d], true)?,
+                b_proj: add(p("attn.b_proj.weight"), vec![h, d], true)?,
+                l_proj: if ll {
+                    Some(add(
+                        p("attn.l_proj.weight"),
+                        vec![LAMBDA_LEVELS * h, d],
+                        true,
+                    )?)
+                } else {
+                    None
+                },
+                g_proj: add(p("attn.g_proj.weight"), vec![vd, d], true)?,
+                o_proj: add(p("attn.o_proj.weight"), vec![d, vd], true)?,
+                q_conv: add(p("attn.q_conv1d.weight"), vec![kd, 1, w], true)?,
+                k_conv: add(p("attn.k_conv1d.weight"), vec![kd, 1, w], true)?,
+                v_conv: add(p("attn.v_conv1d.weight"), vec![vd, 1, w], true)?,
+                a_log: add(p("attn.A_log"), vec![h], false)?,
+                dt_bias: add(p("attn.dt_bias"), vec![h], false)?,
+                l_scale: if ll {
+                    Some(add(p("attn.L"), vec![h, LAMBDA_LEVELS], false)?)
+                } else {
+                    None
+                },
+                o_norm: add(p("attn.o_norm.weight"), vec![dv], false)?,
+                mlp_norm: add(p("mlp_norm.weight"), vec![d], false)?,
+                gate: add(p("mlp.gate_proj.weight"), vec![im, d], true)?,
+                up: add(p("mlp.up_proj.weight"), vec![im, d], true)?,
+                down: add(p("mlp.down_proj.weight"), vec![d, im], true)?,
+            });
+        }
+        let final_norm = add("model.norm.weight".into(), vec![d], false)?;
+        let lm_head = add("lm_head.weight".into(), vec![vocab, d], true)?;
+
+        let z = |label: &str, len: usize| gpu.storage_zeroed(label, f32_bytes(len));
+        let tokens = z("train tokens", batch * (seq_len + 1))?;
+        let scale = z("train loss scale", 1)?;
+        let losses = z("train losses", n)?;
+        let xs: Vec<wgpu::Buffer> = (0..=c.num_layers)
+            .map(|l| z(&format!("x{l}"), n * d))
+            .collect::<Result<_, _>>()?;
+        let mut acts = Vec::with_capacity(c.num_layers);
+        for _ in 0..c.num_layers {
+            acts.push(BlockActs {
+                rstd1: z("rstd1", n)?,
+                h1: z("h1", n * d)?,
+                proj: z("proj", n * ch)?,
+                conv_pre: z("conv_pre", n * ch)?,
+                conv_out: z("conv_out", n * ch)?,
+                q: z("q", n * kd)?,
+                k: z("k", n * kd)?,
+                v: z("v", n * vd)?,
+                beta: z("beta", n * h)?,
+                g: z("g", n * h)?,
+                lam: z("lam", n * h * lambda_cols)?,
+                abl: z("abl", n * abl_stride)?,
+                gp: z("gp", n * vd)?,
+                o: z("o", n * vd)?,
+                rstd_o: z("rstd_o", n * h)?,
+                y: z("y", n * vd)?,
+                yg: z("yg", n * vd)?,
+                x_mid: z("x_mid", n * d)?,
+                rstd2: z("rstd2", n)?,
+                h2: z("h2", n * d)?,
+                mg: z("mg", n * im)?,
+                mu: z("mu", n * im)?,
+                act: z("act", n * im)?,
+            });
+        }
+        let gs = GradScratch {
+            dx: z("dx", n * d)?,
+            dh: z("dh", n * d)?,
+            dact: z("dact", n * im)?,
+            dmg: z("dmg", n * im)?,
+            dmu: z("dmu", n * im)?,
+            dyg: z("dyg", n * vd)?,
+            dy: z("dy", n * vd)?,
+            dgp: z("dgp", n * vd)?,
+            d_o: z("d_o", n * vd)?,
+            dq: z("dq", n * kd)?,
+            dk: z("dk", n * kd)?,
+            dv: z("dv", n * vd)?,
+            dg: z("dg", n * h)?,
+            dbeta: z("dbeta", n * h)?,
+            dlam: z("dlam", n * h * lambda_cols)?,
+            dabl: z("dabl", n * abl_stride)?,
+            dconv_out: z("dconv_out", n * ch)?,
+            dproj: z("dproj", n * ch)?,
+            wrow: z("wrow", n * d.max(vd))?,
+            prow: z("prow", n * pw)?,
+            dlogits: z("dlogits", n * vocab)?,
+            dxf: z("dxf", n * d)?,
+        };
+        let mix_out = z("mixer out", n * d)?;
+        let mlp_out = z("mlp out", n * d)?;
+        let state = z("scan state", levels * batch * h * dk * dv)?;
+        let rstd_f = z("rstd_f", n)?;
+        let xf = z("xf", n * d)?;
+        let logits = z("logits", n * vocab)?;
+        let lse = z("lse", n)?;
+        let unused = z("unused", 1)?;
+
+        let k = TrainKernels::new(gpu)?;
+        let scan_kernels = ScanKernels::new(gpu, Form::Gdn)?;
+        let shape = ScanShape {
+            form: Form::Gdn,
+            t: seq_len,
+            heads: batch * h,
+            qk_heads: batch * h,
+            dk,
+            dv,
+            lambda_cols,
+            levels,
+        };
+        let eps = c.norm_eps;
+        let pv = |i: usize| &params[i].value;
+        let pg = |i: usize| &params[i].grad;
+
+        let embed = k.embed(
+            gpu,
+            &tokens,
+            pv(embedding),
+            &xs[0],
+            seq_len,
+            batch,
+            d,
+            vocab,
+        )?;
+        let mut steps = Vec::with_capacity(c.num_layers);
+        for (l, (bp, a)) in blocks.iter().zip(&acts).enumerate() {
+            let (x_in, x_out) = (&xs[l], &xs[l + 1]);
+            let conv_shape = |c0: usize, channels: usize| ConvShape {
+                rows: n,
+                batch,
+                stride: ch,
+                c0,
+                channels,
+                width: w,
+            };
+            let convs = [
+                (bp.q_conv, 0, kd),
+                (bp.k_conv, kd, kd),
+                (bp.v_conv, 2 * kd, vd),
+            ];
+            let gate_shape = GateShape {
+                rows: n,
+                heads: h,
+                lambda_cols,
+                abl_stride,
+                log_linear: ll,
+                dk,
+                levels,
+            };
+            let l_scale = bp.l_scale.map_or(&unused, |i| pv(i));
+            // Forward, before the operator.
+            let mut before = vec![
+                k.rmsnorm(gpu, x_in, pv(bp.attn_norm), &a.h1, &a.rstd1, n, d, eps)?,
+                k.linear(gpu, n, d, kd, &a.h1, 0, d, pv(bp.q_proj), &a.proj, 0, ch)?,
+                k.linear(gpu, n, d, kd, &a.h1, 0, d, pv(bp.k_proj), &a.proj, kd, ch)?,
+                k.linear(
+                    gpu,
+                    n,
+                    d,
+                    vd,
+                    &a.h1,
+                    0,
+                    d,
+                    pv(bp.v_proj),
+                    &a.proj,
+                    2 * kd,
+                    ch,
+                )?,
+            ];
+            for &(wi, c0, cn) in &convs {
+                before.push(k.conv(
+                    gpu,
+                    &a.proj,
+                    pv(wi),
+                    &a.conv_pre,
+                    &a.conv_out,
+                    conv_shape(c0, cn),
+                )?);
+            }
+            before.push(k.qkv(
+                gpu,
+                &a.conv_out,
+                &gs.dconv_out,
+                &a.q,
+                &a.k,
+                &a.v,
+                n,
+                h,
+                dk,
+                dv,
+                false,
+            )?);
+            before.push(k.linear(
+                gpu,
+                n,
+                d,
+                h,
+                &a.h1,
+                0,
+                d,
+                pv(bp.a_proj),
+                &a.abl,
+                0,
+                abl_stride,
+            )?);
+            before.push(k.linear(
+                gpu,
+                n,
+                d,
+                h,
+                &a.h1,
+                0,
+                d,
+                pv(bp.b_proj),
+                &a.abl,
+                h,
+                abl_stride,
+            )?);
+            if let Some(lp) = bp.l_proj {
+                before.push(k.linear(
+                    gpu,
+                    n,
+                    d,
+                    LAMBDA_LEVELS * h,
+                    &a.h1,
+                    0,
+                    d,
+                    pv(lp),
+                    &a.abl,
+                    2 * h,
+                    abl_stride,
+                )?);
+            }
+            before.push(k.gates(
+                gpu,
+                GateIo {
+                    abl: &a.abl,
+                    dt_bias: pv(bp.dt_bias),
+                    a_log: pv(bp.a_log),
+                    l_scale,
+                    beta: &a.beta,
+                    g: &a.g,
+                    lam: &a.lam,
+                    dabl: &gs.dabl,
+                    prow: &gs.prow,
+                },
+                gate_shape,
+                false,
+            )?);
+            before.push(k.linear(gpu, n, d, vd, &a.h1, 0, d, pv(bp.g_proj), &a.gp, 0, vd)?);
+            let scan = ChunkScan::new(
+                gpu,
+                &scan_kernels,
+                shape,
+                ScanIo {
+                    q: &a.q,
+                    k: &a.k,
+                    v: &a.v,
+                    g: &a.g,
+                    beta: &a.beta,
+                    lam: &a.lam,
+                    o: &a.o,
+                    state: &state,
+                },
+            )?;
+            // Forward, after the operator: output norm and gate, o_proj, residual, MLP.
+            let after = vec![
+                k.rmsnorm(gpu, &a.o, pv(bp.o_norm), &a.y, &a.rstd_o, n * h, dv, eps)?,
+                k.gate_silu(gpu, &a.y, &a.gp, &a.yg, &unused, &unused, n * vd, false)?,
+                k.linear(gpu, n, vd, d, &a.yg, 0, vd, pv(bp.o_proj), &mix_out, 0, d)?,
+                k.add(gpu, x_in, &mix_out, &a.x_mid, n * d)?,
+                k.rmsnorm(gpu, &a.x_mid, pv(bp.mlp_norm), &a.h2, &a.rstd2, n, d, eps)?,
+                k.linear(gpu, n, d, im, &a.h2, 0, d, pv(bp.gate), &a.mg, 0, im)?,
+                k.linear(gpu, n, d, im, &a.h2, 0, d, pv(bp.up), &a.mu, 0, im)?,
+                k.gate_silu(gpu, &a.mu, &a.mg, &a.act, &unused, &unused, n * im, false)?,
+                k.linear(gpu, n, im, d, &a.act, 0, im, pv(bp.down), &mlp_out, 0, d)?,
+                k.add(gpu, &a.x_mid, &mlp_out, x_out, n * d)?,
+            ];
+
+            // Backward, top down. gs.dx holds dL/d x_out on entry.
+            let mut bwd_after = Vec::new();
+            bwd_after.extend(k.linear_backward(
+                gpu,
+                n,
+                im,
+                d,
+                &a.act,
+                0,
+                im,
+                pv(bp.down),
+                pg(bp.down),
+                &gs.dx,
+                0,
+                d,
+                &gs.dact,
+                0,
+                im,
+                false,
+            )?);
+            bwd_after.push(k.gate_silu(
+                gpu,
+                &a.mu,
+                &a.mg,
+                &gs.dact,
+                &gs.dmu,
+                &gs.dmg,
+                n * im,
+                true,
+            )?);
+            bwd_after.extend(k.linear_backward(
+                gpu,
+                n,
+                d,
+                im,
+                &a.h2,
+                0,
+                d,
+                pv(bp.gate),
+                pg(bp.gate),
+                &gs.dmg,
+                0,
+                im,
+                &gs.dh,
+                0,
+                d,
+                false,
+            )?);
+            bwd_after.extend(k.linear_backward(
+                gpu,
+                n,
+                d,
+                im,
+                &a.h2,
+                0,
+                d,
+                pv(bp.up),
+                pg(bp.up),
+                &gs.dmu,
+                0,
+                im,
+                &gs.dh,
+                0,
+                d,
+                true,
+            )?);
+            bwd_after.push(k.rmsnorm_backward(
+                gpu,
+                &a.x_mid,
+                pv(bp.mlp_norm),
+                &a.rstd2,
+                &gs.dh,
+                &gs.dx,
+                &gs.wrow,
+                n,
+                d,
+                true,
+            )?);
+            bwd_after.push(k.colsum(gpu, &gs.wrow, 0, d, n, d, pg(bp.mlp_norm))?);
+            // gs.dx now holds dL/d x_mid.
+            bwd_after.extend(k.linear_backward(
+                gpu,
+                n,
+                vd,
+                d,
+                &a.yg,
+                0,
+                vd,
+                pv(bp.o_proj),
+                pg(bp.o_proj),
+                &gs.dx,
+                0,
+                d,
+                &gs.dyg,
+                0,
+                vd,
+                false,
+            )?);
+            bwd_after.push(k.gate_silu(
+                gpu,
+                &a.y,
+                &a.gp,
+                &gs.dyg,
+                &gs.dy,
+                &gs.dgp,
+                n * vd,
+                true,
+            )?);
+            bwd_after.push(k.rmsnorm_backward(
+                gpu,
+                &a.o,
+                pv(bp.o_norm),
+                &a.rstd_o,
+                &gs.dy,
+                &gs.d_o,
+                &gs.wrow,
+                n * h,
+                dv,
+                false,
+            )?);
+            bwd_after.push(k.colsum(gpu, &gs.wrow, 0, dv, n * h, dv, pg(bp.o_norm))?);
+            let op_bwd = OpBackward::new(
+                gpu,
+                shape,
+                OpGradIo {
+                    q: &a.q,
+                    k: &a.k,
+                    v: &a.v,
+                    g: &a.g,
+                    beta: &a.beta,
+                    lam: &a.lam,
+                    d_o: &gs.d_o,
+                    dq: &gs.dq,
+                    dk: &gs.dk,
+                    dv: &gs.dv,
+                    dg: &gs.dg,
+                    dbeta: &gs.dbeta,
+                    dlam: &gs.dlam,
+                },
+            )?;
+            let mut bwd_before = vec![k.gates(
+                gpu,
+                GateIo {
+                    abl: &a.abl,
+                    dt_bias: pv(bp.dt_bias),
+                    a_log: pv(bp.a_log),
+                    l_scale,
+                    beta: &gs.dbeta,
+                    g: &gs.dg,
+                    lam: &gs.dlam,
+                    dabl: &gs.dabl,
+                    prow: &gs.prow,
+                },
+                gate_shape,
+                true,
+            )?];
+            bwd_before.push(k.colsum(gpu, &gs.prow, 0, pw, n, h, pg(bp.a_log))?);
+            bwd_before.push(k.colsum(gpu, &gs.prow, h, pw, n, h, pg(bp.dt_bias))?);
+            if let Some(li) = bp.l_scale {
+                bwd_before.push(k.colsum(
+                    gpu,
+                    &gs.prow,
+                    2 * h,
+                    pw,
+                    n,
+                    LAMBDA_LEVELS * h,
+                    pg(li),
+                )?);
+            }
+            bwd_before.push(k.qkv(
+                gpu,
+                &a.conv_out,
+                &gs.dconv_out,
+                &gs.dq,
+                &gs.dk,
+                &gs.dv,
+                n,
+                h,
+                dk,
+                dv,
+                true,
+            )?);
+            for &(wi, c0, cn) in &convs {
+                let s = conv_shape(c0, cn);
+                bwd_before.push(k.conv_backward(
+                    gpu,
+                    &a.conv_pre,
+                    &gs.dconv_out,
+                    pv(wi),
+                    &gs.dproj,
+                    s,
+                )?);
+                bwd_before.push(k.conv_backward_w(
+                    gpu,
+                    &a.conv_pre,
+                    &gs.dconv_out,
+                    &a.proj,
+                    pg(wi),
+                    s,
+                )?);
+            }
+            // The seven projections of h1, their input gradients summed into dh.
+            let mut projections = vec![
+                (bp.q_proj, kd, &gs.dproj, 0, ch),
+                (bp.k_proj, kd, &gs.dproj, kd, ch),
+                (bp.v_proj, vd, &gs.dproj, 2 * kd, ch),
+                (bp.a_proj, h, &gs.dabl, 0, abl_stride),
+                (bp.b_proj, h, &gs.dabl, h, abl_stride),
+                (bp.g_proj, vd, &gs.dgp, 0, vd),
+            ];
+            if let Some(lp) = bp.l_proj {
+                projections.push((lp, LAMBDA_LEVELS * h, &gs.dabl, 2 * h, abl_stride));
+            }
+            for (i, &(wi, out_dim, dy, off, stride)) in projections.iter().enumerate() {
+                bwd_before.extend(k.linear_backward(
+                    gpu,
+                    n,
+                    d,
+                    out_dim,
+                    &a.h1,
+                    0,
+                    d,
+                    pv(wi),
+                    pg(wi),
+                    dy,
+                    off,
+                    stride,
+                    &gs.dh,
+                    0,
+                    d,
+                    i > 0,
+                )?);
+            }
+            bwd_before.push(k.rmsnorm_backward(
+                gpu,
+                x_in,
+                pv(bp.attn_norm),
+                &a.rstd1,
+                &gs.dh,
+                &gs.dx,
+                &gs.wrow,
+                n,
+                d,
+                true,
+            )?);
+            bwd_before.push(k.colsum(gpu, &gs.wrow, 0, d, n, d, pg(bp.attn_norm))?);
+            steps.push(BlockSteps {
+                before_scan: before,
+                scan,
+                after_scan: after,
+                bwd_after,
+                op_bwd,
+                bwd_before,
+            });
+        }
+        let x_last = &xs[c.num_layers];
+        let head = vec![
+            k.rmsnorm(gpu, x_last, pv(final_norm), &xf, &rstd_f, n, d, eps)?,
+            k.linear(gpu, n, d, vocab, &xf, 0, d, pv(lm_head), &logits, 0, vocab)?,
+            k.loss(
+                gpu, &tokens, &logits, &lse, &losses, &scale, seq_len, batch, vocab,
+            )?,
+        ];
+        let mut head_bwd = vec![k.loss_backward(
+            gpu,
+            &tokens,
+            &logits,
+            &lse,
+            &gs.dlogits,
+            &scale,
+            seq_len,
+            batch,
+            vocab,
+        )?];
+        head_bwd.extend(k.linear_backward(
+            gpu,
+            n,
+            d,
+            vocab,
+            &xf,
+            0,
+            d,
+            pv(lm_head),
+            pg(lm_head),
+            &gs.dlogits,
+            0,
+            vocab,
+            &gs.dxf,
+            0,
+            d,
+            false,
+        )?);
+        head_bwd.push(k.rmsnorm_backward(
+            gpu,
+            x_last,
+            pv(final_norm),
+            &rstd_f,
+            &gs.dxf,
+            &gs.dx,
+            &gs.wrow,
+            n,
+            d,
+            false,
+        )?);
+        head_bwd.push(k.colsum(gpu, &gs.wrow, 0, d, n, d, pg(final_norm))?);
+        let embed_bwd = k.embed_backward(
+            gpu,
+            &tokens,
+            &gs.dx,
+            pg(embedding),
+            seq_len,
+            batch,
+            d,
+            vocab,
+        )?;
+
+        Ok(Self {
+            config: c,
+            batch,
+            seq_len,
+            levels,
+            lambda_cols,
+            device: gpu.device.clone(),
+            params,
+            blocks,
+            embedding,
+            final_norm,
+            lm_head,
+            tokens,
+            scale,
+            losses,
+            embed,
+            steps,
+            head,
+            head_bwd,
+            embed_bwd,
+            _acts: acts,
+            _xs: xs,
+            _grads: gs,
+            _other: vec![mix_out, mlp_out, state, rstd_f, xf, logits, lse, unused],
+        })
+    }
+
+    /// The model's config.
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// Windows per step.
+    pub fn batch(&self) -> usize {
+        self.batch
+    }
+
+    /// Predicted tokens per window.
+    pub fn seq_len(&self) -> usize {
+        self.seq_len
+    }
+
+    /// Operator levels (exact: bitlen(T − 1) + 1) and λ columns of the operator's inputs.
+    pub fn levels(&self) -> (usize, usize) {
+        (self.levels, self.lambda_cols)
+    }
+
+    /// Every trainable tensor, official keys and shapes; `decay` false for the official
+    /// no-decay group (A_log, dt_bias, L, norms).
+    pub fn params(&self) -> &[Param] {
+        &self.params
+    }
+
+    /// Per-token losses `[batch][seq_len]` (nats) of the last forward.
+    pub fn losses(&self) -> &wgpu::Buffer {
+        &self.losses
+    }
+
+    /// Mirror of the official `_init_weights` (spec §6.2; deterministic for `seed`): Linear,
+    /// conv and embedding weights N(0, 0.006); A_log = log U[0, 16]; dt_bias = softplus⁻¹(dt),
+    /// dt = exp(U[ln 1e-3, ln 1e-1]) floored at 1e-4; L = 1; norms 1; o_proj and down_proj
+    /// kaiming-uniform(a = √5) = U(±1/√fan_in), divided by √(2·layers).
+    pub fn init_params(&self, gpu: &Gpu, seed: u64) -> Result<(), GpuError> {
+        let mut rng = InitRng(seed ^ 0x6764_6e5f_696e_6974);
+        let std = 0.006;
+        let rescale = (2.0 * self.config.num_layers as f64).sqrt();
+        let outputs: Vec<usize> = self
+            .blocks
+            .iter()
+            .flat_map(|b| [b.o_proj, b.down])
+            .collect();
+        for (i, p) in self.params.iter().enumerate() {
+            let name = p.name.as_str();
+            let data: Vec<f32> = if name.ends_with("norm.weight") || name.ends_with(".L") {
+                vec![1.0; p.len]
+            } else if name.ends_with(".A_log") {
+                (0..p.len)
+                    .map(|_| (16.0 * rng.uniform()).max(1e-30).ln() as f32)
+                    .collect()
+            } else if name.ends_with(".dt_bias") {
+                (0..p.len)
+                    .map(|_| {
+                        let (lo, hi) = (1e-3f64.ln(), 1e-1f64.ln());
+                        let dt = (lo + rng.uniform() * (hi - lo)).exp().max(1e-4);
+                        // softplus⁻¹(dt) = dt + ln(−expm1(−dt))
+                        (dt + (-(-dt).exp_m1()).ln()) as f32
+                    })
+                    .collect()
+            } else if outputs.contains(&i) {
+                let bound = 1.0 / (p.shape[1] as f64).sqrt();
+                (0..p.len)
+                    .map(|_| ((2.0 * rng.uniform() - 1.0) * bound / rescale) as f32)
+                    .collect()
+            } else {
+                (0..p.len).map(|_| (rng.normal() * std) as f32).collect()
+            };
+            gpu.write(&p.value, &data);
+        }
+        Ok(())
+    }
+
+    /// Loads every parameter by its official key. A missing or mis-sized tensor is an error
+    /// that names it (nothing is half-loaded: all are checked before any is written).
+    pub fn load_params(
+        &self,
+        gpu: &Gpu,
+        get: &dyn Fn(&str) -> Option<Vec<f32>>,
+    ) -> Result<(), GpuError> {
+        let mut all = Vec::with_capacity(self.params.len());
+        for p in &self.params {
+            let data = get(&p.name)
+                .ok_or_else(|| GpuError::Invalid(format!("missing parameter `{}`", p.name)))?;
+            if data.len() != p.len {
+                return Err(GpuError::Invalid(format!(
+                    "parameter `{}` has {} values, shape {:?} needs {}",
+                    p.name,
+                    data.len(),
+                    p.shape,
+                    p.len
+                )));
+            }
+            all.push(data);
+        }
+        for (p, data) in self.params.iter().zip(&all) {
+            gpu.write(&p.value, data);
+        }
+        Ok(())
+    }
+
+    /// Every parameter's key, shape and values.
+    pub fn read_params(&self, gpu: &Gpu) -> Result<Vec<(String, Vec<usize>, Vec<f32>)>, GpuError> {
+        self.params
+            .iter()
+            .map(|p| {
+                let mut v = gpu.read_f32(&p.value)?;
+                v.truncate(p.len);
+                Ok((p.name.clone(), p.shape.clone(), v))
+            })
+            .collect()
+    }
+
+    /// Every parameter's gradient, in [`GdnTrainModel::params`] order.
+    pub fn read_grads(&self, gpu: &Gpu) -> Result<Vec<Vec<f32>>, GpuError> {
+        self.params
+            .iter()
+            .map(|p| {
+                let mut v = gpu.read_f32(&p.grad)?;
+                v.truncate(p.len);
+                Ok(v)
+            })
+            .collect()
+    }
+
+    /// Records the forward over `tokens` (u32 `[batch][seq_len + 1]` windows: inputs are the
+    /// first seq_len of each, targets the last seq_len), ending in [`GdnTrainModel::losses`].
+    /// `tokens` needs COPY_SRC usage (any buffer from [`Gpu::storage_from`] has it); it is
+    /// copied, so the caller may reuse it after encoding.
+    pub fn encode_forward(&self, enc: &mut wgpu::CommandEncoder, tokens: &wgpu::Buffer) {
+        let bytes = f32_bytes(self.batch * (self.seq_len + 1));
+        enc.copy_buffer_to_buffer(tokens, 0, &self.tokens, 0, bytes);
+        self.embed.encode(enc);
+        for s in &self.steps {
+            encode_all(enc, &s.before_scan);
+            s.scan.encode(enc);
+            encode_all(enc, &s.after_scan);
+        }
+        encode_all(enc, &self.head);
+    }
+
+    /// Records the backward of the last recorded forward: every parameter's gradient
+    /// += ∂(loss_scale · Σ losses)/∂param. The scale is written into the encoder (not through
+    /// the queue), so several backwards with different scales in one encoder each get theirs.
+    pub fn encode_backward(&self, enc: &mut wgpu::CommandEncoder, loss_scale: f32) {
+        let tmp = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("loss scale upload"),
+            size: 4,
+            usage: wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: true,
+        });
+        // A buffer mapped at creation is always mappable.
+        if let Ok(mut view) = tmp.slice(..).get_mapped_range_mut() {
+            view.copy_from_slice(&loss_scale.to_le_bytes());
+        }
+        tmp.unmap();
+        enc.copy_buffer_to_buffer(&tmp, 0, &self.scale, 0, 4);
+        encode_all(enc, &self.head_bwd);
+        for s in self.steps.iter().rev() {
+            encode_all(enc, &s.bwd_after);
+            s.op_bwd.encode(enc);
+            encode_all(enc, &s.bwd_before);
+        }
+        self.embed_bwd.encode(enc);
+    }
+
+    /// Records zeroing every gradient.
+    pub fn encode_zero_grads(&self, enc: &mut wgpu::CommandEncoder) {
+        for p in &self.params {
+            enc.clear_buffer(&p.grad, 0, None);
+        }
+    }
+
+    /// Index of a parameter by key.
+    pub fn param_index(&self, name: &str) -> Option<usize> {
+        self.params.iter().position(|p| p.name == name)
+    }
+
+    /// Indices of the embedding, final norm and LM head in [`GdnTrainModel::params`].
+    pub fn global_params(&self) -> [usize; 3] {
+        [self.embedding, self.final_norm, self.lm_head]
+    }
+}
