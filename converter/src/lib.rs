@@ -20,6 +20,7 @@ pub mod mqar;
 pub mod per_position;
 pub mod plan;
 pub mod plot;
+pub mod train;
 pub mod vocab;
 
 pub use checkpoint::{Checkpoint, ImportError, Tensor, TensorStore};

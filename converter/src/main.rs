@@ -204,6 +204,9 @@ enum Command {
     /// kernel path and activation mode; `--curve` for decode speed against context, `--qemu`
     /// for the firmware's instruction counts.
     Bench(bench::BenchArgs),
+    /// Train or fine-tune a Gated DeltaNet model on a GPU (wgpu; lavapipe without one), with
+    /// checkpoints in the official layout (config.json + model.safetensors) and exact resume.
+    Train(Box<loglinear_converter::train::TrainArgs>),
 }
 
 /// Held-out text for the quality measurement: Hamlet is in the shipped models' validation
@@ -279,6 +282,7 @@ fn run(cli: Cli) -> Res {
         Command::Inspect { file } => inspect(&file),
         Command::Serial(args) => serial_client::run(&args),
         Command::Bench(args) => bench::run(&args),
+        Command::Train(args) => loglinear_converter::train::run(&args),
         Command::Plan(args) => {
             let plan = loglinear_converter::plan::plan(&args)?;
             outln!("{plan}");

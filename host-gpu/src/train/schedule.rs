@@ -44,7 +44,7 @@ impl LrSchedule {
         }
     }
 
-    /// Checks the numbers: finite, `0 ≤ min ≤ peak`.
+    /// Checks the numbers: a positive finite peak, and `0 ≤ min ≤ peak` for the cosine.
     pub fn validate(&self) -> Result<(), String> {
         if !(self.peak.is_finite() && self.peak > 0.0) {
             return Err(format!(
@@ -52,7 +52,8 @@ impl LrSchedule {
                 self.peak
             ));
         }
-        if !(self.min.is_finite() && self.min >= 0.0 && self.min <= self.peak) {
+        let cosine = self.decay == Decay::Cosine;
+        if cosine && !(self.min.is_finite() && self.min >= 0.0 && self.min <= self.peak) {
             return Err(format!(
                 "the minimum learning rate must be in [0, {}], got {}",
                 self.peak, self.min
