@@ -1,1 +1,351 @@
-//! Backward of the Log-Linear Gated DeltaNet chunkwise operator (spec §7.4). Work in progress.
+//! Backward of the Log-Linear Gated DeltaNet chunkwise operator (spec §7.2-§7.4), in WGSL.
+//!
+//! Gradients of L = Σ o·d_o with respect to q, k, v, g, β and λ exactly as the operator uses
+//! them (q already normalised and scaled, k normalised; the l2norm backward belongs to the
+//! model graph). Nothing of the forward is kept: γ, the chunk's WY/UT quantities and the level
+//! states are recomputed. Dispatches, in order (C = 64, NT = ⌈T / C⌉, M = ⌈log2 NT⌉ chunk
+//! levels; every exponent ≤ 0, from chunk-local cumsums):
+//! 1. `chunk_gamma` (the forward's): local inclusive cumsums γ.
+//! 2. `grad_gdn_prep`, per (chunk, head): the tiles S1 = Tril(QKᵀ), KKᵀ, A_w (forward
+//!    substitution), M = S1 A_w, and per token q̃, K̃, W̃, U (the forward's UT form).
+//! 3. `grad_gdn_hscan`, per (8 dv columns, head, level m): the masked gated-delta-rule scan
+//!    again, storing the state entering every chunk.
+//! 4. `grad_gdn_dhscan`, same grid, chunks in reverse: the state gradients through the
+//!    transposed transitions, with λ-weighted q̃ dOᵀ injected on reader chunks.
+//! 5. `grad_gdn_lvl`, per (chunk, head): dq̃, dK̃, dW̃, dU, dγ and the inter-chunk dλ columns,
+//!    summed over levels inside the workgroup (deterministic, no atomics).
+//! 6. `grad_gdn_intra`, per (chunk, head): intra-chunk λ-masked attention backward and the UT
+//!    transform backward (dM, dS1, dA_w, dP = −A_wᵀ dA_w A_wᵀ) as C×C tiles; per-row dβ, dγ and
+//!    the intra dλ columns (per-row level sums).
+//! 7. `grad_gdn_vec`: dq, dk, dv. 8. `grad_gdn_fin`: dβ, and dg as the in-chunk reverse cumsum
+//!    of dγ.
+//!
+//! Scratch (f32): γ (T·H); tiles (NT·H·(15·C² + 2C)); per-token packs (T·H·(6 dk + 2 dv + 1));
+//! the level states and their gradients (2·M·NT·H·dk·dv); per-chunk products
+//! (NT·H·C·(2 dv + dk)). Limits: dk ≤ 256, any dv, any T ≥ 1; ≤ 10 storage buffers and
+//! ≤ 10 KiB of workgroup memory per stage.
+
+use super::{check_training_shape, OpGradIo, OpGrads};
+use crate::chunk_scan::{Form, ScanShape, CHUNK};
+use crate::gpu::{Gpu, GpuError, Kernel};
+
+/// Token level of chunk level 0 (c0 + 1 with C = 2^c0).
+const C0P1: usize = 7;
+/// dv columns per scan workgroup (`BV` in grad_gdn_hscan / grad_gdn_dhscan).
+const SCAN_BV: usize = 8;
+/// Floats of the per-chunk tile block (`PER_CH` in grad_gdn_common.wgsl).
+const PER_CH: usize = 15 * CHUNK * CHUNK + 2 * CHUNK;
+
+const COMMON: &str = include_str!("../shaders/chunk_common.wgsl");
+const GRAD_COMMON: &str = include_str!("../shaders/grad_gdn_common.wgsl");
+const GAMMA: &str = include_str!("../shaders/chunk_gamma.wgsl");
+const PREP: &str = include_str!("../shaders/grad_gdn_prep.wgsl");
+const HSCAN: &str = include_str!("../shaders/grad_gdn_hscan.wgsl");
+const DHSCAN: &str = include_str!("../shaders/grad_gdn_dhscan.wgsl");
+const LVL: &str = include_str!("../shaders/grad_gdn_lvl.wgsl");
+const INTRA: &str = include_str!("../shaders/grad_gdn_intra.wgsl");
+const VEC: &str = include_str!("../shaders/grad_gdn_vec.wgsl");
+const FIN: &str = include_str!("../shaders/grad_gdn_fin.wgsl");
+
+/// The uniform block (`Params` in chunk_common.wgsl; same layout as the forward's).
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    t: u32,
+    heads: u32,
+    qk_heads: u32,
+    dk: u32,
+    dv: u32,
+    lam_cols: u32,
+    top: u32,
+    nt: u32,
+    m_top: u32,
+    /// Exact chunk levels M = bitlen(NT − 1) (no saturated level in training).
+    n_scans: u32,
+    gdn: u32,
+    levels: u32,
+    half_nt: u32,
+    level: u32,
+    pad: [u32; 2],
+}
+
+struct Step {
+    label: &'static str,
+    pipeline: wgpu::ComputePipeline,
+    bind: wgpu::BindGroup,
+    groups: [u32; 3],
+}
+
+/// Bind groups and scratch of one GDN operator backward, made once for a shape and a set of
+/// buffers; [`GdnBackward::encode`] as often as wanted (each run overwrites the gradients).
+pub struct GdnBackward {
+    steps: Vec<Step>,
+    _scratch: Vec<wgpu::Buffer>,
+}
+
+fn check_buffer(name: &str, buf: &wgpu::Buffer, floats: usize) -> Result<(), GpuError> {
+    let need = (floats * 4) as u64;
+    if buf.size() < need {
+        return Err(GpuError::Invalid(format!(
+            "GDN backward: buffer `{name}` has {} bytes, the shape needs {need}",
+            buf.size()
+        )));
+    }
+    Ok(())
+}
+
+/// Number of bits of x (0 for 0).
+fn bitlen(x: usize) -> usize {
+    (usize::BITS - x.leading_zeros()) as usize
+}
+
+impl GdnBackward {
+    /// Checks the shape (GDN form, exact training levels, q and k per head) and buffer sizes,
+    /// compiles the kernels, allocates scratch and makes the bind groups.
+    pub fn new(gpu: &Gpu, shape: ScanShape, io: OpGradIo<'_>) -> Result<Self, GpuError> {
+        if shape.form != Form::Gdn {
+            return Err(GpuError::Invalid(format!(
+                "GDN backward: shape form is {:?}",
+                shape.form
+            )));
+        }
+        check_training_shape(&shape)?;
+        let s = shape;
+        let (t, h, dk, dv) = (s.t, s.heads, s.dk, s.dv);
+        for (name, buf, floats) in [
+            ("q", io.q, t * h * dk),
+            ("k", io.k, t * h * dk),
+            ("v", io.v, t * h * dv),
+            ("g", io.g, t * h),
+            ("beta", io.beta, t * h),
+            ("lam", io.lam, t * h * s.lambda_cols),
+            ("d_o", io.d_o, t * h * dv),
+            ("dq", io.dq, t * h * dk),
+            ("dk", io.dk, t * h * dk),
+            ("dv", io.dv, t * h * dv),
+            ("dg", io.dg, t * h),
+            ("dbeta", io.dbeta, t * h),
+            ("dlam", io.dlam, t * h * s.lambda_cols),
+        ] {
+            check_buffer(name, buf, floats)?;
+        }
+        let nt = s.chunks();
+        let scans = bitlen(nt - 1);
+        let tiles_len = nt * h * PER_CH;
+        let fpack_len = t * h * (3 * dk + dv);
+        let gpack_len = t * h * (3 * dk + dv + 1);
+        let states_len = (scans * nt * h * dk * dv).max(1);
+        let xbuf_len = nt * h * CHUNK * (2 * dv + dk);
+        for (what, len) in [
+            ("tiles", tiles_len),
+            ("gpack", gpack_len),
+            ("states", states_len),
+            ("xbuf", xbuf_len),
+        ] {
+            if len as u64 >= u64::from(u32::MAX) {
+                return Err(GpuError::Invalid(format!(
+                    "GDN backward: {what} scratch of {len} floats needs indices over 2^32"
+                )));
+            }
+        }
+
+        let params = Params {
+            t: t as u32,
+            heads: h as u32,
+            qk_heads: s.qk_heads as u32,
+            dk: dk as u32,
+            dv: dv as u32,
+            lam_cols: s.lambda_cols as u32,
+            top: (s.levels - 1) as u32,
+            nt: nt as u32,
+            m_top: (s.levels - 1).saturating_sub(C0P1) as u32,
+            n_scans: scans as u32,
+            gdn: 1,
+            levels: s.levels as u32,
+            half_nt: nt.div_ceil(2) as u32,
+            level: 0,
+            pad: [0; 2],
+        };
+        let f = 4u64;
+        let uniform = gpu.uniform_from("gdn bwd params", &params);
+        let gam = gpu.storage_zeroed("gdn bwd gamma", (t * h) as u64 * f)?;
+        let tiles = gpu.storage_zeroed("gdn bwd tiles", tiles_len as u64 * f)?;
+        let fpack = gpu.storage_zeroed("gdn bwd fpack", fpack_len as u64 * f)?;
+        let gpack = gpu.storage_zeroed("gdn bwd gpack", gpack_len as u64 * f)?;
+        let hs = gpu.storage_zeroed("gdn bwd states", states_len as u64 * f)?;
+        let dhs = gpu.storage_zeroed("gdn bwd state grads", states_len as u64 * f)?;
+        let xbuf = gpu.storage_zeroed("gdn bwd chunk products", xbuf_len as u64 * f)?;
+
+        let compile = |label: &str, body: &str| -> Result<Kernel, GpuError> {
+            let src = format!("{COMMON}\n{GRAD_COMMON}\n{body}");
+            gpu.kernel(label, &src, "main")
+        };
+        let gamma_k = gpu.kernel("chunk_gamma", &format!("{COMMON}\n{GAMMA}"), "main")?;
+        let prep_k = compile("grad_gdn_prep", PREP)?;
+        let hscan_k = compile("grad_gdn_hscan", HSCAN)?;
+        let dhscan_k = compile("grad_gdn_dhscan", DHSCAN)?;
+        let lvl_k = compile("grad_gdn_lvl", LVL)?;
+        let intra_k = compile("grad_gdn_intra", INTRA)?;
+        let vec_k = compile("grad_gdn_vec", VEC)?;
+        let fin_k = compile("grad_gdn_fin", FIN)?;
+
+        let step =
+            |k: &Kernel, label: &'static str, bufs: &[&wgpu::Buffer], groups: [usize; 3]| Step {
+                label,
+                pipeline: k.pipeline.clone(),
+                bind: gpu.bind(k, bufs),
+                groups: groups.map(|x| x as u32),
+            };
+        let per_chunk = [nt, h, 1];
+        let per_level = [dv.div_ceil(SCAN_BV), h, scans];
+        let mut steps = vec![
+            step(&gamma_k, "chunk_gamma", &[&uniform, io.g, &gam], per_chunk),
+            step(
+                &prep_k,
+                "grad_gdn_prep",
+                &[&uniform, io.q, io.k, io.v, &gam, io.beta, &tiles, &fpack],
+                per_chunk,
+            ),
+        ];
+        if scans > 0 {
+            steps.push(step(
+                &hscan_k,
+                "grad_gdn_hscan",
+                &[&uniform, &fpack, &gam, &hs],
+                per_level,
+            ));
+            steps.push(step(
+                &dhscan_k,
+                "grad_gdn_dhscan",
+                &[&uniform, &fpack, &gam, io.lam, io.d_o, &dhs],
+                per_level,
+            ));
+        }
+        steps.push(step(
+            &lvl_k,
+            "grad_gdn_lvl",
+            &[
+                &uniform, &fpack, &gam, io.lam, io.d_o, &hs, &dhs, &xbuf, &gpack, io.dlam,
+            ],
+            per_chunk,
+        ));
+        steps.push(step(
+            &intra_k,
+            "grad_gdn_intra",
+            &[
+                &uniform, io.k, io.v, &gam, io.beta, io.lam, io.d_o, &gpack, &tiles, io.dlam,
+            ],
+            per_chunk,
+        ));
+        steps.push(step(
+            &vec_k,
+            "grad_gdn_vec",
+            &[
+                &uniform, io.q, io.k, &gam, io.beta, io.d_o, &gpack, &tiles, io.dq, io.dk, io.dv,
+            ],
+            per_chunk,
+        ));
+        steps.push(step(
+            &fin_k,
+            "grad_gdn_fin",
+            &[&uniform, &tiles, io.dg, io.dbeta],
+            per_chunk,
+        ));
+        Ok(Self {
+            steps,
+            _scratch: vec![uniform, gam, tiles, fpack, gpack, hs, dhs, xbuf],
+        })
+    }
+
+    /// Records every dispatch (one compute pass each; wgpu orders them by their buffer use).
+    pub fn encode(&self, encoder: &mut wgpu::CommandEncoder) {
+        for s in &self.steps {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some(s.label),
+                timestamp_writes: None,
+            });
+            pass.set_pipeline(&s.pipeline);
+            pass.set_bind_group(0, &s.bind, &[]);
+            pass.dispatch_workgroups(s.groups[0], s.groups[1], s.groups[2]);
+        }
+    }
+}
+
+/// Convenience for tests: upload, run the backward, read back the gradients.
+#[allow(clippy::too_many_arguments)]
+pub fn run_backward(
+    gpu: &Gpu,
+    shape: ScanShape,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    g: &[f32],
+    beta: &[f32],
+    lam: &[f32],
+    d_o: &[f32],
+) -> Result<OpGrads, GpuError> {
+    check_training_shape(&shape)?;
+    let s = shape;
+    let (t, h, dk, dv) = (s.t, s.heads, s.dk, s.dv);
+    let lens = [
+        ("q", q.len(), t * h * dk),
+        ("k", k.len(), t * h * dk),
+        ("v", v.len(), t * h * dv),
+        ("g", g.len(), t * h),
+        ("beta", beta.len(), t * h),
+        ("lam", lam.len(), t * h * s.lambda_cols),
+        ("d_o", d_o.len(), t * h * dv),
+    ];
+    for (name, got, want) in lens {
+        if got != want {
+            return Err(GpuError::Invalid(format!(
+                "GDN backward: `{name}` has {got} values, the shape needs {want}"
+            )));
+        }
+    }
+    let up = |label: &str, x: &[f32]| gpu.storage_from(label, x);
+    let (bq, bk, bv, bg) = (up("q", q)?, up("k", k)?, up("v", v)?, up("g", g)?);
+    let (bb, bl, bdo) = (up("beta", beta)?, up("lam", lam)?, up("d_o", d_o)?);
+    let zeroed = |label: &str, n: usize| gpu.storage_zeroed(label, (n * 4) as u64);
+    let dq = zeroed("dq", t * h * dk)?;
+    let dkb = zeroed("dk", t * h * dk)?;
+    let dvb = zeroed("dv", t * h * dv)?;
+    let dg = zeroed("dg", t * h)?;
+    let dbeta = zeroed("dbeta", t * h)?;
+    let dlam = zeroed("dlam", t * h * s.lambda_cols)?;
+    let bwd = GdnBackward::new(
+        gpu,
+        shape,
+        OpGradIo {
+            q: &bq,
+            k: &bk,
+            v: &bv,
+            g: &bg,
+            beta: &bb,
+            lam: &bl,
+            d_o: &bdo,
+            dq: &dq,
+            dk: &dkb,
+            dv: &dvb,
+            dg: &dg,
+            dbeta: &dbeta,
+            dlam: &dlam,
+        },
+    )?;
+    let mut enc = gpu.encoder("gdn backward");
+    bwd.encode(&mut enc);
+    gpu.submit_and_wait(enc)?;
+    let read = |b: &wgpu::Buffer, n: usize| -> Result<Vec<f32>, GpuError> {
+        let mut x = gpu.read_f32(b)?;
+        x.truncate(n);
+        Ok(x)
+    };
+    Ok(OpGrads {
+        dq: read(&dq, t * h * dk)?,
+        dk: read(&dkb, t * h * dk)?,
+        dv: read(&dvb, t * h * dv)?,
+        dg: read(&dg, t * h)?,
+        dbeta: read(&dbeta, t * h)?,
+        dlam: read(&dlam, t * h * s.lambda_cols)?,
+    })
+}

@@ -1,0 +1,74 @@
+// Shared by the Gated DeltaNet backward kernels (grad/op_gdn.rs prepends chunk_common.wgsl and
+// this file). Index helpers only; every kernel declares its own bindings (uniform `P` at 0).
+//
+// Scratch layouts (all f32):
+//   fpack [T][H][3 dk + dv]      per token: q̃ | K̃ | W̃ | U (the forward's WY/UT quantities)
+//   gpack [T][H][3 dk + dv + 1]  per token: dq̃ | dK̃ | dW̃ | dU | dγ (inter-chunk part)
+//   hs, dhs [m][c][H][dk][dv]    per level m and chunk c: the state H_c entering chunk c, and
+//                                the gradient of L w.r.t. the state after chunk c (0 when reset)
+//   tiles [c][H][PER_CH]         per chunk: N_TILES C×C tiles, then the rows dβ and dγ
+
+const TILE: u32 = 4096u; // C * C
+const T_S1: u32 = 0u;  // Tril(Q Kᵀ)
+const T_KK: u32 = 1u;  // StrictLower(K Kᵀ)
+const T_T: u32 = 2u;   // A_w = (I + StrictLower(diag(β) K Kᵀ))⁻¹
+const T_M: u32 = 3u;   // S1 A_w
+const T_DM: u32 = 4u;  // dL/dM
+const T_DS1: u32 = 5u; // dL/dS1
+const T_DT: u32 = 6u;  // dL/dA_w (strictly lower)
+const T_Y: u32 = 7u;   // dT A_wᵀ
+const T_DP: u32 = 8u;  // dL/dP, P = StrictLower(diag(β) K Kᵀ)
+const T_A: u32 = 9u;   // intra attention tile M ⊙ E ⊙ β_j ⊙ Λ
+const T_TU: u32 = 10u; // A_u diag(β): E ⊙ A_w ⊙ β_j
+const T_Z: u32 = 11u;  // coefficients of k_i in dk_j from dP
+const T_CB: u32 = 12u; // per-pair contributions to dβ_j
+const T_CG: u32 = 13u; // per-pair contributions to dγ_i (and −dγ_j)
+const T_CL: u32 = 14u; // per-pair contributions to dλ_i[lev(i, j)]
+const N_TILES: u32 = 15u;
+const ROW_DB: u32 = 61440u; // N_TILES * TILE: dβ of the chunk's rows
+const ROW_DG: u32 = 61504u; // ROW_DB + C: dγ of the chunk's rows
+const PER_CH: u32 = 61568u; // ROW_DG + C
+
+fn ch_base(c: u32, h: u32) -> u32 {
+    return (c * P.heads + h) * PER_CH;
+}
+
+// Exact Fenwick level of the pair (i, j), j <= i (no saturation: training shapes are exact).
+fn lev(i: u32, j: u32) -> u32 {
+    return select(firstLeadingBit(i ^ j) + 1u, 0u, i == j);
+}
+
+fn f_stride() -> u32 {
+    return 3u * P.dk + P.dv;
+}
+
+fn g_stride() -> u32 {
+    return 3u * P.dk + P.dv + 1u;
+}
+
+fn frow(t: u32, h: u32) -> u32 {
+    return (t * P.heads + h) * f_stride();
+}
+
+fn grow(t: u32, h: u32) -> u32 {
+    return (t * P.heads + h) * g_stride();
+}
+
+// Chunk c reads level m (bit m of c set); otherwise it is a source.
+fn reads(c: u32, m: u32) -> bool {
+    return ((c >> m) & 1u) == 1u;
+}
+
+// Chunk c is the last of its aligned group of 2^(m+1) chunks: the level state resets after it.
+fn group_last(c: u32, m: u32) -> bool {
+    let p = (2u << m) - 1u;
+    return (c & p) == p;
+}
+
+fn state_at(m: u32, c: u32, h: u32) -> u32 {
+    return ((m * P.nt + c) * P.heads + h) * P.dk * P.dv;
+}
+
+fn chunk_rows(c: u32) -> u32 {
+    return min(C, P.t - c * C);
+}

@@ -1,0 +1,181 @@
+// GDN backward, step 5: per (chunk, head), the intra-chunk attention and the UT transform
+// backward as C×C tiles (spec §7.2: A = M ⊙ E ⊙ β_j ⊙ Λ, M = S1 A_w, q̃, W̃, U as in prep).
+// With D_ij = dO_i·v_j, D2_ij = dU_i·v_j, dqk_ij = dq̃_i·k_j, dwk_ij = dW̃_i·k_j (j ≤ i):
+//   dM   = D E β_j Λ − e^{γ_i} β_j dqk
+//   dA_w = S1ᵀ dM + e^{γ_i} β_j dwk + E β_j D2      (strictly lower)
+//   dS1  = dM A_wᵀ (lower),  dP = −A_wᵀ dA_w A_wᵀ (strictly lower)
+// and the per-row dβ, dγ (rows ROW_DB, ROW_DG of the chunk's tiles) and intra dλ columns.
+
+@group(0) @binding(0) var<uniform> P: Params;
+@group(0) @binding(1) var<storage, read> k: array<f32>;
+@group(0) @binding(2) var<storage, read> v: array<f32>;
+@group(0) @binding(3) var<storage, read> gam: array<f32>;
+@group(0) @binding(4) var<storage, read> beta: array<f32>;
+@group(0) @binding(5) var<storage, read> lam: array<f32>;
+@group(0) @binding(6) var<storage, read> dout: array<f32>;
+@group(0) @binding(7) var<storage, read> gpack: array<f32>;
+@group(0) @binding(8) var<storage, read_write> tiles: array<f32>;
+@group(0) @binding(9) var<storage, read_write> dlam: array<f32>;
+
+fn tl(base: u32, slot: u32, i: u32, j: u32) -> f32 {
+    return tiles[base + slot * TILE + i * C + j];
+}
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let c = wg.x;
+    let h = wg.y;
+    let t0 = c * C;
+    let n = chunk_rows(c);
+    let base = ch_base(c, h);
+    let dk = P.dk;
+    let dv = P.dv;
+
+    // Per-pair quantities.
+    for (var e = lid; e < TILE; e += 256u) {
+        let i = e / C;
+        let j = e % C;
+        var a = 0.0;
+        var tu = 0.0;
+        var dm = 0.0;
+        var dt = 0.0;
+        var cb = 0.0;
+        var cg = 0.0;
+        var cl = 0.0;
+        if (i < n && j <= i) {
+            let ti = t0 + i;
+            let tj = t0 + j;
+            let gi_row = grow(ti, h);
+            let vj = (tj * P.heads + h) * dv;
+            var dd = 0.0;
+            var d2 = 0.0;
+            for (var d = 0u; d < dv; d++) {
+                dd += dout[(ti * P.heads + h) * dv + d] * v[vj + d];
+                d2 += gpack[gi_row + 3u * dk + d] * v[vj + d];
+            }
+            let kj = qk_row(tj, h);
+            var dqk = 0.0;
+            var dwk = 0.0;
+            for (var x = 0u; x < dk; x++) {
+                dqk += gpack[gi_row + x] * k[kj + x];
+                dwk += gpack[gi_row + 2u * dk + x] * k[kj + x];
+            }
+            let gi = gam[ti * P.heads + h];
+            let ee = exp(gi - gam[tj * P.heads + h]);
+            let eg = exp(gi);
+            let bj = beta[tj * P.heads + h];
+            let l = lam[lam_idx(ti, h, lev(i, j))];
+            let mv = tiles[base + T_M * TILE + e];
+            let tv = tiles[base + T_T * TILE + e];
+            a = mv * ee * bj * l;
+            tu = ee * tv * bj;
+            dm = dd * ee * bj * l - eg * bj * dqk;
+            if (j < i) {
+                dt = eg * bj * dwk + ee * bj * d2;
+            }
+            cb = dd * mv * ee * l - eg * mv * dqk + tv * eg * dwk + ee * tv * d2;
+            cg = dd * a + tu * d2;
+            cl = dd * mv * ee * bj;
+        }
+        tiles[base + T_A * TILE + e] = a;
+        tiles[base + T_TU * TILE + e] = tu;
+        tiles[base + T_DM * TILE + e] = dm;
+        tiles[base + T_DT * TILE + e] = dt;
+        tiles[base + T_CB * TILE + e] = cb;
+        tiles[base + T_CG * TILE + e] = cg;
+        tiles[base + T_CL * TILE + e] = cl;
+    }
+    storageBarrier();
+
+    // dS1_ab = Σ_{j ≤ b} dM_aj A_w,bj (b ≤ a);  dA_w,ab += Σ_{i ≥ a} S1_ia dM_ib (b < a).
+    for (var e = lid; e < TILE; e += 256u) {
+        let a = e / C;
+        let b = e % C;
+        var ds = 0.0;
+        var dt = tiles[base + T_DT * TILE + e];
+        if (a < n && b <= a) {
+            for (var j = 0u; j <= b; j++) {
+                ds += tl(base, T_DM, a, j) * tl(base, T_T, b, j);
+            }
+        }
+        if (a < n && b < a) {
+            for (var i = a; i < n; i++) {
+                dt += tl(base, T_S1, i, a) * tl(base, T_DM, i, b);
+            }
+        }
+        tiles[base + T_DS1 * TILE + e] = ds;
+        tiles[base + T_DT * TILE + e] = dt;
+    }
+    storageBarrier();
+
+    // Y = dA_w A_wᵀ: Y_ab = Σ_{c < a, c ≤ b} dA_w,ac A_w,bc.
+    for (var e = lid; e < TILE; e += 256u) {
+        let a = e / C;
+        let b = e % C;
+        var y = 0.0;
+        if (a < n && b < n) {
+            for (var cc = 0u; cc < min(a, b + 1u); cc++) {
+                y += tl(base, T_DT, a, cc) * tl(base, T_T, b, cc);
+            }
+        }
+        tiles[base + T_Y * TILE + e] = y;
+    }
+    storageBarrier();
+
+    // dP = −A_wᵀ Y, strictly lower: dP_ij = −Σ_{a ≥ i} A_w,ai Y_aj.
+    for (var e = lid; e < TILE; e += 256u) {
+        let i = e / C;
+        let j = e % C;
+        var p = 0.0;
+        if (i < n && j < i) {
+            for (var a = i; a < n; a++) {
+                p -= tl(base, T_T, a, i) * tl(base, T_Y, a, j);
+            }
+        }
+        tiles[base + T_DP * TILE + e] = p;
+    }
+    storageBarrier();
+
+    // Z_ij: dk_j += Σ_i Z_ij k_i from P_ab = β_a k_a·k_b (a > b).
+    for (var e = lid; e < TILE; e += 256u) {
+        let i = e / C;
+        let j = e % C;
+        var z = 0.0;
+        if (i < n && j < n) {
+            if (i > j) {
+                z = tl(base, T_DP, i, j) * beta[(t0 + i) * P.heads + h];
+            } else if (i < j) {
+                z = tl(base, T_DP, j, i) * beta[(t0 + j) * P.heads + h];
+            }
+        }
+        tiles[base + T_Z * TILE + e] = z;
+    }
+
+    // Rows: dβ_r, dγ_r (intra part plus the inter part from gpack), intra dλ columns.
+    if (lid < n) {
+        let r = lid;
+        var db = 0.0;
+        var dg = gpack[grow(t0 + r, h) + g_stride() - 1u];
+        for (var i = r; i < n; i++) {
+            db += tl(base, T_CB, i, r);
+            dg -= tl(base, T_CG, i, r);
+        }
+        for (var l = 0u; l < r; l++) {
+            db += tl(base, T_DP, r, l) * tl(base, T_KK, r, l);
+        }
+        for (var j = 0u; j <= r; j++) {
+            dg += tl(base, T_CG, r, j);
+        }
+        tiles[base + ROW_DB + r] = db;
+        tiles[base + ROW_DG + r] = dg;
+        for (var l = 0u; l < min(C0P1, P.lam_cols); l++) {
+            var s = 0.0;
+            for (var j = 0u; j <= r; j++) {
+                if (lev(r, j) == l) {
+                    s += tl(base, T_CL, r, j);
+                }
+            }
+            dlam[lam_idx(t0 + r, h, l)] = s;
+        }
+    }
+}

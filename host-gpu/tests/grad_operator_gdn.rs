@@ -1,0 +1,314 @@
+//! The WGSL backward of the Log-Linear Gated DeltaNet operator (`grad::op_gdn`):
+//! 1. every `gdn` case of golden/operator: dq, dk, dv, dg, dbeta, dlam against the fp64
+//!    autograd gradients (relative L2 ≤ 1e-4), dlam exactly 0 above bitlen(T − 1);
+//! 2. a longer random case (several chunk levels, partial last chunk) against central finite
+//!    differences of L = Σ o·d_o through an fp64 recurrent forward (spec §4.2).
+
+use loglinear_host_gpu::chunk_scan::{Form, ScanShape};
+use loglinear_host_gpu::grad::op_gdn::run_backward;
+use loglinear_host_gpu::Gpu;
+use loglinear_tests::*;
+
+const TOL: f64 = 1e-4;
+
+/// ||a − b|| / ||b||.
+fn rel_l2(a: &[f32], b: &[f64]) -> f64 {
+    assert_eq!(a.len(), b.len());
+    let mut num = 0.0;
+    let mut den = 0.0;
+    for (&x, &y) in a.iter().zip(b) {
+        num += (x as f64 - y) * (x as f64 - y);
+        den += y * y;
+    }
+    (num / den.max(1e-300)).sqrt()
+}
+
+fn bitlen(x: usize) -> usize {
+    (usize::BITS - x.leading_zeros()) as usize
+}
+
+fn shape(t: usize, h: usize, dk: usize, dv: usize, cols: usize) -> ScanShape {
+    ScanShape {
+        form: Form::Gdn,
+        t,
+        heads: h,
+        qk_heads: h,
+        dk,
+        dv,
+        lambda_cols: cols,
+        levels: cols,
+    }
+}
+
+/// dlam must be exactly 0 in columns l > bitlen(T − 1).
+fn check_dead_columns(dlam: &[f32], t: usize, cols: usize, what: &str) {
+    let first_dead = bitlen(t - 1) + 1;
+    for (i, &x) in dlam.iter().enumerate() {
+        if i % cols >= first_dead {
+            assert_eq!(x, 0.0, "{what}: dlam column {} is {x}", i % cols);
+        }
+    }
+}
+
+#[test]
+fn gdn_backward_matches_golden_operator_gradients() {
+    let gpu = Gpu::new().expect("GPU adapter (lavapipe in CI)");
+    let m = manifest();
+    let mut checked = 0;
+    let mut worst = (0.0f64, String::new());
+    for (name, entry) in cases(&m, "operator") {
+        if entry["form"].as_str() != Some("gdn") {
+            continue;
+        }
+        let dim = |k: &str| entry[k].as_u64().unwrap_or_else(|| panic!("{name}: `{k}`")) as usize;
+        let (b_n, t, h, dk, dv) = (dim("B"), dim("T"), dim("H"), dim("dk"), dim("dv"));
+        assert_eq!(b_n, 1, "{name}: batch");
+        let arrays = read_arrays(&golden_dir().join(entry["file"].as_str().unwrap()));
+        let f = |key: &str| get(&arrays, key, &name).f32();
+        let r = |key: &str| get(&arrays, key, &name).data.clone();
+        let cols = get(&arrays, "lam", &name).shape[3];
+        let grads = run_backward(
+            &gpu,
+            shape(t, h, dk, dv, cols),
+            &f("q"),
+            &f("k"),
+            &f("v"),
+            &f("g"),
+            &f("beta"),
+            &f("lam"),
+            &f("do"),
+        )
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let pairs: [(&str, &[f32]); 6] = [
+            ("dq", &grads.dq),
+            ("dk", &grads.dk),
+            ("dv", &grads.dv),
+            ("dg", &grads.dg),
+            ("dbeta", &grads.dbeta),
+            ("dlam", &grads.dlam),
+        ];
+        let mut line = format!("{name}:");
+        for (key, ours) in pairs {
+            let e = rel_l2(ours, &r(key));
+            line += &format!(" {key} {e:.2e}");
+            if e > worst.0 {
+                worst = (e, format!("{name} {key}"));
+            }
+            assert!(
+                e <= TOL,
+                "{name} {key}: relative L2 error {e:.3e} > {TOL:e}"
+            );
+        }
+        eprintln!("{line}");
+        check_dead_columns(&grads.dlam, t, cols, &name);
+        checked += 1;
+    }
+    eprintln!(
+        "checked {checked} gdn cases; worst relative L2 {:.3e} ({})",
+        worst.0, worst.1
+    );
+    assert!(checked >= 19, "only {checked} gdn operator cases");
+}
+
+/// Small deterministic generator (xorshift64* and Box-Muller).
+struct Rng(u64);
+
+impl Rng {
+    fn uniform(&mut self) -> f64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        let x = self.0.wrapping_mul(0x2545_f491_4f6c_dd1d);
+        ((x >> 11) as f64 + 0.5) / (1u64 << 53) as f64
+    }
+    fn normal(&mut self) -> f64 {
+        let (a, b) = (self.uniform(), self.uniform());
+        (-2.0 * a.ln()).sqrt() * (2.0 * std::f64::consts::PI * b).cos()
+    }
+    fn below(&mut self, n: usize) -> usize {
+        ((self.uniform() * n as f64) as usize).min(n - 1)
+    }
+}
+
+/// Inputs of one case, f32-representable values held as f64.
+#[derive(Clone)]
+struct Inputs {
+    t: usize,
+    h: usize,
+    dk: usize,
+    dv: usize,
+    cols: usize,
+    q: Vec<f64>,
+    k: Vec<f64>,
+    v: Vec<f64>,
+    g: Vec<f64>,
+    beta: Vec<f64>,
+    lam: Vec<f64>,
+    d_o: Vec<f64>,
+}
+
+/// L = Σ o·d_o with o from the recurrent (decoding) form of spec §4.2, in f64.
+fn loss_recurrent(x: &Inputs) -> f64 {
+    let (t_n, hn, dk, dv, cols) = (x.t, x.h, x.dk, x.dv, x.cols);
+    let mut loss = 0.0;
+    for h in 0..hn {
+        let mut s = vec![vec![0.0f64; dk * dv]; cols];
+        for t in 0..t_n {
+            if t > 0 {
+                let m = t.trailing_zeros() as usize;
+                for l in 0..=m {
+                    let lvl = std::mem::take(&mut s[l]);
+                    for (a, b) in s[m + 1].iter_mut().zip(&lvl) {
+                        *a += b;
+                    }
+                    s[l] = vec![0.0; dk * dv];
+                }
+            }
+            let kt = &x.k[(t * hn + h) * dk..][..dk];
+            let qt = &x.q[(t * hn + h) * dk..][..dk];
+            let vt = &x.v[(t * hn + h) * dv..][..dv];
+            let alpha = x.g[t * hn + h].exp();
+            let b = x.beta[t * hn + h];
+            for lvl in s.iter_mut().skip(1) {
+                // S = α (S − β k (kᵀ S))
+                let mut ks = vec![0.0; dv];
+                for i in 0..dk {
+                    for d in 0..dv {
+                        ks[d] += kt[i] * lvl[i * dv + d];
+                    }
+                }
+                for i in 0..dk {
+                    for d in 0..dv {
+                        lvl[i * dv + d] = alpha * (lvl[i * dv + d] - b * kt[i] * ks[d]);
+                    }
+                }
+            }
+            for i in 0..dk {
+                for d in 0..dv {
+                    s[0][i * dv + d] = b * kt[i] * vt[d];
+                }
+            }
+            let dot = &x.d_o[(t * hn + h) * dv..][..dv];
+            for (l, lvl) in s.iter().enumerate() {
+                let w = x.lam[(t * hn + h) * cols + l];
+                for i in 0..dk {
+                    for d in 0..dv {
+                        loss += w * qt[i] * lvl[i * dv + d] * dot[d];
+                    }
+                }
+            }
+        }
+    }
+    loss
+}
+
+fn random_inputs(t: usize, h: usize, dk: usize, dv: usize, cols: usize, seed: u64) -> Inputs {
+    let mut rng = Rng(seed);
+    let r32 = |x: f64| x as f32 as f64;
+    let mut q = Vec::new();
+    let mut k = Vec::new();
+    for _ in 0..t * h {
+        let qs: Vec<f64> = (0..dk).map(|_| rng.normal()).collect();
+        let ks: Vec<f64> = (0..dk).map(|_| rng.normal()).collect();
+        let norm = ks.iter().map(|x| x * x).sum::<f64>().sqrt();
+        q.extend(qs.iter().map(|x| r32(x / (dk as f64).sqrt())));
+        k.extend(ks.iter().map(|x| r32(x / norm)));
+    }
+    let v = (0..t * h * dv).map(|_| r32(rng.normal())).collect();
+    // Mostly slow decays (long-range levels matter), some fast ones.
+    let g = (0..t * h)
+        .map(|_| r32(-(rng.normal() - 4.0).exp()))
+        .collect();
+    let beta = (0..t * h)
+        .map(|_| r32(1.0 / (1.0 + (-rng.normal()).exp())))
+        .collect();
+    let lam = (0..t * h * cols)
+        .map(|_| r32((1.0 + rng.normal().exp()).ln()))
+        .collect();
+    let d_o = (0..t * h * dv).map(|_| r32(rng.normal())).collect();
+    Inputs {
+        t,
+        h,
+        dk,
+        dv,
+        cols,
+        q,
+        k,
+        v,
+        g,
+        beta,
+        lam,
+        d_o,
+    }
+}
+
+#[test]
+fn gdn_backward_matches_finite_differences_long() {
+    let gpu = Gpu::new().expect("GPU adapter (lavapipe in CI)");
+    let (t, h, dk, dv, cols) = (700, 2, 16, 8, 15);
+    let x = random_inputs(t, h, dk, dv, cols, 0x5eed_1234_abcd_0001);
+    let f32s = |v: &[f64]| v.iter().map(|&a| a as f32).collect::<Vec<f32>>();
+    let grads = run_backward(
+        &gpu,
+        shape(t, h, dk, dv, cols),
+        &f32s(&x.q),
+        &f32s(&x.k),
+        &f32s(&x.v),
+        &f32s(&x.g),
+        &f32s(&x.beta),
+        &f32s(&x.lam),
+        &f32s(&x.d_o),
+    )
+    .expect("GDN backward");
+    check_dead_columns(&grads.dlam, t, cols, "random T=700");
+
+    // Tokens at chunk edges and inside, each with a random head and inner index.
+    let tokens = [0, 1, 62, 63, 64, 65, 127, 128, 300, 511, 512, 640, 698, 699];
+    let mut rng = Rng(77);
+    let eps = 1e-5;
+    type Pick<'a> = (&'a str, usize, &'a [f32]);
+    let inputs: [Pick; 6] = [
+        ("q", dk, &grads.dq),
+        ("k", dk, &grads.dk),
+        ("v", dv, &grads.dv),
+        ("g", 1, &grads.dg),
+        ("beta", 1, &grads.dbeta),
+        ("lam", cols, &grads.dlam),
+    ];
+    for (name, inner, ours) in inputs {
+        let mut got = Vec::new();
+        let mut want = Vec::new();
+        for &tok in &tokens {
+            let head = rng.below(h);
+            let j = if name == "lam" {
+                // A level token `tok` reads: 0, or ℓ with bit ℓ − 1 of tok set.
+                let live: Vec<usize> = (0..cols)
+                    .filter(|&l| l == 0 || (tok >> (l - 1)) & 1 == 1)
+                    .collect();
+                live[rng.below(live.len())]
+            } else {
+                rng.below(inner)
+            };
+            let idx = (tok * h + head) * inner + j;
+            let bump = |d: f64| {
+                let mut y = x.clone();
+                let field = match name {
+                    "q" => &mut y.q,
+                    "k" => &mut y.k,
+                    "v" => &mut y.v,
+                    "g" => &mut y.g,
+                    "beta" => &mut y.beta,
+                    _ => &mut y.lam,
+                };
+                field[idx] += d;
+                loss_recurrent(&y)
+            };
+            let fd = (bump(eps) - bump(-eps)) / (2.0 * eps);
+            got.push(ours[idx]);
+            want.push(fd);
+        }
+        let e = rel_l2(&got, &want);
+        eprintln!("random T={t}: d{name} vs finite differences: relative L2 {e:.2e}");
+        assert!(e <= TOL, "d{name}: relative L2 error {e:.3e} > {TOL:e}");
+    }
+}
