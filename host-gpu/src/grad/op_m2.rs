@@ -1,1 +1,425 @@
-//! Backward of the Log-Linear Mamba-2 chunkwise operator (spec §7.4). Work in progress.
+//! Backward of the Log-Linear Mamba-2 chunkwise operator (spec §7.4), for training.
+//!
+//! Gradients of L = Σ o·d_o with respect to q, k, v, g and λ, from the forward's inputs and d_o
+//! only (γ and the inter-chunk states are recomputed). Dispatches, in order (chunk size 64,
+//! NT = ⌈T / 64⌉ chunks, every exponent ≤ 0):
+//! 1. `chunk_gamma` (the forward's): local inclusive cumsums γ.
+//! 2. `grad_m2_intra`: one workgroup per (chunk, head): dq, dk, dv of the pairs inside the chunk
+//!    and dλ columns 0..6 from per-row level sums (first writer of dq, dk, dv).
+//! 3. `grad_m2_decay`: per (level m, chunk, head) the sum of the chunk totals Γ between a chunk
+//!    and the boundary of its group's halves, so that every inter-chunk weight is the exp of a
+//!    sum of non-positive terms.
+//! 4. `grad_m2_xy`: per inter-chunk (level m, group) pair the state the readers see,
+//!    X = Σ_sources u_j k_j v_jᵀ, and its gradient Y = Σ_readers w_i q_i dO_iᵀ (λ column 7 + m
+//!    in w). A reader chunk's forward state is H_c = exp(dec) X, so the reverse scan of the spec
+//!    collapses to one Y per group.
+//! 5. `grad_m2_apply_{dq,dk,dv}`: per (column tile, chunk, head), all levels in order: readers
+//!    dq += w X dO, sources dk += u Y v and dv += u Yᵀ k.
+//! 6. `grad_m2_dlam`: dλ columns 7 and up (reader rows: exp(γ + dec) qᵀ X dO; 0 elsewhere).
+//! 7. `grad_m2_dg`: dG_i = q_i·dq_i − k_i·dk_i, then a reverse cumsum over the sequence.
+//!
+//! Every output element has one writer per dispatch and fixed summation orders, so results are
+//! deterministic. Scratch: γ (T·H), the decay offsets (levels·NT·H) and X, Y
+//! (2·(NT − 1)·H·dk·dv floats at most). Limits: those of [`ScanShape::validate`] (dk ≤ 256, any
+//! dv, any T ≥ 1) plus [`check_training_shape`]; 17 KiB of workgroup memory and 10 storage
+//! buffers per stage.
+
+use super::{check_training_shape, OpGradIo, OpGrads};
+use crate::chunk_scan::{Form, ScanShape, CHUNK};
+use crate::gpu::{Gpu, GpuError, Kernel};
+
+/// Token level of chunk level 0 (c0 + 1 with C = 64).
+const C0P1: usize = 7;
+/// Output tile edge of `grad_m2_xy` and column tile of `grad_m2_apply`.
+const TILE: usize = 64;
+/// Storage buffers the intra kernel binds (the most of any stage).
+const NEEDED_STORAGE_BUFFERS: u32 = 10;
+/// Workgroup memory of the intra kernel: a 64×64 f32 tile and 64 γ.
+const NEEDED_WORKGROUP_BYTES: u32 = (64 * 64 + 64) * 4;
+/// Largest workgroup count per dispatch dimension that every adapter allows.
+const MAX_GROUPS: usize = 65535;
+
+/// The uniform block (`Params` in chunk_common.wgsl; same layout as the forward's).
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct Params {
+    t: u32,
+    heads: u32,
+    qk_heads: u32,
+    dk: u32,
+    dv: u32,
+    lam_cols: u32,
+    top: u32,
+    nt: u32,
+    m_top: u32,
+    n_scans: u32,
+    gdn: u32,
+    levels: u32,
+    half_nt: u32,
+    level: u32,
+    pad: [u32; 2],
+}
+
+const COMMON: &str = include_str!("../shaders/chunk_common.wgsl");
+const GAMMA: &str = include_str!("../shaders/chunk_gamma.wgsl");
+const GRAD_COMMON: &str = include_str!("../shaders/grad_m2_common.wgsl");
+const INTRA: &str = include_str!("../shaders/grad_m2_intra.wgsl");
+const DECAY: &str = include_str!("../shaders/grad_m2_decay.wgsl");
+const XY: &str = include_str!("../shaders/grad_m2_xy.wgsl");
+const APPLY: &str = include_str!("../shaders/grad_m2_apply.wgsl");
+const DLAM: &str = include_str!("../shaders/grad_m2_dlam.wgsl");
+const DG: &str = include_str!("../shaders/grad_m2_dg.wgsl");
+
+/// Inter-chunk levels with at least one reader chunk: bitlen(NT − 1).
+fn inter_levels(nt: usize) -> usize {
+    (usize::BITS - (nt - 1).leading_zeros()) as usize
+}
+
+/// (Level, group) pairs with a non-empty reader half, over all levels (`total_pairs` in
+/// grad_m2_common.wgsl).
+fn total_pairs(nt: usize) -> usize {
+    (0..inter_levels(nt))
+        .map(|m| (nt - (1 << m)).div_ceil(1 << (m + 1)))
+        .sum()
+}
+
+/// Pipelines of the Mamba-2 backward, compiled once and reusable for any shape.
+pub struct M2Kernels {
+    gamma: Kernel,
+    intra: Kernel,
+    decay: Kernel,
+    xy: Kernel,
+    apply: [Kernel; 3],
+    dlam: Kernel,
+    dg: Kernel,
+}
+
+impl M2Kernels {
+    /// Compiles the kernels. Fails with [`GpuError::Device`] when the adapter has less
+    /// workgroup memory or fewer storage buffers per stage than they need.
+    pub fn new(gpu: &Gpu) -> Result<Self, GpuError> {
+        let l = &gpu.limits;
+        if l.max_compute_workgroup_storage_size < NEEDED_WORKGROUP_BYTES
+            || l.max_storage_buffers_per_shader_stage < NEEDED_STORAGE_BUFFERS
+        {
+            return Err(GpuError::Device(format!(
+                "Mamba-2 backward needs {NEEDED_WORKGROUP_BYTES} bytes of workgroup memory and \
+                 {NEEDED_STORAGE_BUFFERS} storage buffers per stage, adapter has {} and {}",
+                l.max_compute_workgroup_storage_size, l.max_storage_buffers_per_shader_stage
+            )));
+        }
+        let src = |parts: &[&str]| -> String {
+            let mut s = String::from(COMMON);
+            for p in parts {
+                s.push('\n');
+                s.push_str(p);
+            }
+            s
+        };
+        let apply = |mode: u32, label: &str| {
+            let head = format!("const MODE: u32 = {mode}u;");
+            gpu.kernel(label, &src(&[&head, GRAD_COMMON, APPLY]), "main")
+        };
+        Ok(Self {
+            gamma: gpu.kernel("chunk_gamma", &src(&[GAMMA]), "main")?,
+            intra: gpu.kernel("grad_m2_intra", &src(&[GRAD_COMMON, INTRA]), "main")?,
+            decay: gpu.kernel("grad_m2_decay", &src(&[GRAD_COMMON, DECAY]), "main")?,
+            xy: gpu.kernel("grad_m2_xy", &src(&[GRAD_COMMON, XY]), "main")?,
+            apply: [
+                apply(0, "grad_m2_apply_dq")?,
+                apply(1, "grad_m2_apply_dk")?,
+                apply(2, "grad_m2_apply_dv")?,
+            ],
+            dlam: gpu.kernel("grad_m2_dlam", &src(&[GRAD_COMMON, DLAM]), "main")?,
+            dg: gpu.kernel("grad_m2_dg", &src(&[DG]), "main")?,
+        })
+    }
+}
+
+/// One recorded dispatch.
+struct Step {
+    label: &'static str,
+    pipeline: wgpu::ComputePipeline,
+    bind: wgpu::BindGroup,
+    groups: [u32; 3],
+}
+
+/// Bind groups and scratch of one Mamba-2 operator backward for one shape and one set of
+/// buffers; encode as often as wanted.
+pub struct M2Backward {
+    shape: ScanShape,
+    steps: Vec<Step>,
+    // Scratch, kept alive for the bind groups.
+    _scratch: Vec<wgpu::Buffer>,
+}
+
+fn check_buffer(name: &str, buf: &wgpu::Buffer, floats: usize) -> Result<(), GpuError> {
+    let need = (floats * 4) as u64;
+    if buf.size() < need {
+        return Err(GpuError::Invalid(format!(
+            "Mamba-2 backward: buffer `{name}` has {} bytes, the shape needs {need}",
+            buf.size()
+        )));
+    }
+    Ok(())
+}
+
+impl M2Backward {
+    /// Checks the shape (Mamba-2, [`check_training_shape`]) and the buffer sizes, compiles the
+    /// kernels, allocates scratch and makes the bind groups.
+    pub fn new(gpu: &Gpu, shape: ScanShape, io: OpGradIo<'_>) -> Result<Self, GpuError> {
+        let kernels = M2Kernels::new(gpu)?;
+        Self::with_kernels(gpu, &kernels, shape, io)
+    }
+
+    /// Like [`M2Backward::new`] with kernels compiled once (training makes one backward per
+    /// layer).
+    pub fn with_kernels(
+        gpu: &Gpu,
+        kernels: &M2Kernels,
+        shape: ScanShape,
+        io: OpGradIo<'_>,
+    ) -> Result<Self, GpuError> {
+        let s = shape;
+        if s.form != Form::Mamba2 {
+            return Err(GpuError::Invalid(format!(
+                "Mamba-2 backward: shape is {:?}",
+                s.form
+            )));
+        }
+        check_training_shape(&s)?;
+        let (t, h, dk, dv, lc) = (s.t, s.heads, s.dk, s.dv, s.lambda_cols);
+        for (name, buf, floats) in [
+            ("q", io.q, t * h * dk),
+            ("k", io.k, t * h * dk),
+            ("v", io.v, t * h * dv),
+            ("g", io.g, t * h),
+            ("lam", io.lam, t * h * lc),
+            ("d_o", io.d_o, t * h * dv),
+            ("dq", io.dq, t * h * dk),
+            ("dk", io.dk, t * h * dk),
+            ("dv", io.dv, t * h * dv),
+            ("dg", io.dg, t * h),
+            ("dlam", io.dlam, t * h * lc),
+        ] {
+            check_buffer(name, buf, floats)?;
+        }
+        let nt = s.chunks();
+        let levels = inter_levels(nt);
+        let pairs = total_pairs(nt);
+        let xy_floats = 2 * pairs * h * dk * dv;
+        if xy_floats as u64 >= u64::from(u32::MAX) || 2 * h > MAX_GROUPS {
+            return Err(GpuError::Invalid(format!(
+                "Mamba-2 backward: {s:?} is too large (X/Y scratch of {xy_floats} floats, \
+                 2 x heads workgroups)"
+            )));
+        }
+        let params = Params {
+            t: t as u32,
+            heads: h as u32,
+            qk_heads: s.qk_heads as u32,
+            dk: dk as u32,
+            dv: dv as u32,
+            lam_cols: lc as u32,
+            top: (lc - 1) as u32,
+            nt: nt as u32,
+            m_top: 0,
+            n_scans: levels as u32,
+            gdn: 0,
+            levels: s.levels as u32,
+            half_nt: nt.div_ceil(2) as u32,
+            level: 0,
+            pad: [0; 2],
+        };
+        let f = 4u64;
+        let uniform = gpu.uniform_from("grad m2 params", &params);
+        let gam = gpu.storage_zeroed("grad m2 gamma", (t * h) as u64 * f)?;
+        let dec = gpu.storage_zeroed("grad m2 decay", (levels * nt * h) as u64 * f)?;
+        let xy = gpu.storage_zeroed("grad m2 x/y", xy_floats as u64 * f)?;
+
+        let step =
+            |k: &Kernel, label: &'static str, bufs: &[&wgpu::Buffer], groups: [usize; 3]| Step {
+                label,
+                pipeline: k.pipeline.clone(),
+                bind: gpu.bind(k, bufs),
+                groups: groups.map(|x| x as u32),
+            };
+        let kn = kernels;
+        let mut steps = vec![
+            step(
+                &kn.gamma,
+                "chunk_gamma",
+                &[&uniform, io.g, &gam],
+                [nt, h, 1],
+            ),
+            step(
+                &kn.intra,
+                "grad_m2_intra",
+                &[
+                    &uniform, io.q, io.k, io.v, io.d_o, &gam, io.lam, io.dq, io.dk, io.dv, io.dlam,
+                ],
+                [nt, h, 1],
+            ),
+        ];
+        if pairs > 0 {
+            steps.push(step(
+                &kn.decay,
+                "grad_m2_decay",
+                &[&uniform, &gam, &dec],
+                [(nt * h).div_ceil(64), levels, 1],
+            ));
+            steps.push(step(
+                &kn.xy,
+                "grad_m2_xy",
+                &[&uniform, io.q, io.k, io.v, io.d_o, &gam, io.lam, &dec, &xy],
+                [dk.div_ceil(TILE) * dv.div_ceil(TILE), pairs, 2 * h],
+            ));
+            let applies: [(&'static str, &wgpu::Buffer, &wgpu::Buffer, usize); 3] = [
+                ("grad_m2_apply_dq", io.d_o, io.dq, dk),
+                ("grad_m2_apply_dk", io.v, io.dk, dk),
+                ("grad_m2_apply_dv", io.k, io.dv, dv),
+            ];
+            for (kernel, (label, a_in, out, width)) in kn.apply.iter().zip(applies) {
+                steps.push(step(
+                    kernel,
+                    label,
+                    &[&uniform, a_in, &xy, &gam, io.lam, &dec, out],
+                    [width.div_ceil(TILE), nt, h],
+                ));
+            }
+        }
+        steps.push(step(
+            &kn.dlam,
+            "grad_m2_dlam",
+            &[&uniform, io.q, io.d_o, &xy, &gam, &dec, io.dlam],
+            [nt, h, 1],
+        ));
+        steps.push(step(
+            &kn.dg,
+            "grad_m2_dg",
+            &[&uniform, io.q, io.k, io.dq, io.dk, io.dg],
+            [h, 1, 1],
+        ));
+        Ok(Self {
+            shape,
+            steps,
+            _scratch: vec![uniform, gam, dec, xy],
+        })
+    }
+
+    /// The shape this backward was made for.
+    pub fn shape(&self) -> ScanShape {
+        self.shape
+    }
+
+    /// Labels of the dispatches `encode` records, in order.
+    pub fn step_labels(&self) -> Vec<&'static str> {
+        self.steps.iter().map(|s| s.label).collect()
+    }
+
+    /// Records all dispatches (one compute pass each, so each sees the previous one's writes).
+    pub fn encode(&self, encoder: &mut wgpu::CommandEncoder) {
+        for s in &self.steps {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some(s.label),
+                timestamp_writes: None,
+            });
+            pass.set_pipeline(&s.pipeline);
+            pass.set_bind_group(0, &s.bind, &[]);
+            pass.dispatch_workgroups(s.groups[0], s.groups[1], s.groups[2]);
+        }
+    }
+}
+
+/// Convenience for tests: upload the forward inputs and d_o (layouts of [`OpGradIo`]), run the
+/// backward, read the gradients back (`dbeta` empty).
+#[allow(clippy::too_many_arguments)]
+pub fn run_backward(
+    gpu: &Gpu,
+    shape: ScanShape,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    g: &[f32],
+    lam: &[f32],
+    d_o: &[f32],
+) -> Result<OpGrads, GpuError> {
+    let s = shape;
+    let (nqk, nv, ng, nl) = (
+        s.t * s.heads * s.dk,
+        s.t * s.heads * s.dv,
+        s.t * s.heads,
+        s.t * s.heads * s.lambda_cols,
+    );
+    for (name, got, want) in [
+        ("q", q.len(), nqk),
+        ("k", k.len(), nqk),
+        ("v", v.len(), nv),
+        ("g", g.len(), ng),
+        ("lam", lam.len(), nl),
+        ("d_o", d_o.len(), nv),
+    ] {
+        if got != want {
+            return Err(GpuError::Invalid(format!(
+                "Mamba-2 backward: `{name}` has {got} values, the shape needs {want}"
+            )));
+        }
+    }
+    let up = |name: &str, data: &[f32]| gpu.storage_from(name, data);
+    let zeroed = |name: &str, floats: usize| gpu.storage_zeroed(name, (floats * 4) as u64);
+    let (bq, bk, bv, bg, bl, bdo) = (
+        up("q", q)?,
+        up("k", k)?,
+        up("v", v)?,
+        up("g", g)?,
+        up("lam", lam)?,
+        up("d_o", d_o)?,
+    );
+    let beta = zeroed("beta (unused)", 1)?;
+    let (dq, dk, dv, dg, dlam) = (
+        zeroed("dq", nqk)?,
+        zeroed("dk", nqk)?,
+        zeroed("dv", nv)?,
+        zeroed("dg", ng)?,
+        zeroed("dlam", nl)?,
+    );
+    let dbeta = zeroed("dbeta (unused)", 1)?;
+    let bwd = M2Backward::new(
+        gpu,
+        shape,
+        OpGradIo {
+            q: &bq,
+            k: &bk,
+            v: &bv,
+            g: &bg,
+            beta: &beta,
+            lam: &bl,
+            d_o: &bdo,
+            dq: &dq,
+            dk: &dk,
+            dv: &dv,
+            dg: &dg,
+            dbeta: &dbeta,
+            dlam: &dlam,
+        },
+    )?;
+    let mut enc = gpu.encoder("grad m2");
+    bwd.encode(&mut enc);
+    gpu.submit_and_wait(enc)?;
+    let read = |b: &wgpu::Buffer, n: usize| -> Result<Vec<f32>, GpuError> {
+        let mut x = gpu.read_f32(b)?;
+        x.truncate(n);
+        Ok(x)
+    };
+    Ok(OpGrads {
+        dq: read(&dq, nqk)?,
+        dk: read(&dk, nqk)?,
+        dv: read(&dv, nv)?,
+        dg: read(&dg, ng)?,
+        dbeta: Vec::new(),
+        dlam: read(&dlam, nl)?,
+    })
+}
+
+// Only the chunk size 64 is supported by the shaders (C in chunk_common.wgsl).
+const _: () = assert!(CHUNK == 64 && C0P1 == 7);
