@@ -100,11 +100,25 @@ fn softplus(x: f64) -> f64 {
 
 #[test]
 fn linear_forward_and_backward() {
+    // X columns [2, 2 + 70) of rows of 75; Y columns [3, 3 + 67) of rows of 72.
+    linear_case(37, 70, 67, 75, 2, 72, 3);
+    // Many rows: the weight gradient splits k (2100 rows → 4 splits).
+    linear_case(2100, 20, 24, 21, 1, 26, 2);
+}
+
+#[allow(clippy::too_many_arguments)]
+fn linear_case(
+    rows: usize,
+    in_dim: usize,
+    out_dim: usize,
+    xs: usize,
+    xo: usize,
+    ys: usize,
+    yo: usize,
+) {
     let gpu = gpu();
     let k = TrainKernels::new(&gpu).unwrap();
     let mut r = Rng(1);
-    // X columns [2, 2 + 70) of rows of 75; Y columns [3, 3 + 67) of rows of 72.
-    let (rows, in_dim, out_dim, xs, xo, ys, yo) = (37, 70, 67, 75, 2, 72, 3);
     let x = r.vec(rows * xs, 1.0);
     let w = r.vec(out_dim * in_dim, 1.0);
     let dy = r.vec(rows * ys, 1.0);

@@ -4,6 +4,9 @@
 // forward Y = X·Wᵀ, input gradient dX = dY·W, weight gradient dW += dYᵀ·X.
 // Each workgroup computes a 64×64 tile of C, 16 k at a time; each of its 16×16 threads a 4×4
 // block (rows ly + 16i, columns lx + 16j), as matmul.wgsl.
+// Split k (weight gradients, where k is every token and C is small): workgroup z sums only
+// k in [z·kz, (z+1)·kz) and writes its partial C at c_off + z·z_stride (acc = 0); a second
+// kernel (train_split_sum.wgsl) adds the partials in a fixed order.
 struct MatmulParams {
     m: u32,
     n: u32,
@@ -17,6 +20,8 @@ struct MatmulParams {
     c_off: u32,
     c_rs: u32,
     acc: u32,
+    kz: u32,
+    z_stride: u32,
 }
 
 @group(0) @binding(0) var<storage, read> a: array<f32>;
@@ -39,11 +44,13 @@ fn main(
 ) {
     let row0 = wg.y * TILE;
     let col0 = wg.x * TILE;
+    let k_begin = wg.z * p.kz;
+    let k_end = min(p.k, k_begin + p.kz);
     var acc0 = vec4<f32>(0.0);
     var acc1 = vec4<f32>(0.0);
     var acc2 = vec4<f32>(0.0);
     var acc3 = vec4<f32>(0.0);
-    for (var k0 = 0u; k0 < p.k; k0 += KT) {
+    for (var k0 = k_begin; k0 < k_end; k0 += KT) {
         for (var e = li; e < TILE * KT; e += 256u) {
             // Lanes walk k when k is the contiguous index of the operand, else the row.
             var r = e / KT;
@@ -53,7 +60,7 @@ fn main(
                 kk = e / TILE;
             }
             var av = 0.0;
-            if (row0 + r < p.m && k0 + kk < p.k) {
+            if (row0 + r < p.m && k0 + kk < k_end) {
                 av = a[p.a_off + (row0 + r) * p.a_rs + (k0 + kk) * p.a_cs];
             }
             a_tile[kk * PAD + r] = av;
@@ -64,7 +71,7 @@ fn main(
                 kb = e / TILE;
             }
             var bv = 0.0;
-            if (col0 + cn < p.n && k0 + kb < p.k) {
+            if (col0 + cn < p.n && k0 + kb < k_end) {
                 bv = b[p.b_off + (k0 + kb) * p.b_rs + (col0 + cn) * p.b_cs];
             }
             b_tile[kb * PAD + cn] = bv;
@@ -85,20 +92,21 @@ fn main(
         }
         workgroupBarrier();
     }
-    store_row(row0 + lid.y, col0 + lid.x, acc0);
-    store_row(row0 + lid.y + 16u, col0 + lid.x, acc1);
-    store_row(row0 + lid.y + 32u, col0 + lid.x, acc2);
-    store_row(row0 + lid.y + 48u, col0 + lid.x, acc3);
+    let base = p.c_off + wg.z * p.z_stride;
+    store_row(base, row0 + lid.y, col0 + lid.x, acc0);
+    store_row(base, row0 + lid.y + 16u, col0 + lid.x, acc1);
+    store_row(base, row0 + lid.y + 32u, col0 + lid.x, acc2);
+    store_row(base, row0 + lid.y + 48u, col0 + lid.x, acc3);
 }
 
-fn store_row(r: u32, col: u32, v: vec4<f32>) {
+fn store_row(base: u32, r: u32, col: u32, v: vec4<f32>) {
     if (r >= p.m) {
         return;
     }
     for (var j = 0u; j < 4u; j++) {
         let n = col + 16u * j;
         if (n < p.n) {
-            let i = p.c_off + r * p.c_rs + n;
+            let i = base + r * p.c_rs + n;
             if (p.acc != 0u) {
                 c[i] = c[i] + v[j];
             } else {

@@ -14,9 +14,22 @@ const COMMON: &str = include_str!("../shaders/common.wgsl");
 const MAX_GROUPS: usize = 65535;
 /// Output tile of the training matmul.
 const TILE: usize = 64;
+/// Split-k matmuls: split when there are fewer output tiles than this (and aim for about
+/// this many workgroups), ...
+const SPLIT_TILES: usize = 128;
+/// ... keep at least this much of k per split, ...
+const SPLIT_MIN_K: usize = 512;
+/// ... and at most this many splits, whose partials fit the scratch of this many floats.
+const MAX_SPLITS: usize = 64;
+const SPLIT_FLOATS: usize = 1 << 22;
 
-/// One dispatch, bound once and encoded as often as wanted.
+/// One op: one dispatch or a few in order (a split-k matmul and its sum), bound once and
+/// encoded as often as wanted.
 pub struct Step {
+    parts: Vec<Dispatch>,
+}
+
+struct Dispatch {
     pipeline: wgpu::ComputePipeline,
     bind: wgpu::BindGroup,
     groups: [u32; 3],
@@ -25,7 +38,7 @@ pub struct Step {
 }
 
 impl Step {
-    /// Records the dispatch into `encoder` (a compute pass of its own).
+    /// Records the op into `encoder` (a compute pass of its own).
     pub fn encode(&self, encoder: &mut wgpu::CommandEncoder) {
         let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
             label: None,
@@ -34,11 +47,13 @@ impl Step {
         self.record(&mut pass);
     }
 
-    /// Records the dispatch into an open pass.
+    /// Records the op into an open pass.
     pub fn record(&self, pass: &mut wgpu::ComputePass<'_>) {
-        pass.set_pipeline(&self.pipeline);
-        pass.set_bind_group(0, &self.bind, &[]);
-        pass.dispatch_workgroups(self.groups[0], self.groups[1], self.groups[2]);
+        for d in &self.parts {
+            pass.set_pipeline(&d.pipeline);
+            pass.set_bind_group(0, &d.bind, &[]);
+            pass.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
+        }
     }
 }
 
@@ -112,6 +127,9 @@ impl<'a> Operand<'a> {
 /// Every training kernel.
 pub struct TrainKernels {
     matmul: Kernel,
+    split_sum: Kernel,
+    /// Partials of split-k matmuls (shared: the steps run one after another).
+    split_scratch: wgpu::Buffer,
     rmsnorm: Kernel,
     rmsnorm_bwd: Kernel,
     colsum: Kernel,
@@ -142,6 +160,12 @@ impl TrainKernels {
                 include_str!("../shaders/train_matmul.wgsl"),
                 "main",
             )?,
+            split_sum: k(
+                "train_split_sum",
+                include_str!("../shaders/train_split_sum.wgsl"),
+                "main",
+            )?,
+            split_scratch: gpu.storage_zeroed("split-k partials", 4 * SPLIT_FLOATS as u64)?,
             rmsnorm: k(
                 "train_rmsnorm",
                 include_str!("../shaders/train_rmsnorm.wgsl"),
@@ -199,6 +223,26 @@ impl TrainKernels {
         })
     }
 
+    fn dispatch(
+        gpu: &Gpu,
+        kernel: &Kernel,
+        buffers: &[&wgpu::Buffer],
+        words: &[u32],
+        groups: [u32; 3],
+    ) -> Dispatch {
+        let mut block = [0u32; 16];
+        block[..words.len()].copy_from_slice(words);
+        let params = gpu.uniform_from(&kernel.label, &block);
+        let mut all: Vec<&wgpu::Buffer> = buffers.to_vec();
+        all.push(&params);
+        Dispatch {
+            pipeline: kernel.pipeline.clone(),
+            bind: gpu.bind(kernel, &all),
+            groups,
+            _params: params,
+        }
+    }
+
     fn step(
         gpu: &Gpu,
         kernel: &Kernel,
@@ -206,16 +250,8 @@ impl TrainKernels {
         words: &[u32],
         groups: [u32; 3],
     ) -> Step {
-        let mut block = [0u32; 16];
-        block[..words.len()].copy_from_slice(words);
-        let params = gpu.uniform_from(&kernel.label, &block);
-        let mut all: Vec<&wgpu::Buffer> = buffers.to_vec();
-        all.push(&params);
         Step {
-            pipeline: kernel.pipeline.clone(),
-            bind: gpu.bind(kernel, &all),
-            groups,
-            _params: params,
+            parts: vec![Self::dispatch(gpu, kernel, buffers, words, groups)],
         }
     }
 
@@ -241,6 +277,28 @@ impl TrainKernels {
                 "matmul {m}×{n} is over the grid limit"
             )));
         }
+        // Split k when there are too few output tiles to fill a GPU and k is long (the weight
+        // gradients: k = every token), keeping ≥ SPLIT_MIN_K of k per split.
+        let tiles = gx * gy;
+        let splits = if tiles < SPLIT_TILES && k >= 2 * SPLIT_MIN_K {
+            (SPLIT_TILES.div_ceil(tiles))
+                .min(k / SPLIT_MIN_K)
+                .min(SPLIT_FLOATS / (m * n).max(1))
+                .min(MAX_SPLITS)
+        } else {
+            1
+        };
+        let kz = if splits > 1 {
+            k.div_ceil(splits).next_multiple_of(16)
+        } else {
+            k
+        };
+        let splits = k.div_ceil(kz.max(1)).max(1);
+        let (c_buf, part_off, part_stride, z_stride, part_acc) = if splits > 1 {
+            (&self.split_scratch, 0, n, m * n, false)
+        } else {
+            (c, c_off, c_stride, 0, acc)
+        };
         let words = [
             u(m)?,
             u(n)?,
@@ -251,17 +309,37 @@ impl TrainKernels {
             u(b.off)?,
             u(b.rs)?,
             u(b.cs)?,
-            u(c_off)?,
-            u(c_stride)?,
-            u32::from(acc),
+            u(part_off)?,
+            u(part_stride)?,
+            u32::from(part_acc),
+            u(kz)?,
+            u(z_stride)?,
         ];
-        Ok(Self::step(
+        let mut parts = vec![Self::dispatch(
             gpu,
             &self.matmul,
-            &[a.buf, b.buf, c],
+            &[a.buf, b.buf, c_buf],
             &words,
-            [gx as u32, gy as u32, 1],
-        ))
+            [gx as u32, gy as u32, splits as u32],
+        )];
+        if splits > 1 {
+            let sum_words = [
+                u(m)?,
+                u(n)?,
+                u(splits)?,
+                u(c_off)?,
+                u(c_stride)?,
+                u32::from(acc),
+            ];
+            parts.push(Self::dispatch(
+                gpu,
+                &self.split_sum,
+                &[&self.split_scratch, c],
+                &sum_words,
+                grid_threads(m * n)?,
+            ));
+        }
+        Ok(Step { parts })
     }
 
     /// Forward of a linear layer `Y = X·Wᵀ`: X rows of `x_stride` (first `in_dim` columns from
