@@ -131,6 +131,11 @@ pub fn draw_png(path: &Path, curves: &[Curve], opts: &PlotOptions) -> Result<(),
     let pad = ((hi - lo) * 0.06).max(0.05);
     let (y0, y1) = ((lo - pad).max(0.0), hi + pad);
     let x1 = (ctx as f64).max(2.0);
+    // Ticks at powers of two, the edges of the buckets.
+    let ticks: Vec<f64> = (0..usize::BITS)
+        .map(|k| (1u64 << k) as f64)
+        .take_while(|&t| t <= x1)
+        .collect();
 
     let root = BitMapBackend::new(path, (opts.width, opts.height)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| draw_err(&e))?;
@@ -139,7 +144,7 @@ pub fn draw_png(path: &Path, curves: &[Curve], opts: &PlotOptions) -> Result<(),
         .margin(14)
         .x_label_area_size(48)
         .y_label_area_size(64)
-        .build_cartesian_2d((1.0..x1).log_scale(), y0..y1)
+        .build_cartesian_2d((1.0..x1).log_scale().with_key_points(ticks), y0..y1)
         .map_err(|e| draw_err(&e))?;
     chart
         .configure_mesh()
@@ -150,6 +155,7 @@ pub fn draw_png(path: &Path, curves: &[Curve], opts: &PlotOptions) -> Result<(),
         .label_style((FONT, 14))
         .axis_desc_style((FONT, 16))
         .light_line_style(WHITE.mix(0.0))
+        .bold_line_style(BLACK.mix(0.12))
         .draw()
         .map_err(|e| draw_err(&e))?;
 
