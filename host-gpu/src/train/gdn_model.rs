@@ -124,27 +124,20 @@ struct BlockSteps {
     bwd_before: Vec<Step>,
 }
 
-/// The GDN operator's backward for one block.
-/// TEMPORARY until grad::op_gdn lands: writes zero gradients.
+/// The GDN operator's backward for one block (`grad::op_gdn`).
 struct OpBackward {
-    outs: Vec<wgpu::Buffer>,
+    inner: crate::grad::op_gdn::GdnBackward,
 }
 
 impl OpBackward {
-    fn new(_gpu: &Gpu, shape: ScanShape, io: OpGradIo<'_>) -> Result<Self, GpuError> {
-        crate::grad::check_training_shape(&shape)?;
+    fn new(gpu: &Gpu, shape: ScanShape, io: OpGradIo<'_>) -> Result<Self, GpuError> {
         Ok(Self {
-            outs: [io.dq, io.dk, io.dv, io.dg, io.dbeta, io.dlam]
-                .iter()
-                .map(|b| (*b).clone())
-                .collect(),
+            inner: crate::grad::op_gdn::GdnBackward::new(gpu, shape, io)?,
         })
     }
 
     fn encode(&self, enc: &mut wgpu::CommandEncoder) {
-        for b in &self.outs {
-            enc.clear_buffer(b, 0, None);
-        }
+        self.inner.encode(enc);
     }
 }
 
