@@ -29,18 +29,30 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     }
     let want = select(ROLE_SOURCE, ROLE_READER, MODE == 0u);
     let which = select(1u, 0u, MODE == 0u);
-    // Rows r0..r0+15 (clamped; masked on the write).
-    var rows: array<u32, 16>;
-    for (var r = 0u; r < 16u; r++) {
-        rows[r] = t0 + min(r0 + r, n - 1u);
-    }
-    var total: array<f32, 16>;
+    // Tokens of rows r0..r0+15 in four vec4 (clamped; masked on the write). Accumulators are
+    // vec4 too, not private arrays (drivers may put those in slow local memory).
+    let tok0 = t0 + min(vec4<u32>(r0, r0 + 1u, r0 + 2u, r0 + 3u), vec4<u32>(n - 1u));
+    let tok1 = t0 + min(vec4<u32>(r0 + 4u, r0 + 5u, r0 + 6u, r0 + 7u), vec4<u32>(n - 1u));
+    let tok2 = t0 + min(vec4<u32>(r0 + 8u, r0 + 9u, r0 + 10u, r0 + 11u), vec4<u32>(n - 1u));
+    let tok3 = t0 + min(vec4<u32>(r0 + 12u, r0 + 13u, r0 + 14u, r0 + 15u), vec4<u32>(n - 1u));
+    let hh = vec4<u32>(h);
+    let ab0 = (tok0 * P.heads + hh) * red_w;
+    let ab1 = (tok1 * P.heads + hh) * red_w;
+    let ab2 = (tok2 * P.heads + hh) * red_w;
+    let ab3 = (tok3 * P.heads + hh) * red_w;
+    var tot0 = vec4<f32>(0.0);
+    var tot1 = vec4<f32>(0.0);
+    var tot2 = vec4<f32>(0.0);
+    var tot3 = vec4<f32>(0.0);
     for (var m = 0u; m < inter_levels(); m++) {
         if (chunk_role(m, c) != want) {
             continue;
         }
         let mb = xy_base(which, pair_of(m, c), h);
-        var part: array<f32, 16>;
+        var p0 = vec4<f32>(0.0);
+        var p1 = vec4<f32>(0.0);
+        var p2 = vec4<f32>(0.0);
+        var p3 = vec4<f32>(0.0);
         for (var e = 0u; e < red_w; e++) {
             var mv: f32;
             if (MODE == 2u) {
@@ -48,26 +60,41 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             } else {
                 mv = xy[mb + col * P.dv + e];
             }
-            for (var r = 0u; r < 16u; r++) {
-                part[r] += a_in[(rows[r] * P.heads + h) * red_w + e] * mv;
-            }
+            p0 += mv * vec4<f32>(a_in[ab0.x + e], a_in[ab0.y + e], a_in[ab0.z + e], a_in[ab0.w + e]);
+            p1 += mv * vec4<f32>(a_in[ab1.x + e], a_in[ab1.y + e], a_in[ab1.z + e], a_in[ab1.w + e]);
+            p2 += mv * vec4<f32>(a_in[ab2.x + e], a_in[ab2.y + e], a_in[ab2.z + e], a_in[ab2.w + e]);
+            p3 += mv * vec4<f32>(a_in[ab3.x + e], a_in[ab3.y + e], a_in[ab3.z + e], a_in[ab3.w + e]);
         }
         let d = dec[dec_idx(m, c, h)];
-        for (var r = 0u; r < 16u; r++) {
-            let gl = gam[rows[r] * P.heads + h];
-            var w: f32;
-            if (MODE == 0u) {
-                w = lam[lam_idx(rows[r], h, C0P1 + m)] * exp(gl + d);
-            } else {
-                w = exp((chunk_total(c, h) - gl) + d);
-            }
-            total[r] += w * part[r];
-        }
+        tot0 += row_weights(m, c, h, tok0, d) * p0;
+        tot1 += row_weights(m, c, h, tok1, d) * p1;
+        tot2 += row_weights(m, c, h, tok2, d) * p2;
+        tot3 += row_weights(m, c, h, tok3, d) * p3;
     }
-    for (var r = 0u; r < 16u; r++) {
-        if (r0 + r < n) {
-            let at = (rows[r] * P.heads + h) * out_w + col;
-            out[at] += total[r];
+    store4(tok0, r0, n, h, out_w, col, tot0);
+    store4(tok1, r0 + 4u, n, h, out_w, col, tot1);
+    store4(tok2, r0 + 8u, n, h, out_w, col, tot2);
+    store4(tok3, r0 + 12u, n, h, out_w, col, tot3);
+}
+
+// Weights of four rows at level m: readers (dq) w = λ[7 + m] exp(γ + dec), sources
+// u = exp((Γ_c − γ) + dec).
+fn row_weights(m: u32, c: u32, h: u32, tok: vec4<u32>, d: f32) -> vec4<f32> {
+    let gl = vec4<f32>(gam[tok.x * P.heads + h], gam[tok.y * P.heads + h], gam[tok.z * P.heads + h], gam[tok.w * P.heads + h]);
+    if (MODE == 0u) {
+        let l = vec4<f32>(lam[lam_idx(tok.x, h, C0P1 + m)], lam[lam_idx(tok.y, h, C0P1 + m)],
+                          lam[lam_idx(tok.z, h, C0P1 + m)], lam[lam_idx(tok.w, h, C0P1 + m)]);
+        return l * exp(gl + d);
+    }
+    return exp((chunk_total(c, h) - gl) + d);
+}
+
+// out[row, col] += acc for the four rows r..r+3 that lie inside the chunk.
+fn store4(tok: vec4<u32>, r: u32, n: u32, h: u32, out_w: u32, col: u32, acc: vec4<f32>) {
+    for (var x = 0u; x < 4u; x++) {
+        if (r + x < n) {
+            let at = (tok[x] * P.heads + h) * out_w + col;
+            out[at] += acc[x];
         }
     }
 }
