@@ -315,16 +315,11 @@ fn read(path: &Path) -> Result<Vec<u8>, CheckpointError> {
     std::fs::read(path).map_err(io(path))
 }
 
+/// Tensors by key: (shape, f32 values).
+type TensorMap = HashMap<String, (Vec<usize>, Vec<f32>)>;
+
 /// The f32 tensors of a safetensors file by key, with its metadata.
-fn read_f32_tensors(
-    path: &Path,
-) -> Result<
-    (
-        HashMap<String, (Vec<usize>, Vec<f32>)>,
-        HashMap<String, String>,
-    ),
-    CheckpointError,
-> {
+fn read_f32_tensors(path: &Path) -> Result<(TensorMap, HashMap<String, String>), CheckpointError> {
     let bytes = read(path)?;
     let st = SafeTensors::deserialize(&bytes).map_err(|e| format_err(path, e.to_string()))?;
     let (_, meta) =

@@ -261,8 +261,8 @@ mod tests {
         let tokens: Vec<u32> = (0..50).collect();
         let mut a = Rng::new(7);
         let mut out = Vec::new();
-        sample_windows(&tokens, 9, 100, &mut a, &mut out).unwrap();
-        assert_eq!(out.len(), 100 * 10);
+        sample_windows(&tokens, 9, 1000, &mut a, &mut out).unwrap();
+        assert_eq!(out.len(), 1000 * 10);
         let mut starts = std::collections::HashSet::new();
         for w in out.chunks_exact(10) {
             // Consecutive tokens, ending inside the data.
@@ -274,9 +274,9 @@ mod tests {
         // Resuming from a saved state continues the same sequence.
         let mut b = Rng::new(7);
         let mut first = Vec::new();
-        sample_windows(&tokens, 9, 60, &mut b, &mut first).unwrap();
+        sample_windows(&tokens, 9, 600, &mut b, &mut first).unwrap();
         let mut resumed = Rng::new(b.state);
-        sample_windows(&tokens, 9, 40, &mut resumed, &mut first).unwrap();
+        sample_windows(&tokens, 9, 400, &mut resumed, &mut first).unwrap();
         assert_eq!(first, out);
         let e = sample_windows(&tokens[..5], 9, 1, &mut a, &mut out).unwrap_err();
         assert!(e.to_string().contains("need at least"), "{e}");

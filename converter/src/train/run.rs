@@ -23,12 +23,15 @@ use std::time::Instant;
 
 type Res<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
+/// Weights by official key.
+type WeightLookup = Box<dyn Fn(&str) -> Option<Vec<f32>>>;
+
 /// Where the model's config and first weights come from.
 enum Start {
     /// `--config`: official initialisation.
     Fresh,
     /// `--init` folder or GGUF: these weights by official key.
-    Weights(Box<dyn Fn(&str) -> Option<Vec<f32>>>),
+    Weights(WeightLookup),
     /// `--resume`: the saved checkpoint folder (loaded by key once the graph gives the
     /// parameter order).
     Resume(PathBuf),

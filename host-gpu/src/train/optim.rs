@@ -49,6 +49,9 @@ impl Default for AdamWConfig {
     }
 }
 
+/// One parameter's AdamW moments: `(exp_avg, exp_avg_sq)`.
+pub type Moments = (Vec<f32>, Vec<f32>);
+
 /// What one optimizer step saw.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct StepReport {
@@ -308,7 +311,7 @@ impl AdamW {
     }
 
     /// The moments `(m, v)` of every parameter, in parameter order.
-    pub fn read_moments(&self, gpu: &Gpu) -> Result<Vec<(Vec<f32>, Vec<f32>)>, GpuError> {
+    pub fn read_moments(&self, gpu: &Gpu) -> Result<Vec<Moments>, GpuError> {
         self.slots
             .iter()
             .map(|s| {
