@@ -204,6 +204,36 @@ fn cli_writes_csv_and_png_with_a_baseline() {
     assert_eq!(png_size(&std::fs::read(&png).unwrap()), (480, 320));
 }
 
+#[test]
+fn cli_default_runs_windows_chunkwise() {
+    let csv = scratch("chunkwise.csv");
+    let bytes = (WINDOWS * CTX + 1).to_string();
+    let ctx = CTX.to_string();
+    let text_file = text_path();
+    let out = loglinear(&[
+        "models/gdn-mcu",
+        "--text",
+        text_file.to_str().unwrap(),
+        "--ctx",
+        &ctx,
+        "--bytes",
+        &bytes,
+        "--per-position",
+        csv.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("chunkwise"), "{stderr}");
+    let rows = read_csv(&csv);
+    assert_eq!(rows.len(), CTX);
+    let lib = with_model("models/gdn-mcu", |m| {
+        per_position(m, WindowRunner::Chunkwise)
+    });
+    for (&(_, _, bits), want) in rows.iter().zip(lib.mean_bits()) {
+        assert!((bits - want).abs() < 1e-9, "{bits} vs {want}");
+    }
+}
+
 /// A run that must fail fast, with an error naming `needle`.
 fn refused(args: &[&str], needle: &str) {
     let text = text_path();
