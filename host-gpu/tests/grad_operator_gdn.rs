@@ -5,7 +5,8 @@
 //!    differences of L = Σ o·d_o through an fp64 recurrent forward (spec §4.2).
 
 use loglinear_host_gpu::chunk_scan::{Form, ScanShape};
-use loglinear_host_gpu::grad::op_gdn::run_backward;
+use loglinear_host_gpu::grad::op_gdn::{run_backward, GdnBackward};
+use loglinear_host_gpu::grad::OpGradIo;
 use loglinear_host_gpu::Gpu;
 use loglinear_tests::*;
 
@@ -242,14 +243,15 @@ fn random_inputs(t: usize, h: usize, dk: usize, dv: usize, cols: usize, seed: u6
     }
 }
 
-#[test]
-fn gdn_backward_matches_finite_differences_long() {
-    let gpu = Gpu::new().expect("GPU adapter (lavapipe in CI)");
-    let (t, h, dk, dv, cols) = (700, 2, 16, 8, 15);
-    let x = random_inputs(t, h, dk, dv, cols, 0x5eed_1234_abcd_0001);
+/// The GPU gradients of a random case against central finite differences of the f64
+/// recurrent loss at a few coordinates of every input (one per token of `tokens`).
+fn check_finite_differences(gpu: &Gpu, dims: [usize; 5], seed: u64, tokens: &[usize]) {
+    let [t, h, dk, dv, cols] = dims;
+    let what = format!("random T={t} H={h} dk={dk} dv={dv}");
+    let x = random_inputs(t, h, dk, dv, cols, seed);
     let f32s = |v: &[f64]| v.iter().map(|&a| a as f32).collect::<Vec<f32>>();
     let grads = run_backward(
-        &gpu,
+        gpu,
         shape(t, h, dk, dv, cols),
         &f32s(&x.q),
         &f32s(&x.k),
@@ -260,10 +262,9 @@ fn gdn_backward_matches_finite_differences_long() {
         &f32s(&x.d_o),
     )
     .expect("GDN backward");
-    check_dead_columns(&grads.dlam, t, cols, "random T=700");
+    check_dead_columns(&grads.dlam, t, cols, &what);
 
-    // Tokens at chunk edges and inside, each with a random head and inner index.
-    let tokens = [0, 1, 62, 63, 64, 65, 127, 128, 300, 511, 512, 640, 698, 699];
+    // Each token with a random head and inner index.
     let mut rng = Rng(77);
     let eps = 1e-5;
     type Pick<'a> = (&'a str, usize, &'a [f32]);
@@ -278,7 +279,7 @@ fn gdn_backward_matches_finite_differences_long() {
     for (name, inner, ours) in inputs {
         let mut got = Vec::new();
         let mut want = Vec::new();
-        for &tok in &tokens {
+        for &tok in tokens {
             let head = rng.below(h);
             let j = if name == "lam" {
                 // A level token `tok` reads: 0, or ℓ with bit ℓ − 1 of tok set.
@@ -308,7 +309,80 @@ fn gdn_backward_matches_finite_differences_long() {
             want.push(fd);
         }
         let e = rel_l2(&got, &want);
-        eprintln!("random T={t}: d{name} vs finite differences: relative L2 {e:.2e}");
-        assert!(e <= TOL, "d{name}: relative L2 error {e:.3e} > {TOL:e}");
+        eprintln!("{what}: d{name} vs finite differences: relative L2 {e:.2e}");
+        assert!(
+            e <= TOL,
+            "{what} d{name}: relative L2 error {e:.3e} > {TOL:e}"
+        );
     }
+}
+
+#[test]
+fn gdn_backward_matches_finite_differences_long() {
+    let gpu = Gpu::new().expect("GPU adapter (lavapipe in CI)");
+    // 11 chunks (4 chunk levels), partial last chunk; tokens at chunk edges and inside.
+    let tokens = [0, 1, 62, 63, 64, 65, 127, 128, 300, 511, 512, 640, 698, 699];
+    check_finite_differences(&gpu, [700, 2, 16, 8, 15], 0x5eed_1234_abcd_0001, &tokens);
+}
+
+#[test]
+fn gdn_backward_matches_finite_differences_wide_heads() {
+    let gpu = Gpu::new().expect("GPU adapter (lavapipe in CI)");
+    // dk = 128, dv = 20 (a partial 8-column scan block), 3 chunks, λ columns exactly needed.
+    let tokens = [0, 5, 63, 64, 100, 127, 128, 129];
+    check_finite_differences(&gpu, [130, 1, 128, 20, 9], 0x0123_4567_89ab_cdef, &tokens);
+}
+
+#[test]
+fn gdn_backward_encoded_twice_gives_identical_gradients() {
+    // Every scratch accumulator is reinitialised by each run and the gradients are
+    // overwritten, so a second encode on the same buffers reproduces the first bit for bit.
+    let gpu = Gpu::new().expect("GPU adapter (lavapipe in CI)");
+    let (t, h, dk, dv, cols) = (150, 2, 16, 8, 9);
+    let x = random_inputs(t, h, dk, dv, cols, 99);
+    let up = |label: &str, v: &[f64]| {
+        let f: Vec<f32> = v.iter().map(|&a| a as f32).collect();
+        gpu.storage_from(label, &f).unwrap()
+    };
+    let (q, k, v, g) = (up("q", &x.q), up("k", &x.k), up("v", &x.v), up("g", &x.g));
+    let (beta, lam, d_o) = (up("beta", &x.beta), up("lam", &x.lam), up("d_o", &x.d_o));
+    let out = |n: usize| gpu.storage_zeroed("grad", (n * 4) as u64).unwrap();
+    let outs = [
+        out(t * h * dk),
+        out(t * h * dk),
+        out(t * h * dv),
+        out(t * h),
+        out(t * h),
+        out(t * h * cols),
+    ];
+    let bwd = GdnBackward::new(
+        &gpu,
+        shape(t, h, dk, dv, cols),
+        OpGradIo {
+            q: &q,
+            k: &k,
+            v: &v,
+            g: &g,
+            beta: &beta,
+            lam: &lam,
+            d_o: &d_o,
+            dq: &outs[0],
+            dk: &outs[1],
+            dv: &outs[2],
+            dg: &outs[3],
+            dbeta: &outs[4],
+            dlam: &outs[5],
+        },
+    )
+    .expect("GDN backward");
+    let mut runs = Vec::new();
+    for _ in 0..2 {
+        let mut enc = gpu.encoder("gdn backward");
+        bwd.encode(&mut enc);
+        gpu.submit_and_wait(enc).unwrap();
+        let all: Vec<Vec<f32>> = outs.iter().map(|b| gpu.read_f32(b).unwrap()).collect();
+        runs.push(all);
+    }
+    assert_eq!(runs[0], runs[1], "second run differs from the first");
+    assert!(runs[0][0].iter().any(|&a| a != 0.0), "dq is all zero");
 }
