@@ -193,6 +193,40 @@ fn train_converts_resumes_exactly_and_exports() {
         cpu.bpb()
     );
     assert!(rel < 1e-4, "trainer {} vs runtime {}", vals[2], cpu.bpb());
+    // Fine-tuning starts from the given weights, from the GGUF file (a generated official
+    // config) or the checkpoint folder: a step at lr 1e-20 leaves them as they are, so the
+    // validation is the trained model's.
+    for (init, out) in [("full.gguf", "ft-gguf"), ("full/checkpoint", "ft-folder")] {
+        ok(
+            &dir,
+            &[
+                "train",
+                "--init",
+                init,
+                "--data",
+                "train.txt",
+                "--val",
+                "val.txt",
+                "--seq-len",
+                "32",
+                "--batch",
+                "2",
+                "--steps",
+                "1",
+                "--lr",
+                "1e-20",
+                "--warmup",
+                "0",
+                "--schedule",
+                "constant",
+                "--out",
+                out,
+            ],
+        );
+        let rows = log_rows(&dir.join(out).join("train_log.csv"));
+        assert_eq!(rows[0].2, Some(vals[2]), "--init {init}");
+        Checkpoint::load(dir.join(out).join("checkpoint")).expect("fine-tuned checkpoint imports");
+    }
     // A quantized export through the same path.
     ok(
         &dir,

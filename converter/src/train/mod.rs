@@ -26,7 +26,7 @@ pub enum ScheduleArg {
 }
 
 /// Options of `loglinear train`. The defaults are the shipped models' recipe
-/// (models/ll-gdn-mcu/TRAINING.md) except the step count.
+/// (models/ll-gdn-mcu/TRAINING.md; its cosine followed wall-clock progress, this one steps).
 #[derive(clap::Args, Clone, Debug)]
 pub struct TrainArgs {
     /// Official config.json of a new model (initialised like the official `_init_weights`).
@@ -59,7 +59,7 @@ pub struct TrainArgs {
     #[arg(long, default_value_t = 1)]
     pub accum: usize,
     /// Optimizer steps in all (a resumed run may raise it; the cosine then stretches).
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = 3856)]
     pub steps: u64,
     /// Peak learning rate.
     #[arg(long, default_value_t = 2e-3)]

@@ -111,13 +111,25 @@ fn model_source(args: &TrainArgs, ckpt_dir: &Path) -> Res<(String, ModelConfig, 
     }
 }
 
-/// The settings a resumed run must share with the saved one.
-fn settings(args: &TrainArgs, train_tokens: usize) -> Value {
+/// FNV-1a over the tokens: identifies the data a run was trained on, wherever the file is.
+fn fingerprint(tokens: &[u32]) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for t in tokens {
+        for b in t.to_le_bytes() {
+            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    format!("{h:016x}")
+}
+
+/// The settings a resumed run must share with the saved one. The data are identified by
+/// their tokens (count and fingerprint), not by their paths.
+fn settings(args: &TrainArgs, train: &[u32], val: &[u32]) -> Value {
     json!({
-        "data": args.data.display().to_string(),
-        "train_tokens": train_tokens,
-        "val": args.val.as_ref().map(|p| p.display().to_string()),
-        "val_fraction": args.val_fraction,
+        "train_tokens": train.len(),
+        "train_fingerprint": fingerprint(train),
+        "val_tokens": val.len(),
+        "val_fingerprint": fingerprint(val),
         "val_windows": args.val_windows,
         "seq_len": args.seq_len,
         "batch": args.batch,
@@ -204,7 +216,8 @@ struct Trainer<'g> {
     opt: AdamW,
     /// One token buffer per micro-batch (the forward copies from it inside the encoder).
     tokens: Vec<loglinear_host_gpu::wgpu::Buffer>,
-    /// The losses of every micro-batch of a step, `[accum][batch][seq_len]`.
+    /// The losses of every micro-batch of a step, `[accum][batch][seq_len]`, then the
+    /// optimizer's `[gradient norm, clip factor]`.
     losses: loglinear_host_gpu::wgpu::Buffer,
     batch: usize,
     seq_len: usize,
@@ -243,13 +256,15 @@ impl Trainer<'_> {
             self.model.encode_backward(&mut enc, scale);
         }
         self.opt.encode_step(self.gpu, &mut enc, lr, clip)?;
-        self.gpu.submit_and_wait(enc)?;
+        // The gradient norm goes after the losses: one read-back per step.
         let n = accum * self.batch * self.seq_len;
-        let losses: Vec<f32> =
-            bytemuck::pod_collect_to_vec(&self.gpu.read_bytes(&self.losses, 4 * n as u64)?);
-        let loss = losses.iter().map(|&l| f64::from(l)).sum::<f64>() / n as f64;
-        let report = self.opt.read_report(self.gpu)?;
-        Ok((loss, report.grad_norm))
+        enc.copy_buffer_to_buffer(self.opt.report_buffer(), 0, &self.losses, 4 * n as u64, 8);
+        self.gpu.submit_and_wait(enc)?;
+        let words: Vec<f32> =
+            bytemuck::pod_collect_to_vec(&self.gpu.read_bytes(&self.losses, 4 * (n + 2) as u64)?);
+        let loss = words[..n].iter().map(|&l| f64::from(l)).sum::<f64>() / n as f64;
+        let grad_norm = words[n];
+        Ok((loss, grad_norm))
     }
 
     /// Mean bits per token over `windows` (forward only; the gradients are not touched).
@@ -342,7 +357,7 @@ pub fn train(args: &TrainArgs) -> Res {
         )
         .into());
     }
-    let settings = settings(args, train.len());
+    let settings = settings(args, &train, &val);
 
     // Model and optimizer.
     let gpu = Gpu::new()?;
@@ -397,7 +412,7 @@ pub fn train(args: &TrainArgs) -> Res {
         .collect::<Result<Vec<_>, _>>()?;
     let losses = gpu.storage_zeroed(
         "train_losses",
-        4 * (args.accum * args.batch * args.seq_len) as u64,
+        4 * (args.accum * args.batch * args.seq_len + 2) as u64,
     )?;
     let mut trainer = Trainer {
         gpu: &gpu,

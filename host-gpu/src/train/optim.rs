@@ -310,6 +310,12 @@ impl AdamW {
         })
     }
 
+    /// The GPU buffer behind [`AdamW::read_report`]: `[norm, clip factor]` as two f32, for
+    /// callers that copy it next to other results and read everything back at once.
+    pub fn report_buffer(&self) -> &wgpu::Buffer {
+        &self.result
+    }
+
     /// The moments `(m, v)` of every parameter, in parameter order.
     pub fn read_moments(&self, gpu: &Gpu) -> Result<Vec<Moments>, GpuError> {
         self.slots
