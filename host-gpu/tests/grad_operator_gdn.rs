@@ -386,3 +386,69 @@ fn gdn_backward_encoded_twice_gives_identical_gradients() {
     assert_eq!(runs[0], runs[1], "second run differs from the first");
     assert!(runs[0][0].iter().any(|&a| a != 0.0), "dq is all zero");
 }
+
+/// Wall time of one backward at a training-like shape (lavapipe figures are only indicative).
+/// `cargo test --release --test grad_operator_gdn -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn gdn_backward_timing() {
+    let gpu = Gpu::new().expect("GPU adapter (lavapipe in CI)");
+    let (t, h, dk, dv, cols) = (1024, 2, 64, 128, 15);
+    let x = random_inputs(t, h, dk, dv, cols, 5);
+    let f32s = |v: &[f64]| v.iter().map(|&a| a as f32).collect::<Vec<f32>>();
+    for _ in 0..2 {
+        let start = std::time::Instant::now();
+        run_backward(
+            &gpu,
+            shape(t, h, dk, dv, cols),
+            &f32s(&x.q),
+            &f32s(&x.k),
+            &f32s(&x.v),
+            &f32s(&x.g),
+            &f32s(&x.beta),
+            &f32s(&x.lam),
+            &f32s(&x.d_o),
+        )
+        .expect("GDN backward");
+        eprintln!(
+            "T={t} H={h} dk={dk} dv={dv}: backward (with upload, compile and read-back) {:.1} ms",
+            start.elapsed().as_secs_f64() * 1e3
+        );
+    }
+}
+
+#[test]
+fn gdn_backward_rejects_bad_shapes() {
+    let gpu = Gpu::new().expect("GPU adapter (lavapipe in CI)");
+    let (t, h, dk, dv) = (100, 1, 4, 4);
+    let x = random_inputs(t, h, dk, dv, 8, 3);
+    let f32s = |v: &[f64]| v.iter().map(|&a| a as f32).collect::<Vec<f32>>();
+    let run = |s: ScanShape, lam: &[f32]| {
+        run_backward(
+            &gpu,
+            s,
+            &f32s(&x.q),
+            &f32s(&x.k),
+            &f32s(&x.v),
+            &f32s(&x.g),
+            &f32s(&x.beta),
+            lam,
+            &f32s(&x.d_o),
+        )
+    };
+    let lam = f32s(&x.lam);
+    assert!(run(shape(t, h, dk, dv, 8), &lam).is_ok());
+    // T = 100 needs bitlen(99) + 1 = 8 exact levels.
+    let few = shape(t, h, dk, dv, 7);
+    let lam7: Vec<f32> = lam.chunks(8).flat_map(|r| r[..7].to_vec()).collect();
+    assert!(run(few, &lam7).is_err(), "7 levels accepted for T = 100");
+    let m2 = ScanShape {
+        form: Form::Mamba2,
+        ..shape(t, h, dk, dv, 8)
+    };
+    assert!(run(m2, &lam).is_err(), "Mamba-2 shape accepted");
+    assert!(
+        run(shape(t, h, dk, dv, 8), &lam[1..]).is_err(),
+        "short λ accepted"
+    );
+}
