@@ -171,6 +171,9 @@ pub struct GdnTrainModel {
     _other: Vec<wgpu::Buffer>,
 }
 
+/// A parameter's key, shape and values, as [`GdnTrainModel::read_params`] returns them.
+pub type NamedTensor = (String, Vec<usize>, Vec<f32>);
+
 /// Exact levels for T tokens: bitlen(T − 1) + 1.
 pub fn exact_levels(t: usize) -> usize {
     (usize::BITS - (t.max(1) - 1).leading_zeros()) as usize + 1
@@ -998,7 +1001,7 @@ impl GdnTrainModel {
     }
 
     /// Every parameter's key, shape and values.
-    pub fn read_params(&self, gpu: &Gpu) -> Result<Vec<(String, Vec<usize>, Vec<f32>)>, GpuError> {
+    pub fn read_params(&self, gpu: &Gpu) -> Result<Vec<NamedTensor>, GpuError> {
         self.params
             .iter()
             .map(|p| {

@@ -472,6 +472,7 @@ impl TrainKernels {
     }
 
     /// `out[c] += Σ_r inp[in_off + r·stride + c]` for `c < cols`, `r < rows`.
+    #[allow(clippy::too_many_arguments)]
     pub fn colsum(
         &self,
         gpu: &Gpu,
