@@ -12,15 +12,15 @@
 //!    again, storing the state entering every chunk.
 //! 4. `grad_gdn_dhscan`, same grid, chunks in reverse: the state gradients through the
 //!    transposed transitions, with λ-weighted q̃ dOᵀ injected on reader chunks.
-//! 5. `grad_gdn_lvl`, per (chunk, head): dq̃, dK̃, dW̃, dU, dγ and the inter-chunk dλ columns,
-//!    summed over levels inside the workgroup (deterministic, no atomics).
+//! 5. `grad_gdn_lvl`, per (chunk, 16 rows, head): dq̃, dK̃, dW̃, dU, dγ and the inter-chunk
+//!    dλ columns, summed over levels inside the workgroup (deterministic, no atomics).
 //! 6. `grad_gdn_intra`, per (chunk, head): intra-chunk λ-masked attention backward and the UT
 //!    transform backward (dM, dS1, dA_w, dP = −A_wᵀ dA_w A_wᵀ) as C×C tiles; per-row dβ, dγ and
 //!    the intra dλ columns (per-row level sums).
-//! 7. `grad_gdn_vec`: dq, dk, dv. 8. `grad_gdn_fin`: dβ, and dg as the in-chunk reverse cumsum
-//!    of dγ.
+//! 7. `grad_gdn_vec`, per (chunk, 16 rows, head): dq, dk, dv.
+//! 8. `grad_gdn_fin`: dβ, and dg as the in-chunk reverse cumsum of dγ.
 //!
-//! Scratch (f32): γ (T·H); tiles (NT·H·(15·C² + 2C)); per-token packs (T·H·(6 dk + 2 dv + 1));
+//! Scratch (f32): γ (T·H); tiles (NT·H·(15·C² + 2C)); per-token packs (T·H·(6 dk + 2 dv + 2));
 //! the level states and their gradients (2·M·NT·H·dk·dv); per-chunk products
 //! (NT·H·C·(2 dv + dk)). Limits: dk ≤ 256, any dv, any T ≥ 1; ≤ 10 storage buffers and
 //! ≤ 10 KiB of workgroup memory per stage.
@@ -35,6 +35,11 @@ const C0P1: usize = 7;
 const SCAN_BV: usize = 8;
 /// Floats of the per-chunk tile block (`PER_CH` in grad_gdn_common.wgsl).
 const PER_CH: usize = 15 * CHUNK * CHUNK + 2 * CHUNK;
+/// Rows of a chunk per workgroup of the row-parallel kernels (`RB` in grad_gdn_lvl.wgsl and
+/// grad_gdn_vec.wgsl).
+const RB_ROWS: usize = 16;
+/// Largest workgroup count per dispatch dimension that every adapter allows.
+const MAX_GROUPS: usize = 65535;
 
 const COMMON: &str = include_str!("../shaders/chunk_common.wgsl");
 const GRAD_COMMON: &str = include_str!("../shaders/grad_gdn_common.wgsl");
@@ -131,9 +136,14 @@ impl GdnBackward {
         }
         let nt = s.chunks();
         let scans = bitlen(nt - 1);
+        if nt * (CHUNK / RB_ROWS) > MAX_GROUPS {
+            return Err(GpuError::Invalid(format!(
+                "GDN backward: T = {t} needs more than {MAX_GROUPS} workgroups per dispatch"
+            )));
+        }
         let tiles_len = nt * h * PER_CH;
         let fpack_len = t * h * (3 * dk + dv);
-        let gpack_len = t * h * (3 * dk + dv + 1);
+        let gpack_len = t * h * (3 * dk + dv + 2);
         let states_len = (scans * nt * h * dk * dv).max(1);
         let xbuf_len = nt * h * CHUNK * (2 * dv + dk);
         for (what, len) in [
@@ -197,6 +207,7 @@ impl GdnBackward {
                 groups: groups.map(|x| x as u32),
             };
         let per_chunk = [nt, h, 1];
+        let per_rows = [nt * (CHUNK / RB_ROWS), h, 1];
         let per_level = [dv.div_ceil(SCAN_BV), h, scans];
         let mut steps = vec![
             step(&gamma_k, "chunk_gamma", &[&uniform, io.g, &gam], per_chunk),
@@ -227,7 +238,7 @@ impl GdnBackward {
             &[
                 &uniform, &fpack, &gam, io.lam, io.d_o, &hs, &dhs, &xbuf, &gpack, io.dlam,
             ],
-            per_chunk,
+            per_rows,
         ));
         steps.push(step(
             &intra_k,
@@ -243,7 +254,7 @@ impl GdnBackward {
             &[
                 &uniform, io.q, io.k, &gam, io.beta, io.d_o, &gpack, &tiles, io.dq, io.dk, io.dv,
             ],
-            per_chunk,
+            per_rows,
         ));
         steps.push(step(
             &fin_k,

@@ -3,7 +3,7 @@
 //
 // Scratch layouts (all f32):
 //   fpack [T][H][3 dk + dv]      per token: q̃ | K̃ | W̃ | U (the forward's WY/UT quantities)
-//   gpack [T][H][3 dk + dv + 1]  per token: dq̃ | dK̃ | dW̃ | dU | dγ (inter-chunk part)
+//   gpack [T][H][3 dk + dv + 2]  per token: dq̃ | dK̃ | dW̃ | dU | dγ (inter-chunk part) | dK̃·K̃
 //   hs, dhs [m][c][H][dk][dv]    per level m and chunk c: the state H_c entering chunk c, and
 //                                the gradient of L w.r.t. the state after chunk c (0 when reset)
 //   tiles [c][H][PER_CH]         per chunk: N_TILES C×C tiles, then the rows dβ and dγ
@@ -43,7 +43,7 @@ fn f_stride() -> u32 {
 }
 
 fn g_stride() -> u32 {
-    return 3u * P.dk + P.dv + 1u;
+    return 3u * P.dk + P.dv + 2u;
 }
 
 fn frow(t: u32, h: u32) -> u32 {

@@ -155,7 +155,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     if (lid < n) {
         let r = lid;
         var db = 0.0;
-        var dg = gpack[grow(t0 + r, h) + g_stride() - 1u];
+        var dg = gpack[grow(t0 + r, h) + g_stride() - 2u];
+        if (r + 1u == n) {
+            // dΓ of K̃ = e^{Γ − γ} K: Σ_j dK̃_j·K̃_j (per row from the level kernel).
+            for (var j = 0u; j < n; j++) {
+                dg += gpack[grow(t0 + j, h) + g_stride() - 1u];
+            }
+        }
         for (var i = r; i < n; i++) {
             db += tl(base, T_CB, i, r);
             dg -= tl(base, T_CG, i, r);

@@ -1,10 +1,12 @@
-// GDN backward, step 4: per (chunk, head), the gradients of the chunk's inputs to the level scans
-// summed over all chunk levels m (so no atomics): with H = H_c, D = dL/dH_{c+1} (both stored),
-// σ / ρ = source / reader flags, X = σ U − W̃ H:
+// GDN backward, step 4: per (chunk, block of RB rows, head), the gradients of the chunk's inputs
+// to the level scans, summed over all chunk levels m inside the workgroup (no atomics): with
+// H = H_c, D = dL/dH_{c+1} (both stored), σ / ρ = source / reader flags, X = σ U − W̃ H:
 //   dq̃_i += ρ λ_i[ℓ] H dO_i      dλ_i[ℓ] = ρ q̃_iᵀ H dO_i     (ℓ = c0 + 1 + m)
 //   dK̃ += X Dᵀ    dX = K̃ D    dU += σ dX    dW̃ −= dX Hᵀ    dΓ += e^Γ ⟨D, H⟩
-// Writes gpack rows (dq̃, dK̃, dW̃, dU, and dγ_i = dq̃_i·q̃_i + dW̃_i·W̃_i − dK̃_i·K̃_i, plus
-// Σ_j dK̃_j·K̃_j + dΓ on the last row) and the inter-chunk columns of dλ (0 where not read).
+// Every row is independent except dΓ, which the block holding the chunk's last row adds.
+// Writes gpack rows (dq̃, dK̃, dW̃, dU; dγ_i = dq̃_i·q̃_i + dW̃_i·W̃_i − dK̃_i·K̃_i (+ dΓ on the
+// last row); kd_i = dK̃_i·K̃_i, whose chunk sum the intra kernel adds to the last row's dγ) and
+// the inter-chunk columns of dλ (0 where not read).
 
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read> fpack: array<f32>;
@@ -17,30 +19,34 @@
 @group(0) @binding(8) var<storage, read_write> gpack: array<f32>;
 @group(0) @binding(9) var<storage, read_write> dlam: array<f32>;
 
+const RB: u32 = 16u; // rows per workgroup (RB_ROWS in op_gdn.rs)
 var<workgroup> red: array<f32, 256>;
-var<workgroup> rowk: array<f32, 64>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let c = wg.x;
+    let c = wg.x / (C / RB);
     let h = wg.y;
-    let t0 = c * C;
     let n = chunk_rows(c);
+    let r0 = (wg.x % (C / RB)) * RB;
+    // Rows r0..r0+nr of the chunk (none when the partial last chunk ends before r0).
+    let nr = min(RB, max(n, r0) - r0);
+    let t0 = c * C + r0;
+    let owns_last = r0 < n && n <= r0 + RB;
     let dk = P.dk;
     let dv = P.dv;
     let gs = g_stride();
-    let eg = exp(gam[(t0 + n - 1u) * P.heads + h]);
-    // Scratch of this chunk: X [C][dv], dX [C][dv], Y = H dO [C][dk].
-    let xb = (c * P.heads + h) * C * (2u * dv + dk);
+    let eg = exp(gam[(c * C + n - 1u) * P.heads + h]);
+    // Scratch of this chunk: X [C][dv], dX [C][dv], Y = H dO [C][dk] (rows from t0 on).
+    let xb = (c * P.heads + h) * C * (2u * dv + dk) + r0 * dv;
     let xdb = xb + C * dv;
-    let yb = xb + 2u * C * dv;
+    let yb = xb - r0 * dv + 2u * C * dv + r0 * dk;
 
-    for (var e = lid; e < n * gs; e += 256u) {
+    for (var e = lid; e < nr * gs; e += 256u) {
         gpack[grow(t0 + e / gs, h) + e % gs] = 0.0;
     }
     if (P.lam_cols > C0P1) {
         let nc = P.lam_cols - C0P1;
-        for (var e = lid; e < n * nc; e += 256u) {
+        for (var e = lid; e < nr * nc; e += 256u) {
             dlam[lam_idx(t0 + e / nc, h, C0P1 + e % nc)] = 0.0;
         }
     }
@@ -57,7 +63,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         let sb = state_at(m, c, h);
         let col = C0P1 + m;
 
-        for (var e = lid; e < n * dv; e += 256u) {
+        for (var e = lid; e < nr * dv; e += 256u) {
             let i = e / dv;
             let d = e % dv;
             let row = frow(t0 + i, h);
@@ -76,7 +82,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 gpack[grow(t0 + i, h) + 3u * dk + d] += dx;
             }
         }
-        if (has_d) {
+        if (has_d && owns_last) {
             var acc = 0.0;
             for (var e = lid; e < dk * dv; e += 256u) {
                 acc += hs[sb + e] * dhs[sb + e];
@@ -85,7 +91,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         }
         storageBarrier();
 
-        for (var e = lid; e < n * dk; e += 256u) {
+        for (var e = lid; e < nr * dk; e += 256u) {
             let i = e / dk;
             let kk = e % dk;
             let t = t0 + i;
@@ -109,7 +115,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         }
         storageBarrier();
 
-        if (rd && lid < n) {
+        if (rd && lid < nr) {
             let t = t0 + lid;
             var s = 0.0;
             for (var kk = 0u; kk < dk; kk++) {
@@ -122,7 +128,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
 
     // dγ of the chunk inputs q̃, W̃ (e^{γ_i}) and K̃ (e^{Γ − γ_i}); Γ = γ of the last row.
     red[lid] = dgam_part;
-    if (lid < n) {
+    if (lid < nr) {
         let t = t0 + lid;
         let f = frow(t, h);
         let g = grow(t, h);
@@ -132,8 +138,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             a += gpack[g + kk] * fpack[f + kk] + gpack[g + 2u * dk + kk] * fpack[f + 2u * dk + kk];
             kd += gpack[g + dk + kk] * fpack[f + dk + kk];
         }
-        gpack[g + gs - 1u] = a - kd;
-        rowk[lid] = kd;
+        gpack[g + gs - 2u] = a - kd;
+        gpack[g + gs - 1u] = kd;
     }
     storageBarrier();
     workgroupBarrier();
@@ -143,11 +149,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         }
         workgroupBarrier();
     }
-    if (lid == 0u) {
-        var tot = red[0];
-        for (var i = 0u; i < n; i++) {
-            tot += rowk[i];
-        }
-        gpack[grow(t0 + n - 1u, h) + gs - 1u] += tot;
+    if (lid == 0u && owns_last) {
+        gpack[grow(c * C + n - 1u, h) + gs - 2u] += red[0];
     }
 }

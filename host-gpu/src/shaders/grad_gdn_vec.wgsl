@@ -1,4 +1,4 @@
-// GDN backward, step 6: per (chunk, head), dq, dk and dv from the tiles of step 5 and the
+// GDN backward, step 6: per (chunk, block of RB rows, head), dq, dk and dv from the tiles of step 5 and the
 // level gradients (gpack):
 //   dq_i = e^{γ_i} dq̃_i + Σ_{l ≤ i} dS1_il k_l
 //   dk_j = Σ_{i ≥ j} dS1_ij q_i + β_j Σ_{i ≥ j} e^{γ_i} (A_w,ij dW̃_i − M_ij dq̃_i)
@@ -17,20 +17,25 @@
 @group(0) @binding(9) var<storage, read_write> dk: array<f32>;
 @group(0) @binding(10) var<storage, read_write> dv: array<f32>;
 
+const RB: u32 = 16u; // rows per workgroup (RB_ROWS in op_gdn.rs)
+
 fn tl(base: u32, slot: u32, i: u32, j: u32) -> f32 {
     return tiles[base + slot * TILE + i * C + j];
 }
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let c = wg.x;
+    let c = wg.x / (C / RB);
     let h = wg.y;
     let t0 = c * C;
     let n = chunk_rows(c);
+    // Rows r0..r0+nr of the chunk (none when the partial last chunk ends before r0).
+    let r0 = (wg.x % (C / RB)) * RB;
+    let nr = min(RB, max(n, r0) - r0);
     let base = ch_base(c, h);
     let g_last = gam[(t0 + n - 1u) * P.heads + h];
-    for (var e = lid; e < n * P.dk; e += 256u) {
-        let i = e / P.dk;
+    for (var e = lid; e < nr * P.dk; e += 256u) {
+        let i = r0 + e / P.dk;
         let x = e % P.dk;
         let ti = t0 + i;
         let gi = gam[ti * P.heads + h];
@@ -58,8 +63,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         dk[qk_row(ti, h) + x] = s1 + beta[ti * P.heads + h] * s2
             + exp(g_last - gi) * gpack[grow(ti, h) + P.dk + x] + s3;
     }
-    for (var e = lid; e < n * P.dv; e += 256u) {
-        let j = e / P.dv;
+    for (var e = lid; e < nr * P.dv; e += 256u) {
+        let j = r0 + e / P.dv;
         let d = e % P.dv;
         var s = 0.0;
         for (var r = j; r < n; r++) {
