@@ -571,10 +571,15 @@ fn gate_silu_forward_and_backward() {
 
 #[test]
 fn embedding_and_loss_forward_and_backward() {
+    embed_case(5, 2, 6, 11);
+    // Several 256-row blocks, many rows per token, D over one workgroup's 256 columns.
+    embed_case(150, 2, 300, 11);
+}
+
+fn embed_case(t: usize, batch: usize, d: usize, vocab: usize) {
     let gpu = gpu();
     let k = TrainKernels::new(&gpu).unwrap();
     let mut r = Rng(7);
-    let (t, batch, d, vocab) = (5, 2, 6, 11);
     let rows = t * batch;
     let tokens: Vec<u32> = (0..batch * (t + 1))
         .map(|i| ((i * 7 + 3) % vocab) as u32)

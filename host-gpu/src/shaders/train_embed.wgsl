@@ -2,7 +2,7 @@
 // row r = t·B + b reads token tokens[b·(T+1) + t] (the windows are [B][T+1]; the last token of a
 // window is only a target).
 //   forward:  x[r][d] = E[id(r)][d]
-//   backward: dE[v][d] += Σ_{r : id(r) = v} dx[r][d]   (one thread per (v, d), no atomics)
+//   backward: dE[v][d] += Σ_{r : id(r) = v} dx[r][d]   (no atomics; see `backward`)
 struct EmbedParams {
     t: u32,
     batch: u32,
@@ -34,21 +34,52 @@ fn forward(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: ve
     dst[i] = src[token_of(r) * p.d + c];
 }
 
+var<workgroup> flags: array<u32, 256>;
+var<workgroup> rows_hit: array<u32, 256>;
+
+// One workgroup per vocabulary row v: blocks of 256 rows are scanned for id(r) = v, the hits
+// listed in row order (a workgroup prefix sum of the match flags), and their dx rows added to
+// dE[v] in that order. O(V·rows) id compares, not O(V·D·rows); deterministic.
 @compute @workgroup_size(256)
 fn backward(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>,
             @builtin(local_invocation_index) li: u32) {
-    let i = flat_index(wg, nw, li);
-    if (i >= p.vocab * p.d) {
-        return;
+    let v = wg.y * nw.x + wg.x;
+    if (v >= p.vocab) {
+        return; // uniform across the workgroup
     }
-    let v = i / p.d;
-    let c = i % p.d;
     let rows = p.t * p.batch;
-    var s = 0.0;
-    for (var r = 0u; r < rows; r++) {
-        if (token_of(r) == v) {
-            s += src[r * p.d + c];
+    for (var r0 = 0u; r0 < rows; r0 += 256u) {
+        let r = r0 + li;
+        var hit = 0u;
+        if (r < rows && token_of(r) == v) {
+            hit = 1u;
         }
+        flags[li] = hit;
+        workgroupBarrier();
+        // Inclusive prefix sum (Hillis–Steele).
+        for (var span = 1u; span < 256u; span <<= 1u) {
+            var add = 0u;
+            if (li >= span) {
+                add = flags[li - span];
+            }
+            workgroupBarrier();
+            flags[li] += add;
+            workgroupBarrier();
+        }
+        if (hit == 1u) {
+            rows_hit[flags[li] - 1u] = r;
+        }
+        let count = workgroupUniformLoad(&flags[255]);
+        // (workgroupUniformLoad is also the barrier that publishes rows_hit.)
+        for (var c = li; c < p.d; c += 256u) {
+            var s = 0.0;
+            for (var j = 0u; j < count; j++) {
+                s += src[rows_hit[j] * p.d + c];
+            }
+            if (count > 0u) {
+                dst[v * p.d + c] = dst[v * p.d + c] + s;
+            }
+        }
+        workgroupBarrier();
     }
-    dst[i] = dst[i] + s;
 }

@@ -535,7 +535,7 @@ impl TrainKernels {
             &self.embed_bwd,
             &[tokens, dx, de],
             &words,
-            grid_threads(vocab * d)?,
+            grid(vocab)?,
         ))
     }
 
