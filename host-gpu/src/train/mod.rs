@@ -18,5 +18,7 @@ pub struct Param {
 
 pub mod gdn_model;
 pub mod kernels;
+pub mod mamba2_kernels;
+pub mod mamba2_model;
 pub mod optim;
 pub mod schedule;

@@ -1,0 +1,375 @@
+//! The Mamba-2-only training kernels (the mixer's conv with bias, gates, operator inputs, D
+//! skip, and their backwards), compiled once, and the [`M2Step`]s that bind them. The shared
+//! ops (matmuls, norms, SiLU gates, MLP, loss) are [`crate::train::kernels`]'.
+//!
+//! Rows are in (t, b) order as everywhere in training: the previous token of row r is r − B.
+
+use crate::gpu::{Gpu, GpuError, Kernel};
+
+const COMMON: &str = include_str!("../shaders/common.wgsl");
+
+/// Workgroups in one grid dimension, at most.
+const MAX_GROUPS: usize = 65535;
+
+/// One bound dispatch of a Mamba-2 kernel, encoded as often as wanted.
+pub struct M2Step {
+    pipeline: wgpu::ComputePipeline,
+    bind: wgpu::BindGroup,
+    groups: [u32; 3],
+    // Keeps the uniform block alive with the bind group.
+    _params: wgpu::Buffer,
+}
+
+impl M2Step {
+    /// Records the dispatch into an open pass.
+    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>) {
+        pass.set_pipeline(&self.pipeline);
+        pass.set_bind_group(0, &self.bind, &[]);
+        pass.dispatch_workgroups(self.groups[0], self.groups[1], self.groups[2]);
+    }
+}
+
+fn u(n: usize) -> Result<u32, GpuError> {
+    u32::try_from(n).map_err(|_| GpuError::Invalid(format!("size {n} does not fit in 32 bits")))
+}
+
+/// A 2-D grid of `n` workgroups (shaders rebuild the flat index row by row).
+fn grid(n: usize) -> Result<[u32; 3], GpuError> {
+    let n = n.max(1);
+    let x = n.min(MAX_GROUPS);
+    let y = n.div_ceil(x);
+    if y > MAX_GROUPS {
+        return Err(GpuError::Invalid(format!(
+            "{n} workgroups is over the dispatch limit"
+        )));
+    }
+    Ok([x as u32, y as u32, 1])
+}
+
+fn grid_threads(n: usize) -> Result<[u32; 3], GpuError> {
+    grid(n.div_ceil(256))
+}
+
+/// Sizes of one Mamba-2 mixer as the kernels see it: `rows` rows (t, b) of a batch of
+/// `batch` windows, H heads of P values, G groups of N, λ columns, exact levels.
+#[derive(Clone, Copy, Debug)]
+pub struct M2Shape {
+    pub rows: usize,
+    pub batch: usize,
+    pub heads: usize,
+    pub head_dim: usize,
+    pub groups: usize,
+    pub state: usize,
+    pub lambda_cols: usize,
+    pub levels: usize,
+    pub log_linear: bool,
+    pub conv_width: usize,
+}
+
+impl M2Shape {
+    /// d_inner = H·P.
+    pub fn d_inner(&self) -> usize {
+        self.heads * self.head_dim
+    }
+
+    /// Conv channels = d_inner + 2·G·N (rows of xBC).
+    pub fn channels(&self) -> usize {
+        self.d_inner() + 2 * self.groups * self.state
+    }
+
+    /// Floats per row of the dt | dl part of in_proj: H (+ 15·H log-linear).
+    pub fn dtl_stride(&self) -> usize {
+        self.heads * if self.log_linear { 16 } else { 1 }
+    }
+
+    /// Floats per row of the per-row parameter shares:
+    /// [A_log (H) | dt_bias (H) | D (H) | L (15·H, log-linear)].
+    pub fn prow_stride(&self) -> usize {
+        self.heads * if self.log_linear { 18 } else { 3 }
+    }
+}
+
+/// Every Mamba-2-only training kernel.
+pub struct M2TrainKernels {
+    conv: Kernel,
+    conv_db: Kernel,
+    fwd_gates: Kernel,
+    fwd_qkv: Kernel,
+    skip: Kernel,
+    bwd_x: Kernel,
+    bwd_gates: Kernel,
+    bwd_bc: Kernel,
+}
+
+/// Buffers of the gate kernels (forward: `dtl` → `g`, `lam`, `dt`; backward: also `dg`,
+/// `dlam`, `sdt` → `ddtl`, `prow`).
+pub struct M2GateIo<'a> {
+    pub dtl: &'a wgpu::Buffer,
+    pub dt_bias: &'a wgpu::Buffer,
+    pub a_log: &'a wgpu::Buffer,
+    /// L `[H][15]`; any buffer for plain models.
+    pub l_scale: &'a wgpu::Buffer,
+}
+
+impl M2TrainKernels {
+    /// Compiles every kernel.
+    pub fn new(gpu: &Gpu) -> Result<Self, GpuError> {
+        let k = |label: &str, src: &str| gpu.kernel(label, &format!("{COMMON}\n{src}"), "main");
+        Ok(Self {
+            conv: k(
+                "train_m2_conv",
+                include_str!("../shaders/train_m2_conv.wgsl"),
+            )?,
+            conv_db: k(
+                "train_m2_conv_db",
+                include_str!("../shaders/train_m2_conv_db.wgsl"),
+            )?,
+            fwd_gates: k(
+                "train_m2_fwd_gates",
+                include_str!("../shaders/train_m2_fwd_gates.wgsl"),
+            )?,
+            fwd_qkv: k(
+                "train_m2_fwd_qkv",
+                include_str!("../shaders/train_m2_fwd_qkv.wgsl"),
+            )?,
+            skip: k(
+                "train_m2_skip",
+                include_str!("../shaders/train_m2_skip.wgsl"),
+            )?,
+            bwd_x: k(
+                "train_m2_bwd_x",
+                include_str!("../shaders/train_m2_bwd_x.wgsl"),
+            )?,
+            bwd_gates: k(
+                "train_m2_bwd_gates",
+                include_str!("../shaders/train_m2_bwd_gates.wgsl"),
+            )?,
+            bwd_bc: k(
+                "train_m2_bwd_bc",
+                include_str!("../shaders/train_m2_bwd_bc.wgsl"),
+            )?,
+        })
+    }
+
+    fn step(
+        gpu: &Gpu,
+        kernel: &Kernel,
+        buffers: &[&wgpu::Buffer],
+        words: &[u32],
+        groups: [u32; 3],
+    ) -> M2Step {
+        let mut block = [0u32; 16];
+        block[..words.len()].copy_from_slice(words);
+        let params = gpu.uniform_from(&kernel.label, &block);
+        let mut all: Vec<&wgpu::Buffer> = buffers.to_vec();
+        all.push(&params);
+        M2Step {
+            pipeline: kernel.pipeline.clone(),
+            bind: gpu.bind(kernel, &all),
+            groups,
+            _params: params,
+        }
+    }
+
+    /// Conv (with `bias`: zeros when the model has none) + SiLU over xBC `[rows][channels]`:
+    /// `pre` and `out` written.
+    pub fn conv(
+        &self,
+        gpu: &Gpu,
+        s: M2Shape,
+        inp: &wgpu::Buffer,
+        w: &wgpu::Buffer,
+        bias: &wgpu::Buffer,
+        pre: &wgpu::Buffer,
+        out: &wgpu::Buffer,
+    ) -> Result<M2Step, GpuError> {
+        let words = [u(s.rows)?, u(s.batch)?, u(s.channels())?, u(s.conv_width)?];
+        Ok(Self::step(
+            gpu,
+            &self.conv,
+            &[inp, w, bias, pre, out],
+            &words,
+            grid_threads(s.rows * s.channels())?,
+        ))
+    }
+
+    /// Conv bias gradient `db += Σ_r dout·SiLU'(pre)`.
+    pub fn conv_bias_backward(
+        &self,
+        gpu: &Gpu,
+        s: M2Shape,
+        pre: &wgpu::Buffer,
+        dout: &wgpu::Buffer,
+        db: &wgpu::Buffer,
+    ) -> Result<M2Step, GpuError> {
+        let words = [u(s.rows)?, u(s.channels())?];
+        Ok(Self::step(
+            gpu,
+            &self.conv_db,
+            &[pre, dout, db],
+            &words,
+            grid(s.channels())?,
+        ))
+    }
+
+    fn gate_words(s: M2Shape) -> Result<[u32; 7], GpuError> {
+        Ok([
+            u(s.rows)?,
+            u(s.heads)?,
+            u(s.lambda_cols)?,
+            u(s.dtl_stride())?,
+            u32::from(s.log_linear),
+            u(s.levels)?,
+            u(s.prow_stride())?,
+        ])
+    }
+
+    /// dt, g and λ from the dt | dl rows.
+    pub fn gates(
+        &self,
+        gpu: &Gpu,
+        s: M2Shape,
+        io: &M2GateIo<'_>,
+        g: &wgpu::Buffer,
+        lam: &wgpu::Buffer,
+        dt: &wgpu::Buffer,
+    ) -> Result<M2Step, GpuError> {
+        Ok(Self::step(
+            gpu,
+            &self.fwd_gates,
+            &[io.dtl, io.dt_bias, io.a_log, io.l_scale, g, lam, dt],
+            &Self::gate_words(s)?[..5],
+            grid_threads(s.rows * s.heads)?,
+        ))
+    }
+
+    /// Backward of [`M2TrainKernels::gates`]: `ddtl` and the A_log, dt_bias, L shares of
+    /// `prow` written.
+    #[allow(clippy::too_many_arguments)]
+    pub fn gates_backward(
+        &self,
+        gpu: &Gpu,
+        s: M2Shape,
+        io: &M2GateIo<'_>,
+        dg: &wgpu::Buffer,
+        dlam: &wgpu::Buffer,
+        sdt: &wgpu::Buffer,
+        ddtl: &wgpu::Buffer,
+        prow: &wgpu::Buffer,
+    ) -> Result<M2Step, GpuError> {
+        Ok(Self::step(
+            gpu,
+            &self.bwd_gates,
+            &[
+                io.dtl, io.dt_bias, io.a_log, io.l_scale, dg, dlam, sdt, ddtl, prow,
+            ],
+            &Self::gate_words(s)?,
+            grid_threads(s.rows * s.heads)?,
+        ))
+    }
+
+    /// Per-head q = C, k = B and v = x·dt from the conv output.
+    #[allow(clippy::too_many_arguments)]
+    pub fn qkv(
+        &self,
+        gpu: &Gpu,
+        s: M2Shape,
+        xbc: &wgpu::Buffer,
+        dt: &wgpu::Buffer,
+        q: &wgpu::Buffer,
+        k: &wgpu::Buffer,
+        v: &wgpu::Buffer,
+    ) -> Result<M2Step, GpuError> {
+        let words = [
+            u(s.rows)?,
+            u(s.heads)?,
+            u(s.groups)?,
+            u(s.state)?,
+            u(s.head_dim)?,
+        ];
+        Ok(Self::step(
+            gpu,
+            &self.fwd_qkv,
+            &[xbc, dt, q, k, v],
+            &words,
+            grid_threads(s.rows * s.heads)?,
+        ))
+    }
+
+    /// `y = o + D·x`.
+    pub fn skip(
+        &self,
+        gpu: &Gpu,
+        s: M2Shape,
+        o: &wgpu::Buffer,
+        xbc: &wgpu::Buffer,
+        d_skip: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+    ) -> Result<M2Step, GpuError> {
+        let words = [u(s.rows)?, u(s.heads)?, u(s.head_dim)?, u(s.channels())?];
+        Ok(Self::step(
+            gpu,
+            &self.skip,
+            &[o, xbc, d_skip, y],
+            &words,
+            grid_threads(s.rows * s.d_inner())?,
+        ))
+    }
+
+    /// Backward of v = x·dt and the skip: the x columns of `dxbc`, `sdt` and the D share of
+    /// `prow` written.
+    #[allow(clippy::too_many_arguments)]
+    pub fn x_backward(
+        &self,
+        gpu: &Gpu,
+        s: M2Shape,
+        xbc: &wgpu::Buffer,
+        dt: &wgpu::Buffer,
+        d_skip: &wgpu::Buffer,
+        dy: &wgpu::Buffer,
+        dv: &wgpu::Buffer,
+        dxbc: &wgpu::Buffer,
+        sdt: &wgpu::Buffer,
+        prow: &wgpu::Buffer,
+    ) -> Result<M2Step, GpuError> {
+        let words = [
+            u(s.rows)?,
+            u(s.heads)?,
+            u(s.head_dim)?,
+            u(s.channels())?,
+            u(s.prow_stride())?,
+        ];
+        Ok(Self::step(
+            gpu,
+            &self.bwd_x,
+            &[xbc, dt, d_skip, dy, dv, dxbc, sdt, prow],
+            &words,
+            grid_threads(s.rows * s.heads)?,
+        ))
+    }
+
+    /// The B and C columns of `dxbc` from the per-head dk and dq.
+    pub fn bc_backward(
+        &self,
+        gpu: &Gpu,
+        s: M2Shape,
+        dq: &wgpu::Buffer,
+        dk: &wgpu::Buffer,
+        dxbc: &wgpu::Buffer,
+    ) -> Result<M2Step, GpuError> {
+        let words = [
+            u(s.rows)?,
+            u(s.heads)?,
+            u(s.groups)?,
+            u(s.state)?,
+            u(s.d_inner())?,
+        ];
+        Ok(Self::step(
+            gpu,
+            &self.bwd_bc,
+            &[dq, dk, dxbc],
+            &words,
+            grid_threads(s.rows * 2 * s.groups * s.state)?,
+        ))
+    }
+}

@@ -1,0 +1,1126 @@
+//! The training graph of a whole Mamba-2 language model (log-linear, official `hattention` /
+//! fla `log_linear_mamba2`, or plain, official `mamba2mlp`) on the GPU: the forward with every
+//! activation its backward needs kept, the cross-entropy against the next token, and the
+//! backward of every op, adding parameter gradients. The API and its semantics are those of
+//! [`crate::train::gdn_model::GdnTrainModel`].
+//!
+//! The maths is the runtime's (`loglinear_runtime::layers::mamba2`, spec §6.1): embedding →
+//! per layer [mixer_norm → in_proj, split z | xBC | dt | dl → causal conv (+ bias) + SiLU,
+//! split x | B | C → dt = softplus(dt + dt_bias), g = −exp(A_log)·dt, λ = softplus(L ⊙ dl)
+//! (plain: λ = 1) → operator with q = C, k = B (copied per head), v = x·dt → y = o + D·x →
+//! RMSNorm(y ⊙ SiLU(z))·w → out_proj → residual; mlp_norm → SwiGLU → residual] → norm_f →
+//! lm_head.
+//!
+//! Batching: B windows of T tokens in (t, b) row order (row r = t·B + b), so the operator sees
+//! B·H heads `[T][B·H][d]` with no copies. The operator runs with exact levels
+//! (bitlen(T − 1) + 1) so that its backward is exact; plain models pass λ = 1 in as many
+//! columns. The gated norm's group must be the whole d_inner (official; fla with one group).
+
+use crate::chunk_scan::{ChunkScan, Form, ScanIo, ScanKernels, ScanShape};
+use crate::gpu::{Gpu, GpuError};
+use crate::grad::op_m2::{M2Backward, M2Kernels};
+use crate::grad::OpGradIo;
+use crate::train::gdn_model::exact_levels;
+use crate::train::kernels::{ConvShape, Operand, Step, TrainKernels};
+use crate::train::mamba2_kernels::{M2GateIo, M2Shape, M2Step, M2TrainKernels};
+use crate::train::Param;
+use loglinear_runtime::{ModelConfig, LAMBDA_LEVELS};
+
+/// Where each parameter of one block sits in [`Mamba2TrainModel::params`].
+#[derive(Clone, Copy, Debug)]
+struct BlockParams {
+    mixer_norm: usize,
+    in_proj: usize,
+    conv: usize,
+    conv_bias: Option<usize>,
+    a_log: usize,
+    dt_bias: usize,
+    d_skip: usize,
+    l_scale: Option<usize>,
+    norm: usize,
+    out_proj: usize,
+    mlp_norm: usize,
+    gate: usize,
+    up: usize,
+    down: usize,
+}
+
+/// Activations one block keeps from its forward for its backward. Rows (t, b).
+struct BlockActs {
+    /// mixer_norm: 1/rms per row, and the normed input `[N][D]`.
+    rstd1: wgpu::Buffer,
+    h1: wgpu::Buffer,
+    /// in_proj parts: z `[N][di]`, xBC before the conv `[N][ch]`, dt | dl `[N][H (+15H)]`.
+    z: wgpu::Buffer,
+    proj: wgpu::Buffer,
+    dtl: wgpu::Buffer,
+    /// Conv sums before SiLU and the conv output (x | B | C) `[N][ch]`.
+    conv_pre: wgpu::Buffer,
+    xbc: wgpu::Buffer,
+    /// Operator inputs: q, k `[N][H][N_state]`, v `[N][H][P]`, g, dt `[N][H]`,
+    /// λ `[N][H][lambda_cols]`.
+    q: wgpu::Buffer,
+    k: wgpu::Buffer,
+    v: wgpu::Buffer,
+    g: wgpu::Buffer,
+    dt: wgpu::Buffer,
+    lam: wgpu::Buffer,
+    /// Operator output, y = o + D·x, y ⊙ SiLU(z), its 1/rms, normed `[N][di]`.
+    o: wgpu::Buffer,
+    y: wgpu::Buffer,
+    yg: wgpu::Buffer,
+    rstd_n: wgpu::Buffer,
+    yn: wgpu::Buffer,
+    /// Residual after the mixer `[N][D]`, mlp_norm's 1/rms and output.
+    x_mid: wgpu::Buffer,
+    rstd2: wgpu::Buffer,
+    h2: wgpu::Buffer,
+    /// SwiGLU gate and up projections, and SiLU(gate)·up `[N][I]`.
+    mg: wgpu::Buffer,
+    mu: wgpu::Buffer,
+    act: wgpu::Buffer,
+}
+
+/// Gradient scratch shared by all blocks (each block's backward overwrites it).
+struct GradScratch {
+    /// dL/d(residual) `[N][D]`, carried down the layers.
+    dx: wgpu::Buffer,
+    /// dL/d(normed input) `[N][D]`.
+    dh: wgpu::Buffer,
+    dact: wgpu::Buffer,
+    dmg: wgpu::Buffer,
+    dmu: wgpu::Buffer,
+    dyn_: wgpu::Buffer,
+    dyg: wgpu::Buffer,
+    dy: wgpu::Buffer,
+    dz: wgpu::Buffer,
+    dq: wgpu::Buffer,
+    dk: wgpu::Buffer,
+    dv: wgpu::Buffer,
+    dg: wgpu::Buffer,
+    dlam: wgpu::Buffer,
+    sdt: wgpu::Buffer,
+    ddtl: wgpu::Buffer,
+    dxbc: wgpu::Buffer,
+    dproj: wgpu::Buffer,
+    /// Per-row shares of norm-weight gradients `[N][max(D, di)]`.
+    wrow: wgpu::Buffer,
+    /// Per-row shares of A_log, dt_bias, D, L gradients `[N][prow_stride]`.
+    prow: wgpu::Buffer,
+    dlogits: wgpu::Buffer,
+    dxf: wgpu::Buffer,
+}
+
+/// One recorded op: a shared training kernel or a Mamba-2 one.
+enum Op {
+    Shared(Step),
+    M2(M2Step),
+}
+
+/// Records `ops` in order into one compute pass.
+fn encode_ops(enc: &mut wgpu::CommandEncoder, ops: &[Op]) {
+    let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+        label: Some("train mamba2"),
+        timestamp_writes: None,
+    });
+    for op in ops {
+        match op {
+            Op::Shared(s) => s.record(&mut pass),
+            Op::M2(s) => s.record(&mut pass),
+        }
+    }
+}
+
+/// One block's recorded work.
+struct BlockSteps {
+    before_scan: Vec<Op>,
+    scan: ChunkScan,
+    after_scan: Vec<Op>,
+    /// Backward, top down: MLP and output side, then the operator, then the input side.
+    bwd_after: Vec<Op>,
+    op_bwd: M2Backward,
+    bwd_before: Vec<Op>,
+}
+
+/// A Mamba-2 language model set up for training on B windows of T tokens.
+pub struct Mamba2TrainModel {
+    config: ModelConfig,
+    batch: usize,
+    seq_len: usize,
+    levels: usize,
+    lambda_cols: usize,
+    device: wgpu::Device,
+    params: Vec<Param>,
+    blocks: Vec<BlockParams>,
+    embedding: usize,
+    final_norm: usize,
+    lm_head: usize,
+    /// The windows `[B][T+1]` (u32), copied from the caller's buffer by `encode_forward`.
+    tokens: wgpu::Buffer,
+    /// The loss scale of the backward (one f32, written inside the encoder).
+    scale: wgpu::Buffer,
+    losses: wgpu::Buffer,
+    embed: Step,
+    steps: Vec<BlockSteps>,
+    head: Vec<Step>,
+    head_bwd: Vec<Step>,
+    embed_bwd: Step,
+    // Kept alive for the bind groups.
+    _acts: Vec<BlockActs>,
+    _xs: Vec<wgpu::Buffer>,
+    _grads: GradScratch,
+    _other: Vec<wgpu::Buffer>,
+}
+
+fn f32_bytes(n: usize) -> u64 {
+    4 * n as u64
+}
+
+/// The official initialisation's random numbers (deterministic for a seed): SplitMix64
+/// words, uniform doubles in [0, 1), and normals by Box–Muller.
+struct InitRng(u64);
+
+impl InitRng {
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn uniform(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    fn normal(&mut self) -> f64 {
+        let u1 = 1.0 - self.uniform();
+        let u2 = self.uniform();
+        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
+    }
+}
+
+/// A slice of rows of a linear layer's weight: rows `[row0, row0 + out_dim)` of W
+/// `[rows][in_dim]` (in_proj's z, xBC and dt | dl parts).
+#[derive(Clone, Copy)]
+struct WeightRows<'a> {
+    w: &'a wgpu::Buffer,
+    dw: &'a wgpu::Buffer,
+    row0: usize,
+    out_dim: usize,
+    in_dim: usize,
+}
+
+/// `Y[rows][out_dim] = X·W[row0..]ᵀ` (Y contiguous).
+fn linear_rows(
+    k: &TrainKernels,
+    gpu: &Gpu,
+    rows: usize,
+    x: &wgpu::Buffer,
+    w: WeightRows<'_>,
+    y: &wgpu::Buffer,
+) -> Result<Step, GpuError> {
+    k.matmul(
+        gpu,
+        rows,
+        w.out_dim,
+        w.in_dim,
+        Operand::rows(x, 0, w.in_dim),
+        Operand::cols(w.w, w.row0 * w.in_dim, w.in_dim),
+        y,
+        0,
+        w.out_dim,
+        false,
+    )
+}
+
+/// Backward of [`linear_rows`]: `dX (+)= dY·W[row0..]` and `dW[row0..] += dYᵀ·X`.
+fn linear_rows_backward(
+    k: &TrainKernels,
+    gpu: &Gpu,
+    rows: usize,
+    x: &wgpu::Buffer,
+    w: WeightRows<'_>,
+    dy: &wgpu::Buffer,
+    dx: &wgpu::Buffer,
+    acc_dx: bool,
+) -> Result<[Step; 2], GpuError> {
+    let dx_step = k.matmul(
+        gpu,
+        rows,
+        w.in_dim,
+        w.out_dim,
+        Operand::rows(dy, 0, w.out_dim),
+        Operand::rows(w.w, w.row0 * w.in_dim, w.in_dim),
+        dx,
+        0,
+        w.in_dim,
+        acc_dx,
+    )?;
+    let dw_step = k.matmul(
+        gpu,
+        w.out_dim,
+        w.in_dim,
+        rows,
+        Operand::cols(dy, 0, w.out_dim),
+        Operand::rows(x, 0, w.in_dim),
+        w.dw,
+        w.row0 * w.in_dim,
+        w.in_dim,
+        true,
+    )?;
+    Ok([dx_step, dw_step])
+}
+
+impl Mamba2TrainModel {
+    /// Allocates parameters (uninitialised: call [`Mamba2TrainModel::init_params`] or
+    /// [`Mamba2TrainModel::load_params`]), activations and gradient scratch for `batch` windows
+    /// of `seq_len` tokens, and records every step. Mamba-2 architectures only, with the gated
+    /// norm over the whole d_inner.
+    pub fn new(
+        gpu: &Gpu,
+        config: &ModelConfig,
+        batch: usize,
+        seq_len: usize,
+    ) -> Result<Self, GpuError> {
+        let c = *config;
+        if !c.arch.is_mamba2() {
+            return Err(GpuError::Invalid(format!(
+                "Mamba2TrainModel trains Mamba-2 models, not {}",
+                c.arch.name()
+            )));
+        }
+        c.validate()
+            .map_err(|e| GpuError::Invalid(format!("model config: {e}")))?;
+        if c.norm_group_size != c.d_inner() {
+            return Err(GpuError::Invalid(format!(
+                "Mamba2TrainModel: gated-norm group {} is not the whole d_inner {} (unsupported)",
+                c.norm_group_size,
+                c.d_inner()
+            )));
+        }
+        if batch == 0 || seq_len == 0 {
+            return Err(GpuError::Invalid("batch and seq_len must be ≥ 1".into()));
+        }
+        let ll = c.arch.is_log_linear();
+        let levels = exact_levels(seq_len);
+        if ll && levels > LAMBDA_LEVELS {
+            return Err(GpuError::Invalid(format!(
+                "seq_len {seq_len} needs {levels} levels, over the model's {LAMBDA_LEVELS}"
+            )));
+        }
+        let lambda_cols = if ll { LAMBDA_LEVELS } else { levels };
+        let (d, h, ns, hp, groups) = (
+            c.hidden_size,
+            c.num_heads,
+            c.head_k_dim,
+            c.head_v_dim,
+            c.num_groups,
+        );
+        let (di, ch, im, w) = (
+            c.d_inner(),
+            c.conv_channels(),
+            c.intermediate_size,
+            c.conv_kernel,
+        );
+        let vocab = c.vocab_size;
+        let n = batch * seq_len;
+        let rows_in = c.in_proj_rows();
+        let ms = M2Shape {
+            rows: n,
+            batch,
+            heads: h,
+            head_dim: hp,
+            groups,
+            state: ns,
+            lambda_cols,
+            levels,
+            log_linear: ll,
+            conv_width: w,
+        };
+        let dtl_stride = ms.dtl_stride();
+        let pw = ms.prow_stride();
+
+        // Parameters, official keys and shapes.
+        let mut params = Vec::new();
+        let mut add = |name: String, shape: Vec<usize>, decay: bool| -> Result<usize, GpuError> {
+            let len: usize = shape.iter().product();
+            params.push(Param {
+                value: gpu.storage_zeroed(&name, f32_bytes(len))?,
+                grad: gpu.storage_zeroed(&format!("{name}.grad"), f32_bytes(len))?,
+                name,
+                shape,
+                len,
+                decay,
+            });
+            Ok(params.len() - 1)
+        };
+        let embedding = add("backbone.embeddings.weight".into(), vec![vocab, d], true)?;
+        let mut blocks = Vec::with_capacity(c.num_layers);
+        for l in 0..c.num_layers {
+            let p = |s: &str| format!("backbone.layers.{l}.{s}");
+            blocks.push(BlockParams {
+                mixer_norm: add(p("mixer_norm.weight"), vec![d], false)?,
+                in_proj: add(p("mixer.in_proj.weight"), vec![rows_in, d], true)?,
+                conv: add(p("mixer.conv1d.weight"), vec![ch, 1, w], true)?,
+                conv_bias: if c.conv_bias {
+                    Some(add(p("mixer.conv1d.bias"), vec![ch], false)?)
+                } else {
+                    None
+                },
+                a_log: add(p("mixer.A_log"), vec![h], false)?,
+                dt_bias: add(p("mixer.dt_bias"), vec![h], false)?,
+                d_skip: add(p("mixer.D"), vec![h], false)?,
+                l_scale: if ll {
+                    Some(add(p("mixer.L"), vec![h, LAMBDA_LEVELS], false)?)
+                } else {
+                    None
+                },
+                norm: add(p("mixer.norm.weight"), vec![di], false)?,
+                out_proj: add(p("mixer.out_proj.weight"), vec![d, di], true)?,
+                mlp_norm: add(p("mlp_norm.weight"), vec![d], false)?,
+                gate: add(p("mlp.gate_proj.weight"), vec![im, d], true)?,
+                up: add(p("mlp.up_proj.weight"), vec![im, d], true)?,
+                down: add(p("mlp.down_proj.weight"), vec![d, im], true)?,
+            });
+        }
+        let final_norm = add("backbone.norm_f.weight".into(), vec![d], false)?;
+        let lm_head = add("lm_head.weight".into(), vec![vocab, d], true)?;
+
+        let z = |label: &str, len: usize| gpu.storage_zeroed(label, f32_bytes(len));
+        let tokens = z("train tokens", batch * (seq_len + 1))?;
+        let scale = z("train loss scale", 1)?;
+        let losses = z("train losses", n)?;
+        let xs: Vec<wgpu::Buffer> = (0..=c.num_layers)
+            .map(|l| z(&format!("x{l}"), n * d))
+            .collect::<Result<_, _>>()?;
+        let mut acts = Vec::with_capacity(c.num_layers);
+        for _ in 0..c.num_layers {
+            acts.push(BlockActs {
+                rstd1: z("rstd1", n)?,
+                h1: z("h1", n * d)?,
+                z: z("z", n * di)?,
+                proj: z("proj", n * ch)?,
+                dtl: z("dtl", n * dtl_stride)?,
+                conv_pre: z("conv_pre", n * ch)?,
+                xbc: z("xbc", n * ch)?,
+                q: z("q", n * h * ns)?,
+                k: z("k", n * h * ns)?,
+                v: z("v", n * di)?,
+                g: z("g", n * h)?,
+                dt: z("dt", n * h)?,
+                lam: z("lam", n * h * lambda_cols)?,
+                o: z("o", n * di)?,
+                y: z("y", n * di)?,
+                yg: z("yg", n * di)?,
+                rstd_n: z("rstd_n", n)?,
+                yn: z("yn", n * di)?,
+                x_mid: z("x_mid", n * d)?,
+                rstd2: z("rstd2", n)?,
+                h2: z("h2", n * d)?,
+                mg: z("mg", n * im)?,
+                mu: z("mu", n * im)?,
+                act: z("act", n * im)?,
+            });
+        }
+        let gs = GradScratch {
+            dx: z("dx", n * d)?,
+            dh: z("dh", n * d)?,
+            dact: z("dact", n * im)?,
+            dmg: z("dmg", n * im)?,
+            dmu: z("dmu", n * im)?,
+            dyn_: z("dyn", n * di)?,
+            dyg: z("dyg", n * di)?,
+            dy: z("dy", n * di)?,
+            dz: z("dz", n * di)?,
+            dq: z("dq", n * h * ns)?,
+            dk: z("dk", n * h * ns)?,
+            dv: z("dv", n * di)?,
+            dg: z("dg", n * h)?,
+            dlam: z("dlam", n * h * lambda_cols)?,
+            sdt: z("sdt", n * h)?,
+            ddtl: z("ddtl", n * dtl_stride)?,
+            dxbc: z("dxbc", n * ch)?,
+            dproj: z("dproj", n * ch)?,
+            wrow: z("wrow", n * d.max(di))?,
+            prow: z("prow", n * pw)?,
+            dlogits: z("dlogits", n * vocab)?,
+            dxf: z("dxf", n * d)?,
+        };
+        let mix_out = z("mixer out", n * d)?;
+        let mlp_out = z("mlp out", n * d)?;
+        let state = z("scan state", levels * batch * h * ns * hp)?;
+        let rstd_f = z("rstd_f", n)?;
+        let xf = z("xf", n * d)?;
+        let logits = z("logits", n * vocab)?;
+        let lse = z("lse", n)?;
+        let unused = z("unused", 1)?;
+        // The operator's β (Mamba-2 ignores it) and the conv bias of models without one.
+        let no_beta = z("no beta", 1)?;
+        let no_bias = z("no conv bias", ch)?;
+
+        let k = TrainKernels::new(gpu)?;
+        let mk = M2TrainKernels::new(gpu)?;
+        let scan_kernels = ScanKernels::new(gpu, Form::Mamba2)?;
+        let bwd_kernels = M2Kernels::new(gpu)?;
+        let shape = ScanShape {
+            form: Form::Mamba2,
+            t: seq_len,
+            heads: batch * h,
+            qk_heads: batch * h,
+            dk: ns,
+            dv: hp,
+            lambda_cols,
+            levels,
+        };
+        let eps = c.norm_eps;
+        let pv = |i: usize| &params[i].value;
+        let pg = |i: usize| &params[i].grad;
+
+        let embed = k.embed(
+            gpu,
+            &tokens,
+            pv(embedding),
+            &xs[0],
+            seq_len,
+            batch,
+            d,
+            vocab,
+        )?;
+        let mut steps = Vec::with_capacity(c.num_layers);
+        for (l, (bp, a)) in blocks.iter().zip(&acts).enumerate() {
+            let (x_in, x_out) = (&xs[l], &xs[l + 1]);
+            let in_rows = |row0: usize, out_dim: usize| WeightRows {
+                w: pv(bp.in_proj),
+                dw: pg(bp.in_proj),
+                row0,
+                out_dim,
+                in_dim: d,
+            };
+            let (w_z, w_xbc, w_dtl) = (
+                in_rows(0, di),
+                in_rows(di, ch),
+                in_rows(di + ch, dtl_stride),
+            );
+            let gate_io = M2GateIo {
+                dtl: &a.dtl,
+                dt_bias: pv(bp.dt_bias),
+                a_log: pv(bp.a_log),
+                l_scale: bp.l_scale.map_or(&unused, |i| pv(i)),
+            };
+            let conv_bias = bp.conv_bias.map_or(&no_bias, |i| pv(i));
+            let conv_shape = ConvShape {
+                rows: n,
+                batch,
+                stride: ch,
+                c0: 0,
+                channels: ch,
+                width: w,
+            };
+            // Forward, before the operator.
+            let before = vec![
+                Op::Shared(k.rmsnorm(gpu, x_in, pv(bp.mixer_norm), &a.h1, &a.rstd1, n, d, eps)?),
+                Op::Shared(linear_rows(&k, gpu, n, &a.h1, w_z, &a.z)?),
+                Op::Shared(linear_rows(&k, gpu, n, &a.h1, w_xbc, &a.proj)?),
+                Op::Shared(linear_rows(&k, gpu, n, &a.h1, w_dtl, &a.dtl)?),
+                Op::M2(mk.conv(
+                    gpu,
+                    ms,
+                    &a.proj,
+                    pv(bp.conv),
+                    conv_bias,
+                    &a.conv_pre,
+                    &a.xbc,
+                )?),
+                Op::M2(mk.gates(gpu, ms, &gate_io, &a.g, &a.lam, &a.dt)?),
+                Op::M2(mk.qkv(gpu, ms, &a.xbc, &a.dt, &a.q, &a.k, &a.v)?),
+            ];
+            let scan = ChunkScan::new(
+                gpu,
+                &scan_kernels,
+                shape,
+                ScanIo {
+                    q: &a.q,
+                    k: &a.k,
+                    v: &a.v,
+                    g: &a.g,
+                    beta: &no_beta,
+                    lam: &a.lam,
+                    o: &a.o,
+                    state: &state,
+                },
+            )?;
+            // Forward, after the operator: skip, gated norm, out_proj, residual, MLP.
+            let after = vec![
+                Op::M2(mk.skip(gpu, ms, &a.o, &a.xbc, pv(bp.d_skip), &a.y)?),
+                Op::Shared(k.gate_silu(gpu, &a.y, &a.z, &a.yg, &unused, &unused, n * di, false)?),
+                Op::Shared(k.rmsnorm(gpu, &a.yg, pv(bp.norm), &a.yn, &a.rstd_n, n, di, eps)?),
+                Op::Shared(k.linear(
+                    gpu,
+                    n,
+                    di,
+                    d,
+                    &a.yn,
+                    0,
+                    di,
+                    pv(bp.out_proj),
+                    &mix_out,
+                    0,
+                    d,
+                )?),
+                Op::Shared(k.add(gpu, x_in, &mix_out, &a.x_mid, n * d)?),
+                Op::Shared(k.rmsnorm(
+                    gpu,
+                    &a.x_mid,
+                    pv(bp.mlp_norm),
+                    &a.h2,
+                    &a.rstd2,
+                    n,
+                    d,
+                    eps,
+                )?),
+                Op::Shared(k.linear(gpu, n, d, im, &a.h2, 0, d, pv(bp.gate), &a.mg, 0, im)?),
+                Op::Shared(k.linear(gpu, n, d, im, &a.h2, 0, d, pv(bp.up), &a.mu, 0, im)?),
+                Op::Shared(k.gate_silu(
+                    gpu,
+                    &a.mu,
+                    &a.mg,
+                    &a.act,
+                    &unused,
+                    &unused,
+                    n * im,
+                    false,
+                )?),
+                Op::Shared(k.linear(gpu, n, im, d, &a.act, 0, im, pv(bp.down), &mlp_out, 0, d)?),
+                Op::Shared(k.add(gpu, &a.x_mid, &mlp_out, x_out, n * d)?),
+            ];
+
+            // Backward, top down. gs.dx holds dL/d x_out on entry.
+            let mut bwd_after: Vec<Op> = Vec::new();
+            let shared = |v: &mut Vec<Op>, s: [Step; 2]| v.extend(s.into_iter().map(Op::Shared));
+            shared(
+                &mut bwd_after,
+                k.linear_backward(
+                    gpu,
+                    n,
+                    im,
+                    d,
+                    &a.act,
+                    0,
+                    im,
+                    pv(bp.down),
+                    pg(bp.down),
+                    &gs.dx,
+                    0,
+                    d,
+                    &gs.dact,
+                    0,
+                    im,
+                    false,
+                )?,
+            );
+            bwd_after.push(Op::Shared(k.gate_silu(
+                gpu,
+                &a.mu,
+                &a.mg,
+                &gs.dact,
+                &gs.dmu,
+                &gs.dmg,
+                n * im,
+                true,
+            )?));
+            for (wi, dy, acc) in [(bp.gate, &gs.dmg, false), (bp.up, &gs.dmu, true)] {
+                shared(
+                    &mut bwd_after,
+                    k.linear_backward(
+                        gpu,
+                        n,
+                        d,
+                        im,
+                        &a.h2,
+                        0,
+                        d,
+                        pv(wi),
+                        pg(wi),
+                        dy,
+                        0,
+                        im,
+                        &gs.dh,
+                        0,
+                        d,
+                        acc,
+                    )?,
+                );
+            }
+            bwd_after.push(Op::Shared(k.rmsnorm_backward(
+                gpu,
+                &a.x_mid,
+                pv(bp.mlp_norm),
+                &a.rstd2,
+                &gs.dh,
+                &gs.dx,
+                &gs.wrow,
+                n,
+                d,
+                true,
+            )?));
+            bwd_after.push(Op::Shared(k.colsum(
+                gpu,
+                &gs.wrow,
+                0,
+                d,
+                n,
+                d,
+                pg(bp.mlp_norm),
+            )?));
+            // gs.dx now holds dL/d x_mid.
+            shared(
+                &mut bwd_after,
+                k.linear_backward(
+                    gpu,
+                    n,
+                    di,
+                    d,
+                    &a.yn,
+                    0,
+                    di,
+                    pv(bp.out_proj),
+                    pg(bp.out_proj),
+                    &gs.dx,
+                    0,
+                    d,
+                    &gs.dyn_,
+                    0,
+                    di,
+                    false,
+                )?,
+            );
+            bwd_after.push(Op::Shared(k.rmsnorm_backward(
+                gpu,
+                &a.yg,
+                pv(bp.norm),
+                &a.rstd_n,
+                &gs.dyn_,
+                &gs.dyg,
+                &gs.wrow,
+                n,
+                di,
+                false,
+            )?));
+            bwd_after.push(Op::Shared(k.colsum(
+                gpu,
+                &gs.wrow,
+                0,
+                di,
+                n,
+                di,
+                pg(bp.norm),
+            )?));
+            bwd_after.push(Op::Shared(k.gate_silu(
+                gpu,
+                &a.y,
+                &a.z,
+                &gs.dyg,
+                &gs.dy,
+                &gs.dz,
+                n * di,
+                true,
+            )?));
+            // d_o = dy (y = o + D·x).
+            let op_bwd = M2Backward::with_kernels(
+                gpu,
+                &bwd_kernels,
+                shape,
+                OpGradIo {
+                    q: &a.q,
+                    k: &a.k,
+                    v: &a.v,
+                    g: &a.g,
+                    beta: &no_beta,
+                    lam: &a.lam,
+                    d_o: &gs.dy,
+                    dq: &gs.dq,
+                    dk: &gs.dk,
+                    dv: &gs.dv,
+                    dg: &gs.dg,
+                    dbeta: &no_beta,
+                    dlam: &gs.dlam,
+                },
+            )?;
+            let mut bwd_before = vec![
+                Op::M2(mk.x_backward(
+                    gpu,
+                    ms,
+                    &a.xbc,
+                    &a.dt,
+                    pv(bp.d_skip),
+                    &gs.dy,
+                    &gs.dv,
+                    &gs.dxbc,
+                    &gs.sdt,
+                    &gs.prow,
+                )?),
+                Op::M2(mk.gates_backward(
+                    gpu, ms, &gate_io, &gs.dg, &gs.dlam, &gs.sdt, &gs.ddtl, &gs.prow,
+                )?),
+                Op::M2(mk.bc_backward(gpu, ms, &gs.dq, &gs.dk, &gs.dxbc)?),
+                Op::Shared(k.colsum(gpu, &gs.prow, 0, pw, n, h, pg(bp.a_log))?),
+                Op::Shared(k.colsum(gpu, &gs.prow, h, pw, n, h, pg(bp.dt_bias))?),
+                Op::Shared(k.colsum(gpu, &gs.prow, 2 * h, pw, n, h, pg(bp.d_skip))?),
+            ];
+            if let Some(li) = bp.l_scale {
+                bwd_before.push(Op::Shared(k.colsum(
+                    gpu,
+                    &gs.prow,
+                    3 * h,
+                    pw,
+                    n,
+                    LAMBDA_LEVELS * h,
+                    pg(li),
+                )?));
+            }
+            bwd_before.push(Op::Shared(k.conv_backward(
+                gpu,
+                &a.conv_pre,
+                &gs.dxbc,
+                pv(bp.conv),
+                &gs.dproj,
+                conv_shape,
+            )?));
+            bwd_before.push(Op::Shared(k.conv_backward_w(
+                gpu,
+                &a.conv_pre,
+                &gs.dxbc,
+                &a.proj,
+                pg(bp.conv),
+                conv_shape,
+            )?));
+            if let Some(bi) = bp.conv_bias {
+                bwd_before.push(Op::M2(mk.conv_bias_backward(
+                    gpu,
+                    ms,
+                    &a.conv_pre,
+                    &gs.dxbc,
+                    pg(bi),
+                )?));
+            }
+            // in_proj's three row blocks, their input gradients summed into dh.
+            for (i, (wr, dy)) in [(w_z, &gs.dz), (w_xbc, &gs.dproj), (w_dtl, &gs.ddtl)]
+                .into_iter()
+                .enumerate()
+            {
+                shared(
+                    &mut bwd_before,
+                    linear_rows_backward(&k, gpu, n, &a.h1, wr, dy, &gs.dh, i > 0)?,
+                );
+            }
+            bwd_before.push(Op::Shared(k.rmsnorm_backward(
+                gpu,
+                x_in,
+                pv(bp.mixer_norm),
+                &a.rstd1,
+                &gs.dh,
+                &gs.dx,
+                &gs.wrow,
+                n,
+                d,
+                true,
+            )?));
+            bwd_before.push(Op::Shared(k.colsum(
+                gpu,
+                &gs.wrow,
+                0,
+                d,
+                n,
+                d,
+                pg(bp.mixer_norm),
+            )?));
+            steps.push(BlockSteps {
+                before_scan: before,
+                scan,
+                after_scan: after,
+                bwd_after,
+                op_bwd,
+                bwd_before,
+            });
+        }
+        let x_last = &xs[c.num_layers];
+        let head = vec![
+            k.rmsnorm(gpu, x_last, pv(final_norm), &xf, &rstd_f, n, d, eps)?,
+            k.linear(gpu, n, d, vocab, &xf, 0, d, pv(lm_head), &logits, 0, vocab)?,
+            k.loss(
+                gpu, &tokens, &logits, &lse, &losses, &scale, seq_len, batch, vocab,
+            )?,
+        ];
+        let mut head_bwd = vec![k.loss_backward(
+            gpu,
+            &tokens,
+            &logits,
+            &lse,
+            &gs.dlogits,
+            &scale,
+            seq_len,
+            batch,
+            vocab,
+        )?];
+        head_bwd.extend(k.linear_backward(
+            gpu,
+            n,
+            d,
+            vocab,
+            &xf,
+            0,
+            d,
+            pv(lm_head),
+            pg(lm_head),
+            &gs.dlogits,
+            0,
+            vocab,
+            &gs.dxf,
+            0,
+            d,
+            false,
+        )?);
+        head_bwd.push(k.rmsnorm_backward(
+            gpu,
+            x_last,
+            pv(final_norm),
+            &rstd_f,
+            &gs.dxf,
+            &gs.dx,
+            &gs.wrow,
+            n,
+            d,
+            false,
+        )?);
+        head_bwd.push(k.colsum(gpu, &gs.wrow, 0, d, n, d, pg(final_norm))?);
+        let embed_bwd = k.embed_backward(
+            gpu,
+            &tokens,
+            &gs.dx,
+            pg(embedding),
+            seq_len,
+            batch,
+            d,
+            vocab,
+        )?;
+
+        Ok(Self {
+            config: c,
+            batch,
+            seq_len,
+            levels,
+            lambda_cols,
+            device: gpu.device.clone(),
+            params,
+            blocks,
+            embedding,
+            final_norm,
+            lm_head,
+            tokens,
+            scale,
+            losses,
+            embed,
+            steps,
+            head,
+            head_bwd,
+            embed_bwd,
+            _acts: acts,
+            _xs: xs,
+            _grads: gs,
+            _other: vec![
+                mix_out, mlp_out, state, rstd_f, xf, logits, lse, unused, no_beta, no_bias,
+            ],
+        })
+    }
+
+    /// The model's config.
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// Windows per step.
+    pub fn batch(&self) -> usize {
+        self.batch
+    }
+
+    /// Predicted tokens per window.
+    pub fn seq_len(&self) -> usize {
+        self.seq_len
+    }
+
+    /// Operator levels (exact: bitlen(T − 1) + 1) and λ columns of the operator's inputs.
+    pub fn levels(&self) -> (usize, usize) {
+        (self.levels, self.lambda_cols)
+    }
+
+    /// Every trainable tensor, official keys and shapes; `decay` false for the official
+    /// no-decay group (A_log, dt_bias, D, L, norms, the conv bias).
+    pub fn params(&self) -> &[Param] {
+        &self.params
+    }
+
+    /// Per-token losses `[batch][seq_len]` (nats) of the last forward.
+    pub fn losses(&self) -> &wgpu::Buffer {
+        &self.losses
+    }
+
+    /// Mirror of the official `_init_weights` (spec §6.1; deterministic for `seed`): Linear,
+    /// conv and embedding weights N(0, 0.006), conv bias 0; A_log = log(1, 2, …, H) (fla
+    /// `Mamba2PreTrainedModel`, which `hattention` and `mamba2mlp` inherit); dt_bias =
+    /// softplus⁻¹(dt), dt = exp(U[ln 1e-3, ln 1e-1]) floored at 1e-4; D = 1; L = 1; norms 1;
+    /// out_proj and down_proj kaiming-uniform(a = √5) = U(±1/√fan_in), divided by
+    /// √(2·layers).
+    pub fn init_params(&self, gpu: &Gpu, seed: u64) -> Result<(), GpuError> {
+        let mut rng = InitRng(seed ^ 0x6d61_6d62_615f_696e);
+        let std = 0.006;
+        let rescale = (2.0 * self.config.num_layers as f64).sqrt();
+        let outputs: Vec<usize> = self
+            .blocks
+            .iter()
+            .flat_map(|b| [b.out_proj, b.down])
+            .collect();
+        for (i, p) in self.params.iter().enumerate() {
+            let name = p.name.as_str();
+            let data: Vec<f32> = if name.ends_with("norm.weight")
+                || name.ends_with("norm_f.weight")
+                || name.ends_with(".L")
+                || name.ends_with(".D")
+            {
+                vec![1.0; p.len]
+            } else if name.ends_with("conv1d.bias") {
+                vec![0.0; p.len]
+            } else if name.ends_with(".A_log") {
+                (1..=p.len).map(|a| (a as f64).ln() as f32).collect()
+            } else if name.ends_with(".dt_bias") {
+                (0..p.len)
+                    .map(|_| {
+                        let (lo, hi) = (1e-3f64.ln(), 1e-1f64.ln());
+                        let dt = (lo + rng.uniform() * (hi - lo)).exp().max(1e-4);
+                        // softplus⁻¹(dt) = dt + ln(−expm1(−dt))
+                        (dt + (-(-dt).exp_m1()).ln()) as f32
+                    })
+                    .collect()
+            } else if outputs.contains(&i) {
+                let bound = 1.0 / (p.shape[1] as f64).sqrt();
+                (0..p.len)
+                    .map(|_| ((2.0 * rng.uniform() - 1.0) * bound / rescale) as f32)
+                    .collect()
+            } else {
+                (0..p.len).map(|_| (rng.normal() * std) as f32).collect()
+            };
+            gpu.write(&p.value, &data);
+        }
+        Ok(())
+    }
+
+    /// Loads every parameter by its official key. A missing or mis-sized tensor is an error
+    /// that names it (nothing is half-loaded: all are checked before any is written).
+    pub fn load_params(
+        &self,
+        gpu: &Gpu,
+        get: &dyn Fn(&str) -> Option<Vec<f32>>,
+    ) -> Result<(), GpuError> {
+        let mut all = Vec::with_capacity(self.params.len());
+        for p in &self.params {
+            let data = get(&p.name)
+                .ok_or_else(|| GpuError::Invalid(format!("missing parameter `{}`", p.name)))?;
+            if data.len() != p.len {
+                return Err(GpuError::Invalid(format!(
+                    "parameter `{}` has {} values, shape {:?} needs {}",
+                    p.name,
+                    data.len(),
+                    p.shape,
+                    p.len
+                )));
+            }
+            all.push(data);
+        }
+        for (p, data) in self.params.iter().zip(&all) {
+            gpu.write(&p.value, data);
+        }
+        Ok(())
+    }
+
+    /// Every parameter's key, shape and values.
+    pub fn read_params(&self, gpu: &Gpu) -> Result<Vec<(String, Vec<usize>, Vec<f32>)>, GpuError> {
+        self.params
+            .iter()
+            .map(|p| {
+                let mut v = gpu.read_f32(&p.value)?;
+                v.truncate(p.len);
+                Ok((p.name.clone(), p.shape.clone(), v))
+            })
+            .collect()
+    }
+
+    /// Every parameter's gradient, in [`Mamba2TrainModel::params`] order.
+    pub fn read_grads(&self, gpu: &Gpu) -> Result<Vec<Vec<f32>>, GpuError> {
+        self.params
+            .iter()
+            .map(|p| {
+                let mut v = gpu.read_f32(&p.grad)?;
+                v.truncate(p.len);
+                Ok(v)
+            })
+            .collect()
+    }
+
+    /// Records the forward over `tokens` (u32 `[batch][seq_len + 1]` windows: inputs are the
+    /// first seq_len of each, targets the last seq_len), ending in
+    /// [`Mamba2TrainModel::losses`]. `tokens` needs COPY_SRC usage (any buffer from
+    /// [`Gpu::storage_from`] has it); it is copied, so the caller may reuse it after encoding.
+    pub fn encode_forward(&self, enc: &mut wgpu::CommandEncoder, tokens: &wgpu::Buffer) {
+        let bytes = f32_bytes(self.batch * (self.seq_len + 1));
+        enc.copy_buffer_to_buffer(tokens, 0, &self.tokens, 0, bytes);
+        self.embed.encode(enc);
+        for s in &self.steps {
+            encode_ops(enc, &s.before_scan);
+            s.scan.encode(enc);
+            encode_ops(enc, &s.after_scan);
+        }
+        crate::train::kernels::encode_all(enc, &self.head);
+    }
+
+    /// Records the backward of the last recorded forward: every parameter's gradient
+    /// += ∂(loss_scale · Σ losses)/∂param. The scale is written into the encoder (not through
+    /// the queue), so several backwards with different scales in one encoder each get theirs.
+    pub fn encode_backward(&self, enc: &mut wgpu::CommandEncoder, loss_scale: f32) {
+        let tmp = self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("loss scale upload"),
+            size: 4,
+            usage: wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: true,
+        });
+        // A buffer mapped at creation is always mappable.
+        if let Ok(mut view) = tmp.slice(..).get_mapped_range_mut() {
+            view.copy_from_slice(&loss_scale.to_le_bytes());
+        }
+        tmp.unmap();
+        enc.copy_buffer_to_buffer(&tmp, 0, &self.scale, 0, 4);
+        crate::train::kernels::encode_all(enc, &self.head_bwd);
+        for s in self.steps.iter().rev() {
+            encode_ops(enc, &s.bwd_after);
+            s.op_bwd.encode(enc);
+            encode_ops(enc, &s.bwd_before);
+        }
+        self.embed_bwd.encode(enc);
+    }
+
+    /// Records zeroing every gradient.
+    pub fn encode_zero_grads(&self, enc: &mut wgpu::CommandEncoder) {
+        for p in &self.params {
+            enc.clear_buffer(&p.grad, 0, None);
+        }
+    }
+
+    /// Index of a parameter by key.
+    pub fn param_index(&self, name: &str) -> Option<usize> {
+        self.params.iter().position(|p| p.name == name)
+    }
+
+    /// Indices of the embedding, final norm and LM head in [`Mamba2TrainModel::params`].
+    pub fn global_params(&self) -> [usize; 3] {
+        [self.embedding, self.final_norm, self.lm_head]
+    }
+}
