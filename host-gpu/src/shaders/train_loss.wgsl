@@ -76,7 +76,7 @@ fn backward(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: v
     }
     let base = r * p.vocab;
     let l = lse[r];
-    let tgt = target_of(r);
+    let tgt = min(target_of(r), p.vocab - 1u); // as the forward
     let s = scale[0];
     for (var v = li; v < p.vocab; v += 64u) {
         var d = exp(logits[base + v] - l);
