@@ -6,6 +6,25 @@
 //!   optimizer.safetensors, trainer_state.json), written crash-safely;
 //! * `run` (with the `gpu` feature): the training loop over the GPU model graph
 //!   (`loglinear_host_gpu::train::gdn_model`) and optimizer (`…::train::optim`).
+//!
+//! Reproducing models/ll-gdn-mcu (TRAINING.md; the defaults are its recipe: windows of 512,
+//! batch 32, AdamW (0.9, 0.95), eps 1e-8, weight decay 0.1, lr 2e-3 with 150 warmup steps and a
+//! cosine to 2e-4, clip 1.0, seed 20250604, 3,856 steps):
+//!
+//! ```text
+//! loglinear train --config models/ll-gdn-mcu/config.json --data train.txt --val val.txt \
+//!     --val-windows 64 --eval-every 250 --save-every 500 --out runs/ll-gdn \
+//!     --export runs/ll-gdn-q8_0.gguf
+//! loglinear train --data train.txt --val val.txt --val-windows 64 --out runs/ll-gdn \
+//!     --steps 5000 --resume            # continue (same settings, more steps)
+//! loglinear convert runs/ll-gdn/checkpoint -o ll-gdn-f32.gguf   # or load it in PyTorch
+//! ```
+//!
+//! Each step draws `accum × batch` windows, runs forward and backward per micro-batch into the
+//! same gradients (loss scale 1/(batch·seq_len·accum): the mean over all predicted tokens),
+//! clips by the global norm and takes one AdamW step, all in one GPU submission. The log
+//! (`OUT/train_log.csv`) has step, tokens, lr, loss (nats), bits per token, gradient norm
+//! before clipping, validation bits per token (on validation steps) and seconds.
 
 pub mod checkpoint_dir;
 pub mod data;

@@ -357,6 +357,9 @@ pub fn train(args: &TrainArgs) -> Res {
         )
         .into());
     }
+    if val_windows.is_empty() && args.eval_every > 0 {
+        eprintln!("warning: no validation data (--val or --val-fraction): --eval-every ignored");
+    }
     let settings = settings(args, &train, &val);
 
     // Model and optimizer.
