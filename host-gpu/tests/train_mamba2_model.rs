@@ -3,7 +3,7 @@
 //!    (`hattention`, fla `log_linear_mamba2`, `mamba2mlp`);
 //! 2. every parameter's gradient against central finite differences of an f64 CPU port of the
 //!    model written here (quadratic operator form of spec §3.1 per head): the whole gradient
-//!    of the small parameters, a sample of coordinates of the big ones;
+//!    of the small parameters, one coordinate per in_proj row, a sample of the other big ones;
 //! 3. a short training run (Adam written here) on a repeated text: the loss falls.
 
 use loglinear_converter::Checkpoint;
@@ -291,6 +291,10 @@ fn grad_check(arch: Arch, t: usize, tol: f64) {
         // Small parameters whole; 24 spread coordinates of the big ones.
         let coords: Vec<usize> = if n <= 64 {
             (0..n).collect()
+        } else if param.name.ends_with("in_proj.weight") {
+            // One coordinate in every row: z, xBC, dt and dl rows all checked.
+            let (rows, cols) = (param.shape[0], param.shape[1]);
+            (0..rows).map(|r| r * cols + (r * 5 + 3) % cols).collect()
         } else {
             (0..24).map(|i| (i * 7919 + 13) % n).collect()
         };

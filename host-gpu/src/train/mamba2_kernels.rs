@@ -173,6 +173,7 @@ impl M2TrainKernels {
 
     /// Conv (with `bias`: zeros when the model has none) + SiLU over xBC `[rows][channels]`:
     /// `pre` and `out` written.
+    #[allow(clippy::too_many_arguments)]
     pub fn conv(
         &self,
         gpu: &Gpu,

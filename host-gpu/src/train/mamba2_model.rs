@@ -20,7 +20,7 @@ use crate::chunk_scan::{ChunkScan, Form, ScanIo, ScanKernels, ScanShape};
 use crate::gpu::{Gpu, GpuError};
 use crate::grad::op_m2::{M2Backward, M2Kernels};
 use crate::grad::OpGradIo;
-use crate::train::gdn_model::exact_levels;
+use crate::train::gdn_model::{exact_levels, NamedTensor};
 use crate::train::kernels::{ConvShape, Operand, Step, TrainKernels};
 use crate::train::mamba2_kernels::{M2GateIo, M2Shape, M2Step, M2TrainKernels};
 use crate::train::Param;
@@ -235,6 +235,7 @@ fn linear_rows(
 }
 
 /// Backward of [`linear_rows`]: `dX (+)= dY·W[row0..]` and `dW[row0..] += dYᵀ·X`.
+#[allow(clippy::too_many_arguments)]
 fn linear_rows_backward(
     k: &TrainKernels,
     gpu: &Gpu,
@@ -1043,7 +1044,7 @@ impl Mamba2TrainModel {
     }
 
     /// Every parameter's key, shape and values.
-    pub fn read_params(&self, gpu: &Gpu) -> Result<Vec<(String, Vec<usize>, Vec<f32>)>, GpuError> {
+    pub fn read_params(&self, gpu: &Gpu) -> Result<Vec<NamedTensor>, GpuError> {
         self.params
             .iter()
             .map(|p| {
