@@ -347,6 +347,35 @@ fn bad_input_is_a_clear_error() {
         &["--data", "train.txt", "--out", "o", "--lr=-1"],
         "learning rate",
     );
+    fails(
+        &dir,
+        &[
+            "train",
+            "--config",
+            "tiny.json",
+            "--data",
+            "train.txt",
+            "--seq-len",
+            "32",
+            "--batch",
+            "2",
+            "--steps",
+            "4",
+            "--lr",
+            "1e30",
+            "--warmup",
+            "0",
+            "--schedule",
+            "constant",
+            "--out",
+            "diverged",
+        ],
+        "training diverged at step",
+    );
+    assert!(
+        !dir.join("diverged/checkpoint").exists(),
+        "no checkpoint of NaN weights"
+    );
     std::fs::write(dir.join("bad.json"), "{\"model_type\": \"llama\"}").unwrap();
     fails(
         &dir,
