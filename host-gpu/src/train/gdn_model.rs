@@ -14,6 +14,12 @@
 //! conv's previous token of row r is row r − B. The operator runs with exact levels
 //! (bitlen(T − 1) + 1, no saturated top level) so that its backward is exact; plain models pass
 //! λ = 1 in as many columns.
+//!
+//! Memory: every block keeps its activations (about N·(5D + 3·conv channels + 2·key_dim +
+//! 6·value_dim + 3·I) floats for N = B·T rows); one forward scan and one operator backward, with
+//! their scratch, serve all blocks (the block's operator inputs are copied into shared buffers
+//! first). Gradient scratch is shared by all blocks. Everything is recorded once in
+//! [`GdnTrainModel::new`]; encoding only records dispatches and copies.
 
 use crate::chunk_scan::{ChunkScan, Form, ScanIo, ScanKernels, ScanShape};
 use crate::gpu::{Gpu, GpuError};
@@ -116,12 +122,39 @@ struct GradScratch {
 /// One block's recorded work.
 struct BlockSteps {
     before_scan: Vec<Step>,
-    scan: ChunkScan,
     after_scan: Vec<Step>,
     /// Backward, top down: MLP and output side, then the operator, then the input side.
     bwd_after: Vec<Step>,
-    op_bwd: OpBackward,
     bwd_before: Vec<Step>,
+}
+
+/// The operator's inputs and output, shared by all blocks: one forward scan and one backward
+/// (and their scratch, which grows with T·B·H·dk·dv per level) serve every layer; each block's
+/// saved q, k, v, g, β, λ are copied in before its scan and its backward, o out after the scan.
+struct OperatorIo {
+    q: wgpu::Buffer,
+    k: wgpu::Buffer,
+    v: wgpu::Buffer,
+    g: wgpu::Buffer,
+    beta: wgpu::Buffer,
+    lam: wgpu::Buffer,
+    o: wgpu::Buffer,
+}
+
+impl OperatorIo {
+    /// Records copying a block's saved operator inputs into the shared ones.
+    fn load(&self, enc: &mut wgpu::CommandEncoder, a: &BlockActs) {
+        for (src, dst) in [
+            (&a.q, &self.q),
+            (&a.k, &self.k),
+            (&a.v, &self.v),
+            (&a.g, &self.g),
+            (&a.beta, &self.beta),
+            (&a.lam, &self.lam),
+        ] {
+            enc.copy_buffer_to_buffer(src, 0, dst, 0, src.size());
+        }
+    }
 }
 
 /// The GDN operator's backward for one block (`grad::op_gdn`).
@@ -165,7 +198,10 @@ pub struct GdnTrainModel {
     head_bwd: Vec<Step>,
     embed_bwd: Step,
     // Kept alive for the bind groups.
-    _acts: Vec<BlockActs>,
+    acts: Vec<BlockActs>,
+    op: OperatorIo,
+    scan: ChunkScan,
+    op_bwd: OpBackward,
     _xs: Vec<wgpu::Buffer>,
     _grads: GradScratch,
     _other: Vec<wgpu::Buffer>,
@@ -386,6 +422,49 @@ impl GdnTrainModel {
             lambda_cols,
             levels,
         };
+        let op = OperatorIo {
+            q: z("op q", n * kd)?,
+            k: z("op k", n * kd)?,
+            v: z("op v", n * vd)?,
+            g: z("op g", n * h)?,
+            beta: z("op beta", n * h)?,
+            lam: z("op lam", n * h * lambda_cols)?,
+            o: z("op o", n * vd)?,
+        };
+        let scan = ChunkScan::new(
+            gpu,
+            &scan_kernels,
+            shape,
+            ScanIo {
+                q: &op.q,
+                k: &op.k,
+                v: &op.v,
+                g: &op.g,
+                beta: &op.beta,
+                lam: &op.lam,
+                o: &op.o,
+                state: &state,
+            },
+        )?;
+        let op_bwd = OpBackward::new(
+            gpu,
+            shape,
+            OpGradIo {
+                q: &op.q,
+                k: &op.k,
+                v: &op.v,
+                g: &op.g,
+                beta: &op.beta,
+                lam: &op.lam,
+                d_o: &gs.d_o,
+                dq: &gs.dq,
+                dk: &gs.dk,
+                dv: &gs.dv,
+                dg: &gs.dg,
+                dbeta: &gs.dbeta,
+                dlam: &gs.dlam,
+            },
+        )?;
         let eps = c.norm_eps;
         let pv = |i: usize| &params[i].value;
         let pg = |i: usize| &params[i].grad;
@@ -526,21 +605,6 @@ impl GdnTrainModel {
                 false,
             )?);
             before.push(k.linear(gpu, n, d, vd, &a.h1, 0, d, pv(bp.g_proj), &a.gp, 0, vd)?);
-            let scan = ChunkScan::new(
-                gpu,
-                &scan_kernels,
-                shape,
-                ScanIo {
-                    q: &a.q,
-                    k: &a.k,
-                    v: &a.v,
-                    g: &a.g,
-                    beta: &a.beta,
-                    lam: &a.lam,
-                    o: &a.o,
-                    state: &state,
-                },
-            )?;
             // Forward, after the operator: output norm and gate, o_proj, residual, MLP.
             let after = vec![
                 k.rmsnorm(gpu, &a.o, pv(bp.o_norm), &a.y, &a.rstd_o, n * h, dv, eps)?,
@@ -676,25 +740,6 @@ impl GdnTrainModel {
                 false,
             )?);
             bwd_after.push(k.colsum(gpu, &gs.wrow, 0, dv, n * h, dv, pg(bp.o_norm))?);
-            let op_bwd = OpBackward::new(
-                gpu,
-                shape,
-                OpGradIo {
-                    q: &a.q,
-                    k: &a.k,
-                    v: &a.v,
-                    g: &a.g,
-                    beta: &a.beta,
-                    lam: &a.lam,
-                    d_o: &gs.d_o,
-                    dq: &gs.dq,
-                    dk: &gs.dk,
-                    dv: &gs.dv,
-                    dg: &gs.dg,
-                    dbeta: &gs.dbeta,
-                    dlam: &gs.dlam,
-                },
-            )?;
             let mut bwd_before = vec![k.gates(
                 gpu,
                 GateIo {
@@ -803,10 +848,8 @@ impl GdnTrainModel {
             bwd_before.push(k.colsum(gpu, &gs.wrow, 0, d, n, d, pg(bp.attn_norm))?);
             steps.push(BlockSteps {
                 before_scan: before,
-                scan,
                 after_scan: after,
                 bwd_after,
-                op_bwd,
                 bwd_before,
             });
         }
@@ -891,7 +934,10 @@ impl GdnTrainModel {
             head,
             head_bwd,
             embed_bwd,
-            _acts: acts,
+            acts,
+            op,
+            scan,
+            op_bwd,
             _xs: xs,
             _grads: gs,
             _other: vec![mix_out, mlp_out, state, rstd_f, xf, logits, lse, unused],
@@ -1032,9 +1078,11 @@ impl GdnTrainModel {
         let bytes = f32_bytes(self.batch * (self.seq_len + 1));
         enc.copy_buffer_to_buffer(tokens, 0, &self.tokens, 0, bytes);
         self.embed.encode(enc);
-        for s in &self.steps {
+        for (s, a) in self.steps.iter().zip(&self.acts) {
             encode_all(enc, &s.before_scan);
-            s.scan.encode(enc);
+            self.op.load(enc, a);
+            self.scan.encode(enc);
+            enc.copy_buffer_to_buffer(&self.op.o, 0, &a.o, 0, a.o.size());
             encode_all(enc, &s.after_scan);
         }
         encode_all(enc, &self.head);
@@ -1057,9 +1105,10 @@ impl GdnTrainModel {
         tmp.unmap();
         enc.copy_buffer_to_buffer(&tmp, 0, &self.scale, 0, 4);
         encode_all(enc, &self.head_bwd);
-        for s in self.steps.iter().rev() {
+        for (s, a) in self.steps.iter().zip(&self.acts).rev() {
             encode_all(enc, &s.bwd_after);
-            s.op_bwd.encode(enc);
+            self.op.load(enc, a);
+            self.op_bwd.encode(enc);
             encode_all(enc, &s.bwd_before);
         }
         self.embed_bwd.encode(enc);
