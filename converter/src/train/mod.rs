@@ -83,9 +83,9 @@ pub struct TrainArgs {
     /// Peak learning rate.
     #[arg(long, default_value_t = 2e-3)]
     pub lr: f64,
-    /// Learning rate at the end of the cosine.
-    #[arg(long, default_value_t = 2e-4)]
-    pub min_lr: f64,
+    /// Learning rate at the end of the cosine (default: --lr / 10).
+    #[arg(long)]
+    pub min_lr: Option<f64>,
     /// Linear warmup steps.
     #[arg(long, default_value_t = 150)]
     pub warmup: u64,
@@ -128,6 +128,13 @@ pub struct TrainArgs {
     /// Storage type of the exported matrices: f32, f16, q8_0 or q4_0.
     #[arg(long, value_parser = parse_dtype, default_value = "q8_0")]
     pub export_type: DType,
+}
+
+impl TrainArgs {
+    /// The floor of the cosine: --min-lr, or a tenth of --lr (the recipe's 2e-3 → 2e-4).
+    pub fn min_lr(&self) -> f64 {
+        self.min_lr.unwrap_or(self.lr / 10.0)
+    }
 }
 
 /// Runs `loglinear train`.

@@ -135,7 +135,7 @@ fn settings(args: &TrainArgs, train: &[u32], val: &[u32]) -> Value {
         "batch": args.batch,
         "accum": args.accum,
         "lr": args.lr,
-        "min_lr": args.min_lr,
+        "min_lr": args.min_lr(),
         "warmup": args.warmup,
         "schedule": format!("{:?}", args.schedule).to_lowercase(),
         "weight_decay": args.weight_decay,
@@ -324,7 +324,7 @@ pub fn train(args: &TrainArgs) -> Res {
     check_args(args)?;
     let schedule = LrSchedule {
         peak: args.lr,
-        min: args.min_lr,
+        min: args.min_lr(),
         warmup: args.warmup,
         total: args.steps,
         decay: match args.schedule {
