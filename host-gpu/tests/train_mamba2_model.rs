@@ -42,8 +42,9 @@ fn softplus(x: f64) -> f64 {
     }
 }
 
-/// Tiny configs: the log-linear one with one B/C group and a conv bias, the plain one with two
-/// groups and none.
+/// Tiny configs: the log-linear one with one B/C group, a conv bias and the gated norm over the
+/// whole d_inner (official), the plain one with two groups, no conv bias and the norm per
+/// group (fla).
 fn small_config(arch: Arch) -> ModelConfig {
     let ll = arch.is_log_linear();
     ModelConfig {
@@ -59,7 +60,7 @@ fn small_config(arch: Arch) -> ModelConfig {
         num_groups: if ll { 1 } else { 2 },
         conv_kernel: 4,
         conv_bias: ll,
-        norm_group_size: 16,
+        norm_group_size: if ll { 16 } else { 8 },
         lambda_levels: if ll { 15 } else { 0 },
     }
 }
@@ -188,7 +189,11 @@ fn ref_losses(c: &ModelConfig, p: &Params, tokens: &[u32], batch: usize, t: usiz
             }
             for i in 0..t {
                 let yg: Vec<f64> = (0..di).map(|j| ys[i][j] * silu(zx[i][j])).collect();
-                let yn = rms(&yg, get(&k("mixer.norm.weight")));
+                let gs = c.norm_group_size;
+                let nw = get(&k("mixer.norm.weight"));
+                let yn: Vec<f64> = (0..di / gs)
+                    .flat_map(|g| rms(&yg[g * gs..(g + 1) * gs], &nw[g * gs..(g + 1) * gs]))
+                    .collect();
                 let mo = matvec(get(&k("mixer.out_proj.weight")), &yn, d);
                 for j in 0..d {
                     xs[i][j] += mo[j];
@@ -497,11 +502,11 @@ fn params_keys_init_and_load_errors() {
         ..small_config(Arch::Mamba2)
     };
     assert!(Mamba2TrainModel::new(&gpu, &gdn, 1, 8).is_err());
-    let grouped_norm = ModelConfig {
-        norm_group_size: 8,
+    let bad_norm = ModelConfig {
+        norm_group_size: 6,
         ..small_config(Arch::Mamba2)
     };
-    assert!(Mamba2TrainModel::new(&gpu, &grouped_norm, 1, 8).is_err());
+    assert!(Mamba2TrainModel::new(&gpu, &bad_norm, 1, 8).is_err());
     let c = small_config(Arch::LogLinearMamba2);
     let model = Mamba2TrainModel::new(&gpu, &c, 1, 8).unwrap();
     let names: Vec<&str> = model.params().iter().map(|p| p.name.as_str()).collect();

@@ -99,6 +99,8 @@ pub struct M2TrainKernels {
     bwd_x: Kernel,
     bwd_gates: Kernel,
     bwd_bc: Kernel,
+    gnorm: Kernel,
+    gnorm_bwd: Kernel,
 }
 
 /// Buffers of the gate kernels (forward: `dtl` → `g`, `lam`, `dt`; backward: also `dg`,
@@ -147,6 +149,14 @@ impl M2TrainKernels {
             bwd_bc: k(
                 "train_m2_bwd_bc",
                 include_str!("../shaders/train_m2_bwd_bc.wgsl"),
+            )?,
+            gnorm: k(
+                "train_m2_gnorm",
+                include_str!("../shaders/train_m2_gnorm.wgsl"),
+            )?,
+            gnorm_bwd: k(
+                "train_m2_gnorm_bwd",
+                include_str!("../shaders/train_m2_gnorm_bwd.wgsl"),
             )?,
         })
     }
@@ -371,6 +381,57 @@ impl M2TrainKernels {
             &[dq, dk, dxbc],
             &words,
             grid_threads(s.rows * 2 * s.groups * s.state)?,
+        ))
+    }
+
+    /// Grouped RMSNorm (the gated norm): `rows` rows of `cols` (the group size), `groups`
+    /// consecutive rows per token, weight `[groups][cols]`; `rstd` per row kept.
+    #[allow(clippy::too_many_arguments)]
+    pub fn group_norm(
+        &self,
+        gpu: &Gpu,
+        x: &wgpu::Buffer,
+        w: &wgpu::Buffer,
+        out: &wgpu::Buffer,
+        rstd: &wgpu::Buffer,
+        rows: usize,
+        cols: usize,
+        groups: usize,
+        eps: f32,
+    ) -> Result<M2Step, GpuError> {
+        let words = [u(rows)?, u(cols)?, eps.to_bits(), u(groups)?];
+        Ok(Self::step(
+            gpu,
+            &self.gnorm,
+            &[x, w, out, rstd],
+            &words,
+            grid(rows)?,
+        ))
+    }
+
+    /// Backward of [`M2TrainKernels::group_norm`]: `dx` written and the per-row shares of dw in
+    /// `wrow` `[rows][cols]` = `[tokens][groups·cols]` (column sums over tokens make dw).
+    #[allow(clippy::too_many_arguments)]
+    pub fn group_norm_backward(
+        &self,
+        gpu: &Gpu,
+        x: &wgpu::Buffer,
+        w: &wgpu::Buffer,
+        rstd: &wgpu::Buffer,
+        dy: &wgpu::Buffer,
+        dx: &wgpu::Buffer,
+        wrow: &wgpu::Buffer,
+        rows: usize,
+        cols: usize,
+        groups: usize,
+    ) -> Result<M2Step, GpuError> {
+        let words = [u(rows)?, u(cols)?, 0, 0, u(groups)?];
+        Ok(Self::step(
+            gpu,
+            &self.gnorm_bwd,
+            &[x, w, rstd, dy, dx, wrow],
+            &words,
+            grid(rows)?,
         ))
     }
 }

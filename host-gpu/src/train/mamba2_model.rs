@@ -65,7 +65,7 @@ struct BlockActs {
     g: wgpu::Buffer,
     dt: wgpu::Buffer,
     lam: wgpu::Buffer,
-    /// Operator output, y = o + D·x, y ⊙ SiLU(z), its 1/rms, normed `[N][di]`.
+    /// Operator output, y = o + D·x, y ⊙ SiLU(z), its 1/rms per norm group, normed `[N][di]`.
     o: wgpu::Buffer,
     y: wgpu::Buffer,
     yg: wgpu::Buffer,
@@ -276,8 +276,7 @@ fn linear_rows_backward(
 impl Mamba2TrainModel {
     /// Allocates parameters (uninitialised: call [`Mamba2TrainModel::init_params`] or
     /// [`Mamba2TrainModel::load_params`]), activations and gradient scratch for `batch` windows
-    /// of `seq_len` tokens, and records every step. Mamba-2 architectures only, with the gated
-    /// norm over the whole d_inner.
+    /// of `seq_len` tokens, and records every step. Mamba-2 architectures only.
     pub fn new(
         gpu: &Gpu,
         config: &ModelConfig,
@@ -293,13 +292,6 @@ impl Mamba2TrainModel {
         }
         c.validate()
             .map_err(|e| GpuError::Invalid(format!("model config: {e}")))?;
-        if c.norm_group_size != c.d_inner() {
-            return Err(GpuError::Invalid(format!(
-                "Mamba2TrainModel: gated-norm group {} is not the whole d_inner {} (unsupported)",
-                c.norm_group_size,
-                c.d_inner()
-            )));
-        }
         if batch == 0 || seq_len == 0 {
             return Err(GpuError::Invalid("batch and seq_len must be ≥ 1".into()));
         }
@@ -324,6 +316,8 @@ impl Mamba2TrainModel {
             c.intermediate_size,
             c.conv_kernel,
         );
+        // Gated-norm groups per token and their size.
+        let (ngroups, gsize) = (di / c.norm_group_size, c.norm_group_size);
         let vocab = c.vocab_size;
         let n = batch * seq_len;
         let rows_in = c.in_proj_rows();
@@ -414,7 +408,7 @@ impl Mamba2TrainModel {
                 o: z("o", n * di)?,
                 y: z("y", n * di)?,
                 yg: z("yg", n * di)?,
-                rstd_n: z("rstd_n", n)?,
+                rstd_n: z("rstd_n", n * ngroups)?,
                 yn: z("yn", n * di)?,
                 x_mid: z("x_mid", n * d)?,
                 rstd2: z("rstd2", n)?,
@@ -555,7 +549,17 @@ impl Mamba2TrainModel {
             let after = vec![
                 Op::M2(mk.skip(gpu, ms, &a.o, &a.xbc, pv(bp.d_skip), &a.y)?),
                 Op::Shared(k.gate_silu(gpu, &a.y, &a.z, &a.yg, &unused, &unused, n * di, false)?),
-                Op::Shared(k.rmsnorm(gpu, &a.yg, pv(bp.norm), &a.yn, &a.rstd_n, n, di, eps)?),
+                Op::M2(mk.group_norm(
+                    gpu,
+                    &a.yg,
+                    pv(bp.norm),
+                    &a.yn,
+                    &a.rstd_n,
+                    n * ngroups,
+                    gsize,
+                    ngroups,
+                    eps,
+                )?),
                 Op::Shared(k.linear(
                     gpu,
                     n,
@@ -696,7 +700,7 @@ impl Mamba2TrainModel {
                     false,
                 )?,
             );
-            bwd_after.push(Op::Shared(k.rmsnorm_backward(
+            bwd_after.push(Op::M2(mk.group_norm_backward(
                 gpu,
                 &a.yg,
                 pv(bp.norm),
@@ -704,9 +708,9 @@ impl Mamba2TrainModel {
                 &gs.dyn_,
                 &gs.dyg,
                 &gs.wrow,
-                n,
-                di,
-                false,
+                n * ngroups,
+                gsize,
+                ngroups,
             )?));
             bwd_after.push(Op::Shared(k.colsum(
                 gpu,
