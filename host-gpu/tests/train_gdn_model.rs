@@ -576,3 +576,52 @@ fn params_keys_init_and_load_errors() {
     assert!(err.contains("lm_head.weight"), "{err}");
     model.load_params(&gpu, &|k| Some(full[k].clone())).unwrap();
 }
+
+/// The shipped byte-level LL-GDN (dk 64, 4 layers): the training forward's per-token losses
+/// against the CPU runtime stepping each window from an empty state (f32 decode maths).
+#[test]
+fn shipped_model_losses_match_the_cpu_runtime() {
+    use loglinear_runtime::{Session, SessionConfig};
+    let dir = models_dir().join("ll-gdn-mcu");
+    let ckpt = Checkpoint::load(&dir).unwrap();
+    let model = ckpt.model().unwrap();
+    let c = ckpt.config;
+    let text =
+        b"ROMEO:\nThe man is all the world in the world is the man.\n\nSIR TOBY.\nAy, and the \
+prince himself is the man that hath been a man of the same thought of the world.";
+    let (batch, t) = (2, 70);
+    let tokens: Vec<u32> = (0..batch)
+        .flat_map(|b| text[b * 20..b * 20 + t + 1].iter().map(|&x| x as u32))
+        .collect();
+    let gpu = gpu();
+    let tm = GdnTrainModel::new(&gpu, &c, batch, t).unwrap();
+    tm.load_params(&gpu, &|key| {
+        let n = ckpt.layout.parse_key(key)?;
+        ckpt.store.tensor(n)?.as_f32().map(<[f32]>::to_vec)
+    })
+    .unwrap();
+    let tb = gpu.storage_from("tokens", &tokens).unwrap();
+    let mut enc = gpu.encoder("fwd");
+    tm.encode_forward(&mut enc, &tb);
+    gpu.submit_and_wait(enc).unwrap();
+    let mut got = gpu.read_f32(tm.losses()).unwrap();
+    got.truncate(batch * t);
+    let cfg = SessionConfig::default();
+    let mut arena = vec![0u8; Session::<f32>::arena_bytes(&model, &cfg).unwrap()];
+    let mut want = Vec::new();
+    for b in 0..batch {
+        let win = &tokens[b * (t + 1)..(b + 1) * (t + 1)];
+        let mut s = Session::<f32>::new(&model, &mut arena, cfg).unwrap();
+        for i in 0..t {
+            let logits: Vec<f64> = s.step(win[i]).unwrap().iter().map(|&x| x as f64).collect();
+            let m = logits.iter().cloned().fold(f64::MIN, f64::max);
+            let lse = m + logits.iter().map(|v| (v - m).exp()).sum::<f64>().ln();
+            want.push(lse - logits[win[i + 1] as usize]);
+        }
+    }
+    let e = rel_l2(&got, &want);
+    let bits = got.iter().map(|&x| x as f64).sum::<f64>() / got.len() as f64 / 2f64.ln();
+    eprintln!("ll-gdn-mcu: losses rel L2 {e:.2e} vs the CPU runtime, {bits:.3} bits per byte");
+    assert!(e <= tol::MODEL, "losses rel L2 {e:.3e}");
+    assert!(bits < 2.5, "{bits} bits per byte on the model's own text");
+}
