@@ -493,3 +493,60 @@ fn accumulating_two_micro_batches_equals_one_batch_twice_as_large() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Fine-tuning the shipped model writes a checkpoint with the official file's keys, dtypes and
+/// shapes and its config (a step at lr 1e-20 leaves every value bit-identical), so the PyTorch
+/// stack loads it as it loads the shipped one.
+#[test]
+fn checkpoints_have_the_official_layout() {
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/ll-gdn-mcu");
+    if !shipped.join("model.safetensors").exists() {
+        eprintln!("skipped: {} is not here", shipped.display());
+        return;
+    }
+    let dir = scratch("layout");
+    ok(
+        &dir,
+        &[
+            "train",
+            "--init",
+            shipped.to_str().unwrap(),
+            "--data",
+            "train.txt",
+            "--seq-len",
+            "16",
+            "--batch",
+            "1",
+            "--steps",
+            "1",
+            "--lr",
+            "1e-20",
+            "--warmup",
+            "0",
+            "--out",
+            "ft",
+        ],
+    );
+    let a = std::fs::read(shipped.join("model.safetensors")).unwrap();
+    let b = std::fs::read(dir.join("ft/checkpoint/model.safetensors")).unwrap();
+    let a = safetensors::SafeTensors::deserialize(&a).unwrap();
+    let b = safetensors::SafeTensors::deserialize(&b).unwrap();
+    let mut names = a.names();
+    names.sort();
+    let mut names_b = b.names();
+    names_b.sort();
+    assert_eq!(names, names_b);
+    for name in names {
+        let (ta, tb) = (a.tensor(name).unwrap(), b.tensor(name).unwrap());
+        assert_eq!((ta.dtype(), ta.shape()), (tb.dtype(), tb.shape()), "{name}");
+        assert!(ta.data() == tb.data(), "{name} changed");
+    }
+    let json = |p: PathBuf| -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(p).unwrap()).unwrap()
+    };
+    assert_eq!(
+        json(shipped.join("config.json")),
+        json(dir.join("ft/checkpoint/config.json"))
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
