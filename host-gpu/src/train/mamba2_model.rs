@@ -57,16 +57,7 @@ struct BlockActs {
     /// Conv sums before SiLU and the conv output (x | B | C) `[N][ch]`.
     conv_pre: wgpu::Buffer,
     xbc: wgpu::Buffer,
-    /// Operator inputs: q, k `[N][H][N_state]`, v `[N][H][P]`, g, dt `[N][H]`,
-    /// λ `[N][H][lambda_cols]`.
-    q: wgpu::Buffer,
-    k: wgpu::Buffer,
-    v: wgpu::Buffer,
-    g: wgpu::Buffer,
-    dt: wgpu::Buffer,
-    lam: wgpu::Buffer,
-    /// Operator output, y = o + D·x, y ⊙ SiLU(z), its 1/rms per norm group, normed `[N][di]`.
-    o: wgpu::Buffer,
+    /// y = o + D·x, y ⊙ SiLU(z), its 1/rms per norm group, normed `[N][di]`.
     y: wgpu::Buffer,
     yg: wgpu::Buffer,
     rstd_n: wgpu::Buffer,
@@ -79,6 +70,21 @@ struct BlockActs {
     mg: wgpu::Buffer,
     mu: wgpu::Buffer,
     act: wgpu::Buffer,
+}
+
+/// The operator's inputs and output, shared by all blocks: cheap to recompute from the kept
+/// conv output and dt | dl rows, so the backward recomputes them instead of every block
+/// keeping its own (q and k are per-head copies of B and C, H times their size).
+struct OpInputs {
+    /// q, k `[N][H][N_state]`, v `[N][H][P]`, g, dt `[N][H]`, λ `[N][H][lambda_cols]`,
+    /// o `[N][H][P]`.
+    q: wgpu::Buffer,
+    k: wgpu::Buffer,
+    v: wgpu::Buffer,
+    g: wgpu::Buffer,
+    dt: wgpu::Buffer,
+    lam: wgpu::Buffer,
+    o: wgpu::Buffer,
 }
 
 /// Gradient scratch shared by all blocks (each block's backward overwrites it).
@@ -136,8 +142,10 @@ struct BlockSteps {
     before_scan: Vec<Op>,
     scan: ChunkScan,
     after_scan: Vec<Op>,
-    /// Backward, top down: MLP and output side, then the operator, then the input side.
+    /// Backward, top down: MLP and output side, the operator's inputs recomputed, the
+    /// operator, then the input side.
     bwd_after: Vec<Op>,
+    recompute: Vec<Op>,
     op_bwd: M2Backward,
     bwd_before: Vec<Op>,
 }
@@ -169,6 +177,7 @@ pub struct Mamba2TrainModel {
     _acts: Vec<BlockActs>,
     _xs: Vec<wgpu::Buffer>,
     _grads: GradScratch,
+    _op_inputs: OpInputs,
     _other: Vec<wgpu::Buffer>,
 }
 
@@ -399,13 +408,6 @@ impl Mamba2TrainModel {
                 dtl: z("dtl", n * dtl_stride)?,
                 conv_pre: z("conv_pre", n * ch)?,
                 xbc: z("xbc", n * ch)?,
-                q: z("q", n * h * ns)?,
-                k: z("k", n * h * ns)?,
-                v: z("v", n * di)?,
-                g: z("g", n * h)?,
-                dt: z("dt", n * h)?,
-                lam: z("lam", n * h * lambda_cols)?,
-                o: z("o", n * di)?,
                 y: z("y", n * di)?,
                 yg: z("yg", n * di)?,
                 rstd_n: z("rstd_n", n * ngroups)?,
@@ -418,6 +420,15 @@ impl Mamba2TrainModel {
                 act: z("act", n * im)?,
             });
         }
+        let oi = OpInputs {
+            q: z("q", n * h * ns)?,
+            k: z("k", n * h * ns)?,
+            v: z("v", n * di)?,
+            g: z("g", n * h)?,
+            dt: z("dt", n * h)?,
+            lam: z("lam", n * h * lambda_cols)?,
+            o: z("o", n * di)?,
+        };
         let gs = GradScratch {
             dx: z("dx", n * d)?,
             dh: z("dh", n * d)?,
@@ -527,27 +538,31 @@ impl Mamba2TrainModel {
                     &a.conv_pre,
                     &a.xbc,
                 )?),
-                Op::M2(mk.gates(gpu, ms, &gate_io, &a.g, &a.lam, &a.dt)?),
-                Op::M2(mk.qkv(gpu, ms, &a.xbc, &a.dt, &a.q, &a.k, &a.v)?),
+                Op::M2(mk.gates(gpu, ms, &gate_io, &oi.g, &oi.lam, &oi.dt)?),
+                Op::M2(mk.qkv(gpu, ms, &a.xbc, &oi.dt, &oi.q, &oi.k, &oi.v)?),
+            ];
+            let recompute = vec![
+                Op::M2(mk.gates(gpu, ms, &gate_io, &oi.g, &oi.lam, &oi.dt)?),
+                Op::M2(mk.qkv(gpu, ms, &a.xbc, &oi.dt, &oi.q, &oi.k, &oi.v)?),
             ];
             let scan = ChunkScan::new(
                 gpu,
                 &scan_kernels,
                 shape,
                 ScanIo {
-                    q: &a.q,
-                    k: &a.k,
-                    v: &a.v,
-                    g: &a.g,
+                    q: &oi.q,
+                    k: &oi.k,
+                    v: &oi.v,
+                    g: &oi.g,
                     beta: &no_beta,
-                    lam: &a.lam,
-                    o: &a.o,
+                    lam: &oi.lam,
+                    o: &oi.o,
                     state: &state,
                 },
             )?;
             // Forward, after the operator: skip, gated norm, out_proj, residual, MLP.
             let after = vec![
-                Op::M2(mk.skip(gpu, ms, &a.o, &a.xbc, pv(bp.d_skip), &a.y)?),
+                Op::M2(mk.skip(gpu, ms, &oi.o, &a.xbc, pv(bp.d_skip), &a.y)?),
                 Op::Shared(k.gate_silu(gpu, &a.y, &a.z, &a.yg, &unused, &unused, n * di, false)?),
                 Op::M2(mk.group_norm(
                     gpu,
@@ -737,12 +752,12 @@ impl Mamba2TrainModel {
                 &bwd_kernels,
                 shape,
                 OpGradIo {
-                    q: &a.q,
-                    k: &a.k,
-                    v: &a.v,
-                    g: &a.g,
+                    q: &oi.q,
+                    k: &oi.k,
+                    v: &oi.v,
+                    g: &oi.g,
                     beta: &no_beta,
-                    lam: &a.lam,
+                    lam: &oi.lam,
                     d_o: &gs.dy,
                     dq: &gs.dq,
                     dk: &gs.dk,
@@ -757,7 +772,7 @@ impl Mamba2TrainModel {
                     gpu,
                     ms,
                     &a.xbc,
-                    &a.dt,
+                    &oi.dt,
                     pv(bp.d_skip),
                     &gs.dy,
                     &gs.dv,
@@ -845,6 +860,7 @@ impl Mamba2TrainModel {
                 scan,
                 after_scan: after,
                 bwd_after,
+                recompute,
                 op_bwd,
                 bwd_before,
             });
@@ -933,6 +949,7 @@ impl Mamba2TrainModel {
             _acts: acts,
             _xs: xs,
             _grads: gs,
+            _op_inputs: oi,
             _other: vec![
                 mix_out, mlp_out, state, rstd_f, xf, logits, lse, unused, no_beta, no_bias,
             ],
@@ -1106,6 +1123,7 @@ impl Mamba2TrainModel {
         crate::train::kernels::encode_all(enc, &self.head_bwd);
         for s in self.steps.iter().rev() {
             encode_ops(enc, &s.bwd_after);
+            encode_ops(enc, &s.recompute);
             s.op_bwd.encode(enc);
             encode_ops(enc, &s.bwd_before);
         }
