@@ -165,6 +165,9 @@ fn train_converts_resumes_exactly_and_exports() {
     assert_eq!(vals.len(), 3, "validated at steps 10, 20, 30");
     assert!(vals[2] < vals[0], "validation improves: {vals:?}");
 
+    // A new run does not overwrite a checkpoint.
+    fails(&dir, &args(&full), "pass --resume");
+
     // The checkpoint folder is an official checkpoint: it imports and converts.
     let ckpt = Checkpoint::load(dir.join("full/checkpoint")).expect("checkpoint imports");
     assert_eq!(ckpt.config.hidden_size, 16);

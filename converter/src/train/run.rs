@@ -336,6 +336,15 @@ pub fn train(args: &TrainArgs) -> Res {
     std::fs::create_dir_all(&args.out)
         .map_err(|e| format!("cannot create {}: {e}", args.out.display()))?;
     let ckpt_dir = args.out.join("checkpoint");
+    if !args.resume {
+        if let Some(found) = checkpoint_dir::find(&ckpt_dir) {
+            return Err(format!(
+                "{} holds a checkpoint: pass --resume to continue it, or choose another --out",
+                found.display()
+            )
+            .into());
+        }
+    }
     let (config_json, config, start) = model_source(args, &ckpt_dir)?;
     checkpoint_dir::official_config(&config)?;
 
