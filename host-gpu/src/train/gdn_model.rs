@@ -187,8 +187,18 @@ pub struct GdnTrainModel {
     embedding: usize,
     final_norm: usize,
     lm_head: usize,
-    /// The windows `[B][T+1]` (u32), copied from the caller's buffer by `encode_forward`.
+    /// The windows `[B][T+1]` (u32), copied from the caller's buffer by `encode_forward` (or
+    /// packed from explicit inputs by `encode_forward_targets`); the embedding reads them.
     tokens: wgpu::Buffer,
+    /// Targets `[B][T]` (u32, `u32::MAX` = ignored), which the loss reads: the windows'
+    /// next tokens, or the caller's explicit targets.
+    targets: wgpu::Buffer,
+    /// Explicit inputs `[B][T]`, copied from the caller before packing into `tokens`.
+    inputs: wgpu::Buffer,
+    /// Per-token 1.0 / 0.0: argmax(logits) = target (0 where ignored) `[B][T]`.
+    correct: wgpu::Buffer,
+    shift: Step,
+    pack: Step,
     /// The loss scale of the backward (one f32, written inside the encoder).
     scale: wgpu::Buffer,
     losses: wgpu::Buffer,
@@ -209,6 +219,30 @@ pub struct GdnTrainModel {
 
 /// A parameter's key, shape and values, as [`GdnTrainModel::read_params`] returns them.
 pub type NamedTensor = (String, Vec<usize>, Vec<f32>);
+
+/// Records copying the caller's explicit `inputs` and `targets` (`n` u32 each) into a model's
+/// own buffers, after checking their sizes.
+pub(crate) fn copy_targets(
+    enc: &mut wgpu::CommandEncoder,
+    inputs: &wgpu::Buffer,
+    targets: &wgpu::Buffer,
+    own_inputs: &wgpu::Buffer,
+    own_targets: &wgpu::Buffer,
+    n: usize,
+) -> Result<(), GpuError> {
+    let bytes = f32_bytes(n);
+    for (what, b) in [("inputs", inputs), ("targets", targets)] {
+        if b.size() < bytes {
+            return Err(GpuError::Invalid(format!(
+                "{what} buffer has {} bytes, [batch][seq_len] u32 needs {bytes}",
+                b.size()
+            )));
+        }
+    }
+    enc.copy_buffer_to_buffer(inputs, 0, own_inputs, 0, bytes);
+    enc.copy_buffer_to_buffer(targets, 0, own_targets, 0, bytes);
+    Ok(())
+}
 
 /// Exact levels for T tokens: bitlen(T − 1) + 1.
 pub fn exact_levels(t: usize) -> usize {
@@ -346,6 +380,9 @@ impl GdnTrainModel {
         let tokens = z("train tokens", batch * (seq_len + 1))?;
         let scale = z("train loss scale", 1)?;
         let losses = z("train losses", n)?;
+        let targets = z("train targets", n)?;
+        let inputs = z("train inputs", n)?;
+        let correct = z("train correct", n)?;
         let xs: Vec<wgpu::Buffer> = (0..=c.num_layers)
             .map(|l| z(&format!("x{l}"), n * d))
             .collect::<Result<_, _>>()?;
@@ -857,17 +894,18 @@ impl GdnTrainModel {
         let head = vec![
             k.rmsnorm(gpu, x_last, pv(final_norm), &xf, &rstd_f, n, d, eps)?,
             k.linear(gpu, n, d, vocab, &xf, 0, d, pv(lm_head), &logits, 0, vocab)?,
-            k.loss(
-                gpu, &tokens, &logits, &lse, &losses, &scale, seq_len, batch, vocab,
+            k.masked_loss(
+                gpu, &targets, &logits, &lse, &losses, &scale, &correct, seq_len, batch, vocab,
             )?,
         ];
-        let mut head_bwd = vec![k.loss_backward(
+        let mut head_bwd = vec![k.masked_loss_backward(
             gpu,
-            &tokens,
+            &targets,
             &logits,
             &lse,
             &gs.dlogits,
             &scale,
+            &correct,
             seq_len,
             batch,
             vocab,
@@ -914,6 +952,8 @@ impl GdnTrainModel {
             vocab,
         )?;
 
+        let shift = k.shift_targets(gpu, &tokens, &targets, seq_len, batch)?;
+        let pack = k.pack_inputs(gpu, &inputs, &tokens, seq_len, batch)?;
         Ok(Self {
             config: c,
             batch,
@@ -927,6 +967,11 @@ impl GdnTrainModel {
             final_norm,
             lm_head,
             tokens,
+            targets,
+            inputs,
+            correct,
+            shift,
+            pack,
             scale,
             losses,
             embed,
@@ -973,6 +1018,12 @@ impl GdnTrainModel {
     /// Per-token losses `[batch][seq_len]` (nats) of the last forward.
     pub fn losses(&self) -> &wgpu::Buffer {
         &self.losses
+    }
+
+    /// Per-token correctness `[batch][seq_len]` (f32) of the last forward: 1.0 where the first
+    /// largest logit is the target, 0.0 elsewhere and at ignored positions.
+    pub fn correct(&self) -> &wgpu::Buffer {
+        &self.correct
     }
 
     /// Mirror of the official `_init_weights` (spec §6.2; deterministic for `seed`): Linear,
@@ -1077,6 +1128,35 @@ impl GdnTrainModel {
     pub fn encode_forward(&self, enc: &mut wgpu::CommandEncoder, tokens: &wgpu::Buffer) {
         let bytes = f32_bytes(self.batch * (self.seq_len + 1));
         enc.copy_buffer_to_buffer(tokens, 0, &self.tokens, 0, bytes);
+        self.shift.encode(enc);
+        self.encode_body(enc);
+    }
+
+    /// Records the forward over explicit `inputs` and `targets` (u32 `[batch][seq_len]` each;
+    /// a target of `u32::MAX` is ignored: loss 0, no gradient, correct 0), ending in
+    /// [`GdnTrainModel::losses`] and [`GdnTrainModel::correct`]. Both are copied (COPY_SRC
+    /// usage needed); a buffer smaller than `[batch][seq_len]` is an error.
+    pub fn encode_forward_targets(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        inputs: &wgpu::Buffer,
+        targets: &wgpu::Buffer,
+    ) -> Result<(), GpuError> {
+        copy_targets(
+            enc,
+            inputs,
+            targets,
+            &self.inputs,
+            &self.targets,
+            self.batch * self.seq_len,
+        )?;
+        self.pack.encode(enc);
+        self.encode_body(enc);
+        Ok(())
+    }
+
+    /// The forward from the packed windows and targets on.
+    fn encode_body(&self, enc: &mut wgpu::CommandEncoder) {
         self.embed.encode(enc);
         for (s, a) in self.steps.iter().zip(&self.acts) {
             encode_all(enc, &s.before_scan);

@@ -137,6 +137,10 @@ pub struct TrainKernels {
     embed_bwd: Kernel,
     loss_fwd: Kernel,
     loss_bwd: Kernel,
+    masked_loss_fwd: Kernel,
+    masked_loss_bwd: Kernel,
+    shift_targets: Kernel,
+    pack_inputs: Kernel,
     conv: Kernel,
     conv_bwd: Kernel,
     conv_bwd_w: Kernel,
@@ -154,6 +158,8 @@ impl TrainKernels {
         };
         let embed = include_str!("../shaders/train_embed.wgsl");
         let loss = include_str!("../shaders/train_loss.wgsl");
+        let masked = include_str!("../shaders/train_loss_masked.wgsl");
+        let targets = include_str!("../shaders/train_targets.wgsl");
         Ok(Self {
             matmul: k(
                 "train_matmul",
@@ -185,6 +191,10 @@ impl TrainKernels {
             embed_bwd: k("train_embed_bwd", embed, "backward")?,
             loss_fwd: k("train_loss_fwd", loss, "forward")?,
             loss_bwd: k("train_loss_bwd", loss, "backward")?,
+            masked_loss_fwd: k("train_loss_masked_fwd", masked, "forward")?,
+            masked_loss_bwd: k("train_loss_masked_bwd", masked, "backward")?,
+            shift_targets: k("train_shift_targets", targets, "shift")?,
+            pack_inputs: k("train_pack_inputs", targets, "pack")?,
             conv: k(
                 "train_conv",
                 include_str!("../shaders/train_conv.wgsl"),
@@ -584,6 +594,95 @@ impl TrainKernels {
             &[tokens, logits, lse, dlogits, scale],
             &words,
             grid(t * batch)?,
+        ))
+    }
+
+    /// Cross-entropy forward against explicit `targets` `[batch][t]` (u32, `u32::MAX` =
+    /// ignored: loss 0, correct 0): `lse` per row, `loss` and `correct` `[batch][t]` (1.0 where
+    /// the first largest logit is the target).
+    #[allow(clippy::too_many_arguments)]
+    pub fn masked_loss(
+        &self,
+        gpu: &Gpu,
+        targets: &wgpu::Buffer,
+        logits: &wgpu::Buffer,
+        lse: &wgpu::Buffer,
+        loss: &wgpu::Buffer,
+        scale: &wgpu::Buffer,
+        correct: &wgpu::Buffer,
+        t: usize,
+        batch: usize,
+        vocab: usize,
+    ) -> Result<Step, GpuError> {
+        let words = [u(t)?, u(batch)?, u(vocab)?];
+        Ok(Self::step(
+            gpu,
+            &self.masked_loss_fwd,
+            &[targets, logits, lse, loss, scale, correct],
+            &words,
+            grid(t * batch)?,
+        ))
+    }
+
+    /// Backward of [`TrainKernels::masked_loss`]: `dlogits = scale[0]·(softmax − onehot)`,
+    /// zero on ignored rows.
+    #[allow(clippy::too_many_arguments)]
+    pub fn masked_loss_backward(
+        &self,
+        gpu: &Gpu,
+        targets: &wgpu::Buffer,
+        logits: &wgpu::Buffer,
+        lse: &wgpu::Buffer,
+        dlogits: &wgpu::Buffer,
+        scale: &wgpu::Buffer,
+        correct: &wgpu::Buffer,
+        t: usize,
+        batch: usize,
+        vocab: usize,
+    ) -> Result<Step, GpuError> {
+        let words = [u(t)?, u(batch)?, u(vocab)?];
+        Ok(Self::step(
+            gpu,
+            &self.masked_loss_bwd,
+            &[targets, logits, lse, dlogits, scale, correct],
+            &words,
+            grid(t * batch)?,
+        ))
+    }
+
+    /// `targets[b][t] = windows[b][t + 1]` for windows `[batch][t + 1]`.
+    pub fn shift_targets(
+        &self,
+        gpu: &Gpu,
+        windows: &wgpu::Buffer,
+        targets: &wgpu::Buffer,
+        t: usize,
+        batch: usize,
+    ) -> Result<Step, GpuError> {
+        Ok(Self::step(
+            gpu,
+            &self.shift_targets,
+            &[windows, targets],
+            &[u(t)?, u(batch)?],
+            grid_threads(t * batch)?,
+        ))
+    }
+
+    /// `windows[b][t] = inputs[b][t]` for t < `t`, 0 in each window's last slot.
+    pub fn pack_inputs(
+        &self,
+        gpu: &Gpu,
+        inputs: &wgpu::Buffer,
+        windows: &wgpu::Buffer,
+        t: usize,
+        batch: usize,
+    ) -> Result<Step, GpuError> {
+        Ok(Self::step(
+            gpu,
+            &self.pack_inputs,
+            &[inputs, windows],
+            &[u(t)?, u(batch)?],
+            grid_threads((t + 1) * batch)?,
         ))
     }
 

@@ -163,8 +163,16 @@ pub struct Mamba2TrainModel {
     embedding: usize,
     final_norm: usize,
     lm_head: usize,
-    /// The windows `[B][T+1]` (u32), copied from the caller's buffer by `encode_forward`.
+    /// The windows `[B][T+1]` (u32), copied from the caller's buffer by `encode_forward` (or
+    /// packed from explicit inputs by `encode_forward_targets`); the embedding reads them.
     tokens: wgpu::Buffer,
+    /// Targets `[B][T]` (u32, `u32::MAX` = ignored), explicit inputs `[B][T]`, per-token
+    /// correctness `[B][T]` (f32), and the steps filling them: as in `GdnTrainModel`.
+    targets: wgpu::Buffer,
+    inputs: wgpu::Buffer,
+    correct: wgpu::Buffer,
+    shift: Step,
+    pack: Step,
     /// The loss scale of the backward (one f32, written inside the encoder).
     scale: wgpu::Buffer,
     losses: wgpu::Buffer,
@@ -395,6 +403,9 @@ impl Mamba2TrainModel {
         let tokens = z("train tokens", batch * (seq_len + 1))?;
         let scale = z("train loss scale", 1)?;
         let losses = z("train losses", n)?;
+        let targets = z("train targets", n)?;
+        let inputs = z("train inputs", n)?;
+        let correct = z("train correct", n)?;
         let xs: Vec<wgpu::Buffer> = (0..=c.num_layers)
             .map(|l| z(&format!("x{l}"), n * d))
             .collect::<Result<_, _>>()?;
@@ -869,17 +880,18 @@ impl Mamba2TrainModel {
         let head = vec![
             k.rmsnorm(gpu, x_last, pv(final_norm), &xf, &rstd_f, n, d, eps)?,
             k.linear(gpu, n, d, vocab, &xf, 0, d, pv(lm_head), &logits, 0, vocab)?,
-            k.loss(
-                gpu, &tokens, &logits, &lse, &losses, &scale, seq_len, batch, vocab,
+            k.masked_loss(
+                gpu, &targets, &logits, &lse, &losses, &scale, &correct, seq_len, batch, vocab,
             )?,
         ];
-        let mut head_bwd = vec![k.loss_backward(
+        let mut head_bwd = vec![k.masked_loss_backward(
             gpu,
-            &tokens,
+            &targets,
             &logits,
             &lse,
             &gs.dlogits,
             &scale,
+            &correct,
             seq_len,
             batch,
             vocab,
@@ -926,6 +938,8 @@ impl Mamba2TrainModel {
             vocab,
         )?;
 
+        let shift = k.shift_targets(gpu, &tokens, &targets, seq_len, batch)?;
+        let pack = k.pack_inputs(gpu, &inputs, &tokens, seq_len, batch)?;
         Ok(Self {
             config: c,
             batch,
@@ -939,6 +953,11 @@ impl Mamba2TrainModel {
             final_norm,
             lm_head,
             tokens,
+            targets,
+            inputs,
+            correct,
+            shift,
+            pack,
             scale,
             losses,
             embed,
@@ -985,6 +1004,12 @@ impl Mamba2TrainModel {
     /// Per-token losses `[batch][seq_len]` (nats) of the last forward.
     pub fn losses(&self) -> &wgpu::Buffer {
         &self.losses
+    }
+
+    /// Per-token correctness `[batch][seq_len]` (f32) of the last forward: 1.0 where the first
+    /// largest logit is the target, 0.0 elsewhere and at ignored positions.
+    pub fn correct(&self) -> &wgpu::Buffer {
+        &self.correct
     }
 
     /// Mirror of the official `_init_weights` (spec §6.1; deterministic for `seed`): Linear,
@@ -1095,6 +1120,35 @@ impl Mamba2TrainModel {
     pub fn encode_forward(&self, enc: &mut wgpu::CommandEncoder, tokens: &wgpu::Buffer) {
         let bytes = f32_bytes(self.batch * (self.seq_len + 1));
         enc.copy_buffer_to_buffer(tokens, 0, &self.tokens, 0, bytes);
+        self.shift.encode(enc);
+        self.encode_body(enc);
+    }
+
+    /// Records the forward over explicit `inputs` and `targets` (u32 `[batch][seq_len]` each;
+    /// a target of `u32::MAX` is ignored: loss 0, no gradient, correct 0), ending in
+    /// [`Mamba2TrainModel::losses`] and [`Mamba2TrainModel::correct`]. Both are copied
+    /// (COPY_SRC usage needed); a buffer smaller than `[batch][seq_len]` is an error.
+    pub fn encode_forward_targets(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        inputs: &wgpu::Buffer,
+        targets: &wgpu::Buffer,
+    ) -> Result<(), GpuError> {
+        crate::train::gdn_model::copy_targets(
+            enc,
+            inputs,
+            targets,
+            &self.inputs,
+            &self.targets,
+            self.batch * self.seq_len,
+        )?;
+        self.pack.encode(enc);
+        self.encode_body(enc);
+        Ok(())
+    }
+
+    /// The forward from the packed windows and targets on.
+    fn encode_body(&self, enc: &mut wgpu::CommandEncoder) {
         self.embed.encode(enc);
         for s in &self.steps {
             encode_ops(enc, &s.before_scan);

@@ -1,5 +1,6 @@
 //! Training on the GPU: the model's forward with saved activations and its backward
-//! (`gdn_model`), and the optimizer (`optim`).
+//! (`gdn_model`, `mamba2_model`), the API both share (`graph::TrainGraph`), and the optimizer
+//! (`optim`).
 
 /// One trainable tensor: its official checkpoint key, its shape, and its value and gradient
 /// buffers on the GPU (f32, row-major, `len` values each). Backward passes add into `grad`, so
@@ -17,6 +18,7 @@ pub struct Param {
 }
 
 pub mod gdn_model;
+pub mod graph;
 pub mod kernels;
 pub mod mamba2_kernels;
 pub mod mamba2_model;

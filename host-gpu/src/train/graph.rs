@@ -1,0 +1,129 @@
+//! [`TrainGraph`]: the training API every model graph shares (Gated DeltaNet and Mamba-2,
+//! log-linear or plain), so that trainers hold a `Box<dyn TrainGraph>` picked by architecture.
+
+use crate::gpu::{Gpu, GpuError};
+use crate::train::gdn_model::{GdnTrainModel, NamedTensor};
+use crate::train::mamba2_model::Mamba2TrainModel;
+use crate::train::Param;
+use loglinear_runtime::{Arch, ModelConfig};
+
+/// A model's training graph on B windows of T tokens. See [`GdnTrainModel`] for what each
+/// method does; every implementation behaves the same.
+pub trait TrainGraph {
+    /// The model's config.
+    fn config(&self) -> &ModelConfig;
+    /// Windows per step.
+    fn batch(&self) -> usize;
+    /// Predicted tokens per window.
+    fn seq_len(&self) -> usize;
+    /// Every trainable tensor (official keys and shapes, decay flags).
+    fn params(&self) -> &[Param];
+    /// The official initialisation, deterministic for `seed`.
+    fn init_params(&self, gpu: &Gpu, seed: u64) -> Result<(), GpuError>;
+    /// Loads every parameter by its official key (all checked before any is written).
+    fn load_params(
+        &self,
+        gpu: &Gpu,
+        get: &dyn Fn(&str) -> Option<Vec<f32>>,
+    ) -> Result<(), GpuError>;
+    /// Every parameter's key, shape and values.
+    fn read_params(&self, gpu: &Gpu) -> Result<Vec<NamedTensor>, GpuError>;
+    /// Every parameter's gradient, in [`TrainGraph::params`] order.
+    fn read_grads(&self, gpu: &Gpu) -> Result<Vec<Vec<f32>>, GpuError>;
+    /// The forward over windows `[batch][seq_len + 1]` (next-token targets).
+    fn encode_forward(&self, enc: &mut wgpu::CommandEncoder, tokens: &wgpu::Buffer);
+    /// The forward over explicit inputs and targets `[batch][seq_len]` (`u32::MAX` ignored).
+    fn encode_forward_targets(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        inputs: &wgpu::Buffer,
+        targets: &wgpu::Buffer,
+    ) -> Result<(), GpuError>;
+    /// Gradients += ∂(loss_scale · Σ losses)/∂param of the last forward.
+    fn encode_backward(&self, enc: &mut wgpu::CommandEncoder, loss_scale: f32);
+    /// Zeroes every gradient.
+    fn encode_zero_grads(&self, enc: &mut wgpu::CommandEncoder);
+    /// Per-token losses `[batch][seq_len]` (f32) of the last forward.
+    fn losses(&self) -> &wgpu::Buffer;
+    /// Per-token 1.0 / 0.0 argmax = target `[batch][seq_len]` (f32) of the last forward.
+    fn correct(&self) -> &wgpu::Buffer;
+}
+
+macro_rules! impl_train_graph {
+    ($model:ty) => {
+        impl TrainGraph for $model {
+            fn config(&self) -> &ModelConfig {
+                <$model>::config(self)
+            }
+            fn batch(&self) -> usize {
+                <$model>::batch(self)
+            }
+            fn seq_len(&self) -> usize {
+                <$model>::seq_len(self)
+            }
+            fn params(&self) -> &[Param] {
+                <$model>::params(self)
+            }
+            fn init_params(&self, gpu: &Gpu, seed: u64) -> Result<(), GpuError> {
+                <$model>::init_params(self, gpu, seed)
+            }
+            fn load_params(
+                &self,
+                gpu: &Gpu,
+                get: &dyn Fn(&str) -> Option<Vec<f32>>,
+            ) -> Result<(), GpuError> {
+                <$model>::load_params(self, gpu, get)
+            }
+            fn read_params(&self, gpu: &Gpu) -> Result<Vec<NamedTensor>, GpuError> {
+                <$model>::read_params(self, gpu)
+            }
+            fn read_grads(&self, gpu: &Gpu) -> Result<Vec<Vec<f32>>, GpuError> {
+                <$model>::read_grads(self, gpu)
+            }
+            fn encode_forward(&self, enc: &mut wgpu::CommandEncoder, tokens: &wgpu::Buffer) {
+                <$model>::encode_forward(self, enc, tokens)
+            }
+            fn encode_forward_targets(
+                &self,
+                enc: &mut wgpu::CommandEncoder,
+                inputs: &wgpu::Buffer,
+                targets: &wgpu::Buffer,
+            ) -> Result<(), GpuError> {
+                <$model>::encode_forward_targets(self, enc, inputs, targets)
+            }
+            fn encode_backward(&self, enc: &mut wgpu::CommandEncoder, loss_scale: f32) {
+                <$model>::encode_backward(self, enc, loss_scale)
+            }
+            fn encode_zero_grads(&self, enc: &mut wgpu::CommandEncoder) {
+                <$model>::encode_zero_grads(self, enc)
+            }
+            fn losses(&self) -> &wgpu::Buffer {
+                <$model>::losses(self)
+            }
+            fn correct(&self) -> &wgpu::Buffer {
+                <$model>::correct(self)
+            }
+        }
+    };
+}
+
+impl_train_graph!(GdnTrainModel);
+impl_train_graph!(Mamba2TrainModel);
+
+/// The training graph for `config`'s architecture: [`GdnTrainModel`] for (log-linear) Gated
+/// DeltaNet, [`Mamba2TrainModel`] for (log-linear) Mamba-2.
+pub fn new_train_graph(
+    gpu: &Gpu,
+    config: &ModelConfig,
+    batch: usize,
+    seq_len: usize,
+) -> Result<Box<dyn TrainGraph>, GpuError> {
+    match config.arch {
+        Arch::LogLinearGatedDeltaNet | Arch::GatedDeltaNet => {
+            Ok(Box::new(GdnTrainModel::new(gpu, config, batch, seq_len)?))
+        }
+        Arch::LogLinearMamba2 | Arch::Mamba2 => Ok(Box::new(Mamba2TrainModel::new(
+            gpu, config, batch, seq_len,
+        )?)),
+    }
+}
