@@ -7,7 +7,8 @@
 //!   f32/f16/Q8_0/Q4_0 weights;
 //! * [`eval`]: bits per byte on text, and a quantized model's distance from the f32 one;
 //!   [`per_position`]: the loss at each position of the windows; [`plot`]: its PNG chart;
-//! * [`mqar`]: multi-query associative recall data (Zoology's synthetic task).
+//! * [`mqar`]: multi-query associative recall data (Zoology's synthetic task); [`mqar_run`]:
+//!   `loglinear mqar`, the paper's MQAR sweep on the GPU trainer.
 
 pub mod checkpoint;
 pub mod config_json;
@@ -17,6 +18,7 @@ pub mod gguf_writer;
 pub mod layout;
 pub mod model_source;
 pub mod mqar;
+pub mod mqar_run;
 pub mod per_position;
 pub mod plan;
 pub mod plot;

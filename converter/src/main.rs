@@ -207,6 +207,9 @@ enum Command {
     /// Train or fine-tune a Gated DeltaNet model on a GPU (wgpu; lavapipe without one), with
     /// checkpoints in the official layout (config.json + model.safetensors) and exact resume.
     Train(Box<loglinear_converter::train::TrainArgs>),
+    /// The paper's MQAR table: train 2-layer models on Zoology's MQAR over archs × dims ×
+    /// learning rates × seeds, report test accuracy per kv setting beside the paper's.
+    Mqar(Box<loglinear_converter::mqar_run::MqarArgs>),
 }
 
 /// Held-out text for the quality measurement: Hamlet is in the shipped models' validation
@@ -283,6 +286,7 @@ fn run(cli: Cli) -> Res {
         Command::Serial(args) => serial_client::run(&args),
         Command::Bench(args) => bench::run(&args),
         Command::Train(args) => loglinear_converter::train::run(&args),
+        Command::Mqar(args) => loglinear_converter::mqar_run::run(&args),
         Command::Plan(args) => {
             let plan = loglinear_converter::plan::plan(&args)?;
             outln!("{plan}");

@@ -1,0 +1,1005 @@
+//! `loglinear mqar`: the paper's MQAR table (spec §9) with our GPU trainer — a sweep over
+//! architectures × model widths × learning rates × seeds, each run trained on Zoology's MQAR
+//! mixture and tested per key–value setting, with a resumable JSON results file and a
+//! markdown table beside the paper's numbers.
+//!
+//! The protocol (Zoology, Arora et al.; the paper's table note; choices marked *ours*):
+//!
+//! * data ([`crate::mqar`]): vocabulary 8192, length 256, power-law query gaps (a = 0.01),
+//!   random fill; one training set, the mixture of the `--kv` settings, `--train-examples`
+//!   examples **in all** (split evenly over the settings: 20 000 in all gives the reported
+//!   ~2500 steps at batch 256 for 32 epochs), reshuffled every epoch; `--test-examples` test
+//!   examples **per setting**. Data seeds are fixed (123 + 1000·kv for training, +10 for
+//!   testing, Zoology's split), so every run sees the same data; `--seeds` seeds the model's
+//!   initialisation and the shuffling.
+//! * models: 2 layers, width (hidden size) = dim, the official initialisation, RMSNorm
+//!   (eps 1e-5) and a SwiGLU MLP of 4·dim after every mixer (Zoology's default block has an
+//!   MLP of hidden_mult 4; ours is SwiGLU, as the official GDN / Mamba-2 LMs; no dropout,
+//!   where Zoology has 0.1 on the embeddings). GDN: heads 1 / 2 / 2 at dims 16 / 32 / 64
+//!   (1 head below 32, else 2), head_k_dim = head_v_dim = dim / heads, short conv 4 without
+//!   bias. Mamba-2: expand 2 (d_inner = 2·dim), head_dim 16 (heads = 2·dim / 16), state 16,
+//!   1 group, conv 4 with bias, one gated-norm group. Log-linear variants add the λ
+//!   projection (15 levels; training uses exact levels for T = 256).
+//! * loss and accuracy: cross-entropy on the query positions only (the others are ignored);
+//!   accuracy = argmax = target on query positions, per kv setting; the reported number is the
+//!   mean over the kv settings (as the paper's table), the pooled one (Zoology's
+//!   `valid/accuracy`) is kept too and decides early stopping (> `--early-stop`).
+//! * optimizer: AdamW (betas 0.9 / 0.999, eps 1e-8: torch's defaults, which Zoology uses),
+//!   weight decay 0.1 (Zoology's default) on the weight matrices and embeddings (*ours*: the
+//!   official no-decay group — norms, A_log, dt_bias, D, L, biases — is kept; Zoology decays
+//!   all), no gradient clipping, cosine from the peak to 0 over the run stepped per step
+//!   (Zoology steps it per epoch), no warmup unless `--warmup`.
+//! * evaluation every `--eval-every` steps (default: once per epoch) and at the end; a run ends
+//!   at its step count, on early stop, at `--max-seconds-per-run`, or when its loss is not
+//!   finite (reported as diverged). The run's accuracy is its last evaluation's.
+//!
+//! Per (arch, dim) the table shows the learning rate with the best mean accuracy (mean over
+//! seeds; ± their standard deviation when there are several).
+
+use std::path::PathBuf;
+
+/// An architecture of the sweep.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum)]
+pub enum MqarArch {
+    /// Log-linear Gated DeltaNet.
+    #[value(name = "ll-gdn")]
+    LlGdn,
+    /// Gated DeltaNet.
+    #[value(name = "gdn")]
+    Gdn,
+    /// Log-linear Mamba-2.
+    #[value(name = "ll-mamba2")]
+    LlMamba2,
+    /// Mamba-2.
+    #[value(name = "mamba2")]
+    Mamba2,
+}
+
+impl MqarArch {
+    /// The command-line name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::LlGdn => "ll-gdn",
+            Self::Gdn => "gdn",
+            Self::LlMamba2 => "ll-mamba2",
+            Self::Mamba2 => "mamba2",
+        }
+    }
+
+    fn from_name(s: &str) -> Option<Self> {
+        [Self::LlGdn, Self::Gdn, Self::LlMamba2, Self::Mamba2]
+            .into_iter()
+            .find(|a| a.name() == s)
+    }
+
+    /// The paper's mean accuracies (%) at dims 16 / 32 / 64 (spec §9; "≥ 99" as 99).
+    fn paper(self, dim: usize) -> Option<&'static str> {
+        let row = match self {
+            Self::LlGdn => ["40.0 (1.4)", "84.4 (1.2)", "≥ 99"],
+            Self::Gdn => ["38.4 (1.0)", "79.0 (2.1)", "≥ 99"],
+            Self::LlMamba2 => ["55.9 (9.1)", "76.5 (4.8)", "92.9 (2.7)"],
+            Self::Mamba2 => ["46.9 (2.3)", "75.1 (4.9)", "89.6 (6.1)"],
+        };
+        match dim {
+            16 => Some(row[0]),
+            32 => Some(row[1]),
+            64 => Some(row[2]),
+            _ => None,
+        }
+    }
+
+    /// The paper table's column title.
+    fn title(self) -> &'static str {
+        match self {
+            Self::LlGdn => "LL GDN",
+            Self::Gdn => "GDN",
+            Self::LlMamba2 => "LL Mamba-2",
+            Self::Mamba2 => "Mamba-2",
+        }
+    }
+}
+
+/// `loglinear mqar`: the MQAR sweep.
+#[derive(clap::Args, Debug, Clone)]
+pub struct MqarArgs {
+    /// Architectures.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "ll-gdn,gdn,ll-mamba2,mamba2"
+    )]
+    pub archs: Vec<MqarArch>,
+    /// Model widths (hidden sizes).
+    #[arg(long, value_delimiter = ',', default_value = "16,32,64")]
+    pub dims: Vec<usize>,
+    /// Peak learning rates (the paper's logspace(−3, −1.5, 4)).
+    #[arg(long, value_delimiter = ',', default_value = "1e-3,3.2e-3,1e-2,3.2e-2")]
+    pub lrs: Vec<f64>,
+    /// Seeds (a list: model initialisation and shuffling; the data are fixed).
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    pub seeds: Vec<u64>,
+    /// Key–value pair settings (trained on as a mixture, tested one by one).
+    #[arg(long, value_delimiter = ',', default_value = "4,8,16,32,64")]
+    pub kv: Vec<usize>,
+    /// Training examples in all, split evenly over the kv settings.
+    #[arg(long, default_value_t = 20_000)]
+    pub train_examples: usize,
+    /// Test examples per kv setting.
+    #[arg(long, default_value_t = 1000)]
+    pub test_examples: usize,
+    /// Examples per step (also the evaluation batch).
+    #[arg(long, default_value_t = 256)]
+    pub batch: usize,
+    /// Epochs over the training set (ignored with --steps).
+    #[arg(long, default_value_t = 32)]
+    pub epochs: usize,
+    /// Optimizer steps per run (overrides --epochs).
+    #[arg(long)]
+    pub steps: Option<u64>,
+    /// Evaluate every this many steps (default: once per epoch); always at the end.
+    #[arg(long)]
+    pub eval_every: Option<u64>,
+    /// Stop a run once its pooled test accuracy exceeds this (> 1 disables).
+    #[arg(long, default_value_t = 0.99)]
+    pub early_stop: f64,
+    /// Stop a run's training after this many seconds (then its final evaluation).
+    #[arg(long)]
+    pub max_seconds_per_run: Option<f64>,
+    /// Linear warmup steps before the cosine.
+    #[arg(long, default_value_t = 0)]
+    pub warmup: u64,
+    /// Results (JSON); runs already there with the same settings are skipped.
+    #[arg(long, default_value = "mqar_results.json")]
+    pub out: PathBuf,
+    /// The markdown table (rewritten after every run).
+    #[arg(long)]
+    pub md: Option<PathBuf>,
+    /// Vocabulary size (Zoology: 8192; smaller for tests).
+    #[arg(long, default_value_t = crate::mqar::ZOOLOGY_VOCAB, hide = true)]
+    pub vocab: usize,
+    /// Tokens per example (Zoology: 256; smaller for tests).
+    #[arg(long, default_value_t = crate::mqar::ZOOLOGY_SEQ_LEN, hide = true)]
+    pub seq_len: usize,
+}
+
+/// Runs `loglinear mqar`.
+pub fn run(args: &MqarArgs) -> Result<(), Box<dyn std::error::Error>> {
+    #[cfg(feature = "gpu")]
+    {
+        gpu_run::run(args)
+    }
+    #[cfg(not(feature = "gpu"))]
+    {
+        let _ = args;
+        Err("mqar: this loglinear was built without the `gpu` feature".into())
+    }
+}
+
+/// The model config of `arch` at width `dim` for `vocab` (see the module docs).
+pub fn model_config(
+    arch: MqarArch,
+    dim: usize,
+    vocab: usize,
+) -> Result<loglinear_runtime::ModelConfig, String> {
+    use loglinear_runtime::{Arch, ModelConfig, LAMBDA_LEVELS};
+    let (a, gdn) = match arch {
+        MqarArch::LlGdn => (Arch::LogLinearGatedDeltaNet, true),
+        MqarArch::Gdn => (Arch::GatedDeltaNet, true),
+        MqarArch::LlMamba2 => (Arch::LogLinearMamba2, false),
+        MqarArch::Mamba2 => (Arch::Mamba2, false),
+    };
+    let c = if gdn {
+        let heads = if dim < 32 { 1 } else { 2 };
+        if dim % heads != 0 {
+            return Err(format!("dim {dim} is not divisible by {heads} GDN heads"));
+        }
+        ModelConfig {
+            arch: a,
+            vocab_size: vocab,
+            hidden_size: dim,
+            num_layers: 2,
+            intermediate_size: 4 * dim,
+            norm_eps: 1e-5,
+            num_heads: heads,
+            head_k_dim: dim / heads,
+            head_v_dim: dim / heads,
+            num_groups: heads,
+            conv_kernel: 4,
+            conv_bias: false,
+            norm_group_size: dim / heads,
+            lambda_levels: if a.is_log_linear() { LAMBDA_LEVELS } else { 0 },
+        }
+    } else {
+        let (head_dim, d_inner) = (16, 2 * dim);
+        if d_inner % head_dim != 0 {
+            return Err(format!(
+                "Mamba-2 dim {dim}: d_inner {d_inner} is not a multiple of head_dim 16"
+            ));
+        }
+        ModelConfig {
+            arch: a,
+            vocab_size: vocab,
+            hidden_size: dim,
+            num_layers: 2,
+            intermediate_size: 4 * dim,
+            norm_eps: 1e-5,
+            num_heads: d_inner / head_dim,
+            head_k_dim: 16,
+            head_v_dim: head_dim,
+            num_groups: 1,
+            conv_kernel: 4,
+            conv_bias: true,
+            norm_group_size: d_inner,
+            lambda_levels: if a.is_log_linear() { LAMBDA_LEVELS } else { 0 },
+        }
+    };
+    c.validate().map_err(|e| format!("model config: {e}"))?;
+    Ok(c)
+}
+
+/// The settings that make runs comparable (a results file holds runs of one setting).
+fn settings_json(args: &MqarArgs) -> serde_json::Value {
+    serde_json::json!({
+        "vocab": args.vocab,
+        "seq_len": args.seq_len,
+        "kv": args.kv,
+        "train_examples": args.train_examples,
+        "test_examples": args.test_examples,
+        "batch": args.batch,
+        "epochs": args.epochs,
+        "steps": args.steps,
+        "eval_every": args.eval_every,
+        "early_stop": args.early_stop,
+        "max_seconds_per_run": args.max_seconds_per_run,
+        "warmup": args.warmup,
+    })
+}
+
+/// Checks the arguments; every error names the flag.
+pub fn check_args(args: &MqarArgs) -> Result<(), String> {
+    if args.archs.is_empty() || args.dims.is_empty() || args.lrs.is_empty() {
+        return Err("--archs, --dims and --lrs must not be empty".into());
+    }
+    if args.seeds.is_empty() || args.kv.is_empty() {
+        return Err("--seeds and --kv must not be empty".into());
+    }
+    if let Some(lr) = args.lrs.iter().find(|l| !(l.is_finite() && **l > 0.0)) {
+        return Err(format!("--lrs: learning rates must be positive, got {lr}"));
+    }
+    if args.batch == 0 {
+        return Err("--batch must be at least 1".into());
+    }
+    if args.train_examples < args.kv.len() {
+        return Err(format!(
+            "--train-examples {} is fewer than one per kv setting ({})",
+            args.train_examples,
+            args.kv.len()
+        ));
+    }
+    if args.test_examples == 0 {
+        return Err("--test-examples must be at least 1".into());
+    }
+    if args.steps == Some(0) || (args.steps.is_none() && args.epochs == 0) {
+        return Err("--steps / --epochs must be at least 1".into());
+    }
+    if args.eval_every == Some(0) {
+        return Err("--eval-every must be at least 1".into());
+    }
+    if let Some(s) = args.max_seconds_per_run {
+        if !(s.is_finite() && s > 0.0) {
+            return Err(format!("--max-seconds-per-run must be positive, got {s}"));
+        }
+    }
+    for &kv in &args.kv {
+        data_config(args, kv)
+            .check()
+            .map_err(|e| format!("--kv {kv}: {e}"))?;
+    }
+    for &arch in &args.archs {
+        for &dim in &args.dims {
+            model_config(arch, dim, args.vocab).map_err(|e| format!("--dims {dim}: {e}"))?;
+        }
+    }
+    Ok(())
+}
+
+fn data_config(args: &MqarArgs, kv: usize) -> crate::mqar::MqarConfig {
+    crate::mqar::MqarConfig {
+        vocab_size: args.vocab,
+        seq_len: args.seq_len,
+        ..crate::mqar::MqarConfig::zoology(kv)
+    }
+}
+
+/// Steps per epoch: the training set in batches, the last one partial.
+fn steps_per_epoch(args: &MqarArgs) -> u64 {
+    args.train_examples.div_ceil(args.batch) as u64
+}
+
+/// One finished run, as stored in the results file.
+#[derive(Clone, Debug)]
+pub struct RunRecord {
+    pub arch: MqarArch,
+    pub dim: usize,
+    pub lr: f64,
+    pub seed: u64,
+    /// Mean over kv settings of the per-setting accuracy (0..1).
+    pub accuracy: f64,
+    /// Zoology's pooled accuracy over all scored positions.
+    pub pooled: f64,
+    pub per_kv: Vec<(usize, f64)>,
+    pub steps: u64,
+    pub seconds: f64,
+    /// `steps`, `early-stop`, `time` or `diverged`.
+    pub stopped: String,
+    pub final_loss: f64,
+    pub params: usize,
+    /// (step, mean accuracy) of every evaluation.
+    pub evals: Vec<(u64, f64)>,
+}
+
+impl RunRecord {
+    fn same_run(&self, arch: MqarArch, dim: usize, lr: f64, seed: u64) -> bool {
+        self.arch == arch && self.dim == dim && self.seed == seed && same_lr(self.lr, lr)
+    }
+
+    fn to_json(&self) -> serde_json::Value {
+        let per_kv: serde_json::Map<String, serde_json::Value> = self
+            .per_kv
+            .iter()
+            .map(|(kv, a)| (kv.to_string(), serde_json::json!(a)))
+            .collect();
+        serde_json::json!({
+            "arch": self.arch.name(),
+            "dim": self.dim,
+            "lr": self.lr,
+            "seed": self.seed,
+            "accuracy": self.accuracy,
+            "pooled_accuracy": self.pooled,
+            "per_kv": per_kv,
+            "steps": self.steps,
+            "seconds": self.seconds,
+            "stopped": self.stopped,
+            "final_loss": finite_or_null(self.final_loss),
+            "params": self.params,
+            "evals": self.evals.iter().map(|(s, a)| serde_json::json!([s, a])).collect::<Vec<_>>(),
+        })
+    }
+
+    fn from_json(v: &serde_json::Value) -> Option<Self> {
+        let f = |k: &str| v.get(k).and_then(serde_json::Value::as_f64);
+        let u = |k: &str| v.get(k).and_then(serde_json::Value::as_u64);
+        let mut per_kv: Vec<(usize, f64)> = v
+            .get("per_kv")?
+            .as_object()?
+            .iter()
+            .filter_map(|(k, a)| Some((k.parse().ok()?, a.as_f64()?)))
+            .collect();
+        per_kv.sort_by_key(|p| p.0);
+        Some(Self {
+            arch: MqarArch::from_name(v.get("arch")?.as_str()?)?,
+            dim: u("dim")? as usize,
+            lr: f("lr")?,
+            seed: u("seed")?,
+            accuracy: f("accuracy")?,
+            pooled: f("pooled_accuracy").unwrap_or(f64::NAN),
+            per_kv,
+            steps: u("steps").unwrap_or(0),
+            seconds: f("seconds").unwrap_or(0.0),
+            stopped: v.get("stopped")?.as_str()?.to_string(),
+            final_loss: f("final_loss").unwrap_or(f64::NAN),
+            params: u("params").unwrap_or(0) as usize,
+            evals: v
+                .get("evals")
+                .and_then(|e| e.as_array())
+                .map(|e| {
+                    e.iter()
+                        .filter_map(|p| Some((p.get(0)?.as_u64()?, p.get(1)?.as_f64()?)))
+                        .collect()
+                })
+                .unwrap_or_default(),
+        })
+    }
+}
+
+fn finite_or_null(x: f64) -> serde_json::Value {
+    if x.is_finite() {
+        serde_json::json!(x)
+    } else {
+        serde_json::Value::Null
+    }
+}
+
+fn same_lr(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * a.abs().max(b.abs())
+}
+
+/// Reads the runs of an earlier invocation (none when the file does not exist). A file made
+/// with other settings is an error: mixing them would compare unlike runs.
+pub fn load_results(args: &MqarArgs) -> Result<Vec<RunRecord>, String> {
+    let text = match std::fs::read_to_string(&args.out) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(format!("cannot read {}: {e}", args.out.display())),
+    };
+    let v: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| format!("{} is not MQAR results JSON: {e}", args.out.display()))?;
+    let want = settings_json(args);
+    if v.get("settings") != Some(&want) {
+        return Err(format!(
+            "{} holds runs made with other settings ({}); these are {}: use another --out",
+            args.out.display(),
+            v.get("settings").map_or("none".into(), |s| s.to_string()),
+            want
+        ));
+    }
+    let runs = v
+        .get("runs")
+        .and_then(|r| r.as_array())
+        .ok_or_else(|| format!("{}: no `runs` array", args.out.display()))?;
+    runs.iter()
+        .map(|r| {
+            RunRecord::from_json(r)
+                .ok_or_else(|| format!("{}: a run record is malformed: {r}", args.out.display()))
+        })
+        .collect()
+}
+
+/// Writes every run (atomically: a temporary file renamed over the old one) and the markdown.
+pub fn save_results(args: &MqarArgs, runs: &[RunRecord]) -> Result<(), String> {
+    let v = serde_json::json!({
+        "settings": settings_json(args),
+        "runs": runs.iter().map(RunRecord::to_json).collect::<Vec<_>>(),
+    });
+    let text = serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?;
+    write_atomic(&args.out, &text)?;
+    if let Some(md) = &args.md {
+        write_atomic(md, &markdown(args, runs))?;
+    }
+    Ok(())
+}
+
+fn write_atomic(path: &std::path::Path, text: &str) -> Result<(), String> {
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = PathBuf::from(tmp);
+    std::fs::write(&tmp, text).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, path).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// Mean and (population) standard deviation.
+fn mean_std(x: &[f64]) -> (f64, f64) {
+    let n = x.len().max(1) as f64;
+    let m = x.iter().sum::<f64>() / n;
+    let var = x.iter().map(|v| (v - m).powi(2)).sum::<f64>() / n;
+    (m, var.sqrt())
+}
+
+/// The best learning rate of (arch, dim) by mean accuracy over seeds: (lr, runs at it).
+fn best_lr(runs: &[RunRecord], arch: MqarArch, dim: usize) -> Option<(f64, Vec<&RunRecord>)> {
+    let mut lrs: Vec<f64> = Vec::new();
+    for r in runs.iter().filter(|r| r.arch == arch && r.dim == dim) {
+        if !lrs.iter().any(|&l| same_lr(l, r.lr)) {
+            lrs.push(r.lr);
+        }
+    }
+    lrs.into_iter()
+        .map(|lr| {
+            let at: Vec<&RunRecord> = runs
+                .iter()
+                .filter(|r| r.arch == arch && r.dim == dim && same_lr(r.lr, lr))
+                .collect();
+            (lr, at)
+        })
+        .max_by(|a, b| {
+            let ma = mean_std(&a.1.iter().map(|r| r.accuracy).collect::<Vec<_>>()).0;
+            let mb = mean_std(&b.1.iter().map(|r| r.accuracy).collect::<Vec<_>>()).0;
+            ma.total_cmp(&mb)
+        })
+}
+
+fn pct(x: f64) -> String {
+    format!("{:.1}", 100.0 * x)
+}
+
+fn pct_std(x: &[f64]) -> String {
+    let (m, s) = mean_std(x);
+    if x.len() > 1 {
+        format!("{} ({})", pct(m), pct(s))
+    } else {
+        pct(m)
+    }
+}
+
+/// The markdown report: the paper-style table (ours / paper), then per (arch, dim) the best
+/// learning rate with per-kv accuracies, then every run.
+pub fn markdown(args: &MqarArgs, runs: &[RunRecord]) -> String {
+    let mut s = String::new();
+    s.push_str("# MQAR: mean accuracy (%) over kv settings, ours / paper\n\n");
+    s.push_str(&format!(
+        "Sequence length {}, vocab {}, kv {:?}, {} training examples in all, {} test examples \
+         per kv setting, batch {}; best learning rate per cell; paper: 5 seeds, mean (std).\n\n",
+        args.seq_len, args.vocab, args.kv, args.train_examples, args.test_examples, args.batch
+    ));
+    let archs = [
+        MqarArch::Mamba2,
+        MqarArch::LlMamba2,
+        MqarArch::Gdn,
+        MqarArch::LlGdn,
+    ];
+    s.push_str("| dim |");
+    for a in archs {
+        s.push_str(&format!(" {} |", a.title()));
+    }
+    s.push_str("\n| --- |");
+    for _ in archs {
+        s.push_str(" --- |");
+    }
+    s.push('\n');
+    let mut dims: Vec<usize> = args.dims.clone();
+    for r in runs {
+        if !dims.contains(&r.dim) {
+            dims.push(r.dim);
+        }
+    }
+    dims.sort_unstable();
+    for &dim in &dims {
+        s.push_str(&format!("| {dim} |"));
+        for a in archs {
+            let ours = best_lr(runs, a, dim).map_or("–".to_string(), |(_, at)| {
+                pct_std(&at.iter().map(|r| r.accuracy).collect::<Vec<_>>())
+            });
+            s.push_str(&format!(" {ours} / {} |", a.paper(dim).unwrap_or("–")));
+        }
+        s.push('\n');
+    }
+    s.push_str("\n## Best learning rate per model\n\n| model | dim | lr | mean |");
+    for kv in &args.kv {
+        s.push_str(&format!(" kv {kv} |"));
+    }
+    s.push_str(" paper |\n| --- | --- | --- | --- |");
+    for _ in &args.kv {
+        s.push_str(" --- |");
+    }
+    s.push_str(" --- |\n");
+    for a in archs {
+        for &dim in &dims {
+            let Some((lr, at)) = best_lr(runs, a, dim) else {
+                continue;
+            };
+            s.push_str(&format!(
+                "| {} | {dim} | {lr:.2e} | {} |",
+                a.name(),
+                pct_std(&at.iter().map(|r| r.accuracy).collect::<Vec<_>>())
+            ));
+            for kv in &args.kv {
+                let x: Vec<f64> = at
+                    .iter()
+                    .filter_map(|r| r.per_kv.iter().find(|p| p.0 == *kv).map(|p| p.1))
+                    .collect();
+                s.push_str(&format!(" {} |", pct_std(&x)));
+            }
+            s.push_str(&format!(" {} |\n", a.paper(dim).unwrap_or("–")));
+        }
+    }
+    s.push_str("\n## Every run\n\n| model | dim | lr | seed | mean | pooled | steps | stopped | seconds | final loss |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    for r in runs {
+        s.push_str(&format!(
+            "| {} | {} | {:.2e} | {} | {} | {} | {} | {} | {:.1} | {:.4} |\n",
+            r.arch.name(),
+            r.dim,
+            r.lr,
+            r.seed,
+            pct(r.accuracy),
+            pct(r.pooled),
+            r.steps,
+            r.stopped,
+            r.seconds,
+            r.final_loss
+        ));
+    }
+    s
+}
+
+#[cfg(feature = "gpu")]
+mod gpu_run {
+    use super::*;
+    use crate::mqar::MqarBatch;
+    use indicatif::{ProgressBar, ProgressStyle};
+    use loglinear_host_gpu::train::graph::{new_train_graph, TrainGraph};
+    use loglinear_host_gpu::train::optim::{AdamW, AdamWConfig};
+    use loglinear_host_gpu::train::schedule::{Decay, LrSchedule};
+    use loglinear_host_gpu::{wgpu, Gpu};
+    use std::time::Instant;
+
+    type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+    /// Ignored target (no loss, no gradient, not scored).
+    const IGNORED: u32 = u32::MAX;
+    /// Training data seed (Zoology's 123), per kv setting apart by 1000; tests add 10.
+    const DATA_SEED: u64 = 123;
+    /// Steps between loss read-backs (each waits for the GPU).
+    const LOG_EVERY: u64 = 10;
+
+    /// Examples as the model reads them: inputs and targets (`IGNORED` off the queries).
+    struct Examples {
+        inputs: Vec<u32>,
+        targets: Vec<u32>,
+        /// Scored positions per example.
+        scored: Vec<u32>,
+    }
+
+    impl Examples {
+        fn from_batch(b: &MqarBatch) -> Self {
+            let l = b.seq_len;
+            let targets: Vec<u32> = b
+                .targets
+                .iter()
+                .zip(&b.mask)
+                .map(|(&t, &m)| if m { t } else { IGNORED })
+                .collect();
+            let scored = b
+                .mask
+                .chunks(l)
+                .map(|m| m.iter().filter(|&&x| x).count() as u32)
+                .collect();
+            Self {
+                inputs: b.inputs.clone(),
+                targets,
+                scored,
+            }
+        }
+
+        fn len(&self) -> usize {
+            self.scored.len()
+        }
+    }
+
+    struct Data {
+        train: Examples,
+        /// Per kv setting.
+        test: Vec<(usize, Examples)>,
+    }
+
+    fn make_data(args: &MqarArgs) -> Res<Data> {
+        let n = args.kv.len();
+        let mut train = Examples {
+            inputs: Vec::new(),
+            targets: Vec::new(),
+            scored: Vec::new(),
+        };
+        let mut test = Vec::new();
+        for (i, &kv) in args.kv.iter().enumerate() {
+            let cfg = data_config(args, kv);
+            // Split evenly; the first settings take the remainder.
+            let count = args.train_examples / n + usize::from(i < args.train_examples % n);
+            let seed = DATA_SEED + 1000 * kv as u64;
+            let (tr, te) = crate::mqar::train_test(&cfg, seed, count, args.test_examples)?;
+            let tr = Examples::from_batch(&tr);
+            train.inputs.extend_from_slice(&tr.inputs);
+            train.targets.extend_from_slice(&tr.targets);
+            train.scored.extend_from_slice(&tr.scored);
+            test.push((kv, Examples::from_batch(&te)));
+        }
+        Ok(Data { train, test })
+    }
+
+    /// SplitMix64 for the epoch shuffles.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = self.0;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            z ^ (z >> 31)
+        }
+        fn below(&mut self, n: usize) -> usize {
+            ((self.next() as u128 * n as u128) >> 64) as usize
+        }
+    }
+
+    /// A graph with its upload buffers.
+    struct Runner<'a> {
+        gpu: &'a Gpu,
+        graph: Box<dyn TrainGraph>,
+        inputs: wgpu::Buffer,
+        targets: wgpu::Buffer,
+        batch: usize,
+        seq_len: usize,
+    }
+
+    impl Runner<'_> {
+        /// Uploads examples `idx` (padded with ignored rows) and records their forward.
+        fn load(&self, enc: &mut wgpu::CommandEncoder, ex: &Examples, idx: &[usize]) -> Res<u64> {
+            let l = self.seq_len;
+            let mut inputs = Vec::with_capacity(self.batch * l);
+            let mut targets = Vec::with_capacity(self.batch * l);
+            let mut scored = 0u64;
+            for &i in idx {
+                inputs.extend_from_slice(&ex.inputs[i * l..(i + 1) * l]);
+                targets.extend_from_slice(&ex.targets[i * l..(i + 1) * l]);
+                scored += u64::from(ex.scored[i]);
+            }
+            inputs.resize(self.batch * l, 0);
+            targets.resize(self.batch * l, IGNORED);
+            self.gpu.write(&self.inputs, &inputs);
+            self.gpu.write(&self.targets, &targets);
+            self.graph
+                .encode_forward_targets(enc, &self.inputs, &self.targets)?;
+            Ok(scored)
+        }
+
+        fn read(&self, buf: &wgpu::Buffer) -> Res<Vec<f32>> {
+            let n = self.batch * self.seq_len;
+            Ok(bytemuck::pod_collect_to_vec(
+                &self.gpu.read_bytes(buf, 4 * n as u64)?,
+            ))
+        }
+
+        /// Test accuracy per kv setting: (kv, correct, scored).
+        fn evaluate(&self, data: &Data) -> Res<Vec<(usize, u64, u64)>> {
+            let mut out = Vec::new();
+            for (kv, ex) in &data.test {
+                let (mut correct, mut scored) = (0u64, 0u64);
+                let all: Vec<usize> = (0..ex.len()).collect();
+                for idx in all.chunks(self.batch) {
+                    let mut enc = self.gpu.encoder("mqar eval");
+                    scored += self.load(&mut enc, ex, idx)?;
+                    self.gpu.submit_and_wait(enc)?;
+                    let c = self.read(self.graph.correct())?;
+                    correct += c.iter().map(|&x| x as f64).sum::<f64>().round() as u64;
+                }
+                out.push((*kv, correct, scored));
+            }
+            Ok(out)
+        }
+    }
+
+    fn summarize(acc: &[(usize, u64, u64)]) -> (f64, f64, Vec<(usize, f64)>) {
+        let per_kv: Vec<(usize, f64)> = acc
+            .iter()
+            .map(|&(kv, c, s)| (kv, c as f64 / s.max(1) as f64))
+            .collect();
+        let mean = per_kv.iter().map(|p| p.1).sum::<f64>() / per_kv.len().max(1) as f64;
+        let (c, s) = acc
+            .iter()
+            .fold((0u64, 0u64), |(c, s), &(_, a, b)| (c + a, s + b));
+        (mean, c as f64 / s.max(1) as f64, per_kv)
+    }
+
+    pub(super) fn run(args: &MqarArgs) -> Res<()> {
+        check_args(args)?;
+        let mut runs = load_results(args)?;
+        let mut todo = Vec::new();
+        for &arch in &args.archs {
+            for &dim in &args.dims {
+                for &lr in &args.lrs {
+                    for &seed in &args.seeds {
+                        if !runs.iter().any(|r| r.same_run(arch, dim, lr, seed)) {
+                            todo.push((arch, dim, lr, seed));
+                        }
+                    }
+                }
+            }
+        }
+        let total = args.archs.len() * args.dims.len() * args.lrs.len() * args.seeds.len();
+        eprintln!(
+            "mqar: {} runs to do, {} already in {}",
+            todo.len(),
+            total - todo.len(),
+            args.out.display()
+        );
+        if todo.is_empty() {
+            save_results(args, &runs)?;
+            print!("{}", markdown(args, &runs));
+            return Ok(());
+        }
+        let t0 = Instant::now();
+        let data = make_data(args)?;
+        eprintln!(
+            "mqar: data made in {:.1} s ({} training examples, {} test settings)",
+            t0.elapsed().as_secs_f64(),
+            data.train.len(),
+            data.test.len()
+        );
+        let gpu = Gpu::new()?;
+        let steps = args
+            .steps
+            .unwrap_or(steps_per_epoch(args) * args.epochs as u64);
+        let eval_every = args.eval_every.unwrap_or(steps_per_epoch(args));
+        let n = args.batch * args.seq_len;
+        // One graph per (arch, dim), reused by its learning rates and seeds.
+        let mut current: Option<((MqarArch, usize), Runner)> = None;
+        for (arch, dim, lr, seed) in todo {
+            if current.as_ref().map(|c| c.0) != Some((arch, dim)) {
+                drop(current.take()); // free the old graph first
+                let cfg = model_config(arch, dim, args.vocab)?;
+                let graph = new_train_graph(&gpu, &cfg, args.batch, args.seq_len)?;
+                let z = |label: &str| gpu.storage_zeroed(label, 4 * n as u64);
+                current = Some((
+                    (arch, dim),
+                    Runner {
+                        gpu: &gpu,
+                        graph,
+                        inputs: z("mqar inputs")?,
+                        targets: z("mqar targets")?,
+                        batch: args.batch,
+                        seq_len: args.seq_len,
+                    },
+                ));
+            }
+            let Some((_, runner)) = current.as_ref() else {
+                continue;
+            };
+            let rec = train_one(
+                args,
+                &gpu,
+                runner,
+                &data,
+                (arch, dim, lr, seed),
+                steps,
+                eval_every,
+            )?;
+            eprintln!(
+                "mqar: {} dim {} lr {:.2e} seed {}: mean accuracy {} (pooled {}), {} steps, {}, {:.1} s",
+                arch.name(),
+                dim,
+                lr,
+                seed,
+                pct(rec.accuracy),
+                pct(rec.pooled),
+                rec.steps,
+                rec.stopped,
+                rec.seconds
+            );
+            runs.push(rec);
+            save_results(args, &runs)?;
+        }
+        print!("{}", markdown(args, &runs));
+        Ok(())
+    }
+
+    fn train_one(
+        args: &MqarArgs,
+        gpu: &Gpu,
+        r: &Runner,
+        data: &Data,
+        (arch, dim, lr, seed): (MqarArch, usize, f64, u64),
+        steps: u64,
+        eval_every: u64,
+    ) -> Res<RunRecord> {
+        let start = Instant::now();
+        r.graph.init_params(gpu, seed)?;
+        let adam = AdamWConfig {
+            beta1: 0.9,
+            beta2: 0.999,
+            eps: 1e-8,
+            weight_decay: 0.1,
+        };
+        let mut opt = AdamW::new(gpu, r.graph.params(), adam)?;
+        let schedule = LrSchedule {
+            peak: lr,
+            min: 0.0,
+            warmup: args.warmup,
+            total: steps,
+            decay: Decay::Cosine,
+        };
+        schedule.validate()?;
+        let params: usize = r.graph.params().iter().map(|p| p.len).sum();
+        let pb = ProgressBar::new(steps);
+        pb.set_style(
+            ProgressStyle::with_template("{prefix} [{bar:25}] {pos}/{len} {msg} ({elapsed})")
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+        );
+        let label = format!("{} d{} lr {:.1e} s{}", arch.name(), dim, lr, seed);
+        pb.set_prefix(label.clone());
+        let say = |line: String| {
+            if pb.is_hidden() {
+                eprintln!("{line}");
+            } else {
+                pb.println(line);
+            }
+        };
+        let mut rng = Rng(seed ^ 0x6d71_6172);
+        let n_train = data.train.len();
+        let mut order: Vec<usize> = Vec::new();
+        let mut pos = 0usize;
+        let (mut loss, mut train_acc) = (f64::NAN, f64::NAN);
+        let mut evals = Vec::new();
+        let mut last = None;
+        let mut stopped = "steps";
+        let mut step = 0u64;
+        let mut tokens = 0u64;
+        while step < steps {
+            // The next batch of the epoch's order; a new shuffle when it runs out.
+            if pos >= order.len() {
+                order = (0..n_train).collect();
+                for i in (1..order.len()).rev() {
+                    order.swap(i, rng.below(i + 1));
+                }
+                pos = 0;
+            }
+            let idx = &order[pos..(pos + args.batch).min(order.len())];
+            pos += idx.len();
+            let mut enc = gpu.encoder("mqar step");
+            r.graph.encode_zero_grads(&mut enc);
+            let scored = r.load(&mut enc, &data.train, idx)?;
+            r.graph
+                .encode_backward(&mut enc, 1.0 / scored.max(1) as f32);
+            step += 1;
+            tokens += (idx.len() * args.seq_len) as u64;
+            opt.encode_step(gpu, &mut enc, schedule.lr(step), None)?;
+            gpu.queue.submit([enc.finish()]);
+            let evaluate = step % eval_every == 0 || step == steps;
+            if step % LOG_EVERY == 0 || evaluate || step == 1 {
+                let l = r.read(r.graph.losses())?;
+                let c = r.read(r.graph.correct())?;
+                loss = l.iter().map(|&x| x as f64).sum::<f64>() / scored.max(1) as f64;
+                train_acc = c.iter().map(|&x| x as f64).sum::<f64>() / scored.max(1) as f64;
+                let secs = start.elapsed().as_secs_f64();
+                pb.set_position(step);
+                pb.set_message(format!(
+                    "loss {loss:.3} acc {:.1}% {:.0} tok/s",
+                    100.0 * train_acc,
+                    tokens as f64 / secs
+                ));
+                if !loss.is_finite() {
+                    stopped = "diverged";
+                    break;
+                }
+                if args.max_seconds_per_run.is_some_and(|m| secs >= m) {
+                    stopped = "time";
+                    break;
+                }
+            }
+            if evaluate {
+                let acc = r.evaluate(data)?;
+                let (mean, pooled, per_kv) = summarize(&acc);
+                evals.push((step, mean));
+                say(format!(
+                    "{label} step {step}/{steps}: loss {loss:.4}, train acc {:.1}%, test mean {} pooled {} per kv {}",
+                    100.0 * train_acc,
+                    pct(mean),
+                    pct(pooled),
+                    per_kv
+                        .iter()
+                        .map(|(k, a)| format!("{k}:{}", pct(*a)))
+                        .collect::<Vec<_>>()
+                        .join(" ")
+                ));
+                last = Some((step, mean, pooled, per_kv));
+                if pooled > args.early_stop {
+                    stopped = "early-stop";
+                    break;
+                }
+            }
+        }
+        // The final evaluation, unless the last step was just evaluated.
+        let (mean, pooled, per_kv) = match last {
+            Some((s, mean, pooled, per_kv)) if s == step => (mean, pooled, per_kv),
+            _ => {
+                let (mean, pooled, per_kv) = summarize(&r.evaluate(data)?);
+                evals.push((step, mean));
+                (mean, pooled, per_kv)
+            }
+        };
+        pb.finish_and_clear();
+        Ok(RunRecord {
+            arch,
+            dim,
+            lr,
+            seed,
+            accuracy: mean,
+            pooled,
+            per_kv,
+            steps: step,
+            seconds: start.elapsed().as_secs_f64(),
+            stopped: stopped.to_string(),
+            final_loss: loss,
+            params,
+            evals,
+        })
+    }
+}
