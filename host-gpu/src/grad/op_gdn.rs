@@ -20,9 +20,13 @@
 //! 7. `grad_gdn_vec`, per (chunk, 16 rows, head): dq, dk, dv.
 //! 8. `grad_gdn_fin`: dβ, and dg as the in-chunk reverse cumsum of dγ.
 //!
-//! Scratch (f32): γ (T·H); tiles (NT·H·(15·C² + 2C)); per-token packs (T·H·(6 dk + 2 dv + 2));
-//! the level states and their gradients (2·M·NT·H·dk·dv); per-chunk products
-//! (NT·H·C·(2 dv + dk)). Limits: dk ≤ 256, any dv, any T ≥ 1; ≤ 10 storage buffers and
+//! Steps 2-8 run group after group of G heads (head offset and group size in the uniform),
+//! G as large as the adapter's storage-binding and buffer-size limits allow, so the scratch
+//! holds one group and is reused by the next (results do not depend on G).
+//!
+//! Scratch (f32): γ (T·H); tiles (NT·G·(15·C² + 2C)); per-token packs (T·G·(6 dk + 2 dv + 2));
+//! the level states and their gradients (2·M·NT·G·dk·dv); per-chunk products
+//! (NT·G·C·(2 dv + dk)). Limits: dk ≤ 256, any dv, any T ≥ 1; ≤ 10 storage buffers and
 //! ≤ 10 KiB of workgroup memory per stage.
 
 use super::{check_training_shape, OpGradIo, OpGrads};
@@ -71,7 +75,11 @@ struct Params {
     levels: u32,
     half_nt: u32,
     level: u32,
-    pad: [u32; 2],
+    /// First operator head of a group (`pad1` in chunk_common.wgsl, `head0()` in
+    /// grad_gdn_common.wgsl).
+    head0: u32,
+    /// Heads of the group (`pad2`, `group_heads()`).
+    group_heads: u32,
 }
 
 struct Step {
@@ -85,6 +93,7 @@ struct Step {
 /// buffers; [`GdnBackward::encode`] as often as wanted (each run overwrites the gradients).
 pub struct GdnBackward {
     steps: Vec<Step>,
+    groups: usize,
     _scratch: Vec<wgpu::Buffer>,
 }
 
@@ -108,6 +117,18 @@ impl GdnBackward {
     /// Checks the shape (GDN form, exact training levels, q and k per head) and buffer sizes,
     /// compiles the kernels, allocates scratch and makes the bind groups.
     pub fn new(gpu: &Gpu, shape: ScanShape, io: OpGradIo<'_>) -> Result<Self, GpuError> {
+        Self::new_grouped(gpu, shape, io, usize::MAX)
+    }
+
+    /// As [`GdnBackward::new`], with at most `max_group_heads` heads per group (the scratch is
+    /// sized for one group and reused by the next; the results do not depend on the grouping).
+    /// `new` takes as many heads per group as the adapter's buffer limits allow.
+    pub fn new_grouped(
+        gpu: &Gpu,
+        shape: ScanShape,
+        io: OpGradIo<'_>,
+        max_group_heads: usize,
+    ) -> Result<Self, GpuError> {
         if shape.form != Form::Gdn {
             return Err(GpuError::Invalid(format!(
                 "GDN backward: shape form is {:?}",
@@ -141,23 +162,36 @@ impl GdnBackward {
                 "GDN backward: T = {t} needs more than {MAX_GROUPS} workgroups per dispatch"
             )));
         }
-        let tiles_len = nt * h * PER_CH;
-        let fpack_len = t * h * (3 * dk + dv);
-        let gpack_len = t * h * (3 * dk + dv + 2);
-        let states_len = (scans * nt * h * dk * dv).max(1);
-        let xbuf_len = nt * h * CHUNK * (2 * dv + dk);
-        for (what, len) in [
-            ("tiles", tiles_len),
-            ("gpack", gpack_len),
-            ("states", states_len),
-            ("xbuf", xbuf_len),
-        ] {
-            if len as u64 >= u64::from(u32::MAX) {
-                return Err(GpuError::Invalid(format!(
-                    "GDN backward: {what} scratch of {len} floats needs indices over 2^32"
-                )));
-            }
+        // Scratch floats per operator head; the scratch holds one group of heads at a time.
+        let tiles_per_head = nt * PER_CH;
+        let fpack_per_head = t * (3 * dk + dv);
+        let gpack_per_head = t * (3 * dk + dv + 2);
+        let states_per_head = scans * nt * dk * dv;
+        let xbuf_per_head = nt * CHUNK * (2 * dv + dk);
+        let biggest = [
+            tiles_per_head,
+            fpack_per_head,
+            gpack_per_head,
+            states_per_head,
+            xbuf_per_head,
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or(1) as u64;
+        let limit = u64::from(gpu.limits.max_storage_buffer_binding_size)
+            .min(gpu.limits.max_buffer_size)
+            // Scratch indices are u32.
+            .min(u64::from(u32::MAX) * 4);
+        let fit = (limit / (biggest * 4)) as usize;
+        if fit == 0 {
+            return Err(GpuError::Invalid(format!(
+                "GDN backward: T = {t} needs {} bytes of scratch per head, over the adapter's \
+                 storage-binding limit of {limit} bytes",
+                biggest * 4
+            )));
         }
+        let group = h.min(fit).min(max_group_heads.max(1));
+        let n_groups = h.div_ceil(group);
 
         let params = Params {
             t: t as u32,
@@ -174,17 +208,19 @@ impl GdnBackward {
             levels: s.levels as u32,
             half_nt: nt.div_ceil(2) as u32,
             level: 0,
-            pad: [0; 2],
+            head0: 0,
+            group_heads: h as u32,
         };
         let f = 4u64;
+        let sz = |per_head: usize| (per_head * group).max(1) as u64 * f;
         let uniform = gpu.uniform_from("gdn bwd params", &params);
         let gam = gpu.storage_zeroed("gdn bwd gamma", (t * h) as u64 * f)?;
-        let tiles = gpu.storage_zeroed("gdn bwd tiles", tiles_len as u64 * f)?;
-        let fpack = gpu.storage_zeroed("gdn bwd fpack", fpack_len as u64 * f)?;
-        let gpack = gpu.storage_zeroed("gdn bwd gpack", gpack_len as u64 * f)?;
-        let hs = gpu.storage_zeroed("gdn bwd states", states_len as u64 * f)?;
-        let dhs = gpu.storage_zeroed("gdn bwd state grads", states_len as u64 * f)?;
-        let xbuf = gpu.storage_zeroed("gdn bwd chunk products", xbuf_len as u64 * f)?;
+        let tiles = gpu.storage_zeroed("gdn bwd tiles", sz(tiles_per_head))?;
+        let fpack = gpu.storage_zeroed("gdn bwd fpack", sz(fpack_per_head))?;
+        let gpack = gpu.storage_zeroed("gdn bwd gpack", sz(gpack_per_head))?;
+        let hs = gpu.storage_zeroed("gdn bwd states", sz(states_per_head))?;
+        let dhs = gpu.storage_zeroed("gdn bwd state grads", sz(states_per_head))?;
+        let xbuf = gpu.storage_zeroed("gdn bwd chunk products", sz(xbuf_per_head))?;
 
         let compile = |label: &str, body: &str| -> Result<Kernel, GpuError> {
             let src = format!("{COMMON}\n{GRAD_COMMON}\n{body}");
@@ -206,66 +242,90 @@ impl GdnBackward {
                 bind: gpu.bind(k, bufs),
                 groups: groups.map(|x| x as u32),
             };
-        let per_chunk = [nt, h, 1];
-        let per_rows = [nt * (CHUNK / RB_ROWS), h, 1];
-        let per_level = [dv.div_ceil(SCAN_BV), h, scans];
-        let mut steps = vec![
-            step(&gamma_k, "chunk_gamma", &[&uniform, io.g, &gam], per_chunk),
-            step(
+        // γ of every head at once (it is small); the rest group after group.
+        let mut steps = vec![step(
+            &gamma_k,
+            "chunk_gamma",
+            &[&uniform, io.g, &gam],
+            [nt, h, 1],
+        )];
+        let mut uniforms = vec![uniform];
+        for gi in 0..n_groups {
+            let h0 = gi * group;
+            let gh = group.min(h - h0);
+            let gp = Params {
+                head0: h0 as u32,
+                group_heads: gh as u32,
+                ..params
+            };
+            let u = gpu.uniform_from("gdn bwd group params", &gp);
+            let per_chunk = [nt, gh, 1];
+            let per_rows = [nt * (CHUNK / RB_ROWS), gh, 1];
+            let per_level = [dv.div_ceil(SCAN_BV), gh, scans];
+            steps.push(step(
                 &prep_k,
                 "grad_gdn_prep",
-                &[&uniform, io.q, io.k, io.v, &gam, io.beta, &tiles, &fpack],
+                &[&u, io.q, io.k, io.v, &gam, io.beta, &tiles, &fpack],
                 per_chunk,
-            ),
-        ];
-        if scans > 0 {
+            ));
+            if scans > 0 {
+                steps.push(step(
+                    &hscan_k,
+                    "grad_gdn_hscan",
+                    &[&u, &fpack, &gam, &hs],
+                    per_level,
+                ));
+                steps.push(step(
+                    &dhscan_k,
+                    "grad_gdn_dhscan",
+                    &[&u, &fpack, &gam, io.lam, io.d_o, &dhs],
+                    per_level,
+                ));
+            }
             steps.push(step(
-                &hscan_k,
-                "grad_gdn_hscan",
-                &[&uniform, &fpack, &gam, &hs],
-                per_level,
+                &lvl_k,
+                "grad_gdn_lvl",
+                &[
+                    &u, &fpack, &gam, io.lam, io.d_o, &hs, &dhs, &xbuf, &gpack, io.dlam,
+                ],
+                per_rows,
             ));
             steps.push(step(
-                &dhscan_k,
-                "grad_gdn_dhscan",
-                &[&uniform, &fpack, &gam, io.lam, io.d_o, &dhs],
-                per_level,
+                &intra_k,
+                "grad_gdn_intra",
+                &[
+                    &u, io.k, io.v, &gam, io.beta, io.lam, io.d_o, &gpack, &tiles, io.dlam,
+                ],
+                per_chunk,
             ));
+            steps.push(step(
+                &vec_k,
+                "grad_gdn_vec",
+                &[
+                    &u, io.q, io.k, &gam, io.beta, io.d_o, &gpack, &tiles, io.dq, io.dk, io.dv,
+                ],
+                per_rows,
+            ));
+            steps.push(step(
+                &fin_k,
+                "grad_gdn_fin",
+                &[&u, &tiles, io.dg, io.dbeta],
+                per_chunk,
+            ));
+            uniforms.push(u);
         }
-        steps.push(step(
-            &lvl_k,
-            "grad_gdn_lvl",
-            &[
-                &uniform, &fpack, &gam, io.lam, io.d_o, &hs, &dhs, &xbuf, &gpack, io.dlam,
-            ],
-            per_rows,
-        ));
-        steps.push(step(
-            &intra_k,
-            "grad_gdn_intra",
-            &[
-                &uniform, io.k, io.v, &gam, io.beta, io.lam, io.d_o, &gpack, &tiles, io.dlam,
-            ],
-            per_chunk,
-        ));
-        steps.push(step(
-            &vec_k,
-            "grad_gdn_vec",
-            &[
-                &uniform, io.q, io.k, &gam, io.beta, io.d_o, &gpack, &tiles, io.dq, io.dk, io.dv,
-            ],
-            per_rows,
-        ));
-        steps.push(step(
-            &fin_k,
-            "grad_gdn_fin",
-            &[&uniform, &tiles, io.dg, io.dbeta],
-            per_chunk,
-        ));
+        let mut scratch = uniforms;
+        scratch.extend([gam, tiles, fpack, gpack, hs, dhs, xbuf]);
         Ok(Self {
             steps,
-            _scratch: vec![uniform, gam, tiles, fpack, gpack, hs, dhs, xbuf],
+            groups: n_groups,
+            _scratch: scratch,
         })
+    }
+
+    /// Head groups the operator heads are processed in (1 when the scratch takes them all).
+    pub fn groups(&self) -> usize {
+        self.groups
     }
 
     /// Records every dispatch (one compute pass each; wgpu orders them by their buffer use).
@@ -287,6 +347,24 @@ impl GdnBackward {
 pub fn run_backward(
     gpu: &Gpu,
     shape: ScanShape,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    g: &[f32],
+    beta: &[f32],
+    lam: &[f32],
+    d_o: &[f32],
+) -> Result<OpGrads, GpuError> {
+    run_backward_grouped(gpu, shape, usize::MAX, q, k, v, g, beta, lam, d_o)
+}
+
+/// As [`run_backward`], with at most `max_group_heads` heads per group (see
+/// [`GdnBackward::new_grouped`]).
+#[allow(clippy::too_many_arguments)]
+pub fn run_backward_grouped(
+    gpu: &Gpu,
+    shape: ScanShape,
+    max_group_heads: usize,
     q: &[f32],
     k: &[f32],
     v: &[f32],
@@ -324,7 +402,7 @@ pub fn run_backward(
     let dg = zeroed("dg", t * h)?;
     let dbeta = zeroed("dbeta", t * h)?;
     let dlam = zeroed("dlam", t * h * s.lambda_cols)?;
-    let bwd = GdnBackward::new(
+    let bwd = GdnBackward::new_grouped(
         gpu,
         shape,
         OpGradIo {
@@ -342,6 +420,7 @@ pub fn run_backward(
             dbeta: &dbeta,
             dlam: &dlam,
         },
+        max_group_heads,
     )?;
     let mut enc = gpu.encoder("gdn backward");
     bwd.encode(&mut enc);

@@ -1,12 +1,26 @@
 // Shared by the Gated DeltaNet backward kernels (grad/op_gdn.rs prepends chunk_common.wgsl and
 // this file). Index helpers only; every kernel declares its own bindings (uniform `P` at 0).
 //
-// Scratch layouts (all f32):
+// Head groups: one dispatch covers the G = P.pad2 heads h0 = P.pad1 .. h0 + G of the operator
+// (the scratch holds one group, reused group after group). Kernels index inputs, outputs and γ
+// by the operator head h = h0 + workgroup_id.y and the scratch by the group head h − h0.
+//
+// Scratch layouts (all f32; H here is the group's G):
 //   fpack [T][H][3 dk + dv]      per token: q̃ | K̃ | W̃ | U (the forward's WY/UT quantities)
 //   gpack [T][H][3 dk + dv + 2]  per token: dq̃ | dK̃ | dW̃ | dU | dγ (inter-chunk part) | dK̃·K̃
 //   hs, dhs [m][c][H][dk][dv]    per level m and chunk c: the state H_c entering chunk c, and
 //                                the gradient of L w.r.t. the state after chunk c (0 when reset)
 //   tiles [c][H][PER_CH]         per chunk: N_TILES C×C tiles, then the rows dβ and dγ
+
+// First operator head of the dispatch's group.
+fn head0() -> u32 {
+    return P.pad1;
+}
+
+// Heads of the group (the scratch's head count).
+fn group_heads() -> u32 {
+    return P.pad2;
+}
 
 const TILE: u32 = 4096u; // C * C
 const T_S1: u32 = 0u;  // Tril(Q Kᵀ)
@@ -30,7 +44,7 @@ const ROW_DG: u32 = 61504u; // ROW_DB + C: dγ of the chunk's rows
 const PER_CH: u32 = 61568u; // ROW_DG + C
 
 fn ch_base(c: u32, h: u32) -> u32 {
-    return (c * P.heads + h) * PER_CH;
+    return (c * group_heads() + h - head0()) * PER_CH;
 }
 
 // Exact Fenwick level of the pair (i, j), j <= i (no saturation: training shapes are exact).
@@ -47,11 +61,11 @@ fn g_stride() -> u32 {
 }
 
 fn frow(t: u32, h: u32) -> u32 {
-    return (t * P.heads + h) * f_stride();
+    return (t * group_heads() + h - head0()) * f_stride();
 }
 
 fn grow(t: u32, h: u32) -> u32 {
-    return (t * P.heads + h) * g_stride();
+    return (t * group_heads() + h - head0()) * g_stride();
 }
 
 // Chunk c reads level m (bit m of c set); otherwise it is a source.
@@ -66,7 +80,7 @@ fn group_last(c: u32, m: u32) -> bool {
 }
 
 fn state_at(m: u32, c: u32, h: u32) -> u32 {
-    return ((m * P.nt + c) * P.heads + h) * P.dk * P.dv;
+    return ((m * P.nt + c) * group_heads() + h - head0()) * P.dk * P.dv;
 }
 
 fn chunk_rows(c: u32) -> u32 {

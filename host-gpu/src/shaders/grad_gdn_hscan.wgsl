@@ -15,7 +15,7 @@ var<workgroup> xw: array<f32, 512>;  // C * BV: σ U − W̃ H
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let v0 = wg.x * BV;
-    let h = wg.y;
+    let h = head0() + wg.y;
     let m = wg.z;
     let nbv = min(BV, P.dv - v0);
     let ns = P.dk * BV;

@@ -24,7 +24,7 @@ fn tl(base: u32, slot: u32, i: u32, j: u32) -> f32 {
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let c = wg.x;
-    let h = wg.y;
+    let h = head0() + wg.y;
     let t0 = c * C;
     let n = chunk_rows(c);
     let base = ch_base(c, h);

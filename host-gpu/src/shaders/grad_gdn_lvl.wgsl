@@ -25,7 +25,7 @@ var<workgroup> red: array<f32, 256>;
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let c = wg.x / (C / RB);
-    let h = wg.y;
+    let h = head0() + wg.y;
     let n = chunk_rows(c);
     let r0 = (wg.x % (C / RB)) * RB;
     // Rows r0..r0+nr of the chunk (none when the partial last chunk ends before r0).
@@ -37,7 +37,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let gs = g_stride();
     let eg = exp(gam[(c * C + n - 1u) * P.heads + h]);
     // Scratch of this chunk: X [C][dv], dX [C][dv], Y = H dO [C][dk] (rows from t0 on).
-    let xb = (c * P.heads + h) * C * (2u * dv + dk) + r0 * dv;
+    let xb = (c * group_heads() + h - head0()) * C * (2u * dv + dk) + r0 * dv;
     let xdb = xb + C * dv;
     let yb = xb - r0 * dv + 2u * C * dv + r0 * dk;
 
