@@ -36,6 +36,8 @@ const TILE: usize = 64;
 const NEEDED_STORAGE_BUFFERS: u32 = 10;
 /// Workgroup memory of the intra kernel: a 64×64 f32 tile and 64 γ.
 const NEEDED_WORKGROUP_BYTES: u32 = (64 * 64 + 64) * 4;
+/// Tokens per block of the dg reverse cumsum (`grad_m2_dg`).
+const DG_BLOCK: usize = 256;
 /// Largest workgroup count per dispatch dimension that every adapter allows.
 const MAX_GROUPS: usize = 65535;
 
@@ -69,6 +71,7 @@ const XY: &str = include_str!("../shaders/grad_m2_xy.wgsl");
 const APPLY: &str = include_str!("../shaders/grad_m2_apply.wgsl");
 const DLAM: &str = include_str!("../shaders/grad_m2_dlam.wgsl");
 const DG: &str = include_str!("../shaders/grad_m2_dg.wgsl");
+const DG_CARRY: &str = include_str!("../shaders/grad_m2_dg_carry.wgsl");
 
 /// Inter-chunk levels with at least one reader chunk: bitlen(NT − 1).
 fn inter_levels(nt: usize) -> usize {
@@ -92,6 +95,7 @@ pub struct M2Kernels {
     apply: [Kernel; 3],
     dlam: Kernel,
     dg: Kernel,
+    dg_carry: Kernel,
 }
 
 impl M2Kernels {
@@ -132,6 +136,7 @@ impl M2Kernels {
             ],
             dlam: gpu.kernel("grad_m2_dlam", &src(&[GRAD_COMMON, DLAM]), "main")?,
             dg: gpu.kernel("grad_m2_dg", &src(&[DG]), "main")?,
+            dg_carry: gpu.kernel("grad_m2_dg_carry", &src(&[DG_CARRY]), "main")?,
         })
     }
 }
@@ -208,7 +213,10 @@ impl M2Backward {
         let levels = inter_levels(nt);
         let pairs = total_pairs(nt);
         let xy_floats = 2 * pairs * h * dk * dv;
-        if xy_floats as u64 >= u64::from(u32::MAX) || 2 * h > MAX_GROUPS {
+        if xy_floats as u64 >= u64::from(u32::MAX)
+            || 2 * h > MAX_GROUPS
+            || t.div_ceil(DG_BLOCK) > MAX_GROUPS
+        {
             return Err(GpuError::Invalid(format!(
                 "Mamba-2 backward: {s:?} is too large (X/Y scratch of {xy_floats} floats, \
                  2 x heads workgroups)"
@@ -236,6 +244,8 @@ impl M2Backward {
         let gam = gpu.storage_zeroed("grad m2 gamma", (t * h) as u64 * f)?;
         let dec = gpu.storage_zeroed("grad m2 decay", (levels * nt * h) as u64 * f)?;
         let xy = gpu.storage_zeroed("grad m2 x/y", xy_floats as u64 * f)?;
+        let dg_blocks = t.div_ceil(DG_BLOCK);
+        let dg_tot = gpu.storage_zeroed("grad m2 dg block totals", (dg_blocks * h) as u64 * f)?;
 
         let step =
             |k: &Kernel, label: &'static str, bufs: &[&wgpu::Buffer], groups: [usize; 3]| Step {
@@ -280,30 +290,47 @@ impl M2Backward {
                 ("grad_m2_apply_dv", io.k, io.dv, dv),
             ];
             for (kernel, (label, a_in, out, width)) in kn.apply.iter().zip(applies) {
+                // dq: one workgroup per (chunk, head) walks all column tiles (its dλ needs the
+                // whole row).
+                let tiles = if label == "grad_m2_apply_dq" {
+                    1
+                } else {
+                    width.div_ceil(TILE)
+                };
                 steps.push(step(
                     kernel,
                     label,
-                    &[&uniform, a_in, &xy, &gam, io.lam, &dec, out],
-                    [width.div_ceil(TILE), nt, h],
+                    &[&uniform, a_in, &xy, &gam, io.lam, &dec, out, io.q, io.dlam],
+                    [tiles, nt, h],
                 ));
             }
+        } else {
+            // One chunk: no inter-chunk level, dλ columns from 7 are all 0.
+            steps.push(step(
+                &kn.dlam,
+                "grad_m2_dlam",
+                &[&uniform, io.q, io.d_o, &xy, &gam, &dec, io.dlam],
+                [nt, h, 1],
+            ));
         }
-        steps.push(step(
-            &kn.dlam,
-            "grad_m2_dlam",
-            &[&uniform, io.q, io.d_o, &xy, &gam, &dec, io.dlam],
-            [nt, h, 1],
-        ));
         steps.push(step(
             &kn.dg,
             "grad_m2_dg",
-            &[&uniform, io.q, io.k, io.dq, io.dk, io.dg],
-            [h, 1, 1],
+            &[&uniform, io.q, io.k, io.dq, io.dk, io.dg, &dg_tot],
+            [dg_blocks, h, 1],
         ));
+        if dg_blocks > 1 {
+            steps.push(step(
+                &kn.dg_carry,
+                "grad_m2_dg_carry",
+                &[&uniform, io.dg, &dg_tot],
+                [dg_blocks, h, 1],
+            ));
+        }
         Ok(Self {
             shape,
             steps,
-            _scratch: vec![uniform, gam, dec, xy],
+            _scratch: vec![uniform, gam, dec, xy, dg_tot],
         })
     }
 

@@ -1,10 +1,15 @@
 // Inter-chunk gradients of one chunk's rows, all levels in order (no atomics). `MODE` is
 // prepended by op_m2.rs:
 //   0: dq_i += Σ_{m: c reads m} w_i X dO_i,     w_i = λ_i[7 + m] exp(γ_i + dec)   (A = dO)
+//      and dλ_i[7 + m] = exp(γ_i + dec) q_i·(X dO_i) (0 in columns from 7 that c does not read)
 //   1: dk_j += Σ_{m: c is a source} u_j Y v_j,   u_j = exp((Γ_c − γ_j) + dec)      (A = v)
 //   2: dv_j += Σ_{m: c is a source} u_j Yᵀ k_j                                     (A = k)
-// X and Y of the chunk's group at level m come from grad_m2_xy.wgsl. Workgroup = (64 output
-// columns, chunk, head); thread = (column, 16 rows). Adds to what the intra kernel wrote.
+// X and Y of the chunk's group at level m come from grad_m2_xy.wgsl. Each level's product
+// P = A M (64 rows × 64 output columns, M = Xᵀ, Yᵀ or Y) is a tiled workgroup-memory product:
+// 16-deep slices of A and M staged in workgroup memory, each thread a 4×4 block. MODE 1, 2:
+// workgroup = (64 output columns, chunk, head), the level sum kept in registers and added to
+// what the intra kernel wrote. MODE 0: workgroup = (chunk, head), every column tile of dq in
+// turn (dλ needs the whole row), dq updated per level.
 
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read> a_in: array<f32>;
@@ -13,88 +18,190 @@
 @group(0) @binding(4) var<storage, read> lam: array<f32>;
 @group(0) @binding(5) var<storage, read> dec: array<f32>;
 @group(0) @binding(6) var<storage, read_write> out: array<f32>;
+@group(0) @binding(7) var<storage, read> q: array<f32>;
+@group(0) @binding(8) var<storage, read_write> dlam: array<f32>;
+
+const KS: u32 = 16u;
+var<workgroup> as_t: array<f32, 1024>; // [KS][64 rows]: A slice, transposed
+var<workgroup> ms: array<f32, 1024>;   // [KS][64 columns]: M slice
+var<workgroup> wts: array<f32, 64>;    // row weights of the level
+var<workgroup> red: array<f32, 1024>;  // MODE 0: [64 rows][16 column groups] of q·P
+var<workgroup> dls: array<f32, 64>;    // MODE 0: q·(X dO) per row, summed over column tiles
+
+struct Tile {
+    r0: vec4<f32>,
+    r1: vec4<f32>,
+    r2: vec4<f32>,
+    r3: vec4<f32>,
+}
+
+// This thread's 4×4 block of P = A M for output columns ct·64.. (rows past n and columns past
+// out_w give 0).
+fn product(lid: u32, t0: u32, n: u32, h: u32, mb: u32, ct: u32, out_w: u32, red_w: u32) -> Tile {
+    let ty = lid / 16u;
+    let tx = lid % 16u;
+    var acc = Tile(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
+    for (var k0 = 0u; k0 < red_w; k0 += KS) {
+        for (var s = 0u; s < 4u; s++) {
+            let idx = lid + s * 256u;
+            // A: row r, depth kk (16 consecutive floats of one row per 16 threads).
+            let r = idx / KS;
+            let kk = idx % KS;
+            var a = 0.0;
+            if (r < n && k0 + kk < red_w) {
+                a = a_in[((t0 + r) * P.heads + h) * red_w + k0 + kk];
+            }
+            as_t[kk * 64u + r] = a;
+            // M: depth kk2, column cc.
+            var mv = 0.0;
+            if (MODE == 2u) {
+                let kk2 = idx / 64u;
+                let cc = idx % 64u;
+                let col = ct * 64u + cc;
+                if (k0 + kk2 < red_w && col < out_w) {
+                    mv = xy[mb + (k0 + kk2) * P.dv + col];
+                }
+                ms[kk2 * 64u + cc] = mv;
+            } else {
+                let cc = idx / KS;
+                let kk2 = idx % KS;
+                let col = ct * 64u + cc;
+                if (k0 + kk2 < red_w && col < out_w) {
+                    mv = xy[mb + col * P.dv + k0 + kk2];
+                }
+                ms[kk2 * 64u + cc] = mv;
+            }
+        }
+        workgroupBarrier();
+        for (var kk = 0u; kk < KS; kk++) {
+            let ab = kk * 64u + ty * 4u;
+            let av = vec4<f32>(as_t[ab], as_t[ab + 1u], as_t[ab + 2u], as_t[ab + 3u]);
+            let mbb = kk * 64u + tx * 4u;
+            let mvv = vec4<f32>(ms[mbb], ms[mbb + 1u], ms[mbb + 2u], ms[mbb + 3u]);
+            acc.r0 += av.x * mvv;
+            acc.r1 += av.y * mvv;
+            acc.r2 += av.z * mvv;
+            acc.r3 += av.w * mvv;
+        }
+        workgroupBarrier();
+    }
+    return acc;
+}
+
+fn tile_row(t: Tile, i: u32) -> vec4<f32> {
+    if (i == 0u) {
+        return t.r0;
+    } else if (i == 1u) {
+        return t.r1;
+    } else if (i == 2u) {
+        return t.r2;
+    }
+    return t.r3;
+}
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let out_w = select(P.dk, P.dv, MODE == 2u);
     let red_w = select(P.dv, P.dk, MODE == 2u);
-    let col = wg.x * C + lid % C;
-    let r0 = (lid / C) * 16u;
     let c = wg.y;
     let h = wg.z;
     let t0 = c * C;
     let n = min(C, P.t - t0);
-    if (col >= out_w || r0 >= n) {
-        return;
-    }
+    let ty = lid / 16u;
+    let tx = lid % 16u;
     let want = select(ROLE_SOURCE, ROLE_READER, MODE == 0u);
     let which = select(1u, 0u, MODE == 0u);
-    // Tokens of rows r0..r0+15 in four vec4 (clamped; masked on the write). Accumulators are
-    // vec4 too, not private arrays (drivers may put those in slow local memory).
-    let tok0 = t0 + min(vec4<u32>(r0, r0 + 1u, r0 + 2u, r0 + 3u), vec4<u32>(n - 1u));
-    let tok1 = t0 + min(vec4<u32>(r0 + 4u, r0 + 5u, r0 + 6u, r0 + 7u), vec4<u32>(n - 1u));
-    let tok2 = t0 + min(vec4<u32>(r0 + 8u, r0 + 9u, r0 + 10u, r0 + 11u), vec4<u32>(n - 1u));
-    let tok3 = t0 + min(vec4<u32>(r0 + 12u, r0 + 13u, r0 + 14u, r0 + 15u), vec4<u32>(n - 1u));
-    let hh = vec4<u32>(h);
-    let ab0 = (tok0 * P.heads + hh) * red_w;
-    let ab1 = (tok1 * P.heads + hh) * red_w;
-    let ab2 = (tok2 * P.heads + hh) * red_w;
-    let ab3 = (tok3 * P.heads + hh) * red_w;
-    var tot0 = vec4<f32>(0.0);
-    var tot1 = vec4<f32>(0.0);
-    var tot2 = vec4<f32>(0.0);
-    var tot3 = vec4<f32>(0.0);
-    for (var m = 0u; m < inter_levels(); m++) {
+    let levels = inter_levels();
+    let n_ct = select(1u, (out_w + 63u) / 64u, MODE == 0u);
+    var tot = Tile(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
+
+    if (MODE == 0u && lid < n) {
+        // dλ columns from 7 of levels this chunk does not read: exactly 0.
+        for (var col = C0P1; col < P.lam_cols; col++) {
+            let m = col - C0P1;
+            if (!(m < levels && chunk_role(m, c) == ROLE_READER)) {
+                dlam[lam_idx(t0 + lid, h, col)] = 0.0;
+            }
+        }
+    }
+
+    for (var m = 0u; m < levels; m++) {
         if (chunk_role(m, c) != want) {
             continue;
         }
         let mb = xy_base(which, pair_of(m, c), h);
-        var p0 = vec4<f32>(0.0);
-        var p1 = vec4<f32>(0.0);
-        var p2 = vec4<f32>(0.0);
-        var p3 = vec4<f32>(0.0);
-        for (var e = 0u; e < red_w; e++) {
-            var mv: f32;
-            if (MODE == 2u) {
-                mv = xy[mb + e * P.dv + col];
-            } else {
-                mv = xy[mb + col * P.dv + e];
-            }
-            p0 += mv * vec4<f32>(a_in[ab0.x + e], a_in[ab0.y + e], a_in[ab0.z + e], a_in[ab0.w + e]);
-            p1 += mv * vec4<f32>(a_in[ab1.x + e], a_in[ab1.y + e], a_in[ab1.z + e], a_in[ab1.w + e]);
-            p2 += mv * vec4<f32>(a_in[ab2.x + e], a_in[ab2.y + e], a_in[ab2.z + e], a_in[ab2.w + e]);
-            p3 += mv * vec4<f32>(a_in[ab3.x + e], a_in[ab3.y + e], a_in[ab3.z + e], a_in[ab3.w + e]);
-        }
         let d = dec[dec_idx(m, c, h)];
-        tot0 += row_weights(m, c, h, tok0, d) * p0;
-        tot1 += row_weights(m, c, h, tok1, d) * p1;
-        tot2 += row_weights(m, c, h, tok2, d) * p2;
-        tot3 += row_weights(m, c, h, tok3, d) * p3;
+        if (lid < C) {
+            var w = 0.0;
+            if (lid < n) {
+                let gl = gam[(t0 + lid) * P.heads + h];
+                if (MODE == 0u) {
+                    w = lam[lam_idx(t0 + lid, h, C0P1 + m)] * exp(gl + d);
+                } else {
+                    w = exp((chunk_total(c, h) - gl) + d);
+                }
+            }
+            wts[lid] = w;
+            dls[lid] = 0.0;
+        }
+        // (wts and dls are next read after product's barriers.)
+        for (var cti = 0u; cti < n_ct; cti++) {
+            let ct = select(wg.x, cti, MODE == 0u);
+            let p = product(lid, t0, n, h, mb, ct, out_w, red_w);
+            if (MODE == 0u) {
+                for (var i = 0u; i < 4u; i++) {
+                    let r = ty * 4u + i;
+                    let pr = tile_row(p, i);
+                    var qs = 0.0;
+                    if (r < n) {
+                        let qb = qk_row(t0 + r, h);
+                        let ob = ((t0 + r) * P.heads + h) * out_w;
+                        let wr = wts[r];
+                        for (var j = 0u; j < 4u; j++) {
+                            let col = ct * 64u + tx * 4u + j;
+                            if (col < out_w) {
+                                out[ob + col] += wr * pr[j];
+                                qs += q[qb + col] * pr[j];
+                            }
+                        }
+                    }
+                    red[r * 16u + tx] = qs;
+                }
+                workgroupBarrier();
+                if (lid < C) {
+                    var s = 0.0;
+                    for (var x = 0u; x < 16u; x++) {
+                        s += red[lid * 16u + x];
+                    }
+                    dls[lid] += s;
+                }
+                workgroupBarrier();
+            } else {
+                tot.r0 += wts[ty * 4u] * p.r0;
+                tot.r1 += wts[ty * 4u + 1u] * p.r1;
+                tot.r2 += wts[ty * 4u + 2u] * p.r2;
+                tot.r3 += wts[ty * 4u + 3u] * p.r3;
+            }
+        }
+        if (MODE == 0u && lid < n) {
+            dlam[lam_idx(t0 + lid, h, C0P1 + m)] = exp(gam[(t0 + lid) * P.heads + h] + d) * dls[lid];
+        }
+        workgroupBarrier();
     }
-    store4(tok0, r0, n, h, out_w, col, tot0);
-    store4(tok1, r0 + 4u, n, h, out_w, col, tot1);
-    store4(tok2, r0 + 8u, n, h, out_w, col, tot2);
-    store4(tok3, r0 + 12u, n, h, out_w, col, tot3);
-}
 
-// Weights of four rows at level m: readers (dq) w = λ[7 + m] exp(γ + dec), sources
-// u = exp((Γ_c − γ) + dec).
-fn row_weights(m: u32, c: u32, h: u32, tok: vec4<u32>, d: f32) -> vec4<f32> {
-    let gl = vec4<f32>(gam[tok.x * P.heads + h], gam[tok.y * P.heads + h], gam[tok.z * P.heads + h], gam[tok.w * P.heads + h]);
-    if (MODE == 0u) {
-        let l = vec4<f32>(lam[lam_idx(tok.x, h, C0P1 + m)], lam[lam_idx(tok.y, h, C0P1 + m)],
-                          lam[lam_idx(tok.z, h, C0P1 + m)], lam[lam_idx(tok.w, h, C0P1 + m)]);
-        return l * exp(gl + d);
-    }
-    return exp((chunk_total(c, h) - gl) + d);
-}
-
-// out[row, col] += acc for the four rows r..r+3 that lie inside the chunk.
-fn store4(tok: vec4<u32>, r: u32, n: u32, h: u32, out_w: u32, col: u32, acc: vec4<f32>) {
-    for (var x = 0u; x < 4u; x++) {
-        if (r + x < n) {
-            let at = (tok[x] * P.heads + h) * out_w + col;
-            out[at] += acc[x];
+    if (MODE != 0u) {
+        for (var i = 0u; i < 4u; i++) {
+            let r = ty * 4u + i;
+            let pr = tile_row(tot, i);
+            if (r < n) {
+                let ob = ((t0 + r) * P.heads + h) * out_w;
+                for (var j = 0u; j < 4u; j++) {
+                    let col = wg.x * 64u + tx * 4u + j;
+                    if (col < out_w) {
+                        out[ob + col] += pr[j];
+                    }
+                }
+            }
         }
     }
 }

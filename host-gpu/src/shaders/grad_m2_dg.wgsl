@@ -1,6 +1,11 @@
 // dg (spec §7.4): dG_i = q_i·dq_i − k_i·dk_i with the complete dq, dk (intra plus every level),
 // then dg_i = Σ_{r >= i} dG_r, a reverse cumsum over the whole sequence in f32 (no exponentials
-// here). One workgroup per head walks blocks of 256 tokens from the end, with a carry.
+// here), in two dispatches over blocks of 256 tokens:
+// * `main`, workgroup = (block, head): inclusive suffix sums inside the block into dg, the
+//   block's total into `tot`;
+// * `grad_m2_dg_carry.wgsl`, workgroup = (block, head): adds the totals of the later blocks, summed from the
+//   last block backwards (the order of a serial walk from the end, so results do not depend
+//   on the blocking of the dispatch).
 
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read> q: array<f32>;
@@ -8,43 +13,42 @@
 @group(0) @binding(3) var<storage, read> dq: array<f32>;
 @group(0) @binding(4) var<storage, read> dk: array<f32>;
 @group(0) @binding(5) var<storage, read_write> dg: array<f32>;
+@group(0) @binding(6) var<storage, read_write> tot: array<f32>;
 
 var<workgroup> buf: array<f32, 256>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let h = wg.x;
-    let blocks = (P.t + 255u) / 256u;
-    var carry = 0.0;
-    for (var bb = 0u; bb < blocks; bb++) {
-        let t = (blocks - 1u - bb) * 256u + lid;
-        var x = 0.0;
-        if (t < P.t) {
-            let r = qk_row(t, h);
-            var sq = 0.0;
-            var sk = 0.0;
-            for (var a = 0u; a < P.dk; a++) {
-                sq += q[r + a] * dq[r + a];
-                sk += k[r + a] * dk[r + a];
-            }
-            x = sq - sk;
+    let b = wg.x;
+    let h = wg.y;
+    let t = b * 256u + lid;
+    var x = 0.0;
+    if (t < P.t) {
+        let r = qk_row(t, h);
+        var sq = 0.0;
+        var sk = 0.0;
+        for (var a = 0u; a < P.dk; a++) {
+            sq += q[r + a] * dq[r + a];
+            sk += k[r + a] * dk[r + a];
         }
-        buf[lid] = x;
+        x = sq - sk;
+    }
+    buf[lid] = x;
+    workgroupBarrier();
+    // Inclusive suffix sums inside the block.
+    for (var off = 1u; off < 256u; off = off * 2u) {
+        var y = buf[lid];
+        if (lid + off < 256u) {
+            y += buf[lid + off];
+        }
         workgroupBarrier();
-        // Inclusive suffix sums inside the block.
-        for (var off = 1u; off < 256u; off = off * 2u) {
-            var y = buf[lid];
-            if (lid + off < 256u) {
-                y += buf[lid + off];
-            }
-            workgroupBarrier();
-            buf[lid] = y;
-            workgroupBarrier();
-        }
-        if (t < P.t) {
-            dg[t * P.heads + h] = buf[lid] + carry;
-        }
-        carry += buf[0];
+        buf[lid] = y;
         workgroupBarrier();
+    }
+    if (t < P.t) {
+        dg[t * P.heads + h] = buf[lid];
+    }
+    if (lid == 0u) {
+        tot[h * ((P.t + 255u) / 256u) + b] = buf[0];
     }
 }

@@ -4,7 +4,7 @@
 //   Y = Σ_{i in the reader half} w_i q_i dO_iᵀ,  w_i = λ_i[7 + m] exp(γ_i + dec[m][c])
 //       (= dL/dX).
 // Workgroup = (64×64 tile of dk×dv, pair, head·2 + which); each thread a 4×4 block, the rows
-// of the half in order (deterministic).
+// of the half in order (deterministic), staged 16 at a time in workgroup memory.
 
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read> q: array<f32>;
@@ -17,8 +17,11 @@
 @group(0) @binding(8) var<storage, read_write> xy: array<f32>;
 
 var<workgroup> wts: array<f32, 64>;
+var<workgroup> ls: array<f32, 1024>; // [16 rows][64]: weighted k or q slice
+var<workgroup> rs: array<f32, 1024>; // [16 rows][64]: v or dO slice
 
 const TILE: u32 = 64u;
+const KS: u32 = 16u;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -44,13 +47,16 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let c_begin = ((p - base) << (m + 1u)) + which * half;
     let c_end = min(c_begin + half, P.nt);
 
-    // Clamped indices (masked on the write).
-    var a_ok = array<u32, 4>(min(a0, P.dk - 1u), min(a0 + 1u, P.dk - 1u), min(a0 + 2u, P.dk - 1u), min(a0 + 3u, P.dk - 1u));
-    var e_ok = array<u32, 4>(min(e0, P.dv - 1u), min(e0 + 1u, P.dv - 1u), min(e0 + 2u, P.dv - 1u), min(e0 + 3u, P.dv - 1u));
     var acc0 = vec4<f32>(0.0);
     var acc1 = vec4<f32>(0.0);
     var acc2 = vec4<f32>(0.0);
     var acc3 = vec4<f32>(0.0);
+    // Rows in slices of 16, staged in workgroup memory (coalesced loads; the left factor
+    // pre-multiplied by its weight), then each thread's 4×4 block over the slice in row order.
+    let a_lo = (wg.x / tiles_e) * TILE;
+    let e_lo = (wg.x % tiles_e) * TILE;
+    let ty = lid / 16u;
+    let tx = lid % 16u;
     for (var c = c_begin; c < c_end; c++) {
         let t0 = c * C;
         let n = min(C, P.t - t0);
@@ -68,26 +74,41 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             wts[lid] = w;
         }
         workgroupBarrier();
-        for (var r = 0u; r < n; r++) {
-            let t = t0 + r;
-            let row_l = qk_row(t, h);
-            let row_r = (t * P.heads + h) * P.dv;
-            var l: vec4<f32>;
-            var rv: vec4<f32>;
-            if (which == 0u) {
-                l = vec4<f32>(k[row_l + a_ok[0]], k[row_l + a_ok[1]], k[row_l + a_ok[2]], k[row_l + a_ok[3]]);
-                rv = vec4<f32>(v[row_r + e_ok[0]], v[row_r + e_ok[1]], v[row_r + e_ok[2]], v[row_r + e_ok[3]]);
-            } else {
-                l = vec4<f32>(q[row_l + a_ok[0]], q[row_l + a_ok[1]], q[row_l + a_ok[2]], q[row_l + a_ok[3]]);
-                rv = vec4<f32>(d_o[row_r + e_ok[0]], d_o[row_r + e_ok[1]], d_o[row_r + e_ok[2]], d_o[row_r + e_ok[3]]);
+        for (var r0 = 0u; r0 < n; r0 += KS) {
+            for (var s = 0u; s < 4u; s++) {
+                let idx = lid + s * 256u;
+                let kk = idx / 64u;
+                let cc = idx % 64u;
+                let r = r0 + kk;
+                var lv = 0.0;
+                var rv = 0.0;
+                if (r < n) {
+                    let t = t0 + r;
+                    if (a_lo + cc < P.dk) {
+                        let at = qk_row(t, h) + a_lo + cc;
+                        lv = wts[r] * select(q[at], k[at], which == 0u);
+                    }
+                    if (e_lo + cc < P.dv) {
+                        let at = (t * P.heads + h) * P.dv + e_lo + cc;
+                        rv = select(d_o[at], v[at], which == 0u);
+                    }
+                }
+                ls[kk * 64u + cc] = lv;
+                rs[kk * 64u + cc] = rv;
             }
-            let lw = wts[r] * l;
-            acc0 += lw.x * rv;
-            acc1 += lw.y * rv;
-            acc2 += lw.z * rv;
-            acc3 += lw.w * rv;
+            workgroupBarrier();
+            for (var kk = 0u; kk < KS; kk++) {
+                let lb = kk * 64u + ty * 4u;
+                let lw = vec4<f32>(ls[lb], ls[lb + 1u], ls[lb + 2u], ls[lb + 3u]);
+                let rb = kk * 64u + tx * 4u;
+                let rv = vec4<f32>(rs[rb], rs[rb + 1u], rs[rb + 2u], rs[rb + 3u]);
+                acc0 += lw.x * rv;
+                acc1 += lw.y * rv;
+                acc2 += lw.z * rv;
+                acc3 += lw.w * rv;
+            }
+            workgroupBarrier();
         }
-        workgroupBarrier();
     }
     let out = xy_base(which, p, h);
     var accs = array<vec4<f32>, 4>(acc0, acc1, acc2, acc3);
