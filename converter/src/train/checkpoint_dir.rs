@@ -58,20 +58,30 @@ fn f32_number(x: f32) -> Value {
         .map_or(Value::Null, Value::Number)
 }
 
-/// The official `config.json` of a Gated DeltaNet model (`h_gated_deltanet` for the
-/// log-linear one, fla's `gated_deltanet` for the plain one), in the fields and order the
-/// official config class writes (compare models/ll-gdn-mcu/config.json). `parse_config` reads
-/// it back to the same [`ModelConfig`].
+/// The official `config.json` of a model, in the fields and order the official config class
+/// writes (compare models/*/config.json), for a model that comes without one (a GGUF file):
+/// `h_gated_deltanet` / fla's `gated_deltanet` for Gated DeltaNet, `hattention` /
+/// `mamba2mlp` for Mamba-2. `parse_config` reads it back to the same [`ModelConfig`].
 pub fn official_config(c: &ModelConfig) -> Result<(Value, Layout), CheckpointError> {
-    let (layout, class) = match c.arch {
-        Arch::LogLinearGatedDeltaNet => (Layout::HGatedDeltaNet, "HGatedDeltaNetForCausalLM"),
-        Arch::GatedDeltaNet => (Layout::GatedDeltaNet, "GatedDeltaNetForCausalLM"),
-        other => {
-            return Err(CheckpointError::Config(format!(
-                "{} (only Gated DeltaNet models are trained)",
-                other.name()
-            )))
-        }
+    if c.arch.is_mamba2() {
+        mamba2_config(c)
+    } else {
+        gdn_config(c)
+    }
+}
+
+fn gdn_config(c: &ModelConfig) -> Result<(Value, Layout), CheckpointError> {
+    let (layout, class, model_type) = match c.arch {
+        Arch::LogLinearGatedDeltaNet => (
+            Layout::HGatedDeltaNet,
+            "HGatedDeltaNetForCausalLM",
+            "h_gated_deltanet",
+        ),
+        _ => (
+            Layout::GatedDeltaNet,
+            "GatedDeltaNetForCausalLM",
+            "gated_deltanet",
+        ),
     };
     let official = c.num_groups == c.num_heads
         && !c.conv_bias
@@ -87,10 +97,6 @@ pub fn official_config(c: &ModelConfig) -> Result<(Value, Layout), CheckpointErr
         json!(expand_v as u64)
     } else {
         json!(expand_v)
-    };
-    let model_type = match layout {
-        Layout::HGatedDeltaNet => "h_gated_deltanet",
-        _ => "gated_deltanet",
     };
     let v = json!({
         "architectures": [class],
@@ -121,6 +127,59 @@ pub fn official_config(c: &ModelConfig) -> Result<(Value, Layout), CheckpointErr
         "use_short_conv": true,
         "vocab_size": c.vocab_size
     });
+    Ok((v, layout))
+}
+
+fn mamba2_config(c: &ModelConfig) -> Result<(Value, Layout), CheckpointError> {
+    let d_inner = c.num_heads * c.head_v_dim;
+    if c.hidden_size == 0 || d_inner % c.hidden_size != 0 || c.norm_group_size != d_inner {
+        return Err(CheckpointError::Config(format!(
+            "d_inner {d_inner} is not a multiple of hidden {} or the gated norm is grouped \
+             (fla's log_linear_mamba2 layout)",
+            c.hidden_size
+        )));
+    }
+    let (layout, model_type) = match c.arch {
+        Arch::LogLinearMamba2 => (Layout::Hattention, "hattention"),
+        _ => (Layout::Mamba2Mlp, "mamba2mlp"),
+    };
+    let mut v = json!({
+        "bos_token_id": null,
+        "chunk_size": 256,
+        "conv_kernel": c.conv_kernel,
+        "eos_token_id": null,
+        "expand": d_inner / c.hidden_size,
+        "fuse_cross_entropy": true,
+        "fuse_norm": true,
+        "head_dim": c.head_v_dim,
+        "hidden_act": "silu",
+        "hidden_size": c.hidden_size,
+        "initializer_range": 0.006,
+        "intermediate_size": c.intermediate_size,
+        "layer_norm_epsilon": f32_number(c.norm_eps),
+        "model_type": model_type,
+        "n_groups": c.num_groups,
+        "num_heads": c.num_heads,
+        "num_hidden_layers": c.num_layers,
+        "pad_token_id": null,
+        "rescale_prenorm_residual": true,
+        "residual_in_fp32": false,
+        "rms_norm": true,
+        "state_size": c.head_k_dim,
+        "tie_word_embeddings": false,
+        "time_step_floor": 0.0001,
+        "time_step_max": 0.1,
+        "time_step_min": 0.001,
+        "torch_dtype": "float32",
+        "use_bias": false,
+        "use_cache": true,
+        "use_conv_bias": c.conv_bias,
+        "vocab_size": c.vocab_size
+    });
+    // The official class name is known for the log-linear model only.
+    if layout == Layout::Hattention {
+        v["architectures"] = json!(["HAttentionForCausalLM"]);
+    }
     Ok((v, layout))
 }
 
@@ -427,6 +486,25 @@ mod tests {
             assert_eq!(l2, layout);
         }
         assert_eq!(official_config(&base).unwrap().0["norm_eps"], json!(1e-6));
+        let m2 = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/ll-mamba2-mcu/config.json"),
+        )
+        .unwrap();
+        let (m2, layout) = parse_config(&parse_lenient_json(&m2).unwrap()).unwrap();
+        for arch in [Arch::LogLinearMamba2, Arch::Mamba2] {
+            let c = ModelConfig {
+                arch,
+                lambda_levels: if arch.is_log_linear() {
+                    m2.lambda_levels
+                } else {
+                    0
+                },
+                ..m2
+            };
+            let (json, l) = official_config(&c).unwrap();
+            assert_eq!(parse_config(&json).unwrap(), (c, l));
+        }
+        assert_eq!(official_config(&m2).unwrap().1, layout);
     }
 
     #[test]

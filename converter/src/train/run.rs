@@ -11,7 +11,7 @@ use crate::export::{dequantize, ExportOptions, ExportedModel};
 use crate::layout::Layout;
 use crate::model_source::{is_gguf, AlignedBytes, IndexedGguf};
 use indicatif::{ProgressBar, ProgressStyle};
-use loglinear_host_gpu::train::gdn_model::GdnTrainModel;
+use loglinear_host_gpu::train::graph::{new_train_graph, TrainGraph};
 use loglinear_host_gpu::train::optim::{AdamW, AdamWConfig};
 use loglinear_host_gpu::train::schedule::{Decay, LrSchedule};
 use loglinear_host_gpu::Gpu;
@@ -212,7 +212,7 @@ impl Log {
 /// The GPU side of a run.
 struct Trainer<'g> {
     gpu: &'g Gpu,
-    model: GdnTrainModel,
+    model: Box<dyn TrainGraph>,
     opt: AdamW,
     /// One token buffer per micro-batch (the forward copies from it inside the encoder).
     tokens: Vec<loglinear_host_gpu::wgpu::Buffer>,
@@ -346,7 +346,6 @@ pub fn train(args: &TrainArgs) -> Res {
         }
     }
     let (config_json, config, start) = model_source(args, &ckpt_dir)?;
-    checkpoint_dir::official_config(&config)?;
 
     // Data.
     let vocab = config.vocab_size;
@@ -373,7 +372,7 @@ pub fn train(args: &TrainArgs) -> Res {
 
     // Model and optimizer.
     let gpu = Gpu::new()?;
-    let model = GdnTrainModel::new(&gpu, &config, args.batch, args.seq_len)?;
+    let model = new_train_graph(&gpu, &config, args.batch, args.seq_len)?;
     let keys: Vec<String> = model.params().iter().map(|p| p.name.clone()).collect();
     let adam = AdamWConfig {
         beta1: args.beta1,
