@@ -178,7 +178,9 @@ impl GdnBackward {
         .into_iter()
         .max()
         .unwrap_or(1) as u64;
-        let limit = u64::from(gpu.limits.max_storage_buffer_binding_size)
+        let limit = gpu
+            .limits
+            .max_storage_buffer_binding_size
             .min(gpu.limits.max_buffer_size)
             // Scratch indices are u32.
             .min(u64::from(u32::MAX) * 4);
