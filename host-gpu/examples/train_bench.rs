@@ -5,7 +5,7 @@
 //! cargo run -p loglinear-host-gpu --release --example train_bench -- [--quick]
 //!     [--t 2048,8192,16384] [--tokens 32768] [--heads 48] [--dk 128] [--dv 64] [--levels 15]
 //!     [--form m2|gdn|both] [--warmup 2] [--iters 5] [--op-only | --model-only]
-//!     [--seq 512] [--batch 32] [--config PATH] [--json FILE]
+//!     [--seq 512] [--batch 32] [--config PATH] [--json FILE] [--sub-calls 1]
 //! ```
 //!
 //! 1. Operator (spec §9 shape): `--tokens` tokens per call, split into batch = tokens / T
@@ -19,6 +19,11 @@
 //!    single-pass kernel (19/27/33 ms) at T = 2K/8K/16K, as quoted in the issue (the same
 //!    numbers next to both forms); `×` is our fwd+bwd time over theirs (> 1: slower). They are
 //!    shown only at the spec shape (32768 tokens, 48 heads, dk 128, dv 64).
+//!    When the forward scan or the backward cannot take all operator heads at once (a buffer
+//!    over the adapter's limits), the call is split into n sub-calls over head groups (fewer
+//!    sequences folded per sub-call; n the smallest divisor of the op heads that fits, shown as
+//!    `sub-calls`; `--sub-calls N` starts the search at N) and the whole sequence of sub-calls
+//!    is timed.
 //! 2. Models: tokens/s of a full optimizer step (zero grads, forward, backward, AdamW with
 //!    clipping at 1.0, lr 1e-3), `--batch` windows of `--seq` tokens of one fixed random batch,
 //!    for the shipped LL-GDN (`models/ll-gdn-mcu/config.json`; `--config PATH` replaces it with
@@ -70,11 +75,13 @@ struct Args {
     batch: usize,
     config: Option<String>,
     json: Option<String>,
+    /// Fewest sub-calls per operator call (more are used where the limits need them).
+    min_sub_calls: usize,
 }
 
 const USAGE: &str = "usage: train_bench [--quick] [--t LIST] [--tokens N] [--heads N] [--dk N] \
 [--dv N] [--levels N] [--form m2|gdn|both] [--warmup N] [--iters N] [--op-only | --model-only] \
-[--seq N] [--batch N] [--config PATH] [--json FILE]";
+[--seq N] [--batch N] [--config PATH] [--json FILE] [--sub-calls N]";
 
 fn parse_args() -> Result<Args, String> {
     let mut a = Args {
@@ -93,6 +100,7 @@ fn parse_args() -> Result<Args, String> {
         batch: 32,
         config: None,
         json: None,
+        min_sub_calls: 1,
     };
     let mut it = std::env::args().skip(1);
     let num = |v: Option<String>, what: &str| -> Result<usize, String> {
@@ -141,6 +149,7 @@ fn parse_args() -> Result<Args, String> {
             "--model-only" => a.op = false,
             "--config" => a.config = Some(it.next().ok_or("--config needs a path")?),
             "--json" => a.json = Some(it.next().ok_or("--json needs a path")?),
+            "--sub-calls" => a.min_sub_calls = num(it.next(), "--sub-calls")?.max(1),
             "-h" | "--help" => return Err(USAGE.into()),
             o => return Err(format!("unknown flag {o} (--help)")),
         }
@@ -365,6 +374,8 @@ struct OpRow {
 struct OpTimes {
     /// The forward's inter-chunk strategy (`LOGLINEAR_SCAN` picks it).
     strategy: &'static str,
+    /// Sub-calls over head groups the call was split into (1: all op heads at once).
+    sub_calls: usize,
     fwd: f64,
     bwd: f64,
     both: f64,
@@ -386,15 +397,21 @@ fn op_shape(a: &Args, form: Form, t: usize) -> ScanShape {
     }
 }
 
-fn bench_op(
+/// The forward scan and backward of one sub-call, with its own copies of the inputs and its
+/// own outputs when the call is split (`None`: the call's buffers themselves).
+struct SubCall {
+    scan: ChunkScan,
+    bwd: Backward,
+    _buffers: Option<OpBuffers>,
+}
+
+/// The forward scan and backward of `shape` on the buffers `b`.
+fn build_call(
     gpu: &Gpu,
-    a: &Args,
-    b: &OpBuffers,
     kernels: &FormKernels,
     shape: ScanShape,
-    timer: Option<&Timer>,
-) -> Result<OpTimes, GpuError> {
-    check_training_shape(&shape)?;
+    b: &OpBuffers,
+) -> Result<(ChunkScan, Backward), GpuError> {
     let scan = ChunkScan::new(
         gpu,
         &kernels.scan,
@@ -429,15 +446,119 @@ fn bench_op(
         (Some(k), Form::Mamba2) => Backward::M2(M2Backward::with_kernels(gpu, k, shape, io)?),
         _ => Backward::Gdn(GdnBackward::new(gpu, shape, io)?),
     };
+    Ok((scan, bwd))
+}
+
+/// Inputs of sub-call `index` of a call split into sub-calls of `sub` (T × G rows each):
+/// rows index·T·G .. (index + 1)·T·G of the call's inputs, copied once (untimed); outputs
+/// zeroed.
+fn sub_buffers(
+    gpu: &Gpu,
+    a: &Args,
+    b: &OpBuffers,
+    sub: ScanShape,
+    index: usize,
+) -> Result<OpBuffers, GpuError> {
+    let rows = sub.t * sub.heads;
+    let mut enc = gpu.encoder("sub-call inputs");
+    let mut copy = |label: &str, src: &wgpu::Buffer, width: usize| {
+        let bytes = (rows * width * 4) as u64;
+        let dst = gpu.storage_zeroed(label, bytes)?;
+        enc.copy_buffer_to_buffer(src, index as u64 * bytes, &dst, 0, bytes);
+        Ok::<_, GpuError>(dst)
+    };
+    let q = copy("q", &b.q, a.dk)?;
+    let k = copy("k", &b.k, a.dk)?;
+    let v = copy("v", &b.v, a.dv)?;
+    let g = copy("g", &b.g, 1)?;
+    let beta = copy("beta", &b.beta, 1)?;
+    let lam = copy("lam", &b.lam, a.levels)?;
+    let d_o = copy("d_o", &b.d_o, a.dv)?;
+    gpu.submit_and_wait(enc)?;
+    let zeros = |label: &str, floats: usize| gpu.storage_zeroed(label, 4 * floats as u64);
+    Ok(OpBuffers {
+        q,
+        k,
+        v,
+        g,
+        beta,
+        lam,
+        d_o,
+        o: zeros("o", rows * a.dv)?,
+        state: zeros("state", a.levels * sub.heads * a.dk * a.dv)?,
+        dq: zeros("dq", rows * a.dk)?,
+        dk: zeros("dk", rows * a.dk)?,
+        dv: zeros("dv", rows * a.dv)?,
+        dg: zeros("dg", rows)?,
+        dbeta: zeros("dbeta", rows)?,
+        dlam: zeros("dlam", rows * a.levels)?,
+    })
+}
+
+/// The call as few sub-calls over head groups as the adapter's limits allow: the forward
+/// scan and the backward are independent per operator head (per sequence and head), so n
+/// sub-calls of heads / n op heads each (n dividing the op heads) do the same work. Tries
+/// n = `--sub-calls`, ... while a buffer is over the limits.
+fn split_call(
+    gpu: &Gpu,
+    a: &Args,
+    b: &OpBuffers,
+    kernels: &FormKernels,
+    shape: ScanShape,
+) -> Result<Vec<SubCall>, GpuError> {
+    let mut last = None;
+    let first = a.min_sub_calls.min(shape.heads);
+    for n in (first..=shape.heads).filter(|n| shape.heads % n == 0) {
+        let heads = shape.heads / n;
+        let sub = ScanShape {
+            heads,
+            qk_heads: heads,
+            ..shape
+        };
+        let attempt = (0..n)
+            .map(|i| {
+                let own = if n == 1 {
+                    None
+                } else {
+                    Some(sub_buffers(gpu, a, b, sub, i)?)
+                };
+                let (scan, bwd) = build_call(gpu, kernels, sub, own.as_ref().unwrap_or(b))?;
+                Ok(SubCall {
+                    scan,
+                    bwd,
+                    _buffers: own,
+                })
+            })
+            .collect::<Result<Vec<_>, GpuError>>();
+        match attempt {
+            Err(e @ GpuError::TooLarge { .. }) => last = Some(e),
+            other => return other,
+        }
+    }
+    Err(last.unwrap_or_else(|| GpuError::Invalid("no operator heads".into())))
+}
+
+fn bench_op(
+    gpu: &Gpu,
+    a: &Args,
+    b: &OpBuffers,
+    kernels: &FormKernels,
+    shape: ScanShape,
+    timer: Option<&Timer>,
+) -> Result<OpTimes, GpuError> {
+    check_training_shape(&shape)?;
+    let calls = split_call(gpu, a, b, kernels, shape)?;
+    let fwd_all = |enc: &mut wgpu::CommandEncoder| calls.iter().for_each(|c| c.scan.encode(enc));
+    let bwd_all = |enc: &mut wgpu::CommandEncoder| calls.iter().for_each(|c| c.bwd.encode(enc));
     let both = |enc: &mut wgpu::CommandEncoder| {
         if let Some(t) = timer {
             t.mark(enc, 0);
         }
-        scan.encode(enc);
+        fwd_all(enc);
         if let Some(t) = timer {
             t.mark(enc, 1);
         }
-        bwd.encode(enc);
+        bwd_all(enc);
         if let Some(t) = timer {
             t.mark(enc, 2);
             t.resolve(enc);
@@ -448,8 +569,8 @@ fn bench_op(
     }
     let (mut fwd, mut bw, mut all, mut g_f, mut g_b) = (vec![], vec![], vec![], vec![], vec![]);
     for _ in 0..a.iters {
-        fwd.push(wall_ms(gpu, |enc| scan.encode(enc))?);
-        bw.push(wall_ms(gpu, |enc| bwd.encode(enc))?);
+        fwd.push(wall_ms(gpu, fwd_all)?);
+        bw.push(wall_ms(gpu, bwd_all)?);
         all.push(wall_ms(gpu, both)?);
         if let Some(t) = timer {
             let ms = t.read(gpu)?;
@@ -458,7 +579,8 @@ fn bench_op(
         }
     }
     Ok(OpTimes {
-        strategy: scan.strategy().name(),
+        strategy: calls[0].scan.strategy().name(),
+        sub_calls: calls.len(),
         fwd: median(fwd),
         bwd: median(bw),
         both: median(all),
@@ -487,12 +609,12 @@ fn run_op(gpu: &Gpu, a: &Args, adapter: &str) -> Vec<OpRow> {
     );
     println!();
     println!(
-        "| adapter | form | scan | T | batch | op heads | fwd ms | bwd ms | fwd+bwd ms | GPU fwd | \
+        "| adapter | form | scan | T | batch | op heads | sub-calls | fwd ms | bwd ms | fwd+bwd ms | GPU fwd | \
          GPU bwd | tokens/s | Triton fwd+bwd | × Triton | fla | × fla |"
     );
     println!(
         "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | \
-         ---: | ---: | ---: | ---: |"
+         ---: | ---: | ---: | ---: | ---: |"
     );
     let spec = a.tokens == 32768 && a.heads == 48 && a.dk == 128 && a.dv == 64;
     let mut rows = Vec::new();
@@ -505,7 +627,7 @@ fn run_op(gpu: &Gpu, a: &Args, adapter: &str) -> Vec<OpRow> {
     let buffers = match scoped(gpu, || op_buffers(gpu, a, max_heads)) {
         Ok(b) => b,
         Err(e) => {
-            println!("| {adapter} | | | | | | error: {e} | | | | | | | | | |");
+            println!("| {adapter} | | | | | | | error: {e} | | | | | | | | | |");
             return rows;
         }
     };
@@ -556,7 +678,7 @@ fn print_op_row(adapter: &str, a: &Args, spec: bool, r: &OpRow) {
     let heads = a.heads * r.batch;
     match &r.result {
         Err(e) => println!(
-            "| {adapter} | {name} | | {} | {} | {heads} | error: {} | | | | | | | | | |",
+            "| {adapter} | {name} | | {} | {} | {heads} | | error: {} | | | | | | | | | |",
             r.t,
             r.batch,
             e.replace('\n', " ").replace('|', "/")
@@ -576,11 +698,12 @@ fn print_op_row(adapter: &str, a: &Args, spec: bool, r: &OpRow) {
                 None => Default::default(),
             };
             println!(
-                "| {adapter} | {name} | {} | {} | {} | {heads} | {:.3} | {:.3} | {:.3} | {gf} | {gb} | \
+                "| {adapter} | {name} | {} | {} | {} | {heads} | {} | {:.3} | {:.3} | {:.3} | {gf} | {gb} | \
                  {:.0} | {tri} | {tri_x} | {fla} | {fla_x} |",
                 x.strategy,
                 r.t,
                 r.batch,
+                x.sub_calls,
                 x.fwd,
                 x.bwd,
                 x.both,
@@ -888,6 +1011,7 @@ fn json_report(gpu: &Gpu, a: &Args, ops: &[OpRow], models: &[ModelRow]) -> serde
             match &r.result {
                 Ok(x) => {
                     o["scan"] = json!(x.strategy);
+                    o["sub_calls"] = json!(x.sub_calls);
                     o["fwd_ms"] = json!(x.fwd);
                     o["bwd_ms"] = json!(x.bwd);
                     o["fwd_bwd_ms"] = json!(x.both);
