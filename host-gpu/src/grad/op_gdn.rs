@@ -24,7 +24,7 @@
 //! G as large as the adapter's storage-binding and buffer-size limits allow, so the scratch
 //! holds one group and is reused by the next (results do not depend on G).
 //!
-//! Scratch (f32): γ (T·H); tiles (NT·G·(15·C² + 2C)); per-token packs (T·G·(6 dk + 2 dv + 2));
+//! Scratch (f32): γ (T·H); tiles (NT·G·(12·C² + 2C)); per-token packs (T·G·(6 dk + 2 dv + 2));
 //! the level states and their gradients (2·M·NT·G·dk·dv); per-chunk products
 //! (NT·G·C·(2 dv + dk)). Limits: dk ≤ 256, any dv, any T ≥ 1; ≤ 10 storage buffers and
 //! ≤ 10 KiB of workgroup memory per stage.
@@ -38,7 +38,7 @@ const C0P1: usize = 7;
 /// dv columns per scan workgroup (`BV` in grad_gdn_hscan / grad_gdn_dhscan).
 const SCAN_BV: usize = 8;
 /// Floats of the per-chunk tile block (`PER_CH` in grad_gdn_common.wgsl).
-const PER_CH: usize = 15 * CHUNK * CHUNK + 2 * CHUNK;
+const PER_CH: usize = 12 * CHUNK * CHUNK + 2 * CHUNK;
 /// Rows of a chunk per workgroup of the row-parallel kernels (`RB` in grad_gdn_lvl.wgsl and
 /// grad_gdn_vec.wgsl).
 const RB_ROWS: usize = 16;

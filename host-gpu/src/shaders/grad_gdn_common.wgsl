@@ -23,25 +23,27 @@ fn group_heads() -> u32 {
 }
 
 const TILE: u32 = 4096u; // C * C
+// Slots are shared by tiles whose lifetimes do not overlap (grad_gdn_intra computes them in
+// order; after dS1 / dA_w nothing reads dM or S1 again, after Y nothing reads dA_w).
 const T_S1: u32 = 0u;  // Tril(Q Kᵀ)
+const T_Z: u32 = 0u;   // coefficients of k_i in dk_j from dP (replaces S1)
 const T_KK: u32 = 1u;  // StrictLower(K Kᵀ)
 const T_T: u32 = 2u;   // A_w = (I + StrictLower(diag(β) K Kᵀ))⁻¹
 const T_M: u32 = 3u;   // S1 A_w
 const T_DM: u32 = 4u;  // dL/dM
+const T_Y: u32 = 4u;   // dT A_wᵀ (replaces dM)
 const T_DS1: u32 = 5u; // dL/dS1
 const T_DT: u32 = 6u;  // dL/dA_w (strictly lower)
-const T_Y: u32 = 7u;   // dT A_wᵀ
-const T_DP: u32 = 8u;  // dL/dP, P = StrictLower(diag(β) K Kᵀ)
-const T_A: u32 = 9u;   // intra attention tile M ⊙ E ⊙ β_j ⊙ Λ
-const T_TU: u32 = 10u; // A_u diag(β): E ⊙ A_w ⊙ β_j
-const T_Z: u32 = 11u;  // coefficients of k_i in dk_j from dP
-const T_CB: u32 = 12u; // per-pair contributions to dβ_j
-const T_CG: u32 = 13u; // per-pair contributions to dγ_i (and −dγ_j)
-const T_CL: u32 = 14u; // per-pair contributions to dλ_i[lev(i, j)]
-const N_TILES: u32 = 15u;
-const ROW_DB: u32 = 61440u; // N_TILES * TILE: dβ of the chunk's rows
-const ROW_DG: u32 = 61504u; // ROW_DB + C: dγ of the chunk's rows
-const PER_CH: u32 = 61568u; // ROW_DG + C
+const T_DP: u32 = 6u;  // dL/dP, P = StrictLower(diag(β) K Kᵀ) (replaces dA_w)
+const T_A: u32 = 7u;   // intra attention tile M ⊙ E ⊙ β_j ⊙ Λ
+const T_TU: u32 = 8u;  // A_u diag(β): E ⊙ A_w ⊙ β_j
+const T_CB: u32 = 9u;  // per-pair contributions to dβ_j
+const T_CG: u32 = 10u; // per-pair contributions to dγ_i (and −dγ_j)
+const T_CL: u32 = 11u; // per-pair contributions to dλ_i[lev(i, j)]
+const N_TILES: u32 = 12u;
+const ROW_DB: u32 = 49152u; // N_TILES * TILE: dβ of the chunk's rows
+const ROW_DG: u32 = 49216u; // ROW_DB + C: dγ of the chunk's rows
+const PER_CH: u32 = 49280u; // ROW_DG + C
 
 fn ch_base(c: u32, h: u32) -> u32 {
     return (c * group_heads() + h - head0()) * PER_CH;
