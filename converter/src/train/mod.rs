@@ -1,11 +1,12 @@
-//! `loglinear train`: training and fine-tuning Gated DeltaNet models on a GPU (wgpu), with
-//! checkpoints in the official layout.
+//! `loglinear train`: training and fine-tuning Gated DeltaNet and Mamba-2 models (log-linear or
+//! plain) on a GPU (wgpu), with checkpoints in the official layout.
 //!
 //! * [`data`]: token files, the validation split, seeded random windows, validation windows;
 //! * [`checkpoint_dir`]: checkpoint folders (config.json, model.safetensors,
 //!   optimizer.safetensors, trainer_state.json), written crash-safely;
 //! * `run` (with the `gpu` feature): the training loop over the GPU model graph
-//!   (`loglinear_host_gpu::train::gdn_model`) and optimizer (`…::train::optim`).
+//!   (`loglinear_host_gpu::train::graph::TrainGraph`, picked by architecture) and optimizer
+//!   (`…::train::optim`).
 //!
 //! Reproducing models/ll-gdn-mcu (TRAINING.md; the defaults are its recipe: windows of 512,
 //! batch 32, AdamW (0.9, 0.95), eps 1e-8, weight decay 0.1, lr 2e-3 with 150 warmup steps and a
