@@ -21,7 +21,7 @@
 //! Every output element has one writer per dispatch and fixed summation orders, so results are
 //! deterministic. Scratch: γ (T·H), the decay offsets (levels·NT·H) and X, Y
 //! (2·(NT − 1)·H·dk·dv floats at most). Limits: those of [`ScanShape::validate`] (dk ≤ 256, any
-//! dv, any T ≥ 1) plus [`check_training_shape`]; 17 KiB of workgroup memory and 10 storage
+//! dv, any T ≥ 1) plus [`check_training_shape`]; 25 KiB of workgroup memory and 10 storage
 //! buffers per stage.
 
 use super::{check_training_shape, OpGradIo, OpGrads};
@@ -34,8 +34,8 @@ const C0P1: usize = 7;
 const TILE: usize = 64;
 /// Storage buffers the intra kernel binds (the most of any stage).
 const NEEDED_STORAGE_BUFFERS: u32 = 10;
-/// Workgroup memory of the intra kernel: a 64×64 f32 tile and 64 γ.
-const NEEDED_WORKGROUP_BYTES: u32 = (64 * 64 + 64) * 4;
+/// Workgroup memory of the intra kernel: a 64×64 f32 tile, 64 γ and two staged 16×64 slices.
+const NEEDED_WORKGROUP_BYTES: u32 = (64 * 64 + 64 + 2 * 16 * 64) * 4;
 /// Tokens per block of the dg reverse cumsum (`grad_m2_dg`).
 const DG_BLOCK: usize = 256;
 /// Largest workgroup count per dispatch dimension that every adapter allows.

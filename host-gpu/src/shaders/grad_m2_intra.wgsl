@@ -3,7 +3,8 @@
 //   dλ_i[ℓ] = Σ_{lev(i,j)=ℓ} dP S E   (levels 0..6: one sum over a contiguous range per row),
 //   dq_i = Σ_j dP E Λ k_j,  dk_j = Σ_i dP E Λ q_i,  dv_j = Σ_i S E Λ dO_i.
 // One workgroup (256 threads) per (chunk, head); the three C×C tiles take turns in one
-// workgroup array (16 KiB). First writer of dq, dk, dv and of dλ columns 0..6.
+// workgroup array (16 KiB); every product is tiled (4×4 per thread, 16-deep slices of its inputs
+// staged in workgroup memory). First writer of dq, dk, dv and of dλ columns 0..6.
 
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read> q: array<f32>;
@@ -19,6 +20,9 @@
 
 var<workgroup> tile: array<f32, 4096>;
 var<workgroup> gs: array<f32, 64>;
+var<workgroup> stg: array<f32, 2048>; // two staged 16×64 slices of the products' inputs
+
+const KS: u32 = 16u; // depth of one staged slice
 
 const TILE_DLAM: u32 = 0u; // dP S E
 const TILE_DQK: u32 = 1u;  // dP E Λ
@@ -45,27 +49,19 @@ fn row4(i: u32, j: u32) -> vec4<f32> {
     return vec4<f32>(tile[b], tile[b + 1u], tile[b + 2u], tile[b + 3u]);
 }
 
-// o[r] += x · tile[r0 + r][j] (rows of the tile times a column entry x_j).
-fn add_rows(o: Rows16, x: f32, r0: u32, j: u32) -> Rows16 {
-    return Rows16(o.a + x * col4(r0, j), o.b + x * col4(r0 + 4u, j), o.c + x * col4(r0 + 8u, j), o.d + x * col4(r0 + 12u, j));
+fn stg4(b: u32) -> vec4<f32> {
+    return vec4<f32>(stg[b], stg[b + 1u], stg[b + 2u], stg[b + 3u]);
 }
 
-// o[r] += x · tile[i][r0 + r] (columns of the tile times a row entry x_i).
-fn add_cols(o: Rows16, x: f32, i: u32, r0: u32) -> Rows16 {
-    return Rows16(o.a + x * row4(i, r0), o.b + x * row4(i, r0 + 4u), o.c + x * row4(i, r0 + 8u), o.d + x * row4(i, r0 + 12u));
-}
-
-fn row_of(o: Rows16, r: u32) -> f32 {
-    let g = r / 4u;
-    let e = r % 4u;
-    if (g == 0u) {
-        return o.a[e];
-    } else if (g == 1u) {
-        return o.b[e];
-    } else if (g == 2u) {
-        return o.c[e];
+fn quad_of(o: Rows16, i: u32) -> vec4<f32> {
+    if (i == 0u) {
+        return o.a;
+    } else if (i == 1u) {
+        return o.b;
+    } else if (i == 2u) {
+        return o.c;
     }
-    return o.d[e];
+    return o.d;
 }
 
 fn vrow(t: u32, h: u32) -> u32 {
@@ -109,9 +105,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     }
     workgroupBarrier();
 
-    // Each thread: a 4x4 block (rows i0.., columns j0..) of S = Q Kᵀ and dP = dO Vᵀ.
+    // Each thread: a 4x4 block (rows i0.., columns j0..) of S = Q Kᵀ and dP = dO Vᵀ, the
+    // reduction in 16-deep slices staged (transposed: [depth][row]) in `stg`.
     let i0 = (lid / 16u) * 4u;
     let j0 = (lid % 16u) * 4u;
+    let ty = lid / 16u;
+    let tx = lid % 16u;
     var s0 = vec4<f32>(0.0);
     var s1 = vec4<f32>(0.0);
     var s2 = vec4<f32>(0.0);
@@ -120,45 +119,62 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     var p1 = vec4<f32>(0.0);
     var p2 = vec4<f32>(0.0);
     var p3 = vec4<f32>(0.0);
-    if (j0 <= i0 + 3u && i0 < n) {
-        let ti0 = t0 + min(i0, n - 1u);
-        let ti1 = t0 + min(i0 + 1u, n - 1u);
-        let ti2 = t0 + min(i0 + 2u, n - 1u);
-        let ti3 = t0 + min(i0 + 3u, n - 1u);
-        let tj0 = t0 + min(j0, n - 1u);
-        let tj1 = t0 + min(j0 + 1u, n - 1u);
-        let tj2 = t0 + min(j0 + 2u, n - 1u);
-        let tj3 = t0 + min(j0 + 3u, n - 1u);
-        let q0 = qk_row(ti0, h);
-        let q1 = qk_row(ti1, h);
-        let q2 = qk_row(ti2, h);
-        let q3 = qk_row(ti3, h);
-        let k0 = qk_row(tj0, h);
-        let k1 = qk_row(tj1, h);
-        let k2 = qk_row(tj2, h);
-        let k3 = qk_row(tj3, h);
-        for (var a = 0u; a < P.dk; a++) {
-            let kv = vec4<f32>(k[k0 + a], k[k1 + a], k[k2 + a], k[k3 + a]);
-            s0 += q[q0 + a] * kv;
-            s1 += q[q1 + a] * kv;
-            s2 += q[q2 + a] * kv;
-            s3 += q[q3 + a] * kv;
+    let live = j0 <= i0 + 3u && i0 < n;
+    for (var a0 = 0u; a0 < P.dk; a0 += KS) {
+        for (var x = 0u; x < 4u; x++) {
+            let idx = lid + x * 256u;
+            let r = idx / KS;
+            let kk = idx % KS;
+            var qv = 0.0;
+            var kv = 0.0;
+            if (r < n && a0 + kk < P.dk) {
+                let at = qk_row(t0 + r, h) + a0 + kk;
+                qv = q[at];
+                kv = k[at];
+            }
+            stg[kk * C + r] = qv;
+            stg[1024u + kk * C + r] = kv;
         }
-        let o0 = vrow(ti0, h);
-        let o1 = vrow(ti1, h);
-        let o2 = vrow(ti2, h);
-        let o3 = vrow(ti3, h);
-        let v0 = vrow(tj0, h);
-        let v1 = vrow(tj1, h);
-        let v2 = vrow(tj2, h);
-        let v3 = vrow(tj3, h);
-        for (var e = 0u; e < P.dv; e++) {
-            let vv = vec4<f32>(v[v0 + e], v[v1 + e], v[v2 + e], v[v3 + e]);
-            p0 += d_o[o0 + e] * vv;
-            p1 += d_o[o1 + e] * vv;
-            p2 += d_o[o2 + e] * vv;
-            p3 += d_o[o3 + e] * vv;
+        workgroupBarrier();
+        if (live) {
+            for (var kk = 0u; kk < KS; kk++) {
+                let qv = stg4(kk * C + i0);
+                let kv = stg4(1024u + kk * C + j0);
+                s0 += qv.x * kv;
+                s1 += qv.y * kv;
+                s2 += qv.z * kv;
+                s3 += qv.w * kv;
+            }
         }
+        workgroupBarrier();
+    }
+    for (var e0 = 0u; e0 < P.dv; e0 += KS) {
+        for (var x = 0u; x < 4u; x++) {
+            let idx = lid + x * 256u;
+            let r = idx / KS;
+            let kk = idx % KS;
+            var ov = 0.0;
+            var vv = 0.0;
+            if (r < n && e0 + kk < P.dv) {
+                let at = vrow(t0 + r, h) + e0 + kk;
+                ov = d_o[at];
+                vv = v[at];
+            }
+            stg[kk * C + r] = ov;
+            stg[1024u + kk * C + r] = vv;
+        }
+        workgroupBarrier();
+        if (live) {
+            for (var kk = 0u; kk < KS; kk++) {
+                let ov = stg4(kk * C + i0);
+                let vv = stg4(1024u + kk * C + j0);
+                p0 += ov.x * vv;
+                p1 += ov.y * vv;
+                p2 += ov.z * vv;
+                p3 += ov.w * vv;
+            }
+        }
+        workgroupBarrier();
     }
 
     // dλ, levels 0..6: row i's level-ℓ pairs are j = i (ℓ = 0) or the 2^(ℓ−1) columns from
@@ -185,49 +201,98 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     }
     workgroupBarrier();
 
-    // dq = B K, dk = Bᵀ Q with B = dP E Λ: thread = (column, 16 rows).
+    // dq = B K, dk = Bᵀ Q with B = dP E Λ (B, then A, in `tile`): per 64 columns of dk, each
+    // thread a 4×4 block (rows ty·4.., columns tx·4..); the chunk rows of K and Q in 16-row
+    // slices staged in `stg` ([row][column]).
     store(TILE_DQK, t0, n, h, i0, j0, s0, p0);
     store(TILE_DQK, t0, n, h, i0 + 1u, j0, s1, p1);
     store(TILE_DQK, t0, n, h, i0 + 2u, j0, s2, p2);
     store(TILE_DQK, t0, n, h, i0 + 3u, j0, s3, p3);
     workgroupBarrier();
-    let r0 = (lid / C) * 16u;
-    if (r0 < n) {
-        for (var a = lid % C; a < P.dk; a += C) {
-            var oq = zero16();
-            for (var j = 0u; j < min(n, r0 + 16u); j++) {
-                oq = add_rows(oq, k[qk_row(t0 + j, h) + a], r0, j);
+    for (var c0 = 0u; c0 < P.dk; c0 += C) {
+        var oq = zero16();
+        var ok = zero16();
+        for (var r0 = 0u; r0 < C; r0 += KS) {
+            for (var x = 0u; x < 4u; x++) {
+                let idx = lid + x * 256u;
+                let kk = idx / C;
+                let cc = idx % C;
+                var kv = 0.0;
+                var qv = 0.0;
+                if (r0 + kk < n && c0 + cc < P.dk) {
+                    let at = qk_row(t0 + r0 + kk, h) + c0 + cc;
+                    kv = k[at];
+                    qv = q[at];
+                }
+                stg[kk * C + cc] = kv;
+                stg[1024u + kk * C + cc] = qv;
             }
-            var ok = zero16();
-            for (var i = r0; i < n; i++) {
-                ok = add_cols(ok, q[qk_row(t0 + i, h) + a], i, r0);
+            workgroupBarrier();
+            for (var kk = 0u; kk < KS; kk++) {
+                let r = r0 + kk;
+                let kv = stg4(kk * C + tx * 4u);
+                let qv = stg4(1024u + kk * C + tx * 4u);
+                let bc = col4(ty * 4u, r);
+                let br = row4(r, ty * 4u);
+                oq = Rows16(oq.a + bc.x * kv, oq.b + bc.y * kv, oq.c + bc.z * kv, oq.d + bc.w * kv);
+                ok = Rows16(ok.a + br.x * qv, ok.b + br.y * qv, ok.c + br.z * qv, ok.d + br.w * qv);
             }
-            for (var r = 0u; r < 16u; r++) {
-                if (r0 + r < n) {
-                    let at = qk_row(t0 + r0 + r, h) + a;
-                    dq[at] = row_of(oq, r);
-                    dk[at] = row_of(ok, r);
+            workgroupBarrier();
+        }
+        for (var i = 0u; i < 4u; i++) {
+            let r = ty * 4u + i;
+            if (r < n) {
+                let base = qk_row(t0 + r, h) + c0 + tx * 4u;
+                let vq = quad_of(oq, i);
+                let vk = quad_of(ok, i);
+                for (var x = 0u; x < 4u; x++) {
+                    if (c0 + tx * 4u + x < P.dk) {
+                        dq[base + x] = vq[x];
+                        dk[base + x] = vk[x];
+                    }
                 }
             }
         }
     }
     workgroupBarrier();
 
-    // dv = Aᵀ dO with A = S E Λ.
+    // dv = Aᵀ dO with A = S E Λ, the same way.
     store(TILE_DV, t0, n, h, i0, j0, s0, p0);
     store(TILE_DV, t0, n, h, i0 + 1u, j0, s1, p1);
     store(TILE_DV, t0, n, h, i0 + 2u, j0, s2, p2);
     store(TILE_DV, t0, n, h, i0 + 3u, j0, s3, p3);
     workgroupBarrier();
-    if (r0 < n) {
-        for (var e = lid % C; e < P.dv; e += C) {
-            var ov = zero16();
-            for (var i = r0; i < n; i++) {
-                ov = add_cols(ov, d_o[vrow(t0 + i, h) + e], i, r0);
+    for (var c0 = 0u; c0 < P.dv; c0 += C) {
+        var ov = zero16();
+        for (var r0 = 0u; r0 < C; r0 += KS) {
+            for (var x = 0u; x < 4u; x++) {
+                let idx = lid + x * 256u;
+                let kk = idx / C;
+                let cc = idx % C;
+                var dv_in = 0.0;
+                if (r0 + kk < n && c0 + cc < P.dv) {
+                    dv_in = d_o[vrow(t0 + r0 + kk, h) + c0 + cc];
+                }
+                stg[kk * C + cc] = dv_in;
             }
-            for (var r = 0u; r < 16u; r++) {
-                if (r0 + r < n) {
-                    dv[vrow(t0 + r0 + r, h) + e] = row_of(ov, r);
+            workgroupBarrier();
+            for (var kk = 0u; kk < KS; kk++) {
+                let r = r0 + kk;
+                let dov = stg4(kk * C + tx * 4u);
+                let ar = row4(r, ty * 4u);
+                ov = Rows16(ov.a + ar.x * dov, ov.b + ar.y * dov, ov.c + ar.z * dov, ov.d + ar.w * dov);
+            }
+            workgroupBarrier();
+        }
+        for (var i = 0u; i < 4u; i++) {
+            let r = ty * 4u + i;
+            if (r < n) {
+                let base = vrow(t0 + r, h) + c0 + tx * 4u;
+                let vv = quad_of(ov, i);
+                for (var x = 0u; x < 4u; x++) {
+                    if (c0 + tx * 4u + x < P.dv) {
+                        dv[base + x] = vv[x];
+                    }
                 }
             }
         }
