@@ -1,0 +1,169 @@
+//! `loglinear mqar` end to end on a tiny MQAR (vocab 20, length 16, one key–value pair, so
+//! chance is 1 in 10 values): a GDN run learns well above chance in 50 steps; a Mamba-2 run and
+//! a resumed invocation write valid JSON and markdown; bad arguments are clear errors.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn temp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("loglinear-mqar-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn mqar(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_loglinear"))
+        .arg("mqar")
+        .args(args)
+        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
+        .output()
+        .expect("run loglinear")
+}
+
+/// The tiny task's flags (shared so that a rerun has the same settings).
+const TINY: [&str; 14] = [
+    "--vocab",
+    "20",
+    "--seq-len",
+    "16",
+    "--kv",
+    "1",
+    "--train-examples",
+    "2048",
+    "--test-examples",
+    "256",
+    "--batch",
+    "32",
+    "--dims",
+    "16",
+];
+
+fn results(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+fn check_run(run: &serde_json::Value) -> f64 {
+    let acc = run["accuracy"].as_f64().unwrap();
+    assert!((0.0..=1.0).contains(&acc), "accuracy {acc}");
+    let per_kv = run["per_kv"].as_object().unwrap();
+    assert_eq!(per_kv.len(), 1, "{run}");
+    let mean = per_kv["1"].as_f64().unwrap();
+    assert_eq!(mean, acc, "the mean of one kv setting");
+    for v in per_kv.values() {
+        assert!((0.0..=1.0).contains(&v.as_f64().unwrap()));
+    }
+    acc
+}
+
+#[test]
+fn tiny_runs_learn_and_resume() {
+    let dir = temp("tiny");
+    let out = dir.join("results.json");
+    let md = dir.join("results.md");
+    let (o, m) = (out.to_str().unwrap(), md.to_str().unwrap());
+    let mut args: Vec<&str> = TINY.to_vec();
+    args.extend([
+        "--archs", "gdn", "--lrs", "2e-2", "--steps", "50", "--out", o, "--md", m,
+    ]);
+    let r = mqar(&args);
+    let stderr = String::from_utf8_lossy(&r.stderr);
+    assert!(r.status.success(), "{stderr}");
+    let v = results(&out);
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 1);
+    let acc = check_run(&runs[0]);
+    assert_eq!(runs[0]["steps"], 50);
+    eprintln!("gdn tiny MQAR: mean test accuracy {acc:.3} (chance 0.1)");
+    assert!(acc >= 0.2, "no better than chance: {acc}\n{stderr}");
+
+    // A Mamba-2 run added to the same file (the GDN run is skipped, not redone).
+    let mut args: Vec<&str> = TINY.to_vec();
+    args.extend([
+        "--archs",
+        "gdn,mamba2",
+        "--lrs",
+        "2e-2",
+        "--steps",
+        "50",
+        "--max-seconds-per-run",
+        "1e-3",
+        "--out",
+        o,
+        "--md",
+        m,
+    ]);
+    // The time limit differs: another setting, refused.
+    let r = mqar(&args);
+    let stderr = String::from_utf8_lossy(&r.stderr);
+    assert!(!r.status.success());
+    assert!(stderr.contains("other settings"), "{stderr}");
+    args.truncate(args.len() - 6);
+    args.extend(["--out", o, "--md", m]);
+    let r = mqar(&args[..]);
+    let stderr = String::from_utf8_lossy(&r.stderr);
+    assert!(r.status.success(), "{stderr}");
+    assert!(stderr.contains("1 runs to do, 1 already"), "{stderr}");
+    let v = results(&out);
+    let runs = v["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 2);
+    assert_eq!(runs[0]["arch"], "gdn");
+    assert_eq!(runs[1]["arch"], "mamba2");
+    check_run(&runs[1]);
+    let table = std::fs::read_to_string(&md).unwrap();
+    let stdout = String::from_utf8_lossy(&r.stdout);
+    assert_eq!(stdout, table, "stdout and --md differ");
+    assert!(table.contains("| 16 |"), "{table}");
+    assert!(
+        table.contains("/ 46.9 (2.3)"),
+        "paper's Mamba-2 number: {table}"
+    );
+    assert!(
+        table.contains("/ 38.4 (1.0)"),
+        "paper's GDN number: {table}"
+    );
+    assert!(table.contains("| mamba2 | 16 | 2.00e-2 |"), "{table}");
+
+    // Nothing left to do: the file is kept as it is.
+    let before = std::fs::read_to_string(&out).unwrap();
+    let r = mqar(&args[..]);
+    assert!(r.status.success());
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), before);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn bad_arguments_are_clear_errors() {
+    let dir = temp("bad");
+    let out = dir.join("r.json");
+    let o = out.to_str().unwrap();
+    for (args, want) in [
+        (
+            vec!["--archs", "transformer"],
+            "invalid value 'transformer'",
+        ),
+        (vec!["--lrs", "0"], "--lrs"),
+        (vec!["--batch", "0"], "--batch"),
+        (vec!["--kv", "100"], "--kv 100"),
+        (vec!["--dims", "20", "--archs", "mamba2"], "--dims 20"),
+        (vec!["--steps", "0"], "--steps"),
+        (
+            vec!["--train-examples", "2", "--kv", "4,8,16"],
+            "--train-examples",
+        ),
+    ] {
+        let mut a = args.clone();
+        a.extend(["--out", o]);
+        let r = mqar(&a);
+        let stderr = String::from_utf8_lossy(&r.stderr);
+        assert!(!r.status.success(), "{args:?} succeeded");
+        assert!(stderr.contains(want), "{args:?}: {stderr}");
+        assert!(!out.exists(), "{args:?} wrote results");
+    }
+    std::fs::write(&out, "not json").unwrap();
+    let r = mqar(&["--out", o]);
+    let stderr = String::from_utf8_lossy(&r.stderr);
+    assert!(!r.status.success());
+    assert!(stderr.contains("not MQAR results JSON"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
