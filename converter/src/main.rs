@@ -204,8 +204,9 @@ enum Command {
     /// kernel path and activation mode; `--curve` for decode speed against context, `--qemu`
     /// for the firmware's instruction counts.
     Bench(bench::BenchArgs),
-    /// Train or fine-tune a Gated DeltaNet model on a GPU (wgpu; lavapipe without one), with
-    /// checkpoints in the official layout (config.json + model.safetensors) and exact resume.
+    /// Train or fine-tune a Gated DeltaNet or Mamba-2 model on a GPU (wgpu; lavapipe without
+    /// one), with checkpoints in the official layout (config.json + model.safetensors) and exact
+    /// resume.
     Train(Box<loglinear_converter::train::TrainArgs>),
     /// The paper's MQAR table: train 2-layer models on Zoology's MQAR over archs × dims ×
     /// learning rates × seeds, report test accuracy per kv setting beside the paper's.
