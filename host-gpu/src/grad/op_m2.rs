@@ -9,20 +9,23 @@
 //! 3. `grad_m2_decay`: per (level m, chunk, head) the sum of the chunk totals Γ between a chunk
 //!    and the boundary of its group's halves, so that every inter-chunk weight is the exp of a
 //!    sum of non-positive terms.
-//! 4. `grad_m2_xy`: per inter-chunk (level m, group) pair the state the readers see,
+//! 4. per inter-chunk (level m, group) pair the state the readers see,
 //!    X = Σ_sources u_j k_j v_jᵀ, and its gradient Y = Σ_readers w_i q_i dO_iᵀ (λ column 7 + m
 //!    in w). A reader chunk's forward state is H_c = exp(dec) X, so the reverse scan of the spec
-//!    collapses to one Y per group.
+//!    collapses to one Y per group. `grad_m2_xc`: per-chunk sources X_c (one pass over the
+//!    rows); `grad_m2_xsum`: X = Σ_c exp(dec) X_c per pair; `grad_m2_y`: Y per pair.
 //! 5. `grad_m2_apply_{dq,dk,dv}`: per (column tile, chunk, head), all levels in order: readers
 //!    dq += w X dO, sources dk += u Y v and dv += u Yᵀ k.
-//! 6. `grad_m2_dlam`: dλ columns 7 and up (reader rows: exp(γ + dec) qᵀ X dO; 0 elsewhere).
-//! 7. `grad_m2_dg`: dG_i = q_i·dq_i − k_i·dk_i, then a reverse cumsum over the sequence.
+//!    The dq apply also writes dλ columns 7 and up (reader rows: exp(γ + dec) qᵀ X dO; 0
+//!    elsewhere); `grad_m2_dlam` does (all 0) when there is one chunk only.
+//! 6. `grad_m2_dg`, `grad_m2_dg_carry`: dG_i = q_i·dq_i − k_i·dk_i, then a reverse cumsum over
+//!    the sequence (blocks of 256 tokens in parallel, then the later blocks' totals).
 //!
 //! Every output element has one writer per dispatch and fixed summation orders, so results are
-//! deterministic. Scratch: γ (T·H), the decay offsets (levels·NT·H) and X, Y
-//! (2·(NT − 1)·H·dk·dv floats at most). Limits: those of [`ScanShape::validate`] (dk ≤ 256, any
-//! dv, any T ≥ 1) plus [`check_training_shape`]; 25 KiB of workgroup memory and 10 storage
-//! buffers per stage.
+//! deterministic. Scratch: γ (T·H), the decay offsets (levels·NT·H), X, Y
+//! (2·(NT − 1)·H·dk·dv floats at most) and the X_c ((NT − 1)·H·dk·dv). Limits: those of
+//! [`ScanShape::validate`] (dk ≤ 256, any dv, any T ≥ 1) plus [`check_training_shape`]; 25 KiB
+//! of workgroup memory and 10 storage buffers per stage.
 
 use super::{check_training_shape, OpGradIo, OpGrads};
 use crate::chunk_scan::{Form, ScanShape, CHUNK};
@@ -68,6 +71,7 @@ const GRAD_COMMON: &str = include_str!("../shaders/grad_m2_common.wgsl");
 const INTRA: &str = include_str!("../shaders/grad_m2_intra.wgsl");
 const DECAY: &str = include_str!("../shaders/grad_m2_decay.wgsl");
 const XY: &str = include_str!("../shaders/grad_m2_xy.wgsl");
+const XSUM: &str = include_str!("../shaders/grad_m2_xsum.wgsl");
 const APPLY: &str = include_str!("../shaders/grad_m2_apply.wgsl");
 const DLAM: &str = include_str!("../shaders/grad_m2_dlam.wgsl");
 const DG: &str = include_str!("../shaders/grad_m2_dg.wgsl");
@@ -91,6 +95,8 @@ pub struct M2Kernels {
     gamma: Kernel,
     intra: Kernel,
     decay: Kernel,
+    xc: Kernel,
+    xsum: Kernel,
     xy: Kernel,
     apply: [Kernel; 3],
     dlam: Kernel,
@@ -128,7 +134,17 @@ impl M2Kernels {
             gamma: gpu.kernel("chunk_gamma", &src(&[GAMMA]), "main")?,
             intra: gpu.kernel("grad_m2_intra", &src(&[GRAD_COMMON, INTRA]), "main")?,
             decay: gpu.kernel("grad_m2_decay", &src(&[GRAD_COMMON, DECAY]), "main")?,
-            xy: gpu.kernel("grad_m2_xy", &src(&[GRAD_COMMON, XY]), "main")?,
+            xc: gpu.kernel(
+                "grad_m2_xc",
+                &src(&["const PER_CHUNK: bool = true;", GRAD_COMMON, XY]),
+                "main",
+            )?,
+            xsum: gpu.kernel("grad_m2_xsum", &src(&[GRAD_COMMON, XSUM]), "main")?,
+            xy: gpu.kernel(
+                "grad_m2_y",
+                &src(&["const PER_CHUNK: bool = false;", GRAD_COMMON, XY]),
+                "main",
+            )?,
             apply: [
                 apply(0, "grad_m2_apply_dq")?,
                 apply(1, "grad_m2_apply_dk")?,
@@ -213,7 +229,11 @@ impl M2Backward {
         let levels = inter_levels(nt);
         let pairs = total_pairs(nt);
         let xy_floats = 2 * pairs * h * dk * dv;
+        // Per-chunk sources X_c of every chunk but the last (never a source).
+        let xc_floats = (nt - 1) * h * dk * dv;
         if xy_floats as u64 >= u64::from(u32::MAX)
+            || xc_floats as u64 >= u64::from(u32::MAX)
+            || (dk * dv).div_ceil(256) > MAX_GROUPS
             || 2 * h > MAX_GROUPS
             || t.div_ceil(DG_BLOCK) > MAX_GROUPS
         {
@@ -244,6 +264,7 @@ impl M2Backward {
         let gam = gpu.storage_zeroed("grad m2 gamma", (t * h) as u64 * f)?;
         let dec = gpu.storage_zeroed("grad m2 decay", (levels * nt * h) as u64 * f)?;
         let xy = gpu.storage_zeroed("grad m2 x/y", xy_floats as u64 * f)?;
+        let xc = gpu.storage_zeroed("grad m2 per-chunk x", xc_floats as u64 * f)?;
         let dg_blocks = t.div_ceil(DG_BLOCK);
         let dg_tot = gpu.storage_zeroed("grad m2 dg block totals", (dg_blocks * h) as u64 * f)?;
 
@@ -278,11 +299,24 @@ impl M2Backward {
                 &[&uniform, &gam, &dec],
                 [(nt * h).div_ceil(64), levels, 1],
             ));
+            let tiles = dk.div_ceil(TILE) * dv.div_ceil(TILE);
+            steps.push(step(
+                &kn.xc,
+                "grad_m2_xc",
+                &[&uniform, io.q, io.k, io.v, io.d_o, &gam, io.lam, &dec, &xc],
+                [tiles, nt - 1, h],
+            ));
+            steps.push(step(
+                &kn.xsum,
+                "grad_m2_xsum",
+                &[&uniform, &xc, &dec, &xy],
+                [(dk * dv).div_ceil(256), pairs, h],
+            ));
             steps.push(step(
                 &kn.xy,
-                "grad_m2_xy",
+                "grad_m2_y",
                 &[&uniform, io.q, io.k, io.v, io.d_o, &gam, io.lam, &dec, &xy],
-                [dk.div_ceil(TILE) * dv.div_ceil(TILE), pairs, 2 * h],
+                [tiles, pairs, h],
             ));
             let applies: [(&'static str, &wgpu::Buffer, &wgpu::Buffer, usize); 3] = [
                 ("grad_m2_apply_dq", io.d_o, io.dq, dk),
@@ -330,7 +364,7 @@ impl M2Backward {
         Ok(Self {
             shape,
             steps,
-            _scratch: vec![uniform, gam, dec, xy, dg_tot],
+            _scratch: vec![uniform, gam, dec, xy, xc, dg_tot],
         })
     }
 

@@ -3,8 +3,14 @@
 //       (the forward state the group's readers see, before their own decay),
 //   Y = Σ_{i in the reader half} w_i q_i dO_iᵀ,  w_i = λ_i[7 + m] exp(γ_i + dec[m][c])
 //       (= dL/dX).
-// Workgroup = (64×64 tile of dk×dv, pair, head·2 + which); each thread a 4×4 block, the rows
-// of the half in order (deterministic), staged 16 at a time in workgroup memory.
+// `PER_CHUNK` is prepended by op_m2.rs:
+// * true: per-chunk sources X_c = Σ_{j in c} exp(Γ_c − γ_j) k_j v_jᵀ into `xy` = the per-chunk
+//   scratch `[chunk][heads][dk][dv]`, workgroup = (64×64 tile, chunk, head); grad_m2_xsum.wgsl
+//   then forms each pair's X = Σ_c exp(dec[m][c]) X_c (one pass over the rows instead of one
+//   per level);
+// * false: Y of every pair, workgroup = (64×64 tile, pair, head).
+// Each thread a 4×4 block, the rows of the chunk(s) in order (deterministic), staged 16 at a
+// time in workgroup memory.
 
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read> q: array<f32>;
@@ -29,8 +35,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let a0 = (wg.x / tiles_e) * TILE + (lid / 16u) * 4u;
     let e0 = (wg.x % tiles_e) * TILE + (lid % 16u) * 4u;
     let p = wg.y;
-    let h = wg.z / 2u;
-    let which = wg.z % 2u;
+    let h = wg.z;
+    let which = select(1u, 0u, PER_CHUNK);
 
     // Pair p -> (level m, group g).
     var m = 0u;
@@ -44,8 +50,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         m += 1u;
     }
     let half = 1u << m;
-    let c_begin = ((p - base) << (m + 1u)) + which * half;
-    let c_end = min(c_begin + half, P.nt);
+    var c_begin = ((p - base) << (m + 1u)) + half;
+    var c_end = min(c_begin + half, P.nt);
+    if (PER_CHUNK) {
+        c_begin = p;
+        c_end = p + 1u;
+    }
 
     var acc0 = vec4<f32>(0.0);
     var acc1 = vec4<f32>(0.0);
@@ -64,10 +74,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             var w = 0.0;
             if (lid < n) {
                 let gl = gam[(t0 + lid) * P.heads + h];
-                let d = dec[dec_idx(m, c, h)];
                 if (which == 0u) {
-                    w = exp((chunk_total(c, h) - gl) + d);
+                    w = exp(chunk_total(c, h) - gl);
                 } else {
+                    let d = dec[dec_idx(m, c, h)];
                     w = lam[lam_idx(t0 + lid, h, C0P1 + m)] * exp(gl + d);
                 }
             }
@@ -86,11 +96,19 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                     let t = t0 + r;
                     if (a_lo + cc < P.dk) {
                         let at = qk_row(t, h) + a_lo + cc;
-                        lv = wts[r] * select(q[at], k[at], which == 0u);
+                        if (which == 0u) {
+                            lv = wts[r] * k[at];
+                        } else {
+                            lv = wts[r] * q[at];
+                        }
                     }
                     if (e_lo + cc < P.dv) {
                         let at = (t * P.heads + h) * P.dv + e_lo + cc;
-                        rv = select(d_o[at], v[at], which == 0u);
+                        if (which == 0u) {
+                            rv = v[at];
+                        } else {
+                            rv = d_o[at];
+                        }
                     }
                 }
                 ls[kk * 64u + cc] = lv;
@@ -110,7 +128,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             workgroupBarrier();
         }
     }
-    let out = xy_base(which, p, h);
+    var out = xy_base(1u, p, h);
+    if (PER_CHUNK) {
+        out = (p * P.heads + h) * P.dk * P.dv;
+    }
     var accs = array<vec4<f32>, 4>(acc0, acc1, acc2, acc3);
     for (var x = 0u; x < 4u; x++) {
         for (var y = 0u; y < 4u; y++) {
