@@ -142,7 +142,9 @@ pub struct MqarArgs {
     /// Stop a run once its pooled test accuracy exceeds this (> 1 disables).
     #[arg(long, default_value_t = 0.99)]
     pub early_stop: f64,
-    /// Stop a run's training after this many seconds (then its final evaluation).
+    /// Fit each run's training into this many seconds: after its first 20 steps the step
+    /// count is cut to what the measured step time allows (with a 10% margin for the
+    /// evaluations; the cosine then ends at the cut), and training stops at this time anyway.
     #[arg(long)]
     pub max_seconds_per_run: Option<f64>,
     /// Linear warmup steps before the cosine.
@@ -330,7 +332,8 @@ pub struct RunRecord {
     pub per_kv: Vec<(usize, f64)>,
     pub steps: u64,
     pub seconds: f64,
-    /// `steps`, `early-stop`, `time` or `diverged`.
+    /// `steps`, `early-stop`, `time-budget` (cut to fit `--max-seconds-per-run`), `time`
+    /// (stopped at it) or `diverged`.
     pub stopped: String,
     pub final_loss: f64,
     pub params: usize,
@@ -620,6 +623,9 @@ mod gpu_run {
     const DATA_SEED: u64 = 123;
     /// Steps between loss read-backs (each waits for the GPU).
     const LOG_EVERY: u64 = 10;
+    /// Steps timed before `--max-seconds-per-run` cuts the step count (a multiple of
+    /// `LOG_EVERY`, so the GPU has caught up when it is read).
+    const BUDGET_PROBE: u64 = 20;
 
     /// Examples as the model reads them: inputs and targets (`IGNORED` off the queries).
     struct Examples {
@@ -878,7 +884,7 @@ mod gpu_run {
             weight_decay: 0.1,
         };
         let mut opt = AdamW::new(gpu, r.graph.params(), adam)?;
-        let schedule = LrSchedule {
+        let mut schedule = LrSchedule {
             peak: lr,
             min: 0.0,
             warmup: args.warmup,
@@ -912,6 +918,8 @@ mod gpu_run {
         let mut stopped = "steps";
         let mut step = 0u64;
         let mut tokens = 0u64;
+        let planned = steps;
+        let mut steps = steps;
         while step < steps {
             // The next batch of the epoch's order; a new shuffle when it runs out.
             if pos >= order.len() {
@@ -949,6 +957,21 @@ mod gpu_run {
                     stopped = "diverged";
                     break;
                 }
+                if let (Some(m), true) = (args.max_seconds_per_run, step == BUDGET_PROBE) {
+                    // Steps that fit: the remaining time (less a tenth for evaluations) at the
+                    // step time so far.
+                    let per_step = secs / step as f64;
+                    let fit = step + ((0.9 * m - secs).max(0.0) / per_step) as u64;
+                    if fit < steps {
+                        say(format!(
+                            "{label}: {:.1} ms per step; {fit} of {steps} steps fit in {m} s",
+                            1e3 * per_step
+                        ));
+                        steps = fit.max(step);
+                        schedule.total = steps;
+                        pb.set_length(steps);
+                    }
+                }
                 if args.max_seconds_per_run.is_some_and(|m| secs >= m) {
                     stopped = "time";
                     break;
@@ -975,6 +998,9 @@ mod gpu_run {
                     break;
                 }
             }
+        }
+        if stopped == "steps" && step < planned {
+            stopped = "time-budget";
         }
         // The final evaluation, unless the last step was just evaluated.
         let (mean, pooled, per_kv) = match last {
