@@ -7,7 +7,7 @@
 //!   thumbv7em-none-eabihf, `riscv-virt` for riscv32imac-unknown-none-elf). Its `board.toml`
 //!   gives the target triple, the flash and RAM regions and the default state settings; its
 //!   `memory.x` goes to the linker.
-//! * `LOGLINEAR_MODEL`: the GGUF file to link into flash (default `models/ll-gdn-mcu-q8_0.gguf`;
+//! * `LOGLINEAR_MODEL`: the GGUF file to link into flash (default `models/ll-gdn-mcu16k-q8_0.gguf`;
 //!   a relative path is taken from the repository root).
 //! * `LOGLINEAR_LEVELS`, `LOGLINEAR_STATE` (`f32` | `f16`): override the board's state settings.
 //! * `LOGLINEAR_TRANSPORT` (`uart` | `semihosting`): overrides the board's `transport`.
@@ -265,7 +265,7 @@ fn run() -> Result<(), String> {
                 root.join(p)
             }
         }
-        _ => root.join("models/ll-gdn-mcu-q8_0.gguf"),
+        _ => root.join("models/ll-gdn-mcu16k-q8_0.gguf"),
     };
     let model_path = model_path
         .canonicalize()

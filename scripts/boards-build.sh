@@ -28,7 +28,7 @@ TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 # firmware's ELF path is the same for every board of one target.
 FW_TARGET_DIR="$TARGET_DIR/boards-build"
 WORK="$FW_TARGET_DIR/elf"
-DEFAULT_MODEL="models/ll-gdn-mcu-q8_0.gguf"
+DEFAULT_MODEL="models/ll-gdn-mcu16k-q8_0.gguf"
 AARCH64=aarch64-unknown-linux-gnu
 
 BOARDS=("$@")

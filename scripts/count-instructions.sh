@@ -134,7 +134,7 @@ for board in "${BOARDS[@]}"; do
     reserve="$(board_value "$toml" stack_reserve)"
     # The board's own model (`model = ...`, the micro:bit's test-sized one) unless MODEL is set.
     board_model="$(board_value "$toml" model)"
-    MODEL="${MODEL_ARG:-${board_model:-models/ll-gdn-mcu-q8_0.gguf}}"
+    MODEL="${MODEL_ARG:-${board_model:-models/ll-gdn-mcu16k-q8_0.gguf}}"
     macs=$(weight_macs "$MODEL")
     [ "$macs" -gt 0 ] || fail "no matrix tensors in $MODEL"
     acts="${ACTIVATIONS:-$(board_value "$toml" activations)}"

@@ -31,7 +31,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 FW_TARGET_DIR="$TARGET_DIR/firmware"
-DEFAULT_MODEL="models/ll-gdn-mcu-q8_0.gguf" # unless the board.toml names its own `model`
+DEFAULT_MODEL="models/ll-gdn-mcu16k-q8_0.gguf" # unless the board.toml names its own `model`
 TEXT_ABS=4096       # snapshot tolerance of text, rodata and data: max(TEXT_ABS, TEXT_PCT %)
 TEXT_PCT=2
 

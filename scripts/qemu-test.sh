@@ -50,7 +50,7 @@ FW_TARGET_DIR="$TARGET_DIR/firmware"
 # UART images: their own target dir, so switching transports rebuilds nothing.
 FW_UART_TARGET_DIR="$TARGET_DIR/firmware-uart"
 WORK="$TARGET_DIR/qemu-test"
-DEFAULT_MODEL="models/ll-gdn-mcu-q8_0.gguf"
+DEFAULT_MODEL="models/ll-gdn-mcu16k-q8_0.gguf"
 # Seconds one QEMU run may take before it counts as hung (the slowest, riscv-virt, needs ~20 s).
 QEMU_TIMEOUT="${QEMU_TIMEOUT:-120}"
 

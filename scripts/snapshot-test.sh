@@ -40,7 +40,7 @@ runner="$(board_value "$toml" runner)"
 state="$(board_value "$toml" state)"
 levels="$(board_value "$toml" levels)"
 MODEL="$(board_value "$toml" model)"
-MODEL="${MODEL:-models/ll-gdn-mcu-q8_0.gguf}"
+MODEL="${MODEL:-models/ll-gdn-mcu16k-q8_0.gguf}"
 
 bash "$ROOT/scripts/qemu-setup.sh"
 mkdir -p "$WORK"
