@@ -17,6 +17,11 @@
 @group(0) @binding(8) var<storage, read_write> tiles: array<f32>;
 @group(0) @binding(9) var<storage, read_write> dlam: array<f32>;
 
+const PW: u32 = 8u; // dimensions per staged panel (3 · C · PW floats = 6 KiB)
+var<workgroup> pa: array<f32, 512>; // rows i: dO (dv part) or dq̃ (dk part), [C][PW]
+var<workgroup> pb: array<f32, 512>; // rows i: dU or dW̃
+var<workgroup> pc: array<f32, 512>; // rows j: v or k
+
 fn tl(base: u32, slot: u32, i: u32, j: u32) -> f32 {
     return tiles[base + slot * TILE + i * C + j];
 }
@@ -31,8 +36,76 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let dk = P.dk;
     let dv = P.dv;
 
+    // D, D2, dqk, dwk of this thread's 16 pairs (i = lid / C + 4 r, j = lid % C), the rows
+    // staged in workgroup memory PW dimensions at a time (each sum still runs over d in order).
+    var s_dd: array<f32, 16>;
+    var s_d2: array<f32, 16>;
+    var s_qk: array<f32, 16>;
+    var s_wk: array<f32, 16>;
+    let i0 = lid / C;
+    let jj = lid % C;
+    for (var d0 = 0u; d0 < dv; d0 += PW) {
+        let pw = min(PW, dv - d0);
+        workgroupBarrier();
+        for (var e = lid; e < C * PW; e += 256u) {
+            let row = e / PW;
+            let d = d0 + e % PW;
+            var x = 0.0;
+            var y = 0.0;
+            var z = 0.0;
+            if (row < n && d < dv) {
+                let tr = t0 + row;
+                x = dout[(tr * P.heads + h) * dv + d];
+                y = gpack[grow(tr, h) + 3u * dk + d];
+                z = v[(tr * P.heads + h) * dv + d];
+            }
+            pa[e] = x;
+            pb[e] = y;
+            pc[e] = z;
+        }
+        workgroupBarrier();
+        for (var r = 0u; r < 16u; r++) {
+            let i = i0 + 4u * r;
+            for (var d = 0u; d < pw; d++) {
+                let vj = pc[jj * PW + d];
+                s_dd[r] += pa[i * PW + d] * vj;
+                s_d2[r] += pb[i * PW + d] * vj;
+            }
+        }
+    }
+    for (var x0 = 0u; x0 < dk; x0 += PW) {
+        let pw = min(PW, dk - x0);
+        workgroupBarrier();
+        for (var e = lid; e < C * PW; e += 256u) {
+            let row = e / PW;
+            let x = x0 + e % PW;
+            var a = 0.0;
+            var b = 0.0;
+            var z = 0.0;
+            if (row < n && x < dk) {
+                let tr = t0 + row;
+                a = gpack[grow(tr, h) + x];
+                b = gpack[grow(tr, h) + 2u * dk + x];
+                z = k[qk_row(tr, h) + x];
+            }
+            pa[e] = a;
+            pb[e] = b;
+            pc[e] = z;
+        }
+        workgroupBarrier();
+        for (var r = 0u; r < 16u; r++) {
+            let i = i0 + 4u * r;
+            for (var x = 0u; x < pw; x++) {
+                let kj = pc[jj * PW + x];
+                s_qk[r] += pa[i * PW + x] * kj;
+                s_wk[r] += pb[i * PW + x] * kj;
+            }
+        }
+    }
+
     // Per-pair quantities.
-    for (var e = lid; e < TILE; e += 256u) {
+    for (var r = 0u; r < 16u; r++) {
+        let e = lid + 256u * r;
         let i = e / C;
         let j = e % C;
         var a = 0.0;
@@ -45,21 +118,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         if (i < n && j <= i) {
             let ti = t0 + i;
             let tj = t0 + j;
-            let gi_row = grow(ti, h);
-            let vj = (tj * P.heads + h) * dv;
-            var dd = 0.0;
-            var d2 = 0.0;
-            for (var d = 0u; d < dv; d++) {
-                dd += dout[(ti * P.heads + h) * dv + d] * v[vj + d];
-                d2 += gpack[gi_row + 3u * dk + d] * v[vj + d];
-            }
-            let kj = qk_row(tj, h);
-            var dqk = 0.0;
-            var dwk = 0.0;
-            for (var x = 0u; x < dk; x++) {
-                dqk += gpack[gi_row + x] * k[kj + x];
-                dwk += gpack[gi_row + 2u * dk + x] * k[kj + x];
-            }
+            let dd = s_dd[r];
+            let d2 = s_d2[r];
+            let dqk = s_qk[r];
+            let dwk = s_wk[r];
             let gi = gam[ti * P.heads + h];
             let ee = exp(gi - gam[tj * P.heads + h]);
             let eg = exp(gi);
