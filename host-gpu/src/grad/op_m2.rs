@@ -14,8 +14,10 @@
 //!    in w). A reader chunk's forward state is H_c = exp(dec) X, so the reverse scan of the spec
 //!    collapses to one Y per group. `grad_m2_xc`: per-chunk sources X_c (one pass over the
 //!    rows); `grad_m2_xsum`: X = Σ_c exp(dec) X_c per pair; `grad_m2_y`: Y per pair.
-//! 5. `grad_m2_apply_{dq,dk,dv}`: per (column tile, chunk, head), all levels in order: readers
-//!    dq += w X dO, sources dk += u Y v and dv += u Yᵀ k.
+//! 5. `grad_m2_zsum`: per source chunk Z_c = Σ_{m: c is a source} exp(dec) Y (the levels in
+//!    order), so that sources take one product for all levels. `grad_m2_apply_{dq,dk,dv}`: per
+//!    (column tile, chunk, head): readers dq += w X dO (all levels in order), sources
+//!    dk += u Z_c v and dv += u Z_cᵀ k.
 //!    The dq apply also writes dλ columns 7 and up (reader rows: exp(γ + dec) qᵀ X dO; 0
 //!    elsewhere); `grad_m2_dlam` does (all 0) when there is one chunk only.
 //! 6. `grad_m2_dg`, `grad_m2_dg_carry`: dG_i = q_i·dq_i − k_i·dk_i, then a reverse cumsum over
@@ -72,6 +74,7 @@ const INTRA: &str = include_str!("../shaders/grad_m2_intra.wgsl");
 const DECAY: &str = include_str!("../shaders/grad_m2_decay.wgsl");
 const XY: &str = include_str!("../shaders/grad_m2_xy.wgsl");
 const XSUM: &str = include_str!("../shaders/grad_m2_xsum.wgsl");
+const ZSUM: &str = include_str!("../shaders/grad_m2_zsum.wgsl");
 const APPLY: &str = include_str!("../shaders/grad_m2_apply.wgsl");
 const DLAM: &str = include_str!("../shaders/grad_m2_dlam.wgsl");
 const DG: &str = include_str!("../shaders/grad_m2_dg.wgsl");
@@ -98,6 +101,7 @@ pub struct M2Kernels {
     xc: Kernel,
     xsum: Kernel,
     xy: Kernel,
+    zsum: Kernel,
     apply: [Kernel; 3],
     dlam: Kernel,
     dg: Kernel,
@@ -145,6 +149,7 @@ impl M2Kernels {
                 &src(&["const PER_CHUNK: bool = false;", GRAD_COMMON, XY]),
                 "main",
             )?,
+            zsum: gpu.kernel("grad_m2_zsum", &src(&[GRAD_COMMON, ZSUM]), "main")?,
             apply: [
                 apply(0, "grad_m2_apply_dq")?,
                 apply(1, "grad_m2_apply_dk")?,
@@ -318,23 +323,31 @@ impl M2Backward {
                 &[&uniform, io.q, io.k, io.v, io.d_o, &gam, io.lam, &dec, &xy],
                 [tiles, pairs, h],
             ));
-            let applies: [(&'static str, &wgpu::Buffer, &wgpu::Buffer, usize); 3] = [
-                ("grad_m2_apply_dq", io.d_o, io.dq, dk),
-                ("grad_m2_apply_dk", io.v, io.dk, dk),
-                ("grad_m2_apply_dv", io.k, io.dv, dv),
+            // Z_c of every chunk but the last into the X_c scratch (X_c is no longer needed).
+            steps.push(step(
+                &kn.zsum,
+                "grad_m2_zsum",
+                &[&uniform, &xy, &dec, &xc],
+                [(dk * dv).div_ceil(256), nt - 1, h],
+            ));
+            // dq: one workgroup per (chunk, head) walks all column tiles (its dλ needs the
+            // whole row) and reads X from `xy`; dk, dv: per column tile, Z_c from `xc`.
+            let applies: [(
+                &'static str,
+                &wgpu::Buffer,
+                &wgpu::Buffer,
+                &wgpu::Buffer,
+                usize,
+            ); 3] = [
+                ("grad_m2_apply_dq", io.d_o, &xy, io.dq, 1),
+                ("grad_m2_apply_dk", io.v, &xc, io.dk, dk.div_ceil(TILE)),
+                ("grad_m2_apply_dv", io.k, &xc, io.dv, dv.div_ceil(TILE)),
             ];
-            for (kernel, (label, a_in, out, width)) in kn.apply.iter().zip(applies) {
-                // dq: one workgroup per (chunk, head) walks all column tiles (its dλ needs the
-                // whole row).
-                let tiles = if label == "grad_m2_apply_dq" {
-                    1
-                } else {
-                    width.div_ceil(TILE)
-                };
+            for (kernel, (label, a_in, mats, out, tiles)) in kn.apply.iter().zip(applies) {
                 steps.push(step(
                     kernel,
                     label,
-                    &[&uniform, a_in, &xy, &gam, io.lam, &dec, out, io.q, io.dlam],
+                    &[&uniform, a_in, mats, &gam, io.lam, &dec, out, io.q, io.dlam],
                     [tiles, nt, h],
                 ));
             }

@@ -1,15 +1,15 @@
-// Inter-chunk gradients of one chunk's rows, all levels in order (no atomics). `MODE` is
-// prepended by op_m2.rs:
+// Inter-chunk gradients of one chunk's rows (no atomics). `MODE` is prepended by op_m2.rs:
 //   0: dq_i += Σ_{m: c reads m} w_i X dO_i,     w_i = λ_i[7 + m] exp(γ_i + dec)   (A = dO)
-//      and dλ_i[7 + m] = exp(γ_i + dec) q_i·(X dO_i) (0 in columns from 7 that c does not read)
-//   1: dk_j += Σ_{m: c is a source} u_j Y v_j,   u_j = exp((Γ_c − γ_j) + dec)      (A = v)
-//   2: dv_j += Σ_{m: c is a source} u_j Yᵀ k_j                                     (A = k)
-// X and Y of the chunk's group at level m come from grad_m2_xy.wgsl. Each level's product
-// P = A M (64 rows × 64 output columns, M = Xᵀ, Yᵀ or Y) is a tiled workgroup-memory product:
-// 16-deep slices of A and M staged in workgroup memory, each thread a 4×4 block. MODE 1, 2:
-// workgroup = (64 output columns, chunk, head), the level sum kept in registers and added to
-// what the intra kernel wrote. MODE 0: workgroup = (chunk, head), every column tile of dq in
-// turn (dλ needs the whole row), dq updated per level.
+//      and dλ_i[7 + m] = exp(γ_i + dec) q_i·(X dO_i) (0 in columns from 7 that c does not read),
+//      X of the chunk's group at level m from grad_m2_xy/xsum, all levels in order;
+//   1: dk_j += u_j Z_c v_j,   u_j = exp(Γ_c − γ_j)                                (A = v)
+//   2: dv_j += u_j Z_cᵀ k_j                                                       (A = k)
+//      with Z_c = Σ_{m: c is a source} exp(dec) Y from grad_m2_zsum.wgsl (bound as `xy`).
+// Each product P = A M (64 rows × 64 output columns, M = Xᵀ, Zᵀ or Z) is a tiled
+// workgroup-memory product: 16-deep slices of A and M staged in workgroup memory, each thread a
+// 4×4 block. MODE 1, 2: workgroup = (64 output columns, chunk, head), added to what the intra
+// kernel wrote. MODE 0: workgroup = (chunk, head), every column tile of dq in turn (dλ needs the
+// whole row), dq updated per level.
 
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read> a_in: array<f32>;
@@ -109,9 +109,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let n = min(C, P.t - t0);
     let ty = lid / 16u;
     let tx = lid % 16u;
-    let want = select(ROLE_SOURCE, ROLE_READER, MODE == 0u);
-    let which = select(1u, 0u, MODE == 0u);
     let levels = inter_levels();
+    // MODE 1, 2: one product with Z_c (every chunk but the last; the last is no source).
+    let n_lv = select(select(0u, 1u, c + 1u < P.nt), levels, MODE == 0u);
     let n_ct = select(1u, (out_w + 63u) / 64u, MODE == 0u);
     var tot = Tile(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
 
@@ -125,12 +125,16 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         }
     }
 
-    for (var m = 0u; m < levels; m++) {
-        if (chunk_role(m, c) != want) {
+    for (var m = 0u; m < n_lv; m++) {
+        if (MODE == 0u && chunk_role(m, c) != ROLE_READER) {
             continue;
         }
-        let mb = xy_base(which, pair_of(m, c), h);
-        let d = dec[dec_idx(m, c, h)];
+        var mb = (c * P.heads + h) * P.dk * P.dv;
+        var d = 0.0;
+        if (MODE == 0u) {
+            mb = xy_base(0u, pair_of(m, c), h);
+            d = dec[dec_idx(m, c, h)];
+        }
         if (lid < C) {
             var w = 0.0;
             if (lid < n) {
@@ -138,7 +142,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 if (MODE == 0u) {
                     w = lam[lam_idx(t0 + lid, h, C0P1 + m)] * exp(gl + d);
                 } else {
-                    w = exp((chunk_total(c, h) - gl) + d);
+                    w = exp(chunk_total(c, h) - gl);
                 }
             }
             wts[lid] = w;
