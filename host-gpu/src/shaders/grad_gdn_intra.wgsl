@@ -26,6 +26,17 @@ fn tl(base: u32, slot: u32, i: u32, j: u32) -> f32 {
     return tiles[base + slot * TILE + i * C + j];
 }
 
+// pa[l][b] = A_w[b][c0 + l] for l < PW (between two barriers).
+fn stage_t_columns(base: u32, c0: u32, lid: u32) {
+    workgroupBarrier();
+    for (var e = lid; e < C * PW; e += 256u) {
+        let b = e / PW;
+        let l = e % PW;
+        pa[l * C + b] = tl(base, T_T, b, c0 + l);
+    }
+    workgroupBarrier();
+}
+
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let c = wg.x;
@@ -150,16 +161,26 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     storageBarrier();
 
     // dS1_ab = Σ_{j ≤ b} dM_aj A_w,bj (b ≤ a);  dA_w,ab += Σ_{i ≥ a} S1_ia dM_ib (b < a).
-    for (var e = lid; e < TILE; e += 256u) {
-        let a = e / C;
-        let b = e % C;
-        var ds = 0.0;
-        var dt = tiles[base + T_DT * TILE + e];
-        if (a < n && b <= a) {
-            for (var j = 0u; j <= b; j++) {
-                ds += tl(base, T_DM, a, j) * tl(base, T_T, b, j);
+    // A_w is read across its rows (b varies over the threads): PW of its columns at a time
+    // are staged transposed in `pa`.
+    var s_ds: array<f32, 16>;
+    for (var j0 = 0u; j0 < C; j0 += PW) {
+        stage_t_columns(base, j0, lid);
+        for (var r = 0u; r < 16u; r++) {
+            let a = i0 + 4u * r;
+            if (a < n && jj <= a) {
+                for (var j = j0; j < min(jj + 1u, j0 + PW); j++) {
+                    s_ds[r] += tl(base, T_DM, a, j) * pa[(j - j0) * C + jj];
+                }
             }
         }
+    }
+    for (var r = 0u; r < 16u; r++) {
+        let e = lid + 256u * r;
+        let a = e / C;
+        let b = e % C;
+        let ds = s_ds[r];
+        var dt = tiles[base + T_DT * TILE + e];
         if (a < n && b < a) {
             for (var i = a; i < n; i++) {
                 dt += tl(base, T_S1, i, a) * tl(base, T_DM, i, b);
@@ -170,17 +191,21 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     }
     storageBarrier();
 
-    // Y = dA_w A_wᵀ: Y_ab = Σ_{c < a, c ≤ b} dA_w,ac A_w,bc.
-    for (var e = lid; e < TILE; e += 256u) {
-        let a = e / C;
-        let b = e % C;
-        var y = 0.0;
-        if (a < n && b < n) {
-            for (var cc = 0u; cc < min(a, b + 1u); cc++) {
-                y += tl(base, T_DT, a, cc) * tl(base, T_T, b, cc);
+    // Y = dA_w A_wᵀ: Y_ab = Σ_{c < a, c ≤ b} dA_w,ac A_w,bc (A_w staged as above).
+    var s_y: array<f32, 16>;
+    for (var c0 = 0u; c0 < C; c0 += PW) {
+        stage_t_columns(base, c0, lid);
+        for (var r = 0u; r < 16u; r++) {
+            let a = i0 + 4u * r;
+            if (a < n && jj < n) {
+                for (var cc = c0; cc < min(min(a, jj + 1u), c0 + PW); cc++) {
+                    s_y[r] += tl(base, T_DT, a, cc) * pa[(cc - c0) * C + jj];
+                }
             }
         }
-        tiles[base + T_Y * TILE + e] = y;
+    }
+    for (var r = 0u; r < 16u; r++) {
+        tiles[base + T_Y * TILE + lid + 256u * r] = s_y[r];
     }
     storageBarrier();
 
