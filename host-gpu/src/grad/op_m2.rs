@@ -238,13 +238,13 @@ impl M2Backward {
         let xc_floats = (nt - 1) * h * dk * dv;
         if xy_floats as u64 >= u64::from(u32::MAX)
             || xc_floats as u64 >= u64::from(u32::MAX)
-            || (dk * dv).div_ceil(256) > MAX_GROUPS
-            || 2 * h > MAX_GROUPS
-            || t.div_ceil(DG_BLOCK) > MAX_GROUPS
+            || [h, nt, pairs, (dk * dv).div_ceil(256), t.div_ceil(DG_BLOCK)]
+                .iter()
+                .any(|&groups| groups > MAX_GROUPS)
         {
             return Err(GpuError::Invalid(format!(
                 "Mamba-2 backward: {s:?} is too large (X/Y scratch of {xy_floats} floats, \
-                 2 x heads workgroups)"
+                 {h} heads, {nt} chunks: more workgroups than a dispatch dimension allows)"
             )));
         }
         let params = Params {
