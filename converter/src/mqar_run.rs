@@ -127,9 +127,14 @@ pub struct MqarArgs {
     /// Test examples per kv setting.
     #[arg(long, default_value_t = 1000)]
     pub test_examples: usize,
-    /// Examples per step (also the evaluation batch).
+    /// Examples per step.
     #[arg(long, default_value_t = 256)]
     pub batch: usize,
+    /// Examples per forward/backward (gradients accumulate over batch / micro-batch of them;
+    /// also the evaluation batch); default: --batch. For GPUs whose storage-binding limit is
+    /// under the [batch·seq_len][vocab] f32 logits (2 GiB at the defaults).
+    #[arg(long)]
+    pub micro_batch: Option<usize>,
     /// Epochs over the training set (ignored with --steps).
     #[arg(long, default_value_t = 32)]
     pub epochs: usize,
@@ -270,6 +275,14 @@ pub fn check_args(args: &MqarArgs) -> Result<(), String> {
     }
     if args.batch == 0 {
         return Err("--batch must be at least 1".into());
+    }
+    if let Some(m) = args.micro_batch {
+        if m == 0 || args.batch % m != 0 {
+            return Err(format!(
+                "--micro-batch {m} must be at least 1 and divide --batch {}",
+                args.batch
+            ));
+        }
     }
     if args.train_examples < args.kv.len() {
         return Err(format!(
@@ -705,19 +718,28 @@ mod gpu_run {
         }
     }
 
-    /// A graph with its upload buffers.
+    /// A graph of `batch` (the micro-batch) examples with one pair of upload buffers per
+    /// micro-batch of a step (queued writes land before the submit, so each micro-batch of one
+    /// encoder needs its own).
     struct Runner<'a> {
         gpu: &'a Gpu,
         graph: Box<dyn TrainGraph>,
-        inputs: wgpu::Buffer,
-        targets: wgpu::Buffer,
+        inputs: Vec<wgpu::Buffer>,
+        targets: Vec<wgpu::Buffer>,
         batch: usize,
         seq_len: usize,
     }
 
     impl Runner<'_> {
-        /// Uploads examples `idx` (padded with ignored rows) and records their forward.
-        fn load(&self, enc: &mut wgpu::CommandEncoder, ex: &Examples, idx: &[usize]) -> Res<u64> {
+        /// Uploads examples `idx` (at most one micro-batch, padded with ignored rows) into
+        /// upload slot `slot` and records their forward.
+        fn load(
+            &self,
+            enc: &mut wgpu::CommandEncoder,
+            ex: &Examples,
+            idx: &[usize],
+            slot: usize,
+        ) -> Res<u64> {
             let l = self.seq_len;
             let mut inputs = Vec::with_capacity(self.batch * l);
             let mut targets = Vec::with_capacity(self.batch * l);
@@ -729,10 +751,10 @@ mod gpu_run {
             }
             inputs.resize(self.batch * l, 0);
             targets.resize(self.batch * l, IGNORED);
-            self.gpu.write(&self.inputs, &inputs);
-            self.gpu.write(&self.targets, &targets);
-            self.graph
-                .encode_forward_targets(enc, &self.inputs, &self.targets)?;
+            let (ib, tb) = (&self.inputs[slot], &self.targets[slot]);
+            self.gpu.write(ib, &inputs);
+            self.gpu.write(tb, &targets);
+            self.graph.encode_forward_targets(enc, ib, tb)?;
             Ok(scored)
         }
 
@@ -751,7 +773,7 @@ mod gpu_run {
                 let all: Vec<usize> = (0..ex.len()).collect();
                 for idx in all.chunks(self.batch) {
                     let mut enc = self.gpu.encoder("mqar eval");
-                    scored += self.load(&mut enc, ex, idx)?;
+                    scored += self.load(&mut enc, ex, idx, 0)?;
                     self.gpu.submit_and_wait(enc)?;
                     let c = self.read(self.graph.correct())?;
                     correct += c.iter().map(|&x| x as f64).sum::<f64>().round() as u64;
@@ -797,7 +819,10 @@ mod gpu_run {
             args.out.display()
         );
         if todo.is_empty() {
-            save_results(args, &runs)?;
+            // The JSON stays as it is (a re-parse would round the last digit of some floats).
+            if let Some(md) = &args.md {
+                write_atomic(md, &markdown(args, &runs))?;
+            }
             print!("{}", markdown(args, &runs));
             return Ok(());
         }
@@ -814,23 +839,29 @@ mod gpu_run {
             .steps
             .unwrap_or(steps_per_epoch(args) * args.epochs as u64);
         let eval_every = args.eval_every.unwrap_or(steps_per_epoch(args));
-        let n = args.batch * args.seq_len;
+        let micro = args.micro_batch.unwrap_or(args.batch);
+        let n = micro * args.seq_len;
         // One graph per (arch, dim), reused by its learning rates and seeds.
         let mut current: Option<((MqarArch, usize), Runner)> = None;
         for (arch, dim, lr, seed) in todo {
             if current.as_ref().map(|c| c.0) != Some((arch, dim)) {
                 drop(current.take()); // free the old graph first
                 let cfg = model_config(arch, dim, args.vocab)?;
-                let graph = new_train_graph(&gpu, &cfg, args.batch, args.seq_len)?;
+                let graph = new_train_graph(&gpu, &cfg, micro, args.seq_len)?;
                 let z = |label: &str| gpu.storage_zeroed(label, 4 * n as u64);
+                let slots = args.batch / micro;
                 current = Some((
                     (arch, dim),
                     Runner {
                         gpu: &gpu,
                         graph,
-                        inputs: z("mqar inputs")?,
-                        targets: z("mqar targets")?,
-                        batch: args.batch,
+                        inputs: (0..slots)
+                            .map(|_| z("mqar inputs"))
+                            .collect::<Result<_, _>>()?,
+                        targets: (0..slots)
+                            .map(|_| z("mqar targets"))
+                            .collect::<Result<_, _>>()?,
+                        batch: micro,
                         seq_len: args.seq_len,
                     },
                 ));
@@ -933,9 +964,13 @@ mod gpu_run {
             pos += idx.len();
             let mut enc = gpu.encoder("mqar step");
             r.graph.encode_zero_grads(&mut enc);
-            let scored = r.load(&mut enc, &data.train, idx)?;
-            r.graph
-                .encode_backward(&mut enc, 1.0 / scored.max(1) as f32);
+            // Zoology's loss: the mean over the step's scored positions.
+            let total: u64 = idx.iter().map(|&i| u64::from(data.train.scored[i])).sum();
+            let mut scored = 0;
+            for (slot, part) in idx.chunks(r.batch).enumerate() {
+                scored = r.load(&mut enc, &data.train, part, slot)?;
+                r.graph.encode_backward(&mut enc, 1.0 / total.max(1) as f32);
+            }
             step += 1;
             tokens += (idx.len() * args.seq_len) as u64;
             opt.encode_step(gpu, &mut enc, schedule.lr(step), None)?;

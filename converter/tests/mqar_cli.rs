@@ -99,7 +99,8 @@ fn tiny_runs_learn_and_resume() {
     assert!(!r.status.success());
     assert!(stderr.contains("other settings"), "{stderr}");
     args.truncate(args.len() - 6);
-    args.extend(["--out", o, "--md", m]);
+    // Micro-batches of 16 (two per step, gradients accumulated): not a setting of the file.
+    args.extend(["--micro-batch", "16", "--out", o, "--md", m]);
     let r = mqar(&args[..]);
     let stderr = String::from_utf8_lossy(&r.stderr);
     assert!(r.status.success(), "{stderr}");
@@ -147,6 +148,7 @@ fn bad_arguments_are_clear_errors() {
         (vec!["--kv", "100"], "--kv 100"),
         (vec!["--dims", "20", "--archs", "mamba2"], "--dims 20"),
         (vec!["--steps", "0"], "--steps"),
+        (vec!["--micro-batch", "3"], "--micro-batch 3"),
         (
             vec!["--train-examples", "2", "--kv", "4,8,16"],
             "--train-examples",
