@@ -232,10 +232,15 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 let r = r0 + kk;
                 let kv = stg4(kk * C + tx * 4u);
                 let qv = stg4(1024u + kk * C + tx * 4u);
-                let bc = col4(ty * 4u, r);
-                let br = row4(r, ty * 4u);
-                oq = Rows16(oq.a + bc.x * kv, oq.b + bc.y * kv, oq.c + bc.z * kv, oq.d + bc.w * kv);
-                ok = Rows16(ok.a + br.x * qv, ok.b + br.y * qv, ok.c + br.z * qv, ok.d + br.w * qv);
+                // B is lower triangular (j <= i): skipping its zero blocks changes nothing.
+                if (r <= ty * 4u + 3u) {
+                    let bc = col4(ty * 4u, r);
+                    oq = Rows16(oq.a + bc.x * kv, oq.b + bc.y * kv, oq.c + bc.z * kv, oq.d + bc.w * kv);
+                }
+                if (r >= ty * 4u) {
+                    let br = row4(r, ty * 4u);
+                    ok = Rows16(ok.a + br.x * qv, ok.b + br.y * qv, ok.c + br.z * qv, ok.d + br.w * qv);
+                }
             }
             workgroupBarrier();
         }
@@ -279,8 +284,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             for (var kk = 0u; kk < KS; kk++) {
                 let r = r0 + kk;
                 let dov = stg4(kk * C + tx * 4u);
-                let ar = row4(r, ty * 4u);
-                ov = Rows16(ov.a + ar.x * dov, ov.b + ar.y * dov, ov.c + ar.z * dov, ov.d + ar.w * dov);
+                if (r >= ty * 4u) {
+                    let ar = row4(r, ty * 4u);
+                    ov = Rows16(ov.a + ar.x * dov, ov.b + ar.y * dov, ov.c + ar.z * dov, ov.d + ar.w * dov);
+                }
             }
             workgroupBarrier();
         }
