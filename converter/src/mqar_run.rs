@@ -625,7 +625,7 @@ mod gpu_run {
     use loglinear_host_gpu::train::graph::{new_train_graph, TrainGraph};
     use loglinear_host_gpu::train::optim::{AdamW, AdamWConfig};
     use loglinear_host_gpu::train::schedule::{Decay, LrSchedule};
-    use loglinear_host_gpu::{wgpu, Gpu};
+    use loglinear_host_gpu::{wgpu, Gpu, GpuError};
     use std::time::Instant;
 
     type Res<T> = Result<T, Box<dyn std::error::Error>>;
@@ -839,15 +839,30 @@ mod gpu_run {
             .steps
             .unwrap_or(steps_per_epoch(args) * args.epochs as u64);
         let eval_every = args.eval_every.unwrap_or(steps_per_epoch(args));
-        let micro = args.micro_batch.unwrap_or(args.batch);
-        let n = micro * args.seq_len;
+        let mut micro = args.micro_batch.unwrap_or(args.batch);
         // One graph per (arch, dim), reused by its learning rates and seeds.
         let mut current: Option<((MqarArch, usize), Runner)> = None;
         for (arch, dim, lr, seed) in todo {
             if current.as_ref().map(|c| c.0) != Some((arch, dim)) {
                 drop(current.take()); // free the old graph first
                 let cfg = model_config(arch, dim, args.vocab)?;
-                let graph = new_train_graph(&gpu, &cfg, micro, args.seq_len)?;
+                // A graph over the GPU's buffer limit is retried with half the micro-batch.
+                let graph = loop {
+                    match new_train_graph(&gpu, &cfg, micro, args.seq_len) {
+                        Err(GpuError::TooLarge { label, bytes, .. })
+                            if micro % 2 == 0 && args.batch % (micro / 2) == 0 =>
+                        {
+                            eprintln!(
+                                "mqar: {label} ({bytes} bytes) is over this GPU's limit; \
+                                 micro-batch {micro} -> {}",
+                                micro / 2
+                            );
+                            micro /= 2;
+                        }
+                        other => break other?,
+                    }
+                };
+                let n = micro * args.seq_len;
                 let z = |label: &str| gpu.storage_zeroed(label, 4 * n as u64);
                 let slots = args.batch / micro;
                 current = Some((
