@@ -35,6 +35,14 @@
 //!
 //! Per (arch, dim) the table shows the learning rate with the best mean accuracy (mean over
 //! seeds; ± their standard deviation when there are several).
+//!
+//! Cost: at the defaults a step is 65K tokens through an 8192-row LM head (logits 2 GiB), so
+//! the full protocol (2528 steps × 48 runs) takes hours on one GPU. Within a fixed budget use
+//! `--max-seconds-per-run` (the cosine is fitted to the steps that fit), one learning rate per
+//! pass (results accumulate in `--out`; a second pass with another `--lrs` adds to the table),
+//! and possibly a smaller `--batch` (more updates per second; not the protocol's 256), e.g.
+//! `loglinear mqar --lrs 1e-2 --batch 64 --max-seconds-per-run 42 --eval-every 400
+//! --out mqar.json --md mqar.md` (12 runs, about 9 minutes).
 
 use std::path::PathBuf;
 
