@@ -5,8 +5,8 @@
 //! WGSL lives in `src/shaders/*.wgsl`, beside the Rust that dispatches it.
 
 pub mod chunk_scan;
-pub mod grad;
 pub mod gpu;
+pub mod grad;
 pub mod ops;
 pub mod prefill;
 pub mod scan_link;
@@ -14,6 +14,6 @@ pub mod train;
 pub mod weights;
 
 pub use gpu::{dispatch, Gpu, GpuError, Kernel};
+pub use prefill::{GpuModel, MixerTrace, Prefill, PrefillOptions};
 /// The wgpu this crate is built on (its buffers and encoders appear in the training API).
 pub use wgpu;
-pub use prefill::{GpuModel, MixerTrace, Prefill, PrefillOptions};
