@@ -2,6 +2,7 @@
 # Firmware under QEMU, token for token against the host runtime.
 #
 #   bash scripts/qemu-test.sh [BOARD...]      (default: every QEMU board below)
+#   QEMU_TEST_MODEL=FILE bash scripts/qemu-test.sh BOARD   (another model file, e.g. a fine-tune)
 #
 # For each QEMU board in boards/ it builds firmware/ for the board's target (the board's levels
 # and state type from its board.toml), runs it under QEMU with semihosting, and speaks the serial
@@ -50,7 +51,7 @@ FW_TARGET_DIR="$TARGET_DIR/firmware"
 # UART images: their own target dir, so switching transports rebuilds nothing.
 FW_UART_TARGET_DIR="$TARGET_DIR/firmware-uart"
 WORK="$TARGET_DIR/qemu-test"
-DEFAULT_MODEL="models/ll-gdn-mcu16k-q8_0.gguf"
+DEFAULT_MODEL="${QEMU_TEST_MODEL:-models/ll-gdn-mcu16k-q8_0.gguf}" # QEMU_TEST_MODEL: run another model file
 # Seconds one QEMU run may take before it counts as hung (the slowest, riscv-virt, needs ~20 s).
 QEMU_TIMEOUT="${QEMU_TIMEOUT:-120}"
 
