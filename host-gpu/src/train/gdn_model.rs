@@ -217,8 +217,7 @@ pub struct GdnTrainModel {
     _other: Vec<wgpu::Buffer>,
 }
 
-/// A parameter's key, shape and values, as [`GdnTrainModel::read_params`] returns them.
-pub type NamedTensor = (String, Vec<usize>, Vec<f32>);
+pub use crate::train::NamedTensor;
 
 /// Records copying the caller's explicit `inputs` and `targets` (`n` u32 each) into a model's
 /// own buffers, after checking their sizes.
@@ -1076,49 +1075,17 @@ impl GdnTrainModel {
         gpu: &Gpu,
         get: &dyn Fn(&str) -> Option<Vec<f32>>,
     ) -> Result<(), GpuError> {
-        let mut all = Vec::with_capacity(self.params.len());
-        for p in &self.params {
-            let data = get(&p.name)
-                .ok_or_else(|| GpuError::Invalid(format!("missing parameter `{}`", p.name)))?;
-            if data.len() != p.len {
-                return Err(GpuError::Invalid(format!(
-                    "parameter `{}` has {} values, shape {:?} needs {}",
-                    p.name,
-                    data.len(),
-                    p.shape,
-                    p.len
-                )));
-            }
-            all.push(data);
-        }
-        for (p, data) in self.params.iter().zip(&all) {
-            gpu.write(&p.value, data);
-        }
-        Ok(())
+        crate::train::load_params(gpu, &self.params, get)
     }
 
     /// Every parameter's key, shape and values.
     pub fn read_params(&self, gpu: &Gpu) -> Result<Vec<NamedTensor>, GpuError> {
-        self.params
-            .iter()
-            .map(|p| {
-                let mut v = gpu.read_f32(&p.value)?;
-                v.truncate(p.len);
-                Ok((p.name.clone(), p.shape.clone(), v))
-            })
-            .collect()
+        crate::train::read_params(gpu, &self.params)
     }
 
     /// Every parameter's gradient, in [`GdnTrainModel::params`] order.
     pub fn read_grads(&self, gpu: &Gpu) -> Result<Vec<Vec<f32>>, GpuError> {
-        self.params
-            .iter()
-            .map(|p| {
-                let mut v = gpu.read_f32(&p.grad)?;
-                v.truncate(p.len);
-                Ok(v)
-            })
-            .collect()
+        crate::train::read_grads(gpu, &self.params)
     }
 
     /// Records the forward over `tokens` (u32 `[batch][seq_len + 1]` windows: inputs are the
@@ -1172,18 +1139,7 @@ impl GdnTrainModel {
     /// += ∂(loss_scale · Σ losses)/∂param. The scale is written into the encoder (not through
     /// the queue), so several backwards with different scales in one encoder each get theirs.
     pub fn encode_backward(&self, enc: &mut wgpu::CommandEncoder, loss_scale: f32) {
-        let tmp = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("loss scale upload"),
-            size: 4,
-            usage: wgpu::BufferUsages::COPY_SRC,
-            mapped_at_creation: true,
-        });
-        // A buffer mapped at creation is always mappable.
-        if let Ok(mut view) = tmp.slice(..).get_mapped_range_mut() {
-            view.copy_from_slice(&loss_scale.to_le_bytes());
-        }
-        tmp.unmap();
-        enc.copy_buffer_to_buffer(&tmp, 0, &self.scale, 0, 4);
+        crate::train::encode_loss_scale(&self.device, enc, &self.scale, loss_scale);
         encode_all(enc, &self.head_bwd);
         for (s, a) in self.steps.iter().zip(&self.acts).rev() {
             encode_all(enc, &s.bwd_after);
@@ -1196,9 +1152,7 @@ impl GdnTrainModel {
 
     /// Records zeroing every gradient.
     pub fn encode_zero_grads(&self, enc: &mut wgpu::CommandEncoder) {
-        for p in &self.params {
-            enc.clear_buffer(&p.grad, 0, None);
-        }
+        crate::train::encode_zero_grads(enc, &self.params);
     }
 
     /// Index of a parameter by key.

@@ -72,12 +72,12 @@ pub fn encode_all<'a>(
     }
 }
 
-fn u(n: usize) -> Result<u32, GpuError> {
+pub(crate) fn u(n: usize) -> Result<u32, GpuError> {
     u32::try_from(n).map_err(|_| GpuError::Invalid(format!("size {n} does not fit in 32 bits")))
 }
 
 /// A 2-D grid of `n` workgroups (shaders rebuild the flat index row by row).
-fn grid(n: usize) -> Result<[u32; 3], GpuError> {
+pub(crate) fn grid(n: usize) -> Result<[u32; 3], GpuError> {
     let n = n.max(1);
     let x = n.min(MAX_GROUPS);
     let y = n.div_ceil(x);
@@ -89,7 +89,7 @@ fn grid(n: usize) -> Result<[u32; 3], GpuError> {
     Ok([x as u32, y as u32, 1])
 }
 
-fn grid_threads(n: usize) -> Result<[u32; 3], GpuError> {
+pub(crate) fn grid_threads(n: usize) -> Result<[u32; 3], GpuError> {
     grid(n.div_ceil(256))
 }
 
@@ -253,7 +253,8 @@ impl TrainKernels {
         }
     }
 
-    fn step(
+    /// One bound dispatch as a [`Step`] (also the Mamba-2 kernels' way to bind theirs).
+    pub(crate) fn step(
         gpu: &Gpu,
         kernel: &Kernel,
         buffers: &[&wgpu::Buffer],

@@ -1,54 +1,13 @@
 //! The Mamba-2-only training kernels (the mixer's conv with bias, gates, operator inputs, D
-//! skip, and their backwards), compiled once, and the [`M2Step`]s that bind them. The shared
+//! skip, and their backwards), compiled once; they bind into the shared [`Step`]s. The shared
 //! ops (matmuls, norms, SiLU gates, MLP, loss) are [`crate::train::kernels`]'.
 //!
 //! Rows are in (t, b) order as everywhere in training: the previous token of row r is r − B.
 
 use crate::gpu::{Gpu, GpuError, Kernel};
+use crate::train::kernels::{grid, grid_threads, u, Step, TrainKernels};
 
 const COMMON: &str = include_str!("../shaders/common.wgsl");
-
-/// Workgroups in one grid dimension, at most.
-const MAX_GROUPS: usize = 65535;
-
-/// One bound dispatch of a Mamba-2 kernel, encoded as often as wanted.
-pub struct M2Step {
-    pipeline: wgpu::ComputePipeline,
-    bind: wgpu::BindGroup,
-    groups: [u32; 3],
-    // Keeps the uniform block alive with the bind group.
-    _params: wgpu::Buffer,
-}
-
-impl M2Step {
-    /// Records the dispatch into an open pass.
-    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>) {
-        pass.set_pipeline(&self.pipeline);
-        pass.set_bind_group(0, &self.bind, &[]);
-        pass.dispatch_workgroups(self.groups[0], self.groups[1], self.groups[2]);
-    }
-}
-
-fn u(n: usize) -> Result<u32, GpuError> {
-    u32::try_from(n).map_err(|_| GpuError::Invalid(format!("size {n} does not fit in 32 bits")))
-}
-
-/// A 2-D grid of `n` workgroups (shaders rebuild the flat index row by row).
-fn grid(n: usize) -> Result<[u32; 3], GpuError> {
-    let n = n.max(1);
-    let x = n.min(MAX_GROUPS);
-    let y = n.div_ceil(x);
-    if y > MAX_GROUPS {
-        return Err(GpuError::Invalid(format!(
-            "{n} workgroups is over the dispatch limit"
-        )));
-    }
-    Ok([x as u32, y as u32, 1])
-}
-
-fn grid_threads(n: usize) -> Result<[u32; 3], GpuError> {
-    grid(n.div_ceil(256))
-}
 
 /// Sizes of one Mamba-2 mixer as the kernels see it: `rows` rows (t, b) of a batch of
 /// `batch` windows, H heads of P values, G groups of N, λ columns, exact levels.
@@ -167,18 +126,8 @@ impl M2TrainKernels {
         buffers: &[&wgpu::Buffer],
         words: &[u32],
         groups: [u32; 3],
-    ) -> M2Step {
-        let mut block = [0u32; 16];
-        block[..words.len()].copy_from_slice(words);
-        let params = gpu.uniform_from(&kernel.label, &block);
-        let mut all: Vec<&wgpu::Buffer> = buffers.to_vec();
-        all.push(&params);
-        M2Step {
-            pipeline: kernel.pipeline.clone(),
-            bind: gpu.bind(kernel, &all),
-            groups,
-            _params: params,
-        }
+    ) -> Step {
+        TrainKernels::step(gpu, kernel, buffers, words, groups)
     }
 
     /// Conv (with `bias`: zeros when the model has none) + SiLU over xBC `[rows][channels]`:
@@ -193,7 +142,7 @@ impl M2TrainKernels {
         bias: &wgpu::Buffer,
         pre: &wgpu::Buffer,
         out: &wgpu::Buffer,
-    ) -> Result<M2Step, GpuError> {
+    ) -> Result<Step, GpuError> {
         let words = [u(s.rows)?, u(s.batch)?, u(s.channels())?, u(s.conv_width)?];
         Ok(Self::step(
             gpu,
@@ -212,7 +161,7 @@ impl M2TrainKernels {
         pre: &wgpu::Buffer,
         dout: &wgpu::Buffer,
         db: &wgpu::Buffer,
-    ) -> Result<M2Step, GpuError> {
+    ) -> Result<Step, GpuError> {
         let words = [u(s.rows)?, u(s.channels())?];
         Ok(Self::step(
             gpu,
@@ -244,7 +193,7 @@ impl M2TrainKernels {
         g: &wgpu::Buffer,
         lam: &wgpu::Buffer,
         dt: &wgpu::Buffer,
-    ) -> Result<M2Step, GpuError> {
+    ) -> Result<Step, GpuError> {
         Ok(Self::step(
             gpu,
             &self.fwd_gates,
@@ -267,7 +216,7 @@ impl M2TrainKernels {
         sdt: &wgpu::Buffer,
         ddtl: &wgpu::Buffer,
         prow: &wgpu::Buffer,
-    ) -> Result<M2Step, GpuError> {
+    ) -> Result<Step, GpuError> {
         Ok(Self::step(
             gpu,
             &self.bwd_gates,
@@ -290,7 +239,7 @@ impl M2TrainKernels {
         q: &wgpu::Buffer,
         k: &wgpu::Buffer,
         v: &wgpu::Buffer,
-    ) -> Result<M2Step, GpuError> {
+    ) -> Result<Step, GpuError> {
         let words = [
             u(s.rows)?,
             u(s.heads)?,
@@ -316,7 +265,7 @@ impl M2TrainKernels {
         xbc: &wgpu::Buffer,
         d_skip: &wgpu::Buffer,
         y: &wgpu::Buffer,
-    ) -> Result<M2Step, GpuError> {
+    ) -> Result<Step, GpuError> {
         let words = [u(s.rows)?, u(s.heads)?, u(s.head_dim)?, u(s.channels())?];
         Ok(Self::step(
             gpu,
@@ -342,7 +291,7 @@ impl M2TrainKernels {
         dxbc: &wgpu::Buffer,
         sdt: &wgpu::Buffer,
         prow: &wgpu::Buffer,
-    ) -> Result<M2Step, GpuError> {
+    ) -> Result<Step, GpuError> {
         let words = [
             u(s.rows)?,
             u(s.heads)?,
@@ -367,7 +316,7 @@ impl M2TrainKernels {
         dq: &wgpu::Buffer,
         dk: &wgpu::Buffer,
         dxbc: &wgpu::Buffer,
-    ) -> Result<M2Step, GpuError> {
+    ) -> Result<Step, GpuError> {
         let words = [
             u(s.rows)?,
             u(s.heads)?,
@@ -398,7 +347,7 @@ impl M2TrainKernels {
         cols: usize,
         groups: usize,
         eps: f32,
-    ) -> Result<M2Step, GpuError> {
+    ) -> Result<Step, GpuError> {
         let words = [u(rows)?, u(cols)?, eps.to_bits(), u(groups)?];
         Ok(Self::step(
             gpu,
@@ -424,7 +373,7 @@ impl M2TrainKernels {
         rows: usize,
         cols: usize,
         groups: usize,
-    ) -> Result<M2Step, GpuError> {
+    ) -> Result<Step, GpuError> {
         let words = [u(rows)?, u(cols)?, 0, 0, u(groups)?];
         Ok(Self::step(
             gpu,

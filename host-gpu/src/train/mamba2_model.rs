@@ -21,8 +21,8 @@ use crate::gpu::{Gpu, GpuError};
 use crate::grad::op_m2::{M2Backward, M2Kernels};
 use crate::grad::OpGradIo;
 use crate::train::gdn_model::{exact_levels, NamedTensor};
-use crate::train::kernels::{ConvShape, Operand, Step, TrainKernels};
-use crate::train::mamba2_kernels::{M2GateIo, M2Shape, M2Step, M2TrainKernels};
+use crate::train::kernels::{encode_all, ConvShape, Operand, Step, TrainKernels};
+use crate::train::mamba2_kernels::{M2GateIo, M2Shape, M2TrainKernels};
 use crate::train::Param;
 use loglinear_runtime::{ModelConfig, LAMBDA_LEVELS};
 
@@ -117,37 +117,17 @@ struct GradScratch {
     dxf: wgpu::Buffer,
 }
 
-/// One recorded op: a shared training kernel or a Mamba-2 one.
-enum Op {
-    Shared(Step),
-    M2(M2Step),
-}
-
-/// Records `ops` in order into one compute pass.
-fn encode_ops(enc: &mut wgpu::CommandEncoder, ops: &[Op]) {
-    let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-        label: Some("train mamba2"),
-        timestamp_writes: None,
-    });
-    for op in ops {
-        match op {
-            Op::Shared(s) => s.record(&mut pass),
-            Op::M2(s) => s.record(&mut pass),
-        }
-    }
-}
-
 /// One block's recorded work.
 struct BlockSteps {
-    before_scan: Vec<Op>,
+    before_scan: Vec<Step>,
     scan: ChunkScan,
-    after_scan: Vec<Op>,
+    after_scan: Vec<Step>,
     /// Backward, top down: MLP and output side, the operator's inputs recomputed, the
     /// operator, then the input side.
-    bwd_after: Vec<Op>,
-    recompute: Vec<Op>,
+    bwd_after: Vec<Step>,
+    recompute: Vec<Step>,
     op_bwd: M2Backward,
-    bwd_before: Vec<Op>,
+    bwd_before: Vec<Step>,
 }
 
 /// A Mamba-2 language model set up for training on B windows of T tokens.
@@ -536,11 +516,11 @@ impl Mamba2TrainModel {
             };
             // Forward, before the operator.
             let before = vec![
-                Op::Shared(k.rmsnorm(gpu, x_in, pv(bp.mixer_norm), &a.h1, &a.rstd1, n, d, eps)?),
-                Op::Shared(linear_rows(&k, gpu, n, &a.h1, w_z, &a.z)?),
-                Op::Shared(linear_rows(&k, gpu, n, &a.h1, w_xbc, &a.proj)?),
-                Op::Shared(linear_rows(&k, gpu, n, &a.h1, w_dtl, &a.dtl)?),
-                Op::M2(mk.conv(
+                k.rmsnorm(gpu, x_in, pv(bp.mixer_norm), &a.h1, &a.rstd1, n, d, eps)?,
+                linear_rows(&k, gpu, n, &a.h1, w_z, &a.z)?,
+                linear_rows(&k, gpu, n, &a.h1, w_xbc, &a.proj)?,
+                linear_rows(&k, gpu, n, &a.h1, w_dtl, &a.dtl)?,
+                mk.conv(
                     gpu,
                     ms,
                     &a.proj,
@@ -548,13 +528,13 @@ impl Mamba2TrainModel {
                     conv_bias,
                     &a.conv_pre,
                     &a.xbc,
-                )?),
-                Op::M2(mk.gates(gpu, ms, &gate_io, &oi.g, &oi.lam, &oi.dt)?),
-                Op::M2(mk.qkv(gpu, ms, &a.xbc, &oi.dt, &oi.q, &oi.k, &oi.v)?),
+                )?,
+                mk.gates(gpu, ms, &gate_io, &oi.g, &oi.lam, &oi.dt)?,
+                mk.qkv(gpu, ms, &a.xbc, &oi.dt, &oi.q, &oi.k, &oi.v)?,
             ];
             let recompute = vec![
-                Op::M2(mk.gates(gpu, ms, &gate_io, &oi.g, &oi.lam, &oi.dt)?),
-                Op::M2(mk.qkv(gpu, ms, &a.xbc, &oi.dt, &oi.q, &oi.k, &oi.v)?),
+                mk.gates(gpu, ms, &gate_io, &oi.g, &oi.lam, &oi.dt)?,
+                mk.qkv(gpu, ms, &a.xbc, &oi.dt, &oi.q, &oi.k, &oi.v)?,
             ];
             let scan = ChunkScan::new(
                 gpu,
@@ -573,9 +553,9 @@ impl Mamba2TrainModel {
             )?;
             // Forward, after the operator: skip, gated norm, out_proj, residual, MLP.
             let after = vec![
-                Op::M2(mk.skip(gpu, ms, &oi.o, &a.xbc, pv(bp.d_skip), &a.y)?),
-                Op::Shared(k.gate_silu(gpu, &a.y, &a.z, &a.yg, &unused, &unused, n * di, false)?),
-                Op::M2(mk.group_norm(
+                mk.skip(gpu, ms, &oi.o, &a.xbc, pv(bp.d_skip), &a.y)?,
+                k.gate_silu(gpu, &a.y, &a.z, &a.yg, &unused, &unused, n * di, false)?,
+                mk.group_norm(
                     gpu,
                     &a.yg,
                     pv(bp.norm),
@@ -585,50 +565,20 @@ impl Mamba2TrainModel {
                     gsize,
                     ngroups,
                     eps,
-                )?),
-                Op::Shared(k.linear(
-                    gpu,
-                    n,
-                    di,
-                    d,
-                    &a.yn,
-                    0,
-                    di,
-                    pv(bp.out_proj),
-                    &mix_out,
-                    0,
-                    d,
-                )?),
-                Op::Shared(k.add(gpu, x_in, &mix_out, &a.x_mid, n * d)?),
-                Op::Shared(k.rmsnorm(
-                    gpu,
-                    &a.x_mid,
-                    pv(bp.mlp_norm),
-                    &a.h2,
-                    &a.rstd2,
-                    n,
-                    d,
-                    eps,
-                )?),
-                Op::Shared(k.linear(gpu, n, d, im, &a.h2, 0, d, pv(bp.gate), &a.mg, 0, im)?),
-                Op::Shared(k.linear(gpu, n, d, im, &a.h2, 0, d, pv(bp.up), &a.mu, 0, im)?),
-                Op::Shared(k.gate_silu(
-                    gpu,
-                    &a.mu,
-                    &a.mg,
-                    &a.act,
-                    &unused,
-                    &unused,
-                    n * im,
-                    false,
-                )?),
-                Op::Shared(k.linear(gpu, n, im, d, &a.act, 0, im, pv(bp.down), &mlp_out, 0, d)?),
-                Op::Shared(k.add(gpu, &a.x_mid, &mlp_out, x_out, n * d)?),
+                )?,
+                k.linear(gpu, n, di, d, &a.yn, 0, di, pv(bp.out_proj), &mix_out, 0, d)?,
+                k.add(gpu, x_in, &mix_out, &a.x_mid, n * d)?,
+                k.rmsnorm(gpu, &a.x_mid, pv(bp.mlp_norm), &a.h2, &a.rstd2, n, d, eps)?,
+                k.linear(gpu, n, d, im, &a.h2, 0, d, pv(bp.gate), &a.mg, 0, im)?,
+                k.linear(gpu, n, d, im, &a.h2, 0, d, pv(bp.up), &a.mu, 0, im)?,
+                k.gate_silu(gpu, &a.mu, &a.mg, &a.act, &unused, &unused, n * im, false)?,
+                k.linear(gpu, n, im, d, &a.act, 0, im, pv(bp.down), &mlp_out, 0, d)?,
+                k.add(gpu, &a.x_mid, &mlp_out, x_out, n * d)?,
             ];
 
             // Backward, top down. gs.dx holds dL/d x_out on entry.
-            let mut bwd_after: Vec<Op> = Vec::new();
-            let shared = |v: &mut Vec<Op>, s: [Step; 2]| v.extend(s.into_iter().map(Op::Shared));
+            let mut bwd_after: Vec<Step> = Vec::new();
+            let shared = |v: &mut Vec<Step>, s: [Step; 2]| v.extend(s);
             shared(
                 &mut bwd_after,
                 k.linear_backward(
@@ -650,7 +600,7 @@ impl Mamba2TrainModel {
                     false,
                 )?,
             );
-            bwd_after.push(Op::Shared(k.gate_silu(
+            bwd_after.push(k.gate_silu(
                 gpu,
                 &a.mu,
                 &a.mg,
@@ -659,7 +609,7 @@ impl Mamba2TrainModel {
                 &gs.dmg,
                 n * im,
                 true,
-            )?));
+            )?);
             for (wi, dy, acc) in [(bp.gate, &gs.dmg, false), (bp.up, &gs.dmu, true)] {
                 shared(
                     &mut bwd_after,
@@ -683,7 +633,7 @@ impl Mamba2TrainModel {
                     )?,
                 );
             }
-            bwd_after.push(Op::Shared(k.rmsnorm_backward(
+            bwd_after.push(k.rmsnorm_backward(
                 gpu,
                 &a.x_mid,
                 pv(bp.mlp_norm),
@@ -694,16 +644,8 @@ impl Mamba2TrainModel {
                 n,
                 d,
                 true,
-            )?));
-            bwd_after.push(Op::Shared(k.colsum(
-                gpu,
-                &gs.wrow,
-                0,
-                d,
-                n,
-                d,
-                pg(bp.mlp_norm),
-            )?));
+            )?);
+            bwd_after.push(k.colsum(gpu, &gs.wrow, 0, d, n, d, pg(bp.mlp_norm))?);
             // gs.dx now holds dL/d x_mid.
             shared(
                 &mut bwd_after,
@@ -726,7 +668,7 @@ impl Mamba2TrainModel {
                     false,
                 )?,
             );
-            bwd_after.push(Op::M2(mk.group_norm_backward(
+            bwd_after.push(mk.group_norm_backward(
                 gpu,
                 &a.yg,
                 pv(bp.norm),
@@ -737,26 +679,9 @@ impl Mamba2TrainModel {
                 n * ngroups,
                 gsize,
                 ngroups,
-            )?));
-            bwd_after.push(Op::Shared(k.colsum(
-                gpu,
-                &gs.wrow,
-                0,
-                di,
-                n,
-                di,
-                pg(bp.norm),
-            )?));
-            bwd_after.push(Op::Shared(k.gate_silu(
-                gpu,
-                &a.y,
-                &a.z,
-                &gs.dyg,
-                &gs.dy,
-                &gs.dz,
-                n * di,
-                true,
-            )?));
+            )?);
+            bwd_after.push(k.colsum(gpu, &gs.wrow, 0, di, n, di, pg(bp.norm))?);
+            bwd_after.push(k.gate_silu(gpu, &a.y, &a.z, &gs.dyg, &gs.dy, &gs.dz, n * di, true)?);
             // d_o = dy (y = o + D·x).
             let op_bwd = M2Backward::with_kernels(
                 gpu,
@@ -779,7 +704,7 @@ impl Mamba2TrainModel {
                 },
             )?;
             let mut bwd_before = vec![
-                Op::M2(mk.x_backward(
+                mk.x_backward(
                     gpu,
                     ms,
                     &a.xbc,
@@ -790,17 +715,17 @@ impl Mamba2TrainModel {
                     &gs.dxbc,
                     &gs.sdt,
                     &gs.prow,
-                )?),
-                Op::M2(mk.gates_backward(
+                )?,
+                mk.gates_backward(
                     gpu, ms, &gate_io, &gs.dg, &gs.dlam, &gs.sdt, &gs.ddtl, &gs.prow,
-                )?),
-                Op::M2(mk.bc_backward(gpu, ms, &gs.dq, &gs.dk, &gs.dxbc)?),
-                Op::Shared(k.colsum(gpu, &gs.prow, 0, pw, n, h, pg(bp.a_log))?),
-                Op::Shared(k.colsum(gpu, &gs.prow, h, pw, n, h, pg(bp.dt_bias))?),
-                Op::Shared(k.colsum(gpu, &gs.prow, 2 * h, pw, n, h, pg(bp.d_skip))?),
+                )?,
+                mk.bc_backward(gpu, ms, &gs.dq, &gs.dk, &gs.dxbc)?,
+                k.colsum(gpu, &gs.prow, 0, pw, n, h, pg(bp.a_log))?,
+                k.colsum(gpu, &gs.prow, h, pw, n, h, pg(bp.dt_bias))?,
+                k.colsum(gpu, &gs.prow, 2 * h, pw, n, h, pg(bp.d_skip))?,
             ];
             if let Some(li) = bp.l_scale {
-                bwd_before.push(Op::Shared(k.colsum(
+                bwd_before.push(k.colsum(
                     gpu,
                     &gs.prow,
                     3 * h,
@@ -808,32 +733,26 @@ impl Mamba2TrainModel {
                     n,
                     LAMBDA_LEVELS * h,
                     pg(li),
-                )?));
+                )?);
             }
-            bwd_before.push(Op::Shared(k.conv_backward(
+            bwd_before.push(k.conv_backward(
                 gpu,
                 &a.conv_pre,
                 &gs.dxbc,
                 pv(bp.conv),
                 &gs.dproj,
                 conv_shape,
-            )?));
-            bwd_before.push(Op::Shared(k.conv_backward_w(
+            )?);
+            bwd_before.push(k.conv_backward_w(
                 gpu,
                 &a.conv_pre,
                 &gs.dxbc,
                 &a.proj,
                 pg(bp.conv),
                 conv_shape,
-            )?));
+            )?);
             if let Some(bi) = bp.conv_bias {
-                bwd_before.push(Op::M2(mk.conv_bias_backward(
-                    gpu,
-                    ms,
-                    &a.conv_pre,
-                    &gs.dxbc,
-                    pg(bi),
-                )?));
+                bwd_before.push(mk.conv_bias_backward(gpu, ms, &a.conv_pre, &gs.dxbc, pg(bi))?);
             }
             // in_proj's three row blocks, their input gradients summed into dh.
             for (i, (wr, dy)) in [(w_z, &gs.dz), (w_xbc, &gs.dproj), (w_dtl, &gs.ddtl)]
@@ -845,7 +764,7 @@ impl Mamba2TrainModel {
                     linear_rows_backward(&k, gpu, n, &a.h1, wr, dy, &gs.dh, i > 0)?,
                 );
             }
-            bwd_before.push(Op::Shared(k.rmsnorm_backward(
+            bwd_before.push(k.rmsnorm_backward(
                 gpu,
                 x_in,
                 pv(bp.mixer_norm),
@@ -856,16 +775,8 @@ impl Mamba2TrainModel {
                 n,
                 d,
                 true,
-            )?));
-            bwd_before.push(Op::Shared(k.colsum(
-                gpu,
-                &gs.wrow,
-                0,
-                d,
-                n,
-                d,
-                pg(bp.mixer_norm),
-            )?));
+            )?);
+            bwd_before.push(k.colsum(gpu, &gs.wrow, 0, d, n, d, pg(bp.mixer_norm))?);
             steps.push(BlockSteps {
                 before_scan: before,
                 scan,
@@ -1068,49 +979,17 @@ impl Mamba2TrainModel {
         gpu: &Gpu,
         get: &dyn Fn(&str) -> Option<Vec<f32>>,
     ) -> Result<(), GpuError> {
-        let mut all = Vec::with_capacity(self.params.len());
-        for p in &self.params {
-            let data = get(&p.name)
-                .ok_or_else(|| GpuError::Invalid(format!("missing parameter `{}`", p.name)))?;
-            if data.len() != p.len {
-                return Err(GpuError::Invalid(format!(
-                    "parameter `{}` has {} values, shape {:?} needs {}",
-                    p.name,
-                    data.len(),
-                    p.shape,
-                    p.len
-                )));
-            }
-            all.push(data);
-        }
-        for (p, data) in self.params.iter().zip(&all) {
-            gpu.write(&p.value, data);
-        }
-        Ok(())
+        crate::train::load_params(gpu, &self.params, get)
     }
 
     /// Every parameter's key, shape and values.
     pub fn read_params(&self, gpu: &Gpu) -> Result<Vec<NamedTensor>, GpuError> {
-        self.params
-            .iter()
-            .map(|p| {
-                let mut v = gpu.read_f32(&p.value)?;
-                v.truncate(p.len);
-                Ok((p.name.clone(), p.shape.clone(), v))
-            })
-            .collect()
+        crate::train::read_params(gpu, &self.params)
     }
 
     /// Every parameter's gradient, in [`Mamba2TrainModel::params`] order.
     pub fn read_grads(&self, gpu: &Gpu) -> Result<Vec<Vec<f32>>, GpuError> {
-        self.params
-            .iter()
-            .map(|p| {
-                let mut v = gpu.read_f32(&p.grad)?;
-                v.truncate(p.len);
-                Ok(v)
-            })
-            .collect()
+        crate::train::read_grads(gpu, &self.params)
     }
 
     /// Records the forward over `tokens` (u32 `[batch][seq_len + 1]` windows: inputs are the
@@ -1151,44 +1030,31 @@ impl Mamba2TrainModel {
     fn encode_body(&self, enc: &mut wgpu::CommandEncoder) {
         self.embed.encode(enc);
         for s in &self.steps {
-            encode_ops(enc, &s.before_scan);
+            encode_all(enc, &s.before_scan);
             s.scan.encode(enc);
-            encode_ops(enc, &s.after_scan);
+            encode_all(enc, &s.after_scan);
         }
-        crate::train::kernels::encode_all(enc, &self.head);
+        encode_all(enc, &self.head);
     }
 
     /// Records the backward of the last recorded forward: every parameter's gradient
     /// += ∂(loss_scale · Σ losses)/∂param. The scale is written into the encoder (not through
     /// the queue), so several backwards with different scales in one encoder each get theirs.
     pub fn encode_backward(&self, enc: &mut wgpu::CommandEncoder, loss_scale: f32) {
-        let tmp = self.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("loss scale upload"),
-            size: 4,
-            usage: wgpu::BufferUsages::COPY_SRC,
-            mapped_at_creation: true,
-        });
-        // A buffer mapped at creation is always mappable.
-        if let Ok(mut view) = tmp.slice(..).get_mapped_range_mut() {
-            view.copy_from_slice(&loss_scale.to_le_bytes());
-        }
-        tmp.unmap();
-        enc.copy_buffer_to_buffer(&tmp, 0, &self.scale, 0, 4);
-        crate::train::kernels::encode_all(enc, &self.head_bwd);
+        crate::train::encode_loss_scale(&self.device, enc, &self.scale, loss_scale);
+        encode_all(enc, &self.head_bwd);
         for s in self.steps.iter().rev() {
-            encode_ops(enc, &s.bwd_after);
-            encode_ops(enc, &s.recompute);
+            encode_all(enc, &s.bwd_after);
+            encode_all(enc, &s.recompute);
             s.op_bwd.encode(enc);
-            encode_ops(enc, &s.bwd_before);
+            encode_all(enc, &s.bwd_before);
         }
         self.embed_bwd.encode(enc);
     }
 
     /// Records zeroing every gradient.
     pub fn encode_zero_grads(&self, enc: &mut wgpu::CommandEncoder) {
-        for p in &self.params {
-            enc.clear_buffer(&p.grad, 0, None);
-        }
+        crate::train::encode_zero_grads(enc, &self.params);
     }
 
     /// Index of a parameter by key.
