@@ -24,7 +24,7 @@
 use crate::chunk_scan::{ChunkScan, Form, ScanIo, ScanKernels, ScanShape};
 use crate::gpu::{Gpu, GpuError};
 use crate::grad::OpGradIo;
-use crate::train::kernels::{encode_all, ConvShape, GateIo, GateShape, Step, TrainKernels};
+use crate::train::kernels::{encode_all, ConvShape, GateIo, GateShape, HeadIo, Step, TrainKernels};
 use crate::train::Param;
 use loglinear_runtime::{Arch, ModelConfig, LAMBDA_LEVELS};
 
@@ -889,57 +889,33 @@ impl GdnTrainModel {
                 bwd_before,
             });
         }
-        let x_last = &xs[c.num_layers];
-        let head = vec![
-            k.rmsnorm(gpu, x_last, pv(final_norm), &xf, &rstd_f, n, d, eps)?,
-            k.linear(gpu, n, d, vocab, &xf, 0, d, pv(lm_head), &logits, 0, vocab)?,
-            k.masked_loss(
-                gpu, &targets, &logits, &lse, &losses, &scale, &correct, seq_len, batch, vocab,
-            )?,
-        ];
-        let mut head_bwd = vec![k.masked_loss_backward(
+        let (head, head_bwd) = k.head_steps(
             gpu,
-            &targets,
-            &logits,
-            &lse,
-            &gs.dlogits,
-            &scale,
-            &correct,
+            &HeadIo {
+                x_last: &xs[c.num_layers],
+                norm_w: pv(final_norm),
+                norm_g: pg(final_norm),
+                lm_head_w: pv(lm_head),
+                lm_head_g: pg(lm_head),
+                xf: &xf,
+                rstd: &rstd_f,
+                logits: &logits,
+                lse: &lse,
+                targets: &targets,
+                losses: &losses,
+                scale: &scale,
+                correct: &correct,
+                dlogits: &gs.dlogits,
+                dxf: &gs.dxf,
+                wrow: &gs.wrow,
+                dx: &gs.dx,
+            },
             seq_len,
             batch,
-            vocab,
-        )?];
-        head_bwd.extend(k.linear_backward(
-            gpu,
-            n,
             d,
             vocab,
-            &xf,
-            0,
-            d,
-            pv(lm_head),
-            pg(lm_head),
-            &gs.dlogits,
-            0,
-            vocab,
-            &gs.dxf,
-            0,
-            d,
-            false,
-        )?);
-        head_bwd.push(k.rmsnorm_backward(
-            gpu,
-            x_last,
-            pv(final_norm),
-            &rstd_f,
-            &gs.dxf,
-            &gs.dx,
-            &gs.wrow,
-            n,
-            d,
-            false,
-        )?);
-        head_bwd.push(k.colsum(gpu, &gs.wrow, 0, d, n, d, pg(final_norm))?);
+            eps,
+        )?;
         let embed_bwd = k.embed_backward(
             gpu,
             &tokens,

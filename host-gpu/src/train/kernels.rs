@@ -912,3 +912,92 @@ pub struct GateShape {
     /// Levels the operator reads (λ columns ≥ this get no gradient).
     pub levels: usize,
 }
+
+/// The buffers of the model head both training graphs end in: final RMSNorm, LM head and the
+/// masked cross-entropy (`rows` = batch · seq_len rows of width `d`, `vocab` logits each).
+pub struct HeadIo<'a> {
+    pub x_last: &'a wgpu::Buffer,
+    pub norm_w: &'a wgpu::Buffer,
+    pub norm_g: &'a wgpu::Buffer,
+    pub lm_head_w: &'a wgpu::Buffer,
+    pub lm_head_g: &'a wgpu::Buffer,
+    pub xf: &'a wgpu::Buffer,
+    pub rstd: &'a wgpu::Buffer,
+    pub logits: &'a wgpu::Buffer,
+    pub lse: &'a wgpu::Buffer,
+    pub targets: &'a wgpu::Buffer,
+    pub losses: &'a wgpu::Buffer,
+    pub scale: &'a wgpu::Buffer,
+    pub correct: &'a wgpu::Buffer,
+    /// Gradient scratch: dL/dlogits, dL/dxf, the per-row norm-weight shares, and dL/dx_last
+    /// (written).
+    pub dlogits: &'a wgpu::Buffer,
+    pub dxf: &'a wgpu::Buffer,
+    pub wrow: &'a wgpu::Buffer,
+    pub dx: &'a wgpu::Buffer,
+}
+
+impl TrainKernels {
+    /// The head's forward steps (norm, LM head, loss) and backward steps (down to dL/dx_last,
+    /// with the norm and LM-head weight gradients), shared by the GDN and Mamba-2 graphs.
+    #[allow(clippy::too_many_arguments)]
+    pub fn head_steps(
+        &self,
+        gpu: &Gpu,
+        io: &HeadIo<'_>,
+        seq_len: usize,
+        batch: usize,
+        d: usize,
+        vocab: usize,
+        eps: f32,
+    ) -> Result<(Vec<Step>, Vec<Step>), GpuError> {
+        let n = seq_len * batch;
+        let fwd = vec![
+            self.rmsnorm(gpu, io.x_last, io.norm_w, io.xf, io.rstd, n, d, eps)?,
+            self.linear(
+                gpu,
+                n,
+                d,
+                vocab,
+                io.xf,
+                0,
+                d,
+                io.lm_head_w,
+                io.logits,
+                0,
+                vocab,
+            )?,
+            self.masked_loss(
+                gpu, io.targets, io.logits, io.lse, io.losses, io.scale, io.correct, seq_len,
+                batch, vocab,
+            )?,
+        ];
+        let mut bwd = vec![self.masked_loss_backward(
+            gpu, io.targets, io.logits, io.lse, io.dlogits, io.scale, io.correct, seq_len, batch,
+            vocab,
+        )?];
+        bwd.extend(self.linear_backward(
+            gpu,
+            n,
+            d,
+            vocab,
+            io.xf,
+            0,
+            d,
+            io.lm_head_w,
+            io.lm_head_g,
+            io.dlogits,
+            0,
+            vocab,
+            io.dxf,
+            0,
+            d,
+            false,
+        )?);
+        bwd.push(self.rmsnorm_backward(
+            gpu, io.x_last, io.norm_w, io.rstd, io.dxf, io.dx, io.wrow, n, d, false,
+        )?);
+        bwd.push(self.colsum(gpu, io.wrow, 0, d, n, d, io.norm_g)?);
+        Ok((fwd, bwd))
+    }
+}
