@@ -9,25 +9,28 @@
 //! 2. `grad_gdn_prep`, per (chunk, head): the tiles S1 = Tril(QKᵀ), KKᵀ, A_w (forward
 //!    substitution), M = S1 A_w, and per token q̃, K̃, W̃, U (the forward's UT form).
 //! 3. `grad_gdn_hscan`, per (8 dv columns, head, level m): the masked gated-delta-rule scan
-//!    again, storing the state entering every chunk.
+//!    again, storing the state entering every chunk and the chunk product X = σU − W̃H.
 //! 4. `grad_gdn_dhscan`, same grid, chunks in reverse: the state gradients through the
-//!    transposed transitions, with λ-weighted q̃ dOᵀ injected on reader chunks.
-//! 5. `grad_gdn_lvl`, per (chunk, 16 rows, head): dq̃, dK̃, dW̃, dU, dγ and the inter-chunk
-//!    dλ columns, summed over levels inside the workgroup (deterministic, no atomics).
+//!    transposed transitions, with λ-weighted q̃ dOᵀ injected on reader chunks; stores them
+//!    and the chunk product dX = K̃D.
+//! 5. `grad_gdn_lvl`, per (chunk, 32 dk columns, head): dq̃, dK̃, dW̃, dU as workgroup-memory
+//!    tiled products summed over levels inside the workgroup (deterministic, no atomics);
+//!    per-dk-block partials of dγ (gpack) and of the inter-chunk dλ columns (dlp).
 //! 6. `grad_gdn_intra`, per (chunk, head): intra-chunk λ-masked attention backward and the UT
 //!    transform backward (dM, dS1, dA_w, dP = −A_wᵀ dA_w A_wᵀ) as C×C tiles; per-row dβ, dγ and
 //!    the intra dλ columns (per-row level sums).
 //! 7. `grad_gdn_vec`, per (chunk, 16 rows, head): dq, dk, dv.
-//! 8. `grad_gdn_fin`: dβ, and dg as the in-chunk reverse cumsum of dγ.
+//! 8. `grad_gdn_fin`: dβ, dg as the in-chunk reverse cumsum of dγ, and the inter-chunk dλ
+//!    columns from the partials.
 //!
 //! Steps 2-8 run group after group of G heads (head offset and group size in the uniform),
 //! G as large as the adapter's storage-binding and buffer-size limits allow, so the scratch
 //! holds one group and is reused by the next (results do not depend on G).
 //!
-//! Scratch (f32): γ (T·H); tiles (NT·G·(12·C² + 2C)); per-token packs (T·G·(6 dk + 2 dv + 2));
-//! the level states and their gradients (2·M·NT·G·dk·dv); per-chunk products
-//! (NT·G·C·(2 dv + dk)). Limits: dk ≤ 256, any dv, any T ≥ 1; ≤ 10 storage buffers and
-//! ≤ 10 KiB of workgroup memory per stage.
+//! Scratch (f32, NKB = ⌈dk / 32⌉): γ (T·H); tiles (NT·G·(12·C² + 2C)); per-token packs
+//! (T·G·(6 dk + 2 dv + 2 NKB)); the level states and their gradients with the chunk products
+//! (2·M·NT·G·(dk + C)·dv); dλ partials (T·G·M·NKB). Limits: dk ≤ 256, any dv, any T ≥ 1;
+//! ≤ 10 storage buffers and ≤ 10 KiB of workgroup memory per stage.
 
 use super::{check_training_shape, OpGradIo, OpGrads};
 use crate::chunk_scan::{Form, ScanShape, CHUNK};
@@ -39,9 +42,10 @@ const C0P1: usize = 7;
 const SCAN_BV: usize = 8;
 /// Floats of the per-chunk tile block (`PER_CH` in grad_gdn_common.wgsl).
 const PER_CH: usize = 12 * CHUNK * CHUNK + 2 * CHUNK;
-/// Rows of a chunk per workgroup of the row-parallel kernels (`RB` in grad_gdn_lvl.wgsl and
-/// grad_gdn_vec.wgsl).
+/// Rows of a chunk per workgroup of grad_gdn_vec (`RB` there).
 const RB_ROWS: usize = 16;
+/// dk columns per workgroup of grad_gdn_lvl (`KB` in grad_gdn_common.wgsl).
+const KB_COLS: usize = 32;
 /// Largest workgroup count per dispatch dimension that every adapter allows.
 const MAX_GROUPS: usize = 65535;
 
@@ -157,7 +161,8 @@ impl GdnBackward {
         }
         let nt = s.chunks();
         let scans = bitlen(nt - 1);
-        if nt * (CHUNK / RB_ROWS) > MAX_GROUPS {
+        let nkb = dk.div_ceil(KB_COLS);
+        if nt * (CHUNK / RB_ROWS).max(nkb) > MAX_GROUPS {
             return Err(GpuError::Invalid(format!(
                 "GDN backward: T = {t} needs more than {MAX_GROUPS} workgroups per dispatch"
             )));
@@ -165,15 +170,16 @@ impl GdnBackward {
         // Scratch floats per operator head; the scratch holds one group of heads at a time.
         let tiles_per_head = nt * PER_CH;
         let fpack_per_head = t * (3 * dk + dv);
-        let gpack_per_head = t * (3 * dk + dv + 2);
-        let states_per_head = scans * nt * dk * dv;
-        let xbuf_per_head = nt * CHUNK * (2 * dv + dk);
+        let gpack_per_head = t * (3 * dk + dv + 2 * nkb);
+        // The states, then the chunk products X (hs) or dX (dhs) of every level and chunk.
+        let states_per_head = scans * nt * (dk * dv + CHUNK * dv);
+        let dlp_per_head = t * scans * nkb;
         let biggest = [
             tiles_per_head,
             fpack_per_head,
             gpack_per_head,
             states_per_head,
-            xbuf_per_head,
+            dlp_per_head,
         ]
         .into_iter()
         .max()
@@ -222,7 +228,7 @@ impl GdnBackward {
         let gpack = gpu.storage_zeroed("gdn bwd gpack", sz(gpack_per_head))?;
         let hs = gpu.storage_zeroed("gdn bwd states", sz(states_per_head))?;
         let dhs = gpu.storage_zeroed("gdn bwd state grads", sz(states_per_head))?;
-        let xbuf = gpu.storage_zeroed("gdn bwd chunk products", sz(xbuf_per_head))?;
+        let dlp = gpu.storage_zeroed("gdn bwd dlam partials", sz(dlp_per_head))?;
 
         let compile = |label: &str, body: &str| -> Result<Kernel, GpuError> {
             let src = format!("{COMMON}\n{GRAD_COMMON}\n{body}");
@@ -263,6 +269,7 @@ impl GdnBackward {
             let u = gpu.uniform_from("gdn bwd group params", &gp);
             let per_chunk = [nt, gh, 1];
             let per_rows = [nt * (CHUNK / RB_ROWS), gh, 1];
+            let per_kblock = [nt * nkb, gh, 1];
             let per_level = [dv.div_ceil(SCAN_BV), gh, scans];
             steps.push(step(
                 &prep_k,
@@ -287,10 +294,8 @@ impl GdnBackward {
             steps.push(step(
                 &lvl_k,
                 "grad_gdn_lvl",
-                &[
-                    &u, &fpack, &gam, io.lam, io.d_o, &hs, &dhs, &xbuf, &gpack, io.dlam,
-                ],
-                per_rows,
+                &[&u, &fpack, &gam, io.lam, io.d_o, &hs, &dhs, &dlp, &gpack],
+                per_kblock,
             ));
             steps.push(step(
                 &intra_k,
@@ -311,13 +316,13 @@ impl GdnBackward {
             steps.push(step(
                 &fin_k,
                 "grad_gdn_fin",
-                &[&u, &tiles, io.dg, io.dbeta],
+                &[&u, &tiles, io.dg, io.dbeta, &dlp, io.dlam],
                 per_chunk,
             ));
             uniforms.push(u);
         }
         let mut scratch = uniforms;
-        scratch.extend([gam, tiles, fpack, gpack, hs, dhs, xbuf]);
+        scratch.extend([gam, tiles, fpack, gpack, hs, dhs, dlp]);
         Ok(Self {
             steps,
             groups: n_groups,
@@ -341,6 +346,35 @@ impl GdnBackward {
             pass.set_bind_group(0, &s.bind, &[]);
             pass.dispatch_workgroups(s.groups[0], s.groups[1], s.groups[2]);
         }
+    }
+}
+
+impl GdnBackward {
+    /// Runs the backward once with every dispatch submitted alone and waited for; returns
+    /// the wall time of each stage in ms, summed over the head groups, in dispatch order
+    /// (for profiling: the submit-and-wait overhead is part of every figure).
+    pub fn profile_steps(&self, gpu: &Gpu) -> Result<Vec<(&'static str, f64)>, GpuError> {
+        let mut times: Vec<(&'static str, f64)> = Vec::new();
+        for s in &self.steps {
+            let mut encoder = gpu.encoder(s.label);
+            {
+                let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: Some(s.label),
+                    timestamp_writes: None,
+                });
+                pass.set_pipeline(&s.pipeline);
+                pass.set_bind_group(0, &s.bind, &[]);
+                pass.dispatch_workgroups(s.groups[0], s.groups[1], s.groups[2]);
+            }
+            let start = std::time::Instant::now();
+            gpu.submit_and_wait(encoder)?;
+            let ms = start.elapsed().as_secs_f64() * 1e3;
+            match times.iter_mut().find(|(label, _)| *label == s.label) {
+                Some(entry) => entry.1 += ms,
+                None => times.push((s.label, ms)),
+            }
+        }
+        Ok(times)
     }
 }
 

@@ -7,9 +7,12 @@
 //
 // Scratch layouts (all f32; H here is the group's G):
 //   fpack [T][H][3 dk + dv]      per token: q̃ | K̃ | W̃ | U (the forward's WY/UT quantities)
-//   gpack [T][H][3 dk + dv + 2]  per token: dq̃ | dK̃ | dW̃ | dU | dγ (inter-chunk part) | dK̃·K̃
+//   gpack [T][H][3 dk + dv + 2 NKB]  per token: dq̃ | dK̃ | dW̃ | dU | per dk block b of KB
+//                                columns: (dγ inter-chunk partial, dK̃·K̃ partial)
 //   hs, dhs [m][c][H][dk][dv]    per level m and chunk c: the state H_c entering chunk c, and
-//                                the gradient of L w.r.t. the state after chunk c (0 when reset)
+//                                the gradient of L w.r.t. the state after chunk c (0 when reset);
+//           then [m][c][H][C][dv] the chunk products X = σ U − W̃ H (hs) and dX = K̃ D (dhs)
+//   dlp [T][H][n_scans][NKB]     per token, level and dk block: partial sums of dλ (inter)
 //   tiles [c][H][PER_CH]         per chunk: N_TILES C×C tiles, then the rows dβ and dγ
 
 // First operator head of the dispatch's group.
@@ -58,8 +61,19 @@ fn f_stride() -> u32 {
     return 3u * P.dk + P.dv;
 }
 
+// dk columns per workgroup of grad_gdn_lvl (KB_COLS in op_gdn.rs), and their number.
+const KB: u32 = 32u;
+fn n_kb() -> u32 {
+    return (P.dk + KB - 1u) / KB;
+}
+
 fn g_stride() -> u32 {
-    return 3u * P.dk + P.dv + 2u;
+    return 3u * P.dk + P.dv + 2u * n_kb();
+}
+
+// gpack slot of the dγ partial of dk block b (slot + 1: its dK̃·K̃ partial).
+fn g_dgam(b: u32) -> u32 {
+    return 3u * P.dk + P.dv + 2u * b;
 }
 
 fn frow(t: u32, h: u32) -> u32 {
@@ -83,6 +97,18 @@ fn group_last(c: u32, m: u32) -> bool {
 
 fn state_at(m: u32, c: u32, h: u32) -> u32 {
     return ((m * P.nt + c) * group_heads() + h - head0()) * P.dk * P.dv;
+}
+
+// Start of the C × dv block of level m, chunk c in the chunk-product region that follows the
+// states in hs (X = σ U − W̃ H, from grad_gdn_hscan) and dhs (dX = K̃ D, grad_gdn_dhscan).
+fn xs_at(m: u32, c: u32, h: u32) -> u32 {
+    return P.n_scans * P.nt * group_heads() * P.dk * P.dv
+        + ((m * P.nt + c) * group_heads() + h - head0()) * C * P.dv;
+}
+
+// Index of the dλ partial of token t, level m, dk block b (dlp, from grad_gdn_lvl).
+fn dlp_idx(t: u32, h: u32, m: u32, b: u32) -> u32 {
+    return ((t * group_heads() + h - head0()) * P.n_scans + m) * n_kb() + b;
 }
 
 fn chunk_rows(c: u32) -> u32 {

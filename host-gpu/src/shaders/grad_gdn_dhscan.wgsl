@@ -1,7 +1,8 @@
 // GDN backward, step 3: the reverse scan of the level-state gradients. One workgroup per
 // (BV columns of dv, head, chunk level m), chunks in reverse order. With D = dL/dH_{c+1}
 // (0 after a group-last chunk and after the last chunk), stored as dhs[m][c]:
-//   dL/dH_c = e^Γ D − W̃ᵀ (K̃ D) + ρ Σ_i λ_i[c0+1+m] q̃_i dO_iᵀ   (ρ = 1 on reader chunks).
+//   dL/dH_c = e^Γ D − W̃ᵀ dX + ρ Σ_i λ_i[c0+1+m] q̃_i dO_iᵀ   (ρ = 1 on reader chunks),
+// dX = K̃ D stored too (xs_at), for grad_gdn_lvl.
 
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read> fpack: array<f32>;
@@ -53,6 +54,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 }
             }
             xw[e] = x;
+            if (d < nbv) {
+                dhs[xs_at(m, c, h) + i * P.dv + v0 + d] = x;
+            }
         }
         workgroupBarrier();
         let eg = exp(gam[(t0 + n - 1u) * P.heads + h]);

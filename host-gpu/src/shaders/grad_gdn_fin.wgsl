@@ -1,10 +1,14 @@
-// GDN backward, step 7: per (chunk, head), dβ from the row sums of step 5 and dg as the reverse
-// cumsum of dγ inside the chunk (γ is the chunk-local inclusive cumsum of g).
+// GDN backward, step 7: per (chunk, head), dβ from the row sums of step 5, dg as the reverse
+// cumsum of dγ inside the chunk (γ is the chunk-local inclusive cumsum of g), and the
+// inter-chunk dλ columns c0 + 1 + m as the sums of grad_gdn_lvl's per-dk-block partials
+// (0 in the columns a chunk does not read, and in the columns past the exact levels).
 
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read> tiles: array<f32>;
 @group(0) @binding(2) var<storage, read_write> dg: array<f32>;
 @group(0) @binding(3) var<storage, read_write> dbeta: array<f32>;
+@group(0) @binding(4) var<storage, read> dlp: array<f32>;
+@group(0) @binding(5) var<storage, read_write> dlam: array<f32>;
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -14,11 +18,22 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let n = chunk_rows(c);
     let base = ch_base(c, h);
     if (lid < n) {
+        let t = t0 + lid;
         var s = 0.0;
         for (var r = lid; r < n; r++) {
             s += tiles[base + ROW_DG + r];
         }
-        dg[(t0 + lid) * P.heads + h] = s;
-        dbeta[(t0 + lid) * P.heads + h] = tiles[base + ROW_DB + lid];
+        dg[t * P.heads + h] = s;
+        dbeta[t * P.heads + h] = tiles[base + ROW_DB + lid];
+        for (var col = C0P1; col < P.lam_cols; col++) {
+            let m = col - C0P1;
+            var x = 0.0;
+            if (m < P.n_scans && reads(c, m)) {
+                for (var b = 0u; b < n_kb(); b++) {
+                    x += dlp[dlp_idx(t, h, m, b)];
+                }
+            }
+            dlam[lam_idx(t, h, col)] = x;
+        }
     }
 }

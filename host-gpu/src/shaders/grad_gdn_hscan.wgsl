@@ -1,7 +1,8 @@
 // GDN backward, step 2: the forward level states again, stored per chunk. One workgroup per
 // (BV columns of dv, head, chunk level m), sequential over chunks (spec §7.2):
 //   hs[m][c] = H_c (state entering chunk c); after a group-last chunk H = 0, otherwise
-//   H ← e^Γ H + K̃ᵀ (σ U − W̃ H) with σ = 1 on source chunks (bit m of c clear), else 0.
+//   H ← e^Γ H + K̃ᵀ X, X = σ U − W̃ H with σ = 1 on source chunks (bit m of c clear), else 0;
+//   X is stored too (xs_at), for grad_gdn_lvl.
 
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read> fpack: array<f32>;
@@ -55,6 +56,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 }
             }
             xw[e] = x;
+            if (d < nbv) {
+                hs[xs_at(m, c, h) + i * P.dv + v0 + d] = x;
+            }
         }
         workgroupBarrier();
         let eg = exp(gam[(t0 + n - 1u) * P.heads + h]);

@@ -242,11 +242,17 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     if (lid < n) {
         let r = lid;
         var db = 0.0;
-        var dg = gpack[grow(t0 + r, h) + g_stride() - 2u];
+        var dg = 0.0;
+        for (var b = 0u; b < n_kb(); b++) {
+            dg += gpack[grow(t0 + r, h) + g_dgam(b)];
+        }
         if (r + 1u == n) {
-            // dΓ of K̃ = e^{Γ − γ} K: Σ_j dK̃_j·K̃_j (per row from the level kernel).
+            // dΓ of K̃ = e^{Γ − γ} K: Σ_j dK̃_j·K̃_j (per row and dk block from the level
+            // kernel).
             for (var j = 0u; j < n; j++) {
-                dg += gpack[grow(t0 + j, h) + g_stride() - 1u];
+                for (var b = 0u; b < n_kb(); b++) {
+                    dg += gpack[grow(t0 + j, h) + g_dgam(b) + 1u];
+                }
             }
         }
         for (var i = r; i < n; i++) {

@@ -1,12 +1,14 @@
-// GDN backward, step 4: per (chunk, block of RB rows, head), the gradients of the chunk's inputs
-// to the level scans, summed over all chunk levels m inside the workgroup (no atomics): with
-// H = H_c, D = dL/dH_{c+1} (both stored), σ / ρ = source / reader flags, X = σ U − W̃ H:
+// GDN backward, step 4: per (chunk, block of KB dk columns, head), the gradients of the chunk's
+// inputs to the level scans, summed over all chunk levels m inside the workgroup (no atomics).
+// With H = H_c, D = dL/dH_{c+1} (stored by the scans), σ / ρ = source / reader flags, and the
+// chunk products X = σ U − W̃ H (grad_gdn_hscan) and dX = K̃ D (grad_gdn_dhscan):
 //   dq̃_i += ρ λ_i[ℓ] H dO_i      dλ_i[ℓ] = ρ q̃_iᵀ H dO_i     (ℓ = c0 + 1 + m)
-//   dK̃ += X Dᵀ    dX = K̃ D    dU += σ dX    dW̃ −= dX Hᵀ    dΓ += e^Γ ⟨D, H⟩
-// Every row is independent except dΓ, which the block holding the chunk's last row adds.
-// Writes gpack rows (dq̃, dK̃, dW̃, dU; dγ_i = dq̃_i·q̃_i + dW̃_i·W̃_i − dK̃_i·K̃_i (+ dΓ on the
-// last row); kd_i = dK̃_i·K̃_i, whose chunk sum the intra kernel adds to the last row's dγ) and
-// the inter-chunk columns of dλ (0 where not read).
+//   dK̃ += X Dᵀ    dU += σ dX    dW̃ −= dX Hᵀ    dΓ += e^Γ ⟨D, H⟩
+// The C × KB outputs are workgroup-memory tiled products over dv (PW columns of dv staged at a
+// time; thread = one dk column × 8 consecutive rows). Row sums over dk (dλ, dγ) are partial per
+// dk block: dλ partials go to dlp (summed by grad_gdn_fin), the dγ partials
+// dγ_i = dq̃_i·q̃_i + dW̃_i·W̃_i − dK̃_i·K̃_i (+ the block's part of dΓ on the last row) and
+// kd_i = dK̃_i·K̃_i to gpack slots g_dgam(b) (summed by grad_gdn_intra). dU: block 0 only.
 
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read> fpack: array<f32>;
@@ -15,141 +17,199 @@
 @group(0) @binding(4) var<storage, read> dout: array<f32>;
 @group(0) @binding(5) var<storage, read> hs: array<f32>;
 @group(0) @binding(6) var<storage, read> dhs: array<f32>;
-@group(0) @binding(7) var<storage, read_write> xbuf: array<f32>;
+@group(0) @binding(7) var<storage, read_write> dlp: array<f32>;
 @group(0) @binding(8) var<storage, read_write> gpack: array<f32>;
-@group(0) @binding(9) var<storage, read_write> dlam: array<f32>;
 
-const RB: u32 = 16u; // rows per workgroup (RB_ROWS in op_gdn.rs)
+const PW: u32 = 8u;   // dv columns per staged panel
+const RT: u32 = 8u;   // rows per thread
+// Panels, [p][..] so that a warp's threads read consecutive (H, D) or the same (X, dX, dO)
+// words: H, D [PW][KB] at 0 and 256; X, dX, dO [PW][C] at 512, 1024, 1536. Reused for the row
+// reductions ([C][KB] products) between levels.
+var<workgroup> pan: array<f32, 2048>;
 var<workgroup> red: array<f32, 256>;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let c = wg.x / (C / RB);
+    let nkb = n_kb();
+    let c = wg.x / nkb;
+    let kb = wg.x % nkb;
+    let k0 = kb * KB;
     let h = head0() + wg.y;
+    let t0 = c * C;
     let n = chunk_rows(c);
-    let r0 = (wg.x % (C / RB)) * RB;
-    // Rows r0..r0+nr of the chunk (none when the partial last chunk ends before r0).
-    let nr = min(RB, max(n, r0) - r0);
-    let t0 = c * C + r0;
-    let owns_last = r0 < n && n <= r0 + RB;
     let dk = P.dk;
     let dv = P.dv;
-    let gs = g_stride();
-    let eg = exp(gam[(c * C + n - 1u) * P.heads + h]);
-    // Scratch of this chunk: X [C][dv], dX [C][dv], Y = H dO [C][dk] (rows from t0 on).
-    let xb = (c * group_heads() + h - head0()) * C * (2u * dv + dk) + r0 * dv;
-    let xdb = xb + C * dv;
-    let yb = xb - r0 * dv + 2u * C * dv + r0 * dk;
+    let eg = exp(gam[(t0 + n - 1u) * P.heads + h]);
+    // This thread: dk column k0 + kc, rows r0 .. r0 + RT.
+    let kc = lid % KB;
+    let r0 = (lid / KB) * RT;
+    let kx = k0 + kc;
+    let kin = kx < dk;
 
-    for (var e = lid; e < nr * gs; e += 256u) {
-        gpack[grow(t0 + e / gs, h) + e % gs] = 0.0;
-    }
-    if (P.lam_cols > C0P1) {
-        let nc = P.lam_cols - C0P1;
-        for (var e = lid; e < nr * nc; e += 256u) {
-            dlam[lam_idx(t0 + e / nc, h, C0P1 + e % nc)] = 0.0;
-        }
-    }
-    storageBarrier();
-
-    var dgam_part = 0.0;
+    var aq: array<f32, 8>;
+    var ak: array<f32, 8>;
+    var aw: array<f32, 8>;
+    var gacc = 0.0;
     for (var m = 0u; m < P.n_scans; m++) {
         let rd = reads(c, m);
-        let src = !rd;
         let has_d = !(group_last(c, m) || c + 1u == P.nt);
         if (!rd && !has_d) {
             continue;
         }
         let sb = state_at(m, c, h);
-        let col = C0P1 + m;
-
-        for (var e = lid; e < nr * dv; e += 256u) {
-            let i = e / dv;
-            let d = e % dv;
-            let row = frow(t0 + i, h);
-            var x = 0.0;
-            if (src) {
-                x = fpack[row + 3u * dk + d];
-            }
-            var dx = 0.0;
-            for (var kk = 0u; kk < dk; kk++) {
-                x -= fpack[row + 2u * dk + kk] * hs[sb + kk * dv + d];
-                dx += fpack[row + dk + kk] * dhs[sb + kk * dv + d];
-            }
-            xbuf[xb + i * dv + d] = x;
-            xbuf[xdb + i * dv + d] = dx;
-            if (src) {
-                gpack[grow(t0 + i, h) + 3u * dk + d] += dx;
-            }
-        }
-        if (has_d && owns_last) {
-            var acc = 0.0;
-            for (var e = lid; e < dk * dv; e += 256u) {
-                acc += hs[sb + e] * dhs[sb + e];
-            }
-            dgam_part += eg * acc;
-        }
-        storageBarrier();
-
-        for (var e = lid; e < nr * dk; e += 256u) {
-            let i = e / dk;
-            let kk = e % dk;
-            let t = t0 + i;
-            let g = grow(t, h);
-            var y = 0.0;
-            if (rd) {
-                for (var d = 0u; d < dv; d++) {
-                    y += hs[sb + kk * dv + d] * dout[(t * P.heads + h) * dv + d];
+        let xb = xs_at(m, c, h);
+        var y: array<f32, 8>;
+        for (var d0 = 0u; d0 < dv; d0 += PW) {
+            workgroupBarrier();
+            {
+                // H, D: element (p, kc') = lid.
+                let p = lid / KB;
+                let kk = k0 + lid % KB;
+                let d = d0 + p;
+                var hv = 0.0;
+                var dd = 0.0;
+                if (kk < dk && d < dv) {
+                    hv = hs[sb + kk * dv + d];
+                    if (has_d) {
+                        dd = dhs[sb + kk * dv + d];
+                    }
                 }
-                gpack[g + kk] += lam[lam_idx(t, h, col)] * y;
+                pan[lid] = hv;
+                pan[256u + lid] = dd;
             }
-            xbuf[yb + i * dk + kk] = y;
-            var a = 0.0;
-            var b = 0.0;
-            for (var d = 0u; d < dv; d++) {
-                a += xbuf[xb + i * dv + d] * dhs[sb + kk * dv + d];
-                b += xbuf[xdb + i * dv + d] * hs[sb + kk * dv + d];
+            for (var e = lid; e < C * PW; e += 256u) {
+                let i = e / PW;
+                let p = e % PW;
+                let d = d0 + p;
+                var x = 0.0;
+                var dx = 0.0;
+                var o = 0.0;
+                if (i < n && d < dv) {
+                    if (has_d) {
+                        x = hs[xb + i * dv + d];
+                        dx = dhs[xb + i * dv + d];
+                    }
+                    if (rd) {
+                        o = dout[((t0 + i) * P.heads + h) * dv + d];
+                    }
+                }
+                pan[512u + p * C + i] = x;
+                pan[1024u + p * C + i] = dx;
+                pan[1536u + p * C + i] = o;
             }
-            gpack[g + dk + kk] += a;
-            gpack[g + 2u * dk + kk] -= b;
+            workgroupBarrier();
+            if (has_d) {
+                gacc += pan[lid] * pan[256u + lid];
+                for (var p = 0u; p < PW; p++) {
+                    let hv = pan[p * KB + kc];
+                    let dd = pan[256u + p * KB + kc];
+                    for (var s = 0u; s < RT; s++) {
+                        ak[s] += pan[512u + p * C + r0 + s] * dd;
+                        aw[s] -= pan[1024u + p * C + r0 + s] * hv;
+                    }
+                }
+            }
+            if (rd) {
+                for (var p = 0u; p < PW; p++) {
+                    let hv = pan[p * KB + kc];
+                    for (var s = 0u; s < RT; s++) {
+                        y[s] += pan[1536u + p * C + r0 + s] * hv;
+                    }
+                }
+            }
         }
-        storageBarrier();
-
-        if (rd && lid < nr) {
-            let t = t0 + lid;
-            var s = 0.0;
-            for (var kk = 0u; kk < dk; kk++) {
-                s += fpack[frow(t, h) + kk] * xbuf[yb + lid * dk + kk];
+        if (rd) {
+            // dq̃ and the products q̃ ⊙ (H dO) for the dλ row sums.
+            let col = C0P1 + m;
+            workgroupBarrier();
+            for (var s = 0u; s < RT; s++) {
+                let i = r0 + s;
+                var qv = 0.0;
+                if (i < n && kin) {
+                    let t = t0 + i;
+                    aq[s] += lam[lam_idx(t, h, col)] * y[s];
+                    qv = fpack[frow(t, h) + kx];
+                }
+                pan[i * KB + kc] = qv * y[s];
             }
-            dlam[lam_idx(t, h, col)] = s;
+            workgroupBarrier();
+            if (lid < n) {
+                var sum = 0.0;
+                for (var j = 0u; j < KB; j++) {
+                    sum += pan[lid * KB + j];
+                }
+                dlp[dlp_idx(t0 + lid, h, m, kb)] = sum;
+            }
         }
-        storageBarrier();
     }
 
-    // dγ of the chunk inputs q̃, W̃ (e^{γ_i}) and K̃ (e^{Γ − γ_i}); Γ = γ of the last row.
-    red[lid] = dgam_part;
-    if (lid < nr) {
-        let t = t0 + lid;
-        let f = frow(t, h);
-        let g = grow(t, h);
-        var a = 0.0;
-        var kd = 0.0;
-        for (var kk = 0u; kk < dk; kk++) {
-            a += gpack[g + kk] * fpack[f + kk] + gpack[g + 2u * dk + kk] * fpack[f + 2u * dk + kk];
-            kd += gpack[g + dk + kk] * fpack[f + dk + kk];
+    // Outputs of this block's columns, and the row products for the dγ partials.
+    var pa: array<f32, 8>;
+    var pk: array<f32, 8>;
+    for (var s = 0u; s < RT; s++) {
+        let i = r0 + s;
+        if (i < n && kin) {
+            let t = t0 + i;
+            let f = frow(t, h);
+            let g = grow(t, h);
+            gpack[g + kx] = aq[s];
+            gpack[g + dk + kx] = ak[s];
+            gpack[g + 2u * dk + kx] = aw[s];
+            pa[s] = aq[s] * fpack[f + kx] + aw[s] * fpack[f + 2u * dk + kx];
+            pk[s] = ak[s] * fpack[f + dk + kx];
         }
-        gpack[g + gs - 2u] = a - kd;
-        gpack[g + gs - 1u] = kd;
     }
-    storageBarrier();
+    red[lid] = gacc;
     workgroupBarrier();
-    for (var s = 128u; s > 0u; s >>= 1u) {
-        if (lid < s) {
-            red[lid] += red[lid + s];
+    for (var w = 128u; w > 0u; w >>= 1u) {
+        if (lid < w) {
+            red[lid] += red[lid + w];
         }
         workgroupBarrier();
     }
-    if (lid == 0u && owns_last) {
-        gpack[grow(c * C + n - 1u, h) + gs - 2u] += red[0];
+    // Row sums over the block's columns: kd first, then a (pan holds one [C][KB] at a time).
+    for (var s = 0u; s < RT; s++) {
+        pan[(r0 + s) * KB + kc] = pk[s];
+    }
+    workgroupBarrier();
+    var kd = 0.0;
+    if (lid < n) {
+        for (var j = 0u; j < KB; j++) {
+            kd += pan[lid * KB + j];
+        }
+    }
+    workgroupBarrier();
+    for (var s = 0u; s < RT; s++) {
+        pan[(r0 + s) * KB + kc] = pa[s];
+    }
+    workgroupBarrier();
+    if (lid < n) {
+        var a = 0.0;
+        for (var j = 0u; j < KB; j++) {
+            a += pan[lid * KB + j];
+        }
+        var dg = a - kd;
+        if (lid + 1u == n) {
+            dg += eg * red[0];
+        }
+        let g = grow(t0 + lid, h);
+        gpack[g + g_dgam(kb)] = dg;
+        gpack[g + g_dgam(kb) + 1u] = kd;
+    }
+
+    // dU = Σ_m σ dX (block 0 only; dX is 0 where D is).
+    if (kb == 0u) {
+        for (var e = lid; e < n * dv; e += 256u) {
+            let i = e / dv;
+            let d = e % dv;
+            var u = 0.0;
+            for (var m = 0u; m < P.n_scans; m++) {
+                let has_d = !(group_last(c, m) || c + 1u == P.nt);
+                if (!reads(c, m) && has_d) {
+                    u += dhs[xs_at(m, c, h) + i * dv + d];
+                }
+            }
+            gpack[grow(t0 + i, h) + 3u * dk + d] = u;
+        }
     }
 }

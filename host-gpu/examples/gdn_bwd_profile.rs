@@ -1,0 +1,135 @@
+//! Per-stage wall times of the GDN operator backward (`grad::op_gdn::GdnBackward`), each
+//! dispatch submitted alone and waited for (median of `--iters` runs after one warm-up).
+//!
+//! ```text
+//! cargo run -p loglinear-host-gpu --release --example gdn_bwd_profile -- \
+//!     [--t 2048] [--heads 2] [--dk 128] [--dv 64] [--iters 3]
+//! ```
+//!
+//! Inputs are random (fixed seed); λ columns = levels = bitlen(T − 1) + 1 (exact training
+//! levels). On lavapipe the figures are CPU times: only a proxy for a real GPU's stage costs.
+
+use loglinear_host_gpu::chunk_scan::{Form, ScanShape};
+use loglinear_host_gpu::grad::op_gdn::GdnBackward;
+use loglinear_host_gpu::grad::OpGradIo;
+use loglinear_host_gpu::{Gpu, GpuError};
+
+fn arg(args: &[String], name: &str, default: usize) -> usize {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Deterministic values in [-1, 1) (xorshift64*).
+fn random(n: usize, seed: u64) -> Vec<f32> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            let r = x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 40;
+            (r as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}
+
+fn main() -> Result<(), GpuError> {
+    let args: Vec<String> = std::env::args().collect();
+    let t = arg(&args, "--t", 2048);
+    let h = arg(&args, "--heads", 2);
+    let dk = arg(&args, "--dk", 128);
+    let dv = arg(&args, "--dv", 64);
+    let iters = arg(&args, "--iters", 3).max(1);
+    let levels = (usize::BITS - (t.max(2) - 1).leading_zeros()) as usize + 1;
+    let shape = ScanShape {
+        form: Form::Gdn,
+        t,
+        heads: h,
+        qk_heads: h,
+        dk,
+        dv,
+        lambda_cols: levels,
+        levels,
+    };
+    let gpu = Gpu::new()?;
+    println!("{}", gpu.describe());
+    // q, k unit rows (as the operator sees them), β in (0, 1), g < 0, λ in (0, 1).
+    let unit = |mut x: Vec<f32>| {
+        for row in x.chunks_mut(dk) {
+            let n = row.iter().map(|a| a * a).sum::<f32>().sqrt().max(1e-6);
+            row.iter_mut().for_each(|a| *a /= n);
+        }
+        x
+    };
+    let q = unit(random(t * h * dk, 1));
+    let k = unit(random(t * h * dk, 2));
+    let v = random(t * h * dv, 3);
+    let g: Vec<f32> = random(t * h, 4).iter().map(|a| -0.05 * (a + 1.5)).collect();
+    let beta: Vec<f32> = random(t * h, 5).iter().map(|a| 0.5 + 0.4 * a).collect();
+    let lam: Vec<f32> = random(t * h * levels, 6)
+        .iter()
+        .map(|a| 0.5 + 0.4 * a)
+        .collect();
+    let d_o = random(t * h * dv, 7);
+    let up = |label: &str, x: &[f32]| gpu.storage_from(label, x);
+    let zeroed = |label: &str, n: usize| gpu.storage_zeroed(label, (n * 4) as u64);
+    let (bq, bk, bv, bg) = (up("q", &q)?, up("k", &k)?, up("v", &v)?, up("g", &g)?);
+    let (bb, bl, bdo) = (up("beta", &beta)?, up("lam", &lam)?, up("d_o", &d_o)?);
+    let dq = zeroed("dq", t * h * dk)?;
+    let dkb = zeroed("dk", t * h * dk)?;
+    let dvb = zeroed("dv", t * h * dv)?;
+    let dg = zeroed("dg", t * h)?;
+    let dbeta = zeroed("dbeta", t * h)?;
+    let dlam = zeroed("dlam", t * h * levels)?;
+    let bwd = GdnBackward::new(
+        &gpu,
+        shape,
+        OpGradIo {
+            q: &bq,
+            k: &bk,
+            v: &bv,
+            g: &bg,
+            beta: &bb,
+            lam: &bl,
+            d_o: &bdo,
+            dq: &dq,
+            dk: &dkb,
+            dv: &dvb,
+            dg: &dg,
+            dbeta: &dbeta,
+            dlam: &dlam,
+        },
+    )?;
+    bwd.profile_steps(&gpu)?;
+    let mut runs = Vec::new();
+    for _ in 0..iters {
+        runs.push(bwd.profile_steps(&gpu)?);
+    }
+    println!(
+        "T={t} heads={h} dk={dk} dv={dv} levels={levels} groups={} ({iters} runs, median ms)",
+        bwd.groups()
+    );
+    let mut total = 0.0;
+    for (i, (label, _)) in runs[0].iter().enumerate() {
+        let mut ms: Vec<f64> = runs.iter().map(|r| r[i].1).collect();
+        ms.sort_by(|a, b| a.total_cmp(b));
+        let med = ms[ms.len() / 2];
+        total += med;
+        println!("{label:>16} {med:10.1}");
+    }
+    println!("{:>16} {total:10.1}", "total");
+    // A checksum of the gradients, to see that a change kept the results.
+    let mut sum = 0.0f64;
+    for b in [&dq, &dkb, &dvb, &dg, &dbeta, &dlam] {
+        sum += gpu
+            .read_f32(b)?
+            .iter()
+            .map(|&a| f64::from(a).abs())
+            .sum::<f64>();
+    }
+    println!("checksum {sum:.6e}");
+    Ok(())
+}
