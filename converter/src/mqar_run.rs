@@ -107,6 +107,37 @@ impl MqarArch {
     }
 }
 
+/// The LM head of the sweep's models.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum MqarHead {
+    /// The LM head is the embedding matrix (Zoology ties them).
+    Tied,
+    /// A separate `lm_head.weight` (the official language models).
+    Untied,
+}
+
+/// The weight initialisation of the sweep's models.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum MqarInit {
+    /// Zoology's `_init_weights`: Linear and embedding N(0, 0.02), convs PyTorch's default.
+    Zoology,
+    /// fla's `_init_weights`, as the official language models (N(0, 0.006)).
+    Official,
+}
+
+/// The training graph's options for `head` and `init`.
+#[cfg(feature = "gpu")]
+fn graph_options(head: MqarHead, init: MqarInit) -> loglinear_host_gpu::train::GraphOptions {
+    use loglinear_host_gpu::train::{GraphOptions, InitScheme};
+    GraphOptions {
+        tie_embeddings: head == MqarHead::Tied,
+        init: match init {
+            MqarInit::Zoology => InitScheme::Zoology,
+            MqarInit::Official => InitScheme::Official,
+        },
+    }
+}
+
 /// `loglinear mqar`: the MQAR sweep.
 #[derive(clap::Args, Debug, Clone)]
 pub struct MqarArgs {
@@ -169,6 +200,14 @@ pub struct MqarArgs {
     /// The markdown table (rewritten after every run).
     #[arg(long)]
     pub md: Option<PathBuf>,
+    /// The LM head: `tied` to the embedding matrix (Zoology's models) or `untied` (the
+    /// official language models').
+    #[arg(long, value_enum, default_value = "tied")]
+    pub head: MqarHead,
+    /// Weight initialisation: `zoology` (Linear and embedding weights N(0, 0.02), short convs
+    /// PyTorch's Conv1d default) or `official` (fla's `_init_weights`, N(0, 0.006)).
+    #[arg(long, value_enum, default_value = "zoology")]
+    pub init: MqarInit,
     /// Vocabulary size (Zoology: 8192; smaller for tests).
     #[arg(long, default_value_t = crate::mqar::ZOOLOGY_VOCAB, hide = true)]
     pub vocab: usize,
@@ -267,6 +306,8 @@ fn settings_json(args: &MqarArgs) -> serde_json::Value {
         "early_stop": args.early_stop,
         "max_seconds_per_run": args.max_seconds_per_run,
         "warmup": args.warmup,
+        "head": format!("{:?}", args.head).to_lowercase(),
+        "init": format!("{:?}", args.init).to_lowercase(),
     })
 }
 
@@ -630,7 +671,7 @@ mod gpu_run {
     use super::*;
     use crate::mqar::MqarBatch;
     use indicatif::{ProgressBar, ProgressStyle};
-    use loglinear_host_gpu::train::graph::{new_train_graph, TrainGraph};
+    use loglinear_host_gpu::train::graph::{new_train_graph_with, TrainGraph};
     use loglinear_host_gpu::train::optim::{AdamW, AdamWConfig};
     use loglinear_host_gpu::train::schedule::{Decay, LrSchedule};
     use loglinear_host_gpu::{wgpu, Gpu, GpuError};
@@ -856,7 +897,8 @@ mod gpu_run {
                 let cfg = model_config(arch, dim, args.vocab)?;
                 // A graph over the GPU's buffer limit is retried with half the micro-batch.
                 let graph = loop {
-                    match new_train_graph(&gpu, &cfg, micro, args.seq_len) {
+                    let options = graph_options(args.head, args.init);
+                    match new_train_graph_with(&gpu, &cfg, micro, args.seq_len, options) {
                         Err(GpuError::TooLarge { label, bytes, .. })
                             if micro % 2 == 0 && args.batch % (micro / 2) == 0 =>
                         {

@@ -8,6 +8,7 @@
 
 use loglinear_converter::Checkpoint;
 use loglinear_host_gpu::train::gdn_model::GdnTrainModel;
+use loglinear_host_gpu::train::{GraphOptions, InitScheme};
 use loglinear_host_gpu::Gpu;
 use loglinear_runtime::{Arch, ModelConfig, WeightSource};
 use loglinear_tests::*;
@@ -284,24 +285,45 @@ fn rel_l2(a: &[f32], b: &[f64]) -> f64 {
 }
 
 fn grad_check(arch: Arch, t: usize, tol: f64) {
+    grad_check_with(arch, t, tol, GraphOptions::default());
+}
+
+/// The f64 port's parameters for a graph's: a tied head reads the embedding.
+fn with_head(p: &Params, tied: bool) -> Params {
+    let mut full = p.clone();
+    if tied {
+        full.insert(
+            "lm_head.weight".into(),
+            p["model.embeddings.weight"].clone(),
+        );
+    }
+    full
+}
+
+fn grad_check_with(arch: Arch, t: usize, tol: f64, options: GraphOptions) {
     let gpu = gpu();
     let c = small_config(arch);
     let batch = 2;
-    let model = GdnTrainModel::new(&gpu, &c, batch, t).unwrap();
+    let model = GdnTrainModel::with_options(&gpu, &c, batch, t, options).unwrap();
+    let tied = options.tie_embeddings;
     let p = random_params(&model, 11);
     load(&model, &gpu, &p);
     let tokens: Vec<u32> = (0..batch * (t + 1))
         .map(|i| ((i * 13 + i / 3) % c.vocab_size) as u32)
         .collect();
     let (losses, grads) = gpu_step(&gpu, &model, &tokens);
-    let want = ref_losses(&c, &p, &tokens, batch, t);
+    let want = ref_losses(&c, &with_head(&p, tied), &tokens, batch, t);
     let e = rel_l2(&losses, &want);
     eprintln!(
         "{arch:?} T={t}: losses rel L2 {e:.2e} (mean {:.4})",
         want.iter().sum::<f64>() / want.len() as f64
     );
     assert!(e < 1e-5, "losses differ: {e:.3e}");
-    let total = |pp: &Params| ref_losses(&c, pp, &tokens, batch, t).iter().sum::<f64>();
+    let total = |pp: &Params| {
+        ref_losses(&c, &with_head(pp, tied), &tokens, batch, t)
+            .iter()
+            .sum::<f64>()
+    };
     let mut worst = 0.0f64;
     for (pi, param) in model.params().iter().enumerate() {
         let n = param.len;
@@ -349,6 +371,17 @@ fn log_linear_gradients_match_finite_differences() {
 #[test]
 fn plain_gradients_match_finite_differences() {
     grad_check(Arch::GatedDeltaNet, 70, 1e-4);
+}
+
+/// Tied head (the MQAR runner's): no `lm_head.weight`, and the embedding's gradient is the sum
+/// of its input and output uses.
+#[test]
+fn tied_head_gradients_match_finite_differences() {
+    let options = GraphOptions {
+        tie_embeddings: true,
+        init: InitScheme::Official,
+    };
+    grad_check_with(Arch::LogLinearGatedDeltaNet, 40, 1e-4, options);
 }
 
 /// Per-token losses from the golden logits (f64).
@@ -575,6 +608,33 @@ fn params_keys_init_and_load_errors() {
         .to_string();
     assert!(err.contains("lm_head.weight"), "{err}");
     model.load_params(&gpu, &|k| Some(full[k].clone())).unwrap();
+
+    // Zoology's init and a tied head: no lm_head, Linear and embedding N(0, 0.02) (output
+    // projections too), convs U(±1/√kernel).
+    let zoo = GraphOptions {
+        tie_embeddings: true,
+        init: InitScheme::Zoology,
+    };
+    let model = GdnTrainModel::with_options(&gpu, &c, 1, 8, zoo).unwrap();
+    assert_eq!(model.params().len(), 2 + 20 * c.num_layers);
+    assert!(model.param_index("lm_head.weight").is_none());
+    model.init_params(&gpu, 7).unwrap();
+    let a = model.read_params(&gpu).unwrap();
+    let by: HashMap<&str, &Vec<f32>> = a.iter().map(|(k, _, v)| (k.as_str(), v)).collect();
+    let rms =
+        |w: &[f32]| (w.iter().map(|&x| (x as f64).powi(2)).sum::<f64>() / w.len() as f64).sqrt();
+    for k in [
+        "model.embeddings.weight",
+        "model.layers.0.mlp.gate_proj.weight",
+        "model.layers.1.mlp.down_proj.weight",
+    ] {
+        let std = rms(by[k]);
+        assert!((std - 0.02).abs() < 0.003, "{k}: std {std}");
+    }
+    let conv = by["model.layers.0.attn.q_conv1d.weight"];
+    assert!(conv.iter().all(|&x| x.abs() <= 0.5));
+    assert!(conv.iter().any(|&x| x.abs() > 0.25));
+    assert!(by["model.layers.0.attn.L"].iter().all(|&x| x == 1.0));
 }
 
 /// The shipped byte-level LL-GDN (dk 64, 4 layers): the training forward's per-token losses

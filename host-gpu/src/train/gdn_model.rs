@@ -25,7 +25,7 @@ use crate::chunk_scan::{ChunkScan, Form, ScanIo, ScanKernels, ScanShape};
 use crate::gpu::{Gpu, GpuError};
 use crate::grad::OpGradIo;
 use crate::train::kernels::{encode_all, ConvShape, GateIo, GateShape, HeadIo, Step, TrainKernels};
-use crate::train::Param;
+use crate::train::{init_weight, GraphOptions, InitRng, Param};
 use loglinear_runtime::{Arch, ModelConfig, LAMBDA_LEVELS};
 
 /// Where each parameter of one block sits in [`GdnTrainModel::params`].
@@ -177,6 +177,7 @@ impl OpBackward {
 /// A GDN language model set up for training on B windows of T tokens.
 pub struct GdnTrainModel {
     config: ModelConfig,
+    options: GraphOptions,
     batch: usize,
     seq_len: usize,
     levels: usize,
@@ -252,30 +253,6 @@ fn f32_bytes(n: usize) -> u64 {
     4 * n as u64
 }
 
-/// The official initialisation's random numbers (deterministic for a seed): SplitMix64
-/// words, uniform doubles in [0, 1), and normals by Box–Muller.
-struct InitRng(u64);
-
-impl InitRng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn uniform(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    fn normal(&mut self) -> f64 {
-        let u1 = 1.0 - self.uniform();
-        let u2 = self.uniform();
-        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
-    }
-}
-
 impl GdnTrainModel {
     /// Allocates parameters (uninitialised: call [`GdnTrainModel::init_params`] or
     /// [`GdnTrainModel::load_params`]), activations and gradient scratch for `batch` windows of
@@ -285,6 +262,17 @@ impl GdnTrainModel {
         config: &ModelConfig,
         batch: usize,
         seq_len: usize,
+    ) -> Result<Self, GpuError> {
+        Self::with_options(gpu, config, batch, seq_len, GraphOptions::default())
+    }
+
+    /// [`GdnTrainModel::new`] with training-only choices (a tied LM head, the initialisation).
+    pub fn with_options(
+        gpu: &Gpu,
+        config: &ModelConfig,
+        batch: usize,
+        seq_len: usize,
+        options: GraphOptions,
     ) -> Result<Self, GpuError> {
         let c = *config;
         if !matches!(c.arch, Arch::LogLinearGatedDeltaNet | Arch::GatedDeltaNet) {
@@ -373,7 +361,12 @@ impl GdnTrainModel {
             });
         }
         let final_norm = add("model.norm.weight".into(), vec![d], false)?;
-        let lm_head = add("lm_head.weight".into(), vec![vocab, d], true)?;
+        // A tied head reads (and adds its gradient into) the embedding.
+        let lm_head = if options.tie_embeddings {
+            embedding
+        } else {
+            add("lm_head.weight".into(), vec![vocab, d], true)?
+        };
 
         let z = |label: &str, len: usize| gpu.storage_zeroed(label, f32_bytes(len));
         let tokens = z("train tokens", batch * (seq_len + 1))?;
@@ -931,6 +924,7 @@ impl GdnTrainModel {
         let pack = k.pack_inputs(gpu, &inputs, &tokens, seq_len, batch)?;
         Ok(Self {
             config: c,
+            options,
             batch,
             seq_len,
             levels,
@@ -1004,11 +998,10 @@ impl GdnTrainModel {
     /// Mirror of the official `_init_weights` (spec §6.2; deterministic for `seed`): Linear,
     /// conv and embedding weights N(0, 0.006); A_log = log U[0, 16]; dt_bias = softplus⁻¹(dt),
     /// dt = exp(U[ln 1e-3, ln 1e-1]) floored at 1e-4; L = 1; norms 1; o_proj and down_proj
-    /// kaiming-uniform(a = √5) = U(±1/√fan_in), divided by √(2·layers).
+    /// kaiming-uniform(a = √5) = U(±1/√fan_in), divided by √(2·layers). The weights follow
+    /// the graph's [`InitScheme`](crate::train::InitScheme) (official unless the graph was built otherwise).
     pub fn init_params(&self, gpu: &Gpu, seed: u64) -> Result<(), GpuError> {
         let mut rng = InitRng(seed ^ 0x6764_6e5f_696e_6974);
-        let std = 0.006;
-        let rescale = (2.0 * self.config.num_layers as f64).sqrt();
         let outputs: Vec<usize> = self
             .blocks
             .iter()
@@ -1023,21 +1016,16 @@ impl GdnTrainModel {
                     .map(|_| (16.0 * rng.uniform()).max(1e-30).ln() as f32)
                     .collect()
             } else if name.ends_with(".dt_bias") {
-                (0..p.len)
-                    .map(|_| {
-                        let (lo, hi) = (1e-3f64.ln(), 1e-1f64.ln());
-                        let dt = (lo + rng.uniform() * (hi - lo)).exp().max(1e-4);
-                        // softplus⁻¹(dt) = dt + ln(−expm1(−dt))
-                        (dt + (-(-dt).exp_m1()).ln()) as f32
-                    })
-                    .collect()
-            } else if outputs.contains(&i) {
-                let bound = 1.0 / (p.shape[1] as f64).sqrt();
-                (0..p.len)
-                    .map(|_| ((2.0 * rng.uniform() - 1.0) * bound / rescale) as f32)
-                    .collect()
+                rng.dt_bias(p.len)
             } else {
-                (0..p.len).map(|_| (rng.normal() * std) as f32).collect()
+                init_weight(
+                    &mut rng,
+                    p,
+                    outputs.contains(&i),
+                    self.config.num_layers,
+                    self.config.conv_kernel,
+                    self.options.init,
+                )
             };
             gpu.write(&p.value, &data);
         }
@@ -1136,7 +1124,8 @@ impl GdnTrainModel {
         self.params.iter().position(|p| p.name == name)
     }
 
-    /// Indices of the embedding, final norm and LM head in [`GdnTrainModel::params`].
+    /// Indices of the embedding, final norm and LM head in [`GdnTrainModel::params`] (a tied
+    /// head's is the embedding's).
     pub fn global_params(&self) -> [usize; 3] {
         [self.embedding, self.final_norm, self.lm_head]
     }

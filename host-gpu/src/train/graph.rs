@@ -4,7 +4,7 @@
 use crate::gpu::{Gpu, GpuError};
 use crate::train::gdn_model::{GdnTrainModel, NamedTensor};
 use crate::train::mamba2_model::Mamba2TrainModel;
-use crate::train::Param;
+use crate::train::{GraphOptions, Param};
 use loglinear_runtime::{Arch, ModelConfig};
 
 /// A model's training graph on B windows of T tokens. See [`GdnTrainModel`] for what each
@@ -118,12 +118,23 @@ pub fn new_train_graph(
     batch: usize,
     seq_len: usize,
 ) -> Result<Box<dyn TrainGraph>, GpuError> {
+    new_train_graph_with(gpu, config, batch, seq_len, GraphOptions::default())
+}
+
+/// [`new_train_graph`] with training-only choices (a tied LM head, the initialisation).
+pub fn new_train_graph_with(
+    gpu: &Gpu,
+    config: &ModelConfig,
+    batch: usize,
+    seq_len: usize,
+    options: GraphOptions,
+) -> Result<Box<dyn TrainGraph>, GpuError> {
     match config.arch {
-        Arch::LogLinearGatedDeltaNet | Arch::GatedDeltaNet => {
-            Ok(Box::new(GdnTrainModel::new(gpu, config, batch, seq_len)?))
-        }
-        Arch::LogLinearMamba2 | Arch::Mamba2 => Ok(Box::new(Mamba2TrainModel::new(
-            gpu, config, batch, seq_len,
+        Arch::LogLinearGatedDeltaNet | Arch::GatedDeltaNet => Ok(Box::new(
+            GdnTrainModel::with_options(gpu, config, batch, seq_len, options)?,
+        )),
+        Arch::LogLinearMamba2 | Arch::Mamba2 => Ok(Box::new(Mamba2TrainModel::with_options(
+            gpu, config, batch, seq_len, options,
         )?)),
     }
 }

@@ -23,7 +23,7 @@ use crate::grad::OpGradIo;
 use crate::train::gdn_model::{exact_levels, NamedTensor};
 use crate::train::kernels::{encode_all, ConvShape, HeadIo, Operand, Step, TrainKernels};
 use crate::train::mamba2_kernels::{M2GateIo, M2Shape, M2TrainKernels};
-use crate::train::Param;
+use crate::train::{init_weight, GraphOptions, InitRng, Param};
 use loglinear_runtime::{ModelConfig, LAMBDA_LEVELS};
 
 /// Where each parameter of one block sits in [`Mamba2TrainModel::params`].
@@ -133,6 +133,7 @@ struct BlockSteps {
 /// A Mamba-2 language model set up for training on B windows of T tokens.
 pub struct Mamba2TrainModel {
     config: ModelConfig,
+    options: GraphOptions,
     batch: usize,
     seq_len: usize,
     levels: usize,
@@ -171,30 +172,6 @@ pub struct Mamba2TrainModel {
 
 fn f32_bytes(n: usize) -> u64 {
     4 * n as u64
-}
-
-/// The official initialisation's random numbers (deterministic for a seed): SplitMix64
-/// words, uniform doubles in [0, 1), and normals by Box–Muller.
-struct InitRng(u64);
-
-impl InitRng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn uniform(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    fn normal(&mut self) -> f64 {
-        let u1 = 1.0 - self.uniform();
-        let u2 = self.uniform();
-        (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
-    }
 }
 
 /// A slice of rows of a linear layer's weight: rows `[row0, row0 + out_dim)` of W
@@ -279,6 +256,17 @@ impl Mamba2TrainModel {
         config: &ModelConfig,
         batch: usize,
         seq_len: usize,
+    ) -> Result<Self, GpuError> {
+        Self::with_options(gpu, config, batch, seq_len, GraphOptions::default())
+    }
+
+    /// [`Mamba2TrainModel::new`] with training-only choices (a tied LM head, the initialisation).
+    pub fn with_options(
+        gpu: &Gpu,
+        config: &ModelConfig,
+        batch: usize,
+        seq_len: usize,
+        options: GraphOptions,
     ) -> Result<Self, GpuError> {
         let c = *config;
         if !c.arch.is_mamba2() {
@@ -377,7 +365,12 @@ impl Mamba2TrainModel {
             });
         }
         let final_norm = add("backbone.norm_f.weight".into(), vec![d], false)?;
-        let lm_head = add("lm_head.weight".into(), vec![vocab, d], true)?;
+        // A tied head reads (and adds its gradient into) the embedding.
+        let lm_head = if options.tie_embeddings {
+            embedding
+        } else {
+            add("lm_head.weight".into(), vec![vocab, d], true)?
+        };
 
         let z = |label: &str, len: usize| gpu.storage_zeroed(label, f32_bytes(len));
         let tokens = z("train tokens", batch * (seq_len + 1))?;
@@ -829,6 +822,7 @@ impl Mamba2TrainModel {
         let pack = k.pack_inputs(gpu, &inputs, &tokens, seq_len, batch)?;
         Ok(Self {
             config: c,
+            options,
             batch,
             seq_len,
             levels,
@@ -904,11 +898,10 @@ impl Mamba2TrainModel {
     /// `Mamba2PreTrainedModel`, which `hattention` and `mamba2mlp` inherit); dt_bias =
     /// softplus⁻¹(dt), dt = exp(U[ln 1e-3, ln 1e-1]) floored at 1e-4; D = 1; L = 1; norms 1;
     /// out_proj and down_proj kaiming-uniform(a = √5) = U(±1/√fan_in), divided by
-    /// √(2·layers).
+    /// √(2·layers). The weights and conv bias follow the graph's [`InitScheme`](crate::train::InitScheme) (official
+    /// unless the graph was built otherwise).
     pub fn init_params(&self, gpu: &Gpu, seed: u64) -> Result<(), GpuError> {
         let mut rng = InitRng(seed ^ 0x6d61_6d62_615f_696e);
-        let std = 0.006;
-        let rescale = (2.0 * self.config.num_layers as f64).sqrt();
         let outputs: Vec<usize> = self
             .blocks
             .iter()
@@ -922,26 +915,19 @@ impl Mamba2TrainModel {
                 || name.ends_with(".D")
             {
                 vec![1.0; p.len]
-            } else if name.ends_with("conv1d.bias") {
-                vec![0.0; p.len]
             } else if name.ends_with(".A_log") {
                 (1..=p.len).map(|a| (a as f64).ln() as f32).collect()
             } else if name.ends_with(".dt_bias") {
-                (0..p.len)
-                    .map(|_| {
-                        let (lo, hi) = (1e-3f64.ln(), 1e-1f64.ln());
-                        let dt = (lo + rng.uniform() * (hi - lo)).exp().max(1e-4);
-                        // softplus⁻¹(dt) = dt + ln(−expm1(−dt))
-                        (dt + (-(-dt).exp_m1()).ln()) as f32
-                    })
-                    .collect()
-            } else if outputs.contains(&i) {
-                let bound = 1.0 / (p.shape[1] as f64).sqrt();
-                (0..p.len)
-                    .map(|_| ((2.0 * rng.uniform() - 1.0) * bound / rescale) as f32)
-                    .collect()
+                rng.dt_bias(p.len)
             } else {
-                (0..p.len).map(|_| (rng.normal() * std) as f32).collect()
+                init_weight(
+                    &mut rng,
+                    p,
+                    outputs.contains(&i),
+                    self.config.num_layers,
+                    self.config.conv_kernel,
+                    self.options.init,
+                )
             };
             gpu.write(&p.value, &data);
         }
@@ -1038,7 +1024,8 @@ impl Mamba2TrainModel {
         self.params.iter().position(|p| p.name == name)
     }
 
-    /// Indices of the embedding, final norm and LM head in [`Mamba2TrainModel::params`].
+    /// Indices of the embedding, final norm and LM head in [`Mamba2TrainModel::params`] (a tied
+    /// head's is the embedding's).
     pub fn global_params(&self) -> [usize; 3] {
         [self.embedding, self.final_norm, self.lm_head]
     }
