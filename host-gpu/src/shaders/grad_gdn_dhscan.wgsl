@@ -2,7 +2,7 @@
 // (BV columns of dv, head, chunk level m), chunks in reverse order. With D = dL/dH_{c+1}
 // (0 after a group-last chunk and after the last chunk), stored as dhs[m][c]:
 //   dL/dH_c = e^Γ D − W̃ᵀ dX + ρ Σ_i λ_i[c0+1+m] q̃_i dO_iᵀ   (ρ = 1 on reader chunks),
-// dX = K̃ D stored too (xs_at), for grad_gdn_lvl.
+// dX = K̃ D stored too (xs_at), for grad_gdn_lvl. Thread layout as in grad_gdn_hscan.
 
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read> fpack: array<f32>;
@@ -12,8 +12,10 @@
 @group(0) @binding(5) var<storage, read_write> dhs: array<f32>;
 
 const BV: u32 = 8u;
-var<workgroup> st: array<f32, 2048>; // MAX_DK * BV
-var<workgroup> xw: array<f32, 512>;  // C * BV: K̃ D
+var<workgroup> st: array<vec4<f32>, 512>;  // [MAX_DK][2]
+// [dk half][2][C]: partial sums of K̃ D; the second half then holds λ_i dO_i ([2][C]).
+var<workgroup> part: array<vec4<f32>, 256>;
+var<workgroup> xw: array<vec4<f32>, 128>;  // [C][2]: dX = K̃ D
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -21,58 +23,86 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let h = head0() + wg.y;
     let m = wg.z;
     let nbv = min(BV, P.dv - v0);
-    let ns = P.dk * BV;
+    let dk = P.dk;
+    let ns = dk * 2u;
     let col = C0P1 + m;
+    let ai = lid % C;
+    let ah = (lid / C) % 2u;
+    let ak = lid / (2u * C);
+    let kh = (dk + 1u) / 2u;
     for (var e = lid; e < ns; e += 256u) {
-        st[e] = 0.0;
+        st[e] = vec4<f32>(0.0);
     }
     for (var cc = 0u; cc < P.nt; cc++) {
         let c = P.nt - 1u - cc;
         let t0 = c * C;
         let n = chunk_rows(c);
         let sb = state_at(m, c, h);
+        let rd = reads(c, m);
         if (group_last(c, m) || c + 1u == P.nt) {
             for (var e = lid; e < ns; e += 256u) {
-                st[e] = 0.0;
+                st[e] = vec4<f32>(0.0);
             }
         }
         for (var e = lid; e < ns; e += 256u) {
-            let d = e % BV;
-            if (d < nbv) {
-                dhs[sb + (e / BV) * P.dv + v0 + d] = st[e];
-            }
-        }
-        workgroupBarrier();
-        for (var e = lid; e < C * BV; e += 256u) {
-            let i = e / BV;
-            let d = e % BV;
-            var x = 0.0;
-            if (i < n && d < nbv) {
-                let row = frow(t0 + i, h);
-                for (var kk = 0u; kk < P.dk; kk++) {
-                    x += fpack[row + P.dk + kk] * st[kk * BV + d];
+            let d = (e % 2u) * 4u;
+            let s = st[e];
+            for (var j = 0u; j < 4u; j++) {
+                if (d + j < nbv) {
+                    dhs[sb + (e / 2u) * P.dv + v0 + d + j] = s[j];
                 }
             }
-            xw[e] = x;
-            if (d < nbv) {
-                dhs[xs_at(m, c, h) + i * P.dv + v0 + d] = x;
-            }
         }
         workgroupBarrier();
-        let eg = exp(gam[(t0 + n - 1u) * P.heads + h]);
-        let rd = reads(c, m);
-        for (var e = lid; e < ns; e += 256u) {
-            let kk = e / BV;
-            let d = e % BV;
-            var s = eg * st[e];
-            for (var i = 0u; i < n; i++) {
-                s -= fpack[frow(t0 + i, h) + 2u * P.dk + kk] * xw[i * BV + d];
+        // Phase A: partial sums of K̃ D over one dk half.
+        var p = vec4<f32>(0.0);
+        if (ai < n) {
+            let krow = frow(t0 + ai, h) + dk;
+            for (var kk = ak * kh; kk < min(dk, (ak + 1u) * kh); kk++) {
+                p += fpack[krow + kk] * st[kk * 2u + ah];
             }
-            if (rd && d < nbv) {
+        }
+        part[lid] = p;
+        workgroupBarrier();
+        if (lid < 2u * C) {
+            let i = lid % C;
+            let hf = lid / C;
+            var x = vec4<f32>(0.0);
+            var ldo = vec4<f32>(0.0);
+            if (i < n) {
+                let d = hf * 4u;
+                x = part[i + hf * C] + part[i + hf * C + 2u * C];
+                let t = t0 + i;
+                let l = lam[lam_idx(t, h, col)];
+                for (var j = 0u; j < 4u; j++) {
+                    if (d + j < nbv) {
+                        dhs[xs_at(m, c, h) + i * P.dv + v0 + d + j] = x[j];
+                        if (rd) {
+                            ldo[j] = l * dout[(t * P.heads + h) * P.dv + v0 + d + j];
+                        }
+                    }
+                }
+            }
+            xw[i * 2u + hf] = x;
+            // Only this thread read this slot of the second half.
+            part[2u * C + i + hf * C] = ldo;
+        }
+        workgroupBarrier();
+        // Phase B: the state-gradient update of (dk row, half).
+        let eg = exp(gam[(t0 + n - 1u) * P.heads + h]);
+        for (var e = lid; e < ns; e += 256u) {
+            let kk = e / 2u;
+            let hf = e % 2u;
+            var s = eg * st[e];
+            if (rd) {
                 for (var i = 0u; i < n; i++) {
-                    let t = t0 + i;
-                    s += lam[lam_idx(t, h, col)] * fpack[frow(t, h) + kk]
-                        * dout[(t * P.heads + h) * P.dv + v0 + d];
+                    let f = frow(t0 + i, h);
+                    s += fpack[f + kk] * part[2u * C + i + hf * C]
+                        - fpack[f + 2u * dk + kk] * xw[i * 2u + hf];
+                }
+            } else {
+                for (var i = 0u; i < n; i++) {
+                    s -= fpack[frow(t0 + i, h) + 2u * dk + kk] * xw[i * 2u + hf];
                 }
             }
             st[e] = s;

@@ -3,6 +3,8 @@
 //   hs[m][c] = H_c (state entering chunk c); after a group-last chunk H = 0, otherwise
 //   H ← e^Γ H + K̃ᵀ X, X = σ U − W̃ H with σ = 1 on source chunks (bit m of c clear), else 0;
 //   X is stored too (xs_at), for grad_gdn_lvl.
+// The BV = 8 columns are two vec4 halves: X by (row, half, dk half) with partial sums, the
+// state update by (dk row, half), so every fpack word loaded feeds 4 products.
 
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read> fpack: array<f32>;
@@ -10,8 +12,19 @@
 @group(0) @binding(3) var<storage, read_write> hs: array<f32>;
 
 const BV: u32 = 8u;
-var<workgroup> st: array<f32, 2048>; // MAX_DK * BV: the state columns of this workgroup
-var<workgroup> xw: array<f32, 512>;  // C * BV: σ U − W̃ H
+var<workgroup> st: array<vec4<f32>, 512>;  // [MAX_DK][2]: the state columns of this workgroup
+var<workgroup> part: array<vec4<f32>, 256>; // [dk half][2][C]: partial sums of W̃ H
+var<workgroup> xw: array<vec4<f32>, 128>;  // [C][2]: X
+
+fn load4(base: u32, ok: vec4<bool>) -> vec4<f32> {
+    var r = vec4<f32>(0.0);
+    for (var j = 0u; j < 4u; j++) {
+        if (ok[j]) {
+            r[j] = fpack[base + j];
+        }
+    }
+    return r;
+}
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -19,55 +32,75 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let h = head0() + wg.y;
     let m = wg.z;
     let nbv = min(BV, P.dv - v0);
-    let ns = P.dk * BV;
+    let dk = P.dk;
+    let ns = dk * 2u;
     for (var e = lid; e < ns; e += 256u) {
-        st[e] = 0.0;
+        st[e] = vec4<f32>(0.0);
     }
+    // Phase A thread: row ai, half ah, dk half ak.
+    let ai = lid % C;
+    let ah = (lid / C) % 2u;
+    let ak = lid / (2u * C);
+    let kh = (dk + 1u) / 2u;
     workgroupBarrier();
     for (var c = 0u; c < P.nt; c++) {
         let t0 = c * C;
         let n = chunk_rows(c);
         let sb = state_at(m, c, h);
         for (var e = lid; e < ns; e += 256u) {
-            let d = e % BV;
-            if (d < nbv) {
-                hs[sb + (e / BV) * P.dv + v0 + d] = st[e];
+            let d = (e % 2u) * 4u;
+            let s = st[e];
+            for (var j = 0u; j < 4u; j++) {
+                if (d + j < nbv) {
+                    hs[sb + (e / 2u) * P.dv + v0 + d + j] = s[j];
+                }
             }
         }
         if (group_last(c, m) || c + 1u == P.nt) {
             for (var e = lid; e < ns; e += 256u) {
-                st[e] = 0.0;
+                st[e] = vec4<f32>(0.0);
             }
             workgroupBarrier();
             continue;
         }
-        let src = !reads(c, m);
-        for (var e = lid; e < C * BV; e += 256u) {
-            let i = e / BV;
-            let d = e % BV;
-            var x = 0.0;
-            if (i < n && d < nbv) {
-                let row = frow(t0 + i, h);
-                if (src) {
-                    x = fpack[row + 3u * P.dk + v0 + d];
-                }
-                for (var kk = 0u; kk < P.dk; kk++) {
-                    x -= fpack[row + 2u * P.dk + kk] * st[kk * BV + d];
-                }
-            }
-            xw[e] = x;
-            if (d < nbv) {
-                hs[xs_at(m, c, h) + i * P.dv + v0 + d] = x;
+        // Phase A: partial sums of W̃ H over one dk half.
+        var p = vec4<f32>(0.0);
+        if (ai < n) {
+            let wrow = frow(t0 + ai, h) + 2u * dk;
+            for (var kk = ak * kh; kk < min(dk, (ak + 1u) * kh); kk++) {
+                p += fpack[wrow + kk] * st[kk * 2u + ah];
             }
         }
+        part[lid] = p;
         workgroupBarrier();
+        if (lid < 2u * C) {
+            let i = lid % C;
+            let hf = lid / C;
+            var x = vec4<f32>(0.0);
+            if (i < n) {
+                let d = hf * 4u;
+                let ok = vec4<u32>(d, d + 1u, d + 2u, d + 3u) < vec4<u32>(nbv);
+                if (!reads(c, m)) {
+                    x = load4(frow(t0 + i, h) + 3u * dk + v0 + d, ok);
+                }
+                x -= part[i + hf * C] + part[i + hf * C + 2u * C];
+                for (var j = 0u; j < 4u; j++) {
+                    if (ok[j]) {
+                        hs[xs_at(m, c, h) + i * P.dv + v0 + d + j] = x[j];
+                    }
+                }
+            }
+            xw[i * 2u + hf] = x;
+        }
+        workgroupBarrier();
+        // Phase B: the state update of (dk row, half).
         let eg = exp(gam[(t0 + n - 1u) * P.heads + h]);
         for (var e = lid; e < ns; e += 256u) {
-            let kk = e / BV;
-            let d = e % BV;
+            let kk = e / 2u;
+            let hf = e % 2u;
             var s = eg * st[e];
             for (var i = 0u; i < n; i++) {
-                s += fpack[frow(t0 + i, h) + P.dk + kk] * xw[i * BV + d];
+                s += fpack[frow(t0 + i, h) + dk + kk] * xw[i * 2u + hf];
             }
             st[e] = s;
         }
