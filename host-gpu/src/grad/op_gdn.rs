@@ -19,7 +19,7 @@
 //! 6. `grad_gdn_intra`, per (chunk, head): intra-chunk λ-masked attention backward and the UT
 //!    transform backward (dM, dS1, dA_w, dP = −A_wᵀ dA_w A_wᵀ) as C×C tiles; per-row dβ, dγ and
 //!    the intra dλ columns (per-row level sums).
-//! 7. `grad_gdn_vec`, per (chunk, 16 rows, head): dq, dk, dv.
+//! 7. `grad_gdn_vec`, per (chunk, 32 dk or dv columns, head): dq, dk, dv as tiled products.
 //! 8. `grad_gdn_fin`: dβ, dg as the in-chunk reverse cumsum of dγ, and the inter-chunk dλ
 //!    columns from the partials.
 //!
@@ -42,9 +42,8 @@ const C0P1: usize = 7;
 const SCAN_BV: usize = 8;
 /// Floats of the per-chunk tile block (`PER_CH` in grad_gdn_common.wgsl).
 const PER_CH: usize = 12 * CHUNK * CHUNK + 2 * CHUNK;
-/// Rows of a chunk per workgroup of grad_gdn_vec (`RB` there).
-const RB_ROWS: usize = 16;
-/// dk columns per workgroup of grad_gdn_lvl (`KB` in grad_gdn_common.wgsl).
+/// dk (or dv) columns per workgroup of grad_gdn_lvl and grad_gdn_vec (`KB` in
+/// grad_gdn_common.wgsl).
 const KB_COLS: usize = 32;
 /// Largest workgroup count per dispatch dimension that every adapter allows.
 const MAX_GROUPS: usize = 65535;
@@ -162,7 +161,8 @@ impl GdnBackward {
         let nt = s.chunks();
         let scans = bitlen(nt - 1);
         let nkb = dk.div_ceil(KB_COLS);
-        if nt * (CHUNK / RB_ROWS).max(nkb) > MAX_GROUPS {
+        let vec_blocks = nkb + dv.div_ceil(KB_COLS);
+        if nt * vec_blocks > MAX_GROUPS {
             return Err(GpuError::Invalid(format!(
                 "GDN backward: T = {t} needs more than {MAX_GROUPS} workgroups per dispatch"
             )));
@@ -268,8 +268,8 @@ impl GdnBackward {
             };
             let u = gpu.uniform_from("gdn bwd group params", &gp);
             let per_chunk = [nt, gh, 1];
-            let per_rows = [nt * (CHUNK / RB_ROWS), gh, 1];
             let per_kblock = [nt * nkb, gh, 1];
+            let per_vblock = [nt * vec_blocks, gh, 1];
             let per_level = [dv.div_ceil(SCAN_BV), gh, scans];
             steps.push(step(
                 &prep_k,
@@ -311,7 +311,7 @@ impl GdnBackward {
                 &[
                     &u, io.q, io.k, &gam, io.beta, io.d_o, &gpack, &tiles, io.dq, io.dk, io.dv,
                 ],
-                per_rows,
+                per_vblock,
             ));
             steps.push(step(
                 &fin_k,
