@@ -2,6 +2,9 @@
 // Tiles S1 = Tril(Q Kᵀ), KK = StrictLower(K Kᵀ), A_w (forward substitution), M = S1 A_w; and
 //   q̃_i = e^{γ_i} (q_i − Σ_j M_ij β_j k_j),  K̃_i = e^{Γ − γ_i} k_i,
 //   W̃_i = e^{γ_i} Σ_j A_w,ij β_j k_j,        U_i = Σ_j e^{γ_i − γ_j} A_w,ij β_j v_j.
+// S1 and KK are workgroup-memory tiled products (PW dk columns of q and k staged at a time);
+// A_w lives in workgroup memory (packed lower triangle) for the substitution and every product
+// that uses it, and is turned in place into e^{γ_i − γ_j} A_w,ij β_j for U.
 
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read> q: array<f32>;
@@ -12,6 +15,18 @@
 @group(0) @binding(6) var<storage, read_write> tiles: array<f32>;
 @group(0) @binding(7) var<storage, read_write> fpack: array<f32>;
 
+const PW: u32 = 8u;
+var<workgroup> aw: array<f32, 2080>; // packed lower triangle (with diagonal) of C × C
+var<workgroup> pq: array<f32, 512>;  // [PW][C] q columns
+var<workgroup> pk: array<f32, 512>;  // [PW][C] k columns
+var<workgroup> gsh: array<f32, 64>;  // γ of the chunk's rows
+var<workgroup> bsh: array<f32, 64>;  // β of the chunk's rows
+var<workgroup> row: array<f32, 64>;  // one row of A_w during the substitution
+
+fn pidx(i: u32, j: u32) -> u32 {
+    return i * (i + 1u) / 2u + j;
+}
+
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let c = wg.x;
@@ -21,94 +36,223 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let base = ch_base(c, h);
     let tb = base + T_T * TILE;
     let mb = base + T_M * TILE;
+    let dk = P.dk;
+    if (lid < C) {
+        var gv = 0.0;
+        var bv = 0.0;
+        if (lid < n) {
+            gv = gam[(t0 + lid) * P.heads + h];
+            bv = beta[(t0 + lid) * P.heads + h];
+        }
+        gsh[lid] = gv;
+        bsh[lid] = bv;
+    }
 
-    // S1, KK, and P (in the A_w slot) for every entry (zero outside the chunk's rows).
+    // S1, KK on the 10 lower-triangle blocks (bi, bj ≤ bi) of 16 × 16: this thread's entry
+    // (ti, tj) of each.
+    let ti = lid / 16u;
+    let tj = lid % 16u;
+    var s1: array<f32, 10>;
+    var kk: array<f32, 10>;
+    for (var x0 = 0u; x0 < dk; x0 += PW) {
+        workgroupBarrier();
+        for (var e = lid; e < C * PW; e += 256u) {
+            let r = e / PW;
+            let x = x0 + e % PW;
+            var a = 0.0;
+            var b = 0.0;
+            if (r < n && x < dk) {
+                let rr = qk_row(t0 + r, h);
+                a = q[rr + x];
+                b = k[rr + x];
+            }
+            pq[(e % PW) * C + r] = a;
+            pk[(e % PW) * C + r] = b;
+        }
+        workgroupBarrier();
+        for (var x = 0u; x < min(PW, dk - x0); x++) {
+            var qi: array<f32, 4>;
+            var ki: array<f32, 4>;
+            var kj: array<f32, 4>;
+            for (var b = 0u; b < 4u; b++) {
+                qi[b] = pq[x * C + b * 16u + ti];
+                ki[b] = pk[x * C + b * 16u + ti];
+                kj[b] = pk[x * C + b * 16u + tj];
+            }
+            for (var bi = 0u; bi < 4u; bi++) {
+                for (var bj = 0u; bj <= bi; bj++) {
+                    let a = bi * (bi + 1u) / 2u + bj;
+                    s1[a] += qi[bi] * kj[bj];
+                    kk[a] += ki[bi] * kj[bj];
+                }
+            }
+        }
+    }
+    // The tiles (zero outside the chunk's rows and the triangles), and P = StrictLower(diag(β)
+    // K Kᵀ) into aw (replaced by A_w below).
+    for (var bi = 0u; bi < 4u; bi++) {
+        for (var bj = 0u; bj < 4u; bj++) {
+            let i = bi * 16u + ti;
+            let j = bj * 16u + tj;
+            var a = 0.0;
+            var b = 0.0;
+            if (bj <= bi && i < n && j <= i) {
+                let ab = bi * (bi + 1u) / 2u + bj;
+                a = s1[ab];
+                if (j < i) {
+                    b = kk[ab];
+                    aw[pidx(i, j)] = bsh[i] * b;
+                }
+            }
+            tiles[base + T_S1 * TILE + i * C + j] = a;
+            tiles[base + T_KK * TILE + i * C + j] = b;
+        }
+    }
+    workgroupBarrier();
+
+    // A_w = (I + P)⁻¹ row by row: T_ij = δ_ij − Σ_{l=j..i-1} P_il T_lj (T_jj = 1).
+    if (lid < C) {
+        aw[pidx(lid, lid)] = 1.0;
+    }
+    for (var i = 1u; i < n; i++) {
+        let j = lid;
+        if (j < i) {
+            var val = -aw[pidx(i, j)];
+            for (var l = j + 1u; l < i; l++) {
+                val -= aw[pidx(i, l)] * aw[pidx(l, j)];
+            }
+            row[j] = val;
+        }
+        workgroupBarrier();
+        if (j < i) {
+            aw[pidx(i, j)] = row[j];
+        }
+        workgroupBarrier();
+    }
+    workgroupBarrier();
     for (var e = lid; e < TILE; e += 256u) {
         let i = e / C;
         let j = e % C;
-        var s1 = 0.0;
-        var kk = 0.0;
+        var a = 0.0;
         if (i < n && j <= i) {
-            let ri = qk_row(t0 + i, h);
-            let rj = qk_row(t0 + j, h);
-            for (var x = 0u; x < P.dk; x++) {
-                s1 += q[ri + x] * k[rj + x];
-                kk += k[ri + x] * k[rj + x];
-            }
+            a = aw[pidx(i, j)];
         }
-        if (j == i) {
-            kk = 0.0;
-        }
-        tiles[base + T_S1 * TILE + e] = s1;
-        tiles[base + T_KK * TILE + e] = kk;
-        var p = 0.0;
-        if (i < n) {
-            p = beta[(t0 + i) * P.heads + h] * kk;
-        }
-        tiles[tb + e] = p;
+        tiles[tb + e] = a;
     }
     storageBarrier();
 
-    // A_w = (I + P)⁻¹ in place, row by row: T_ij = δ_ij − Σ_{l=j..i-1} P_il T_lj.
-    for (var i = 0u; i < n; i++) {
-        var val = 0.0;
-        let j = lid;
-        if (j < C) {
-            val = select(0.0, 1.0, i == j);
-            for (var l = j; l < i; l++) {
-                val -= tiles[tb + i * C + l] * tiles[tb + l * C + j];
-            }
-        }
-        storageBarrier();
-        if (j < C) {
-            tiles[tb + i * C + j] = val;
-        }
-        storageBarrier();
-    }
-
-    // M = S1 A_w (both lower triangular).
+    // M = S1 A_w (both lower triangular; S1 read back from the tile, one word per warp).
     for (var e = lid; e < TILE; e += 256u) {
         let i = e / C;
         let j = e % C;
         var mv = 0.0;
         if (i < n && j <= i) {
             for (var l = j; l <= i; l++) {
-                mv += tiles[base + T_S1 * TILE + i * C + l] * tiles[tb + l * C + j];
+                mv += tiles[base + T_S1 * TILE + i * C + l] * aw[pidx(l, j)];
             }
         }
         tiles[mb + e] = mv;
     }
     storageBarrier();
 
-    let g_last = gam[(t0 + n - 1u) * P.heads + h];
-    for (var e = lid; e < n * P.dk; e += 256u) {
-        let i = e / P.dk;
-        let x = e % P.dk;
-        let gi = gam[(t0 + i) * P.heads + h];
-        let eg = exp(gi);
-        var mq = 0.0;
-        var mw = 0.0;
-        for (var j = 0u; j <= i; j++) {
-            let bk = beta[(t0 + j) * P.heads + h] * k[qk_row(t0 + j, h) + x];
-            mq += tiles[mb + i * C + j] * bk;
-            mw += tiles[tb + i * C + j] * bk;
+    // q̃, K̃, W̃ per block of KB dk columns: thread = column xc × rows r0 .. r0 + 8; products
+    // over j with 8 rows of β K (pk) and 8 columns of M (pq) staged at a time.
+    let g_last = gsh[n - 1u];
+    let xc = lid % KB;
+    let r0 = (lid / KB) * 8u;
+    for (var x0 = 0u; x0 < dk; x0 += KB) {
+        var mq: array<f32, 8>;
+        var mw: array<f32, 8>;
+        for (var j0 = 0u; j0 < n; j0 += 8u) {
+            workgroupBarrier();
+            {
+                let j = j0 + lid / KB;
+                var bk = 0.0;
+                if (j < n && x0 + xc < dk) {
+                    bk = bsh[j] * k[qk_row(t0 + j, h) + x0 + xc];
+                }
+                pk[lid] = bk;
+            }
+            for (var e = lid; e < 8u * C; e += 256u) {
+                let i = e / 8u;
+                let jr = e % 8u;
+                pq[jr * C + i] = tiles[mb + i * C + j0 + jr];
+            }
+            workgroupBarrier();
+            for (var jr = 0u; jr < min(8u, n - j0); jr++) {
+                let j = j0 + jr;
+                let bk = pk[jr * KB + xc];
+                for (var s = 0u; s < 8u; s++) {
+                    let i = r0 + s;
+                    mq[s] += pq[jr * C + i] * bk;
+                    if (j <= i) {
+                        mw[s] += aw[pidx(i, j)] * bk;
+                    }
+                }
+            }
         }
-        let row = frow(t0 + i, h);
-        let ri = qk_row(t0 + i, h);
-        fpack[row + x] = eg * (q[ri + x] - mq);
-        fpack[row + P.dk + x] = exp(g_last - gi) * k[ri + x];
-        fpack[row + 2u * P.dk + x] = eg * mw;
+        let x = x0 + xc;
+        if (x < dk) {
+            for (var s = 0u; s < 8u; s++) {
+                let i = r0 + s;
+                if (i < n) {
+                    let gi = gsh[i];
+                    let eg = exp(gi);
+                    let rw = frow(t0 + i, h);
+                    let ri = qk_row(t0 + i, h);
+                    fpack[rw + x] = eg * (q[ri + x] - mq[s]);
+                    fpack[rw + dk + x] = exp(g_last - gi) * k[ri + x];
+                    fpack[rw + 2u * dk + x] = eg * mw[s];
+                }
+            }
+        }
     }
-    for (var e = lid; e < n * P.dv; e += 256u) {
-        let i = e / P.dv;
-        let d = e % P.dv;
-        let gi = gam[(t0 + i) * P.heads + h];
-        var s = 0.0;
-        for (var j = 0u; j <= i; j++) {
-            let gj = gam[(t0 + j) * P.heads + h];
-            s += exp(gi - gj) * tiles[tb + i * C + j] * beta[(t0 + j) * P.heads + h]
-                * v[((t0 + j) * P.heads + h) * P.dv + d];
+    workgroupBarrier();
+    // A_w → e^{γ_i − γ_j} A_w,ij β_j in place, then U per block of KB dv columns as above.
+    for (var e = lid; e < 2080u; e += 256u) {
+        // Row i of packed index e: the largest i with i (i + 1) / 2 <= e.
+        var i = u32(floor((sqrt(8.0 * f32(e) + 1.0) - 1.0) * 0.5));
+        if (i * (i + 1u) / 2u > e) {
+            i -= 1u;
         }
-        fpack[frow(t0 + i, h) + 3u * P.dk + d] = s;
+        if ((i + 1u) * (i + 2u) / 2u <= e) {
+            i += 1u;
+        }
+        let j = e - i * (i + 1u) / 2u;
+        aw[e] = exp(gsh[i] - gsh[j]) * aw[e] * bsh[j];
+    }
+    for (var d0 = 0u; d0 < P.dv; d0 += KB) {
+        var u: array<f32, 8>;
+        for (var j0 = 0u; j0 < n; j0 += 8u) {
+            workgroupBarrier();
+            {
+                let j = j0 + lid / KB;
+                var vv = 0.0;
+                if (j < n && d0 + xc < P.dv) {
+                    vv = v[((t0 + j) * P.heads + h) * P.dv + d0 + xc];
+                }
+                pk[lid] = vv;
+            }
+            workgroupBarrier();
+            for (var jr = 0u; jr < min(8u, n - j0); jr++) {
+                let j = j0 + jr;
+                let vv = pk[jr * KB + xc];
+                for (var s = 0u; s < 8u; s++) {
+                    let i = r0 + s;
+                    if (j <= i) {
+                        u[s] += aw[pidx(i, j)] * vv;
+                    }
+                }
+            }
+        }
+        let d = d0 + xc;
+        if (d < P.dv) {
+            for (var s = 0u; s < 8u; s++) {
+                let i = r0 + s;
+                if (i < n) {
+                    fpack[frow(t0 + i, h) + 3u * dk + d] = u[s];
+                }
+            }
+        }
     }
 }
