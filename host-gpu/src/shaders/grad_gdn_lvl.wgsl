@@ -20,13 +20,22 @@
 @group(0) @binding(7) var<storage, read_write> dlp: array<f32>;
 @group(0) @binding(8) var<storage, read_write> gpack: array<f32>;
 
-const PW: u32 = 8u;   // dv columns per staged panel
-const RT: u32 = 8u;   // rows per thread
-// Panels, [p][..] so that a warp's threads read consecutive (H, D) or the same (X, dX, dO)
-// words: H, D [PW][KB] at 0 and 256; X, dX, dO [PW][C] at 512, 1024, 1536. Reused for the row
-// reductions ([C][KB] products) between levels.
-var<workgroup> pan: array<f32, 2048>;
+const PW: u32 = 4u;   // dv columns per staged panel
+const RT: u32 = 8u;   // rows per thread (two vec4)
+var<workgroup> sh: array<f32, 128>;        // H [PW][KB]
+var<workgroup> sd: array<f32, 128>;        // D [PW][KB]
+var<workgroup> sx: array<vec4<f32>, 64>;   // X [PW][C / 4]
+var<workgroup> sdx: array<vec4<f32>, 64>;  // dX [PW][C / 4]
+var<workgroup> so: array<vec4<f32>, 64>;   // dO [PW][C / 4]
+var<workgroup> pan: array<f32, 2048>;      // row reductions: [C][KB] products
 var<workgroup> red: array<f32, 256>;
+
+fn pick(a: vec4<f32>, b: vec4<f32>, s: u32) -> f32 {
+    if (s < 4u) {
+        return a[s];
+    }
+    return b[s - 4u];
+}
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -40,15 +49,19 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let dk = P.dk;
     let dv = P.dv;
     let eg = exp(gam[(t0 + n - 1u) * P.heads + h]);
-    // This thread: dk column k0 + kc, rows r0 .. r0 + RT.
+    // This thread: dk column k0 + kc, rows r0 .. r0 + RT (vec4 rq, rq + 1 of a panel row).
     let kc = lid % KB;
     let r0 = (lid / KB) * RT;
+    let rq = r0 / 4u;
     let kx = k0 + kc;
     let kin = kx < dk;
 
-    var aq: array<f32, 8>;
-    var ak: array<f32, 8>;
-    var aw: array<f32, 8>;
+    var aq0 = vec4<f32>(0.0);
+    var aq1 = vec4<f32>(0.0);
+    var ak0 = vec4<f32>(0.0);
+    var ak1 = vec4<f32>(0.0);
+    var aw0 = vec4<f32>(0.0);
+    var aw1 = vec4<f32>(0.0);
     var gacc = 0.0;
     for (var m = 0u; m < P.n_scans; m++) {
         let rd = reads(c, m);
@@ -58,10 +71,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         }
         let sb = state_at(m, c, h);
         let xb = xs_at(m, c, h);
-        var y: array<f32, 8>;
+        var y0 = vec4<f32>(0.0);
+        var y1 = vec4<f32>(0.0);
         for (var d0 = 0u; d0 < dv; d0 += PW) {
             workgroupBarrier();
-            {
+            if (lid < PW * KB) {
                 // H, D: element (p, kc') = lid.
                 let p = lid / KB;
                 let kk = k0 + lid % KB;
@@ -74,12 +88,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                         dd = dhs[sb + kk * dv + d];
                     }
                 }
-                pan[lid] = hv;
-                pan[256u + lid] = dd;
+                sh[lid] = hv;
+                sd[lid] = dd;
             }
-            for (var e = lid; e < C * PW; e += 256u) {
-                let i = e / PW;
-                let p = e % PW;
+            {
+                // X, dX, dO: row i, column p.
+                let i = lid / PW;
+                let p = lid % PW;
                 let d = d0 + p;
                 var x = 0.0;
                 var dx = 0.0;
@@ -93,45 +108,58 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                         o = dout[((t0 + i) * P.heads + h) * dv + d];
                     }
                 }
-                pan[512u + p * C + i] = x;
-                pan[1024u + p * C + i] = dx;
-                pan[1536u + p * C + i] = o;
+                let a = p * (C / 4u) + i / 4u;
+                sx[a][i % 4u] = x;
+                sdx[a][i % 4u] = dx;
+                so[a][i % 4u] = o;
             }
             workgroupBarrier();
             if (has_d) {
-                gacc += pan[lid] * pan[256u + lid];
+                if (lid < PW * KB) {
+                    gacc += sh[lid] * sd[lid];
+                }
                 for (var p = 0u; p < PW; p++) {
-                    let hv = pan[p * KB + kc];
-                    let dd = pan[256u + p * KB + kc];
-                    for (var s = 0u; s < RT; s++) {
-                        ak[s] += pan[512u + p * C + r0 + s] * dd;
-                        aw[s] -= pan[1024u + p * C + r0 + s] * hv;
-                    }
+                    let hv = sh[p * KB + kc];
+                    let dd = sd[p * KB + kc];
+                    let a = p * (C / 4u) + rq;
+                    ak0 += sx[a] * dd;
+                    ak1 += sx[a + 1u] * dd;
+                    aw0 -= sdx[a] * hv;
+                    aw1 -= sdx[a + 1u] * hv;
                 }
             }
             if (rd) {
                 for (var p = 0u; p < PW; p++) {
-                    let hv = pan[p * KB + kc];
-                    for (var s = 0u; s < RT; s++) {
-                        y[s] += pan[1536u + p * C + r0 + s] * hv;
-                    }
+                    let hv = sh[p * KB + kc];
+                    let a = p * (C / 4u) + rq;
+                    y0 += so[a] * hv;
+                    y1 += so[a + 1u] * hv;
                 }
             }
         }
         if (rd) {
             // dq̃ and the products q̃ ⊙ (H dO) for the dλ row sums.
             let col = C0P1 + m;
-            workgroupBarrier();
+            var lv0 = vec4<f32>(0.0);
+            var lv1 = vec4<f32>(0.0);
             for (var s = 0u; s < RT; s++) {
                 let i = r0 + s;
                 var qv = 0.0;
+                var l = 0.0;
                 if (i < n && kin) {
                     let t = t0 + i;
-                    aq[s] += lam[lam_idx(t, h, col)] * y[s];
+                    l = lam[lam_idx(t, h, col)];
                     qv = fpack[frow(t, h) + kx];
                 }
-                pan[i * KB + kc] = qv * y[s];
+                if (s < 4u) {
+                    lv0[s] = l;
+                } else {
+                    lv1[s - 4u] = l;
+                }
+                pan[i * KB + kc] = qv * pick(y0, y1, s);
             }
+            aq0 += lv0 * y0;
+            aq1 += lv1 * y1;
             workgroupBarrier();
             if (lid < n) {
                 var sum = 0.0;
@@ -152,11 +180,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             let t = t0 + i;
             let f = frow(t, h);
             let g = grow(t, h);
-            gpack[g + kx] = aq[s];
-            gpack[g + dk + kx] = ak[s];
-            gpack[g + 2u * dk + kx] = aw[s];
-            pa[s] = aq[s] * fpack[f + kx] + aw[s] * fpack[f + 2u * dk + kx];
-            pk[s] = ak[s] * fpack[f + dk + kx];
+            let vq = pick(aq0, aq1, s);
+            let vk = pick(ak0, ak1, s);
+            let vw = pick(aw0, aw1, s);
+            gpack[g + kx] = vq;
+            gpack[g + dk + kx] = vk;
+            gpack[g + 2u * dk + kx] = vw;
+            pa[s] = vq * fpack[f + kx] + vw * fpack[f + 2u * dk + kx];
+            pk[s] = vk * fpack[f + dk + kx];
         }
     }
     red[lid] = gacc;
