@@ -5,6 +5,10 @@
 //   dA_w = S1ᵀ dM + e^{γ_i} β_j dwk + E β_j D2      (strictly lower)
 //   dS1  = dM A_wᵀ (lower),  dP = −A_wᵀ dA_w A_wᵀ (strictly lower)
 // and the per-row dβ, dγ (rows ROW_DB, ROW_DG of the chunk's tiles) and intra dλ columns.
+// Every C × C product is a workgroup-memory tiled one: the 64 × 64 output as 4 × 4 blocks of
+// 16 × 16, thread (ti, tj) holding entry (ti, tj) of each block (only the 10 lower blocks where
+// the output is lower triangular); 8 columns of the left and 8 rows of the right operand staged
+// at a time.
 
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read> k: array<f32>;
@@ -17,24 +21,67 @@
 @group(0) @binding(8) var<storage, read_write> tiles: array<f32>;
 @group(0) @binding(9) var<storage, read_write> dlam: array<f32>;
 
-const PW: u32 = 8u; // dimensions per staged panel (3 · C · PW floats = 6 KiB)
-var<workgroup> pa: array<f32, 512>; // rows i: dO (dv part) or dq̃ (dk part), [C][PW]
-var<workgroup> pb: array<f32, 512>; // rows i: dU or dW̃
-var<workgroup> pc: array<f32, 512>; // rows j: v or k
+
+const PW: u32 = 8u; // dimensions / rows per staged panel
+var<workgroup> wm: array<f32, 1536>; // staged panels: 3 × [PW][C]
 
 fn tl(base: u32, slot: u32, i: u32, j: u32) -> f32 {
     return tiles[base + slot * TILE + i * C + j];
 }
 
-// pa[l][b] = A_w[b][c0 + l] for l < PW (between two barriers).
-fn stage_t_columns(base: u32, c0: u32, lid: u32) {
-    workgroupBarrier();
-    for (var e = lid; e < C * PW; e += 256u) {
-        let b = e / PW;
-        let l = e % PW;
-        pa[l * C + b] = tl(base, T_T, b, c0 + l);
+// Block accumulator of the lower blocks (bi, bj ≤ bi).
+fn lb(bi: u32, bj: u32) -> u32 {
+    return bi * (bi + 1u) / 2u + bj;
+}
+
+// out[bi * 4 + bj] = Σ_j L[i][j] R[j][b] for i = 16 bi + ti, b = 16 bj + tj, j < n; L and R are
+// tiles of the chunk, read transposed when asked (L[i][j] = tile[j][i], R[j][b] = tile[b][j]).
+fn tile_product(base: u32, l_slot: u32, l_tr: bool, r_slot: u32, r_tr: bool, n: u32,
+                lid: u32) -> array<f32, 16> {
+    let ti = lid / 16u;
+    let tj = lid % 16u;
+    let lb_ = base + l_slot * TILE;
+    let rb_ = base + r_slot * TILE;
+    var out: array<f32, 16>;
+    for (var j0 = 0u; j0 < n; j0 += PW) {
+        workgroupBarrier();
+        for (var e = lid; e < PW * C; e += 256u) {
+            // Consecutive threads read consecutive words of the tile.
+            var jr = e % PW;
+            var i = e / PW;
+            if (l_tr) {
+                jr = e / C;
+                i = e % C;
+                wm[jr * C + i] = tiles[lb_ + (j0 + jr) * C + i];
+            } else {
+                wm[jr * C + i] = tiles[lb_ + i * C + j0 + jr];
+            }
+            var kr = e / C;
+            var b = e % C;
+            if (r_tr) {
+                kr = e % PW;
+                b = e / PW;
+                wm[512u + kr * C + b] = tiles[rb_ + b * C + j0 + kr];
+            } else {
+                wm[512u + kr * C + b] = tiles[rb_ + (j0 + kr) * C + b];
+            }
+        }
+        workgroupBarrier();
+        for (var jr = 0u; jr < min(PW, n - j0); jr++) {
+            var la: array<f32, 4>;
+            var rb: array<f32, 4>;
+            for (var q = 0u; q < 4u; q++) {
+                la[q] = wm[jr * C + q * 16u + ti];
+                rb[q] = wm[512u + jr * C + q * 16u + tj];
+            }
+            for (var bi = 0u; bi < 4u; bi++) {
+                for (var bj = 0u; bj < 4u; bj++) {
+                    out[bi * 4u + bj] += la[bi] * rb[bj];
+                }
+            }
+        }
     }
-    workgroupBarrier();
+    return out;
 }
 
 @compute @workgroup_size(256)
@@ -46,21 +93,21 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let base = ch_base(c, h);
     let dk = P.dk;
     let dv = P.dv;
+    let ti = lid / 16u;
+    let tj = lid % 16u;
 
-    // D, D2, dqk, dwk of this thread's 16 pairs (i = lid / C + 4 r, j = lid % C), the rows
-    // staged in workgroup memory PW dimensions at a time (each sum still runs over d in order).
-    var s_dd: array<f32, 16>;
-    var s_d2: array<f32, 16>;
-    var s_qk: array<f32, 16>;
-    var s_wk: array<f32, 16>;
-    let i0 = lid / C;
-    let jj = lid % C;
+    // D, D2, dqk, dwk on the lower blocks, the rows staged PW dimensions at a time ([PW][C]:
+    // wm 0 = rows i of dO or dq̃, 512 = dU or dW̃, 1024 = rows j of v or k).
+    var s_dd: array<f32, 10>;
+    var s_d2: array<f32, 10>;
+    var s_qk: array<f32, 10>;
+    var s_wk: array<f32, 10>;
     for (var d0 = 0u; d0 < dv; d0 += PW) {
-        let pw = min(PW, dv - d0);
         workgroupBarrier();
         for (var e = lid; e < C * PW; e += 256u) {
             let row = e / PW;
-            let d = d0 + e % PW;
+            let p = e % PW;
+            let d = d0 + p;
             var x = 0.0;
             var y = 0.0;
             var z = 0.0;
@@ -70,26 +117,34 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 y = gpack[grow(tr, h) + 3u * dk + d];
                 z = v[(tr * P.heads + h) * dv + d];
             }
-            pa[e] = x;
-            pb[e] = y;
-            pc[e] = z;
+            wm[p * C + row] = x;
+            wm[512u + p * C + row] = y;
+            wm[1024u + p * C + row] = z;
         }
         workgroupBarrier();
-        for (var r = 0u; r < 16u; r++) {
-            let i = i0 + 4u * r;
-            for (var d = 0u; d < pw; d++) {
-                let vj = pc[jj * PW + d];
-                s_dd[r] += pa[i * PW + d] * vj;
-                s_d2[r] += pb[i * PW + d] * vj;
+        for (var p = 0u; p < min(PW, dv - d0); p++) {
+            var oa: array<f32, 4>;
+            var ua: array<f32, 4>;
+            var va: array<f32, 4>;
+            for (var q = 0u; q < 4u; q++) {
+                oa[q] = wm[p * C + q * 16u + ti];
+                ua[q] = wm[512u + p * C + q * 16u + ti];
+                va[q] = wm[1024u + p * C + q * 16u + tj];
+            }
+            for (var bi = 0u; bi < 4u; bi++) {
+                for (var bj = 0u; bj <= bi; bj++) {
+                    s_dd[lb(bi, bj)] += oa[bi] * va[bj];
+                    s_d2[lb(bi, bj)] += ua[bi] * va[bj];
+                }
             }
         }
     }
     for (var x0 = 0u; x0 < dk; x0 += PW) {
-        let pw = min(PW, dk - x0);
         workgroupBarrier();
         for (var e = lid; e < C * PW; e += 256u) {
             let row = e / PW;
-            let x = x0 + e % PW;
+            let p = e % PW;
+            let x = x0 + p;
             var a = 0.0;
             var b = 0.0;
             var z = 0.0;
@@ -99,127 +154,127 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 b = gpack[grow(tr, h) + 2u * dk + x];
                 z = k[qk_row(tr, h) + x];
             }
-            pa[e] = a;
-            pb[e] = b;
-            pc[e] = z;
+            wm[p * C + row] = a;
+            wm[512u + p * C + row] = b;
+            wm[1024u + p * C + row] = z;
         }
         workgroupBarrier();
-        for (var r = 0u; r < 16u; r++) {
-            let i = i0 + 4u * r;
-            for (var x = 0u; x < pw; x++) {
-                let kj = pc[jj * PW + x];
-                s_qk[r] += pa[i * PW + x] * kj;
-                s_wk[r] += pb[i * PW + x] * kj;
+        for (var p = 0u; p < min(PW, dk - x0); p++) {
+            var qa: array<f32, 4>;
+            var wa: array<f32, 4>;
+            var ka: array<f32, 4>;
+            for (var q = 0u; q < 4u; q++) {
+                qa[q] = wm[p * C + q * 16u + ti];
+                wa[q] = wm[512u + p * C + q * 16u + ti];
+                ka[q] = wm[1024u + p * C + q * 16u + tj];
             }
-        }
-    }
-
-    // Per-pair quantities.
-    for (var r = 0u; r < 16u; r++) {
-        let e = lid + 256u * r;
-        let i = e / C;
-        let j = e % C;
-        var a = 0.0;
-        var tu = 0.0;
-        var dm = 0.0;
-        var dt = 0.0;
-        var cb = 0.0;
-        var cg = 0.0;
-        var cl = 0.0;
-        if (i < n && j <= i) {
-            let ti = t0 + i;
-            let tj = t0 + j;
-            let dd = s_dd[r];
-            let d2 = s_d2[r];
-            let dqk = s_qk[r];
-            let dwk = s_wk[r];
-            let gi = gam[ti * P.heads + h];
-            let ee = exp(gi - gam[tj * P.heads + h]);
-            let eg = exp(gi);
-            let bj = beta[tj * P.heads + h];
-            let l = lam[lam_idx(ti, h, lev(i, j))];
-            let mv = tiles[base + T_M * TILE + e];
-            let tv = tiles[base + T_T * TILE + e];
-            a = mv * ee * bj * l;
-            tu = ee * tv * bj;
-            dm = dd * ee * bj * l - eg * bj * dqk;
-            if (j < i) {
-                dt = eg * bj * dwk + ee * bj * d2;
-            }
-            cb = dd * mv * ee * l - eg * mv * dqk + tv * eg * dwk + ee * tv * d2;
-            cg = dd * a + tu * d2;
-            cl = dd * mv * ee * bj;
-        }
-        tiles[base + T_A * TILE + e] = a;
-        tiles[base + T_TU * TILE + e] = tu;
-        tiles[base + T_DM * TILE + e] = dm;
-        tiles[base + T_DT * TILE + e] = dt;
-        tiles[base + T_CB * TILE + e] = cb;
-        tiles[base + T_CG * TILE + e] = cg;
-        tiles[base + T_CL * TILE + e] = cl;
-    }
-    storageBarrier();
-
-    // dS1_ab = Σ_{j ≤ b} dM_aj A_w,bj (b ≤ a);  dA_w,ab += Σ_{i ≥ a} S1_ia dM_ib (b < a).
-    // A_w is read across its rows (b varies over the threads): PW of its columns at a time
-    // are staged transposed in `pa`.
-    var s_ds: array<f32, 16>;
-    for (var j0 = 0u; j0 < C; j0 += PW) {
-        stage_t_columns(base, j0, lid);
-        for (var r = 0u; r < 16u; r++) {
-            let a = i0 + 4u * r;
-            if (a < n && jj <= a) {
-                for (var j = j0; j < min(jj + 1u, j0 + PW); j++) {
-                    s_ds[r] += tl(base, T_DM, a, j) * pa[(j - j0) * C + jj];
+            for (var bi = 0u; bi < 4u; bi++) {
+                for (var bj = 0u; bj <= bi; bj++) {
+                    s_qk[lb(bi, bj)] += qa[bi] * ka[bj];
+                    s_wk[lb(bi, bj)] += wa[bi] * ka[bj];
                 }
             }
         }
     }
-    for (var r = 0u; r < 16u; r++) {
-        let e = lid + 256u * r;
-        let a = e / C;
-        let b = e % C;
-        let ds = s_ds[r];
-        var dt = tiles[base + T_DT * TILE + e];
-        if (a < n && b < a) {
-            for (var i = a; i < n; i++) {
-                dt += tl(base, T_S1, i, a) * tl(base, T_DM, i, b);
+
+    // Per-pair quantities (every entry written: 0 outside the chunk's lower triangle).
+    for (var bi = 0u; bi < 4u; bi++) {
+        for (var bj = 0u; bj < 4u; bj++) {
+            let i = bi * 16u + ti;
+            let j = bj * 16u + tj;
+            let e = i * C + j;
+            var a = 0.0;
+            var tu = 0.0;
+            var dm = 0.0;
+            var dt = 0.0;
+            var cb = 0.0;
+            var cg = 0.0;
+            var cl = 0.0;
+            if (bj <= bi && i < n && j <= i) {
+                let ab = lb(bi, bj);
+                let ti_ = t0 + i;
+                let tj_ = t0 + j;
+                let dd = s_dd[ab];
+                let d2 = s_d2[ab];
+                let dqk = s_qk[ab];
+                let dwk = s_wk[ab];
+                let gi = gam[ti_ * P.heads + h];
+                let ee = exp(gi - gam[tj_ * P.heads + h]);
+                let eg = exp(gi);
+                let bj_ = beta[tj_ * P.heads + h];
+                let l = lam[lam_idx(ti_, h, lev(i, j))];
+                let mv = tiles[base + T_M * TILE + e];
+                let tv = tiles[base + T_T * TILE + e];
+                a = mv * ee * bj_ * l;
+                tu = ee * tv * bj_;
+                dm = dd * ee * bj_ * l - eg * bj_ * dqk;
+                if (j < i) {
+                    dt = eg * bj_ * dwk + ee * bj_ * d2;
+                }
+                cb = dd * mv * ee * l - eg * mv * dqk + tv * eg * dwk + ee * tv * d2;
+                cg = dd * a + tu * d2;
+                cl = dd * mv * ee * bj_;
             }
+            tiles[base + T_A * TILE + e] = a;
+            tiles[base + T_TU * TILE + e] = tu;
+            tiles[base + T_DM * TILE + e] = dm;
+            tiles[base + T_DT * TILE + e] = dt;
+            tiles[base + T_CB * TILE + e] = cb;
+            tiles[base + T_CG * TILE + e] = cg;
+            tiles[base + T_CL * TILE + e] = cl;
         }
-        tiles[base + T_DS1 * TILE + e] = ds;
-        tiles[base + T_DT * TILE + e] = dt;
     }
     storageBarrier();
 
-    // Y = dA_w A_wᵀ: Y_ab = Σ_{c < a, c ≤ b} dA_w,ac A_w,bc (A_w staged as above).
-    var s_y: array<f32, 16>;
-    for (var c0 = 0u; c0 < C; c0 += PW) {
-        stage_t_columns(base, c0, lid);
-        for (var r = 0u; r < 16u; r++) {
-            let a = i0 + 4u * r;
-            if (a < n && jj < n) {
-                for (var cc = c0; cc < min(min(a, jj + 1u), c0 + PW); cc++) {
-                    s_y[r] += tl(base, T_DT, a, cc) * pa[(cc - c0) * C + jj];
+    // dS1 = dM A_wᵀ (lower);  dA_w += S1ᵀ dM (strictly lower).
+    let ds = tile_product(base, T_DM, false, T_T, true, n, lid);
+    let da = tile_product(base, T_S1, true, T_DM, false, n, lid);
+    for (var bi = 0u; bi < 4u; bi++) {
+        for (var bj = 0u; bj < 4u; bj++) {
+            let a = bi * 16u + ti;
+            let b = bj * 16u + tj;
+            let e = a * C + b;
+            var s = 0.0;
+            var t = 0.0;
+            if (a < n && b <= a) {
+                s = ds[bi * 4u + bj];
+                if (b < a) {
+                    t = tiles[base + T_DT * TILE + e] + da[bi * 4u + bj];
                 }
             }
+            tiles[base + T_DS1 * TILE + e] = s;
+            tiles[base + T_DT * TILE + e] = t;
         }
-    }
-    for (var r = 0u; r < 16u; r++) {
-        tiles[base + T_Y * TILE + lid + 256u * r] = s_y[r];
     }
     storageBarrier();
 
-    // dP = −A_wᵀ Y, strictly lower: dP_ij = −Σ_{a ≥ i} A_w,ai Y_aj.
-    for (var e = lid; e < TILE; e += 256u) {
-        let i = e / C;
-        let j = e % C;
-        var p = 0.0;
-        if (i < n && j < i) {
-            for (var a = i; a < n; a++) {
-                p -= tl(base, T_T, a, i) * tl(base, T_Y, a, j);
+    // Y = dA_w A_wᵀ (full; replaces dM).
+    let yv = tile_product(base, T_DT, false, T_T, true, n, lid);
+    for (var bi = 0u; bi < 4u; bi++) {
+        for (var bj = 0u; bj < 4u; bj++) {
+            let a = bi * 16u + ti;
+            let b = bj * 16u + tj;
+            var y = 0.0;
+            if (a < n && b < n) {
+                y = yv[bi * 4u + bj];
             }
+            tiles[base + T_Y * TILE + a * C + b] = y;
         }
-        tiles[base + T_DP * TILE + e] = p;
+    }
+    storageBarrier();
+
+    // dP = −A_wᵀ Y, strictly lower (replaces dA_w).
+    let pv = tile_product(base, T_T, true, T_Y, false, n, lid);
+    for (var bi = 0u; bi < 4u; bi++) {
+        for (var bj = 0u; bj < 4u; bj++) {
+            let i = bi * 16u + ti;
+            let j = bj * 16u + tj;
+            var p = 0.0;
+            if (i < n && j < i) {
+                p = -pv[bi * 4u + bj];
+            }
+            tiles[base + T_DP * TILE + i * C + j] = p;
+        }
     }
     storageBarrier();
 
@@ -267,10 +322,15 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         }
         tiles[base + ROW_DB + r] = db;
         tiles[base + ROW_DG + r] = dg;
+        // Level l > 0 pairs (r, j): bit l − 1 of r set, j = r with bits 0 .. l − 1 cleared,
+        // plus anything below bit l − 1 (lev(r, j) = l).
         for (var l = 0u; l < min(C0P1, P.lam_cols); l++) {
             var s = 0.0;
-            for (var j = 0u; j <= r; j++) {
-                if (lev(r, j) == l) {
+            if (l == 0u) {
+                s = tl(base, T_CL, r, r);
+            } else if (((r >> (l - 1u)) & 1u) == 1u) {
+                let lo = (r >> l) << l;
+                for (var j = lo; j < lo + (1u << (l - 1u)); j++) {
                     s += tl(base, T_CL, r, j);
                 }
             }
