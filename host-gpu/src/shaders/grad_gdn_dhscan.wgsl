@@ -39,7 +39,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         let n = chunk_rows(c);
         let sb = state_at(m, c, h);
         let rd = reads(c, m);
-        if (group_last(c, m) || c + 1u == P.nt) {
+        let d_zero = group_last(c, m) || c + 1u == P.nt;
+        if (d_zero) {
             for (var e = lid; e < ns; e += 256u) {
                 st[e] = vec4<f32>(0.0);
             }
@@ -54,9 +55,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             }
         }
         workgroupBarrier();
-        // Phase A: partial sums of K̃ D over one dk half.
+        // Phase A: partial sums of K̃ D over one dk half (D = 0 after a group-last chunk).
         var p = vec4<f32>(0.0);
-        if (ai < n) {
+        if (ai < n && !d_zero) {
             let krow = frow(t0 + ai, h) + dk;
             for (var kk = ak * kh; kk < min(dk, (ak + 1u) * kh); kk++) {
                 p += fpack[krow + kk] * st[kk * 2u + ah];
@@ -88,9 +89,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             part[2u * C + i + hf * C] = ldo;
         }
         workgroupBarrier();
-        // Phase B: the state-gradient update of (dk row, half).
+        // Phase B: the state-gradient update of (dk row, half); not needed entering the first
+        // chunk of a group (the state there is a reset 0).
         let eg = exp(gam[(t0 + n - 1u) * P.heads + h]);
-        for (var e = lid; e < ns; e += 256u) {
+        let first = (c & ((2u << m) - 1u)) == 0u;
+        for (var e = lid; e < select(ns, 0u, first); e += 256u) {
             let kk = e / 2u;
             let hf = e % 2u;
             var s = eg * st[e];

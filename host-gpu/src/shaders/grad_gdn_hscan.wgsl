@@ -63,9 +63,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             workgroupBarrier();
             continue;
         }
-        // Phase A: partial sums of W̃ H over one dk half.
+        // Phase A: partial sums of W̃ H over one dk half (H = 0 entering the first chunk of a
+        // group of 2^(m+1)).
+        let h_zero = (c & ((2u << m) - 1u)) == 0u;
         var p = vec4<f32>(0.0);
-        if (ai < n) {
+        if (ai < n && !h_zero) {
             let wrow = frow(t0 + ai, h) + 2u * dk;
             for (var kk = ak * kh; kk < min(dk, (ak + 1u) * kh); kk++) {
                 p += fpack[wrow + kk] * st[kk * 2u + ah];
