@@ -71,6 +71,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         }
         let sb = state_at(m, c, h);
         let xb = xs_at(m, c, h);
+        // H = 0 entering the first chunk of a group of 2^(m+1): no dX Hᵀ.
+        let h_zero = (c & ((2u << m) - 1u)) == 0u;
         var y0 = vec4<f32>(0.0);
         var y1 = vec4<f32>(0.0);
         for (var d0 = 0u; d0 < dv; d0 += PW) {
@@ -119,13 +121,18 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                     gacc += sh[lid] * sd[lid];
                 }
                 for (var p = 0u; p < PW; p++) {
-                    let hv = sh[p * KB + kc];
                     let dd = sd[p * KB + kc];
                     let a = p * (C / 4u) + rq;
                     ak0 += sx[a] * dd;
                     ak1 += sx[a + 1u] * dd;
-                    aw0 -= sdx[a] * hv;
-                    aw1 -= sdx[a + 1u] * hv;
+                }
+                if (!h_zero) {
+                    for (var p = 0u; p < PW; p++) {
+                        let hv = sh[p * KB + kc];
+                        let a = p * (C / 4u) + rq;
+                        aw0 -= sdx[a] * hv;
+                        aw1 -= sdx[a + 1u] * hv;
+                    }
                 }
             }
             if (rd) {

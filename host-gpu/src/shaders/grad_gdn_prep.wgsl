@@ -179,7 +179,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 pq[jr * C + i] = tiles[mb + i * C + j0 + jr];
             }
             workgroupBarrier();
-            for (var jr = 0u; jr < min(8u, n - j0); jr++) {
+            // Rows i < j0 get nothing from this panel (M and A_w are lower triangular).
+            for (var jr = 0u; jr < select(min(8u, n - j0), 0u, j0 > r0 + 7u); jr++) {
                 let j = j0 + jr;
                 let bk = pk[jr * KB + xc];
                 for (var s = 0u; s < 8u; s++) {
@@ -234,7 +235,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 pk[lid] = vv;
             }
             workgroupBarrier();
-            for (var jr = 0u; jr < min(8u, n - j0); jr++) {
+            for (var jr = 0u; jr < select(min(8u, n - j0), 0u, j0 > r0 + 7u); jr++) {
                 let j = j0 + jr;
                 let vv = pk[jr * KB + xc];
                 for (var s = 0u; s < 8u; s++) {

@@ -167,7 +167,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 rp[256u + lid] = uv;
             }
             workgroupBarrier();
-            for (var rr = 0u; rr < min(RP, n - r0); rr++) {
+            // A and A_u diag β are lower triangular: rows r < j0 add nothing to row j0.. .
+            for (var rr = 0u; rr < select(min(RP, n - r0), 0u, r0 + RP <= j0); rr++) {
                 let ov = rp[rr * KB + kc];
                 let uv = rp[256u + rr * KB + kc];
                 let o = rr * (C / 4u) + rq;
