@@ -28,8 +28,8 @@
 //! holds one group and is reused by the next (results do not depend on G).
 //!
 //! Scratch (f32, NKB = ⌈dk / 32⌉): γ (T·H); tiles (NT·G·(12·C² + 2C)); per-token packs
-//! (T·G·(6 dk + 2 dv + 2 NKB)); the level states and their gradients with the chunk products
-//! (2·M·NT·G·(dk + C)·dv); dλ partials (T·G·M·NKB). Limits: dk ≤ 256, any dv, any T ≥ 1;
+//! (T·G·(6 dk + 2 dv + 2 NKB)); the level states and their gradients (2·M·NT·G·dk·dv); the
+//! chunk products X, dX (2·M·NT·G·C·dv); dλ partials (T·G·M·NKB). Limits: dk ≤ 256, any dv, any T ≥ 1;
 //! ≤ 10 storage buffers and ≤ 10 KiB of workgroup memory per stage.
 
 use super::{check_training_shape, OpGradIo, OpGrads};
@@ -171,14 +171,16 @@ impl GdnBackward {
         let tiles_per_head = nt * PER_CH;
         let fpack_per_head = t * (3 * dk + dv);
         let gpack_per_head = t * (3 * dk + dv + 2 * nkb);
-        // The states, then the chunk products X (hs) or dX (dhs) of every level and chunk.
-        let states_per_head = scans * nt * (dk * dv + CHUNK * dv);
+        let states_per_head = scans * nt * dk * dv;
+        // The chunk products X (from hscan) and dX (dhscan) of every level and chunk.
+        let xs_per_head = scans * nt * CHUNK * dv;
         let dlp_per_head = t * scans * nkb;
         let biggest = [
             tiles_per_head,
             fpack_per_head,
             gpack_per_head,
             states_per_head,
+            xs_per_head,
             dlp_per_head,
         ]
         .into_iter()
@@ -228,6 +230,8 @@ impl GdnBackward {
         let gpack = gpu.storage_zeroed("gdn bwd gpack", sz(gpack_per_head))?;
         let hs = gpu.storage_zeroed("gdn bwd states", sz(states_per_head))?;
         let dhs = gpu.storage_zeroed("gdn bwd state grads", sz(states_per_head))?;
+        let xs = gpu.storage_zeroed("gdn bwd chunk products X", sz(xs_per_head))?;
+        let dxs = gpu.storage_zeroed("gdn bwd chunk products dX", sz(xs_per_head))?;
         let dlp = gpu.storage_zeroed("gdn bwd dlam partials", sz(dlp_per_head))?;
 
         let compile = |label: &str, body: &str| -> Result<Kernel, GpuError> {
@@ -281,20 +285,22 @@ impl GdnBackward {
                 steps.push(step(
                     &hscan_k,
                     "grad_gdn_hscan",
-                    &[&u, &fpack, &gam, &hs],
+                    &[&u, &fpack, &gam, &hs, &xs],
                     per_level,
                 ));
                 steps.push(step(
                     &dhscan_k,
                     "grad_gdn_dhscan",
-                    &[&u, &fpack, &gam, io.lam, io.d_o, &dhs],
+                    &[&u, &fpack, &gam, io.lam, io.d_o, &dhs, &dxs],
                     per_level,
                 ));
             }
             steps.push(step(
                 &lvl_k,
                 "grad_gdn_lvl",
-                &[&u, &fpack, &gam, io.lam, io.d_o, &hs, &dhs, &dlp, &gpack],
+                &[
+                    &u, &fpack, &gam, io.lam, io.d_o, &hs, &dhs, &dlp, &gpack, &xs, &dxs,
+                ],
                 per_kblock,
             ));
             steps.push(step(
@@ -322,7 +328,7 @@ impl GdnBackward {
             uniforms.push(u);
         }
         let mut scratch = uniforms;
-        scratch.extend([gam, tiles, fpack, gpack, hs, dhs, dlp]);
+        scratch.extend([gam, tiles, fpack, gpack, hs, dhs, xs, dxs, dlp]);
         Ok(Self {
             steps,
             groups: n_groups,

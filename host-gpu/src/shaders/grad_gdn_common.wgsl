@@ -10,8 +10,8 @@
 //   gpack [T][H][3 dk + dv + 2 NKB]  per token: dq̃ | dK̃ | dW̃ | dU | per dk block b of KB
 //                                columns: (dγ inter-chunk partial, dK̃·K̃ partial)
 //   hs, dhs [m][c][H][dk][dv]    per level m and chunk c: the state H_c entering chunk c, and
-//                                the gradient of L w.r.t. the state after chunk c (0 when reset);
-//           then [m][c][H][C][dv] the chunk products X = σ U − W̃ H (hs) and dX = K̃ D (dhs)
+//                                the gradient of L w.r.t. the state after chunk c (0 when reset)
+//   xs, dxs [m][c][H][C][dv]     the chunk products X = σ U − W̃ H and dX = K̃ D
 //   dlp [T][H][n_scans][NKB]     per token, level and dk block: partial sums of dλ (inter)
 //   tiles [c][H][PER_CH]         per chunk: N_TILES C×C tiles, then the rows dβ and dγ
 
@@ -99,11 +99,10 @@ fn state_at(m: u32, c: u32, h: u32) -> u32 {
     return ((m * P.nt + c) * group_heads() + h - head0()) * P.dk * P.dv;
 }
 
-// Start of the C × dv block of level m, chunk c in the chunk-product region that follows the
-// states in hs (X = σ U − W̃ H, from grad_gdn_hscan) and dhs (dX = K̃ D, grad_gdn_dhscan).
+// Start of the C × dv block of level m, chunk c in xs (X = σ U − W̃ H, from grad_gdn_hscan)
+// and dxs (dX = K̃ D, grad_gdn_dhscan).
 fn xs_at(m: u32, c: u32, h: u32) -> u32 {
-    return P.n_scans * P.nt * group_heads() * P.dk * P.dv
-        + ((m * P.nt + c) * group_heads() + h - head0()) * C * P.dv;
+    return ((m * P.nt + c) * group_heads() + h - head0()) * C * P.dv;
 }
 
 // Index of the dλ partial of token t, level m, dk block b (dlp, from grad_gdn_lvl).

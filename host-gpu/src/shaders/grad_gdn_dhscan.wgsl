@@ -10,6 +10,7 @@
 @group(0) @binding(3) var<storage, read> lam: array<f32>;
 @group(0) @binding(4) var<storage, read> dout: array<f32>;
 @group(0) @binding(5) var<storage, read_write> dhs: array<f32>;
+@group(0) @binding(6) var<storage, read_write> dxs: array<f32>;
 
 const BV: u32 = 8u;
 var<workgroup> st: array<vec4<f32>, 512>;  // [MAX_DK][2]
@@ -77,7 +78,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 let l = lam[lam_idx(t, h, col)];
                 for (var j = 0u; j < 4u; j++) {
                     if (d + j < nbv) {
-                        dhs[xs_at(m, c, h) + i * P.dv + v0 + d + j] = x[j];
+                        dxs[xs_at(m, c, h) + i * P.dv + v0 + d + j] = x[j];
                         if (rd) {
                             ldo[j] = l * dout[(t * P.heads + h) * P.dv + v0 + d + j];
                         }

@@ -10,6 +10,7 @@
 @group(0) @binding(1) var<storage, read> fpack: array<f32>;
 @group(0) @binding(2) var<storage, read> gam: array<f32>;
 @group(0) @binding(3) var<storage, read_write> hs: array<f32>;
+@group(0) @binding(4) var<storage, read_write> xs: array<f32>;
 
 const BV: u32 = 8u;
 var<workgroup> st: array<vec4<f32>, 512>;  // [MAX_DK][2]: the state columns of this workgroup
@@ -88,7 +89,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 x -= part[i + hf * C] + part[i + hf * C + 2u * C];
                 for (var j = 0u; j < 4u; j++) {
                     if (ok[j]) {
-                        hs[xs_at(m, c, h) + i * P.dv + v0 + d + j] = x[j];
+                        xs[xs_at(m, c, h) + i * P.dv + v0 + d + j] = x[j];
                     }
                 }
             }

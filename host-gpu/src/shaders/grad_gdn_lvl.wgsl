@@ -19,6 +19,8 @@
 @group(0) @binding(6) var<storage, read> dhs: array<f32>;
 @group(0) @binding(7) var<storage, read_write> dlp: array<f32>;
 @group(0) @binding(8) var<storage, read_write> gpack: array<f32>;
+@group(0) @binding(9) var<storage, read> xs: array<f32>;
+@group(0) @binding(10) var<storage, read> dxs: array<f32>;
 
 const PW: u32 = 4u;   // dv columns per staged panel
 const RT: u32 = 8u;   // rows per thread (two vec4)
@@ -103,8 +105,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 var o = 0.0;
                 if (i < n && d < dv) {
                     if (has_d) {
-                        x = hs[xb + i * dv + d];
-                        dx = dhs[xb + i * dv + d];
+                        x = xs[xb + i * dv + d];
+                        dx = dxs[xb + i * dv + d];
                     }
                     if (rd) {
                         o = dout[((t0 + i) * P.heads + h) * dv + d];
@@ -244,7 +246,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             for (var m = 0u; m < P.n_scans; m++) {
                 let has_d = !(group_last(c, m) || c + 1u == P.nt);
                 if (!reads(c, m) && has_d) {
-                    u += dhs[xs_at(m, c, h) + i * dv + d];
+                    u += dxs[xs_at(m, c, h) + i * dv + d];
                 }
             }
             gpack[grow(t0 + i, h) + 3u * dk + d] = u;
