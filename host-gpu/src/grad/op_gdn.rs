@@ -28,9 +28,10 @@
 //! holds one group and is reused by the next (results do not depend on G).
 //!
 //! Scratch (f32, NKB = ⌈dk / 32⌉): γ (T·H); tiles (NT·G·(12·C² + 2C)); per-token packs
-//! (T·G·(6 dk + 2 dv + 2 NKB)); the level states and their gradients (2·M·NT·G·dk·dv); the
-//! chunk products X, dX (2·M·NT·G·C·dv); dλ partials (T·G·M·NKB). Limits: dk ≤ 256, any dv, any T ≥ 1;
-//! ≤ 10 storage buffers and ≤ 10 KiB of workgroup memory per stage.
+//! (T·G·(6 dk + 2 dv + 2 NKB)) and K̃ᵀ, W̃ᵀ per chunk (NT·G·2·dk·C); the level states and
+//! their gradients (2·M·NT·G·dk·dv); the chunk products X, dX (2·M·NT·G·C·dv); dλ partials
+//! (T·G·M·NKB). Limits: dk ≤ 256, any dv, any T ≥ 1; ≤ 10 storage buffers and ≤ 16 KiB of
+//! workgroup memory per stage (at most 14.25 KiB: grad_gdn_vec).
 
 use super::{check_training_shape, OpGradIo, OpGrads};
 use crate::chunk_scan::{Form, ScanShape, CHUNK};
@@ -174,6 +175,7 @@ impl GdnBackward {
         let states_per_head = scans * nt * dk * dv;
         // The chunk products X (from hscan) and dX (dhscan) of every level and chunk.
         let xs_per_head = scans * nt * CHUNK * dv;
+        let fpt_per_head = nt * 2 * dk * CHUNK;
         let dlp_per_head = t * scans * nkb;
         let biggest = [
             tiles_per_head,
@@ -181,6 +183,7 @@ impl GdnBackward {
             gpack_per_head,
             states_per_head,
             xs_per_head,
+            fpt_per_head,
             dlp_per_head,
         ]
         .into_iter()
@@ -227,6 +230,7 @@ impl GdnBackward {
         let gam = gpu.storage_zeroed("gdn bwd gamma", (t * h) as u64 * f)?;
         let tiles = gpu.storage_zeroed("gdn bwd tiles", sz(tiles_per_head))?;
         let fpack = gpu.storage_zeroed("gdn bwd fpack", sz(fpack_per_head))?;
+        let fpt = gpu.storage_zeroed("gdn bwd fpack transposed", sz(fpt_per_head))?;
         let gpack = gpu.storage_zeroed("gdn bwd gpack", sz(gpack_per_head))?;
         let hs = gpu.storage_zeroed("gdn bwd states", sz(states_per_head))?;
         let dhs = gpu.storage_zeroed("gdn bwd state grads", sz(states_per_head))?;
@@ -278,20 +282,20 @@ impl GdnBackward {
             steps.push(step(
                 &prep_k,
                 "grad_gdn_prep",
-                &[&u, io.q, io.k, io.v, &gam, io.beta, &tiles, &fpack],
+                &[&u, io.q, io.k, io.v, &gam, io.beta, &tiles, &fpack, &fpt],
                 per_chunk,
             ));
             if scans > 0 {
                 steps.push(step(
                     &hscan_k,
                     "grad_gdn_hscan",
-                    &[&u, &fpack, &gam, &hs, &xs],
+                    &[&u, &fpack, &gam, &hs, &xs, &fpt],
                     per_level,
                 ));
                 steps.push(step(
                     &dhscan_k,
                     "grad_gdn_dhscan",
-                    &[&u, &fpack, &gam, io.lam, io.d_o, &dhs, &dxs],
+                    &[&u, &fpack, &gam, io.lam, io.d_o, &dhs, &dxs, &fpt],
                     per_level,
                 ));
             }
@@ -328,7 +332,7 @@ impl GdnBackward {
             uniforms.push(u);
         }
         let mut scratch = uniforms;
-        scratch.extend([gam, tiles, fpack, gpack, hs, dhs, xs, dxs, dlp]);
+        scratch.extend([gam, tiles, fpack, fpt, gpack, hs, dhs, xs, dxs, dlp]);
         Ok(Self {
             steps,
             groups: n_groups,

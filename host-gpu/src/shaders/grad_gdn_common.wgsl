@@ -7,6 +7,7 @@
 //
 // Scratch layouts (all f32; H here is the group's G):
 //   fpack [T][H][3 dk + dv]      per token: q̃ | K̃ | W̃ | U (the forward's WY/UT quantities)
+//   fpt [c][H][2][dk][C]         per chunk: K̃ᵀ and W̃ᵀ (the same values, transposed)
 //   gpack [T][H][3 dk + dv + 2 NKB]  per token: dq̃ | dK̃ | dW̃ | dU | per dk block b of KB
 //                                columns: (dγ inter-chunk partial, dK̃·K̃ partial)
 //   hs, dhs [m][c][H][dk][dv]    per level m and chunk c: the state H_c entering chunk c, and
@@ -103,6 +104,12 @@ fn state_at(m: u32, c: u32, h: u32) -> u32 {
 // and dxs (dX = K̃ D, grad_gdn_dhscan).
 fn xs_at(m: u32, c: u32, h: u32) -> u32 {
     return ((m * P.nt + c) * group_heads() + h - head0()) * C * P.dv;
+}
+
+// Start of the dk × C block of chunk c in fpt: K̃ᵀ (which = 0) or W̃ᵀ (1), element (x, i) at
+// + x C + i (rows i of the chunk consecutive: the scans' row-parallel products read them so).
+fn ft_at(c: u32, h: u32, which: u32) -> u32 {
+    return ((c * group_heads() + h - head0()) * 2u + which) * P.dk * C;
 }
 
 // Index of the dλ partial of token t, level m, dk block b (dlp, from grad_gdn_lvl).

@@ -11,6 +11,7 @@
 @group(0) @binding(4) var<storage, read> dout: array<f32>;
 @group(0) @binding(5) var<storage, read_write> dhs: array<f32>;
 @group(0) @binding(6) var<storage, read_write> dxs: array<f32>;
+@group(0) @binding(7) var<storage, read> fpt: array<f32>;
 
 const BV: u32 = 8u;
 var<workgroup> st: array<vec4<f32>, 512>;  // [MAX_DK][2]
@@ -59,9 +60,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         // Phase A: partial sums of K̃ D over one dk half (D = 0 after a group-last chunk).
         var p = vec4<f32>(0.0);
         if (ai < n && !d_zero) {
-            let krow = frow(t0 + ai, h) + dk;
+            let kt = ft_at(c, h, 0u) + ai;
             for (var kk = ak * kh; kk < min(dk, (ak + 1u) * kh); kk++) {
-                p += fpack[krow + kk] * st[kk * 2u + ah];
+                p += fpt[kt + kk * C] * st[kk * 2u + ah];
             }
         }
         part[lid] = p;

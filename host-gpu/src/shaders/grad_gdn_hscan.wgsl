@@ -4,13 +4,15 @@
 //   H ← e^Γ H + K̃ᵀ X, X = σ U − W̃ H with σ = 1 on source chunks (bit m of c clear), else 0;
 //   X is stored too (xs_at), for grad_gdn_lvl.
 // The BV = 8 columns are two vec4 halves: X by (row, half, dk half) with partial sums, the
-// state update by (dk row, half), so every fpack word loaded feeds 4 products.
+// state update by (dk row, half), so every fpack word loaded feeds 4 products; X reads W̃ᵀ
+// (fpt) so that a warp's rows are consecutive words.
 
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read> fpack: array<f32>;
 @group(0) @binding(2) var<storage, read> gam: array<f32>;
 @group(0) @binding(3) var<storage, read_write> hs: array<f32>;
 @group(0) @binding(4) var<storage, read_write> xs: array<f32>;
+@group(0) @binding(5) var<storage, read> fpt: array<f32>;
 
 const BV: u32 = 8u;
 var<workgroup> st: array<vec4<f32>, 512>;  // [MAX_DK][2]: the state columns of this workgroup
@@ -69,9 +71,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         let h_zero = (c & ((2u << m) - 1u)) == 0u;
         var p = vec4<f32>(0.0);
         if (ai < n && !h_zero) {
-            let wrow = frow(t0 + ai, h) + 2u * dk;
+            let wt = ft_at(c, h, 1u) + ai;
             for (var kk = ak * kh; kk < min(dk, (ak + 1u) * kh); kk++) {
-                p += fpack[wrow + kk] * st[kk * 2u + ah];
+                p += fpt[wt + kk * C] * st[kk * 2u + ah];
             }
         }
         part[lid] = p;

@@ -81,8 +81,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             workgroupBarrier();
             if (lid < PW * KB) {
                 // H, D: element (p, kc') = lid.
-                let p = lid / KB;
-                let kk = k0 + lid % KB;
+                // (consecutive threads: consecutive d of one state row)
+                let p = lid % PW;
+                let kl = lid / PW;
+                let kk = k0 + kl;
                 let d = d0 + p;
                 var hv = 0.0;
                 var dd = 0.0;
@@ -92,8 +94,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                         dd = dhs[sb + kk * dv + d];
                     }
                 }
-                sh[lid] = hv;
-                sd[lid] = dd;
+                sh[p * KB + kl] = hv;
+                sd[p * KB + kl] = dd;
             }
             {
                 // X, dX, dO: row i, column p.

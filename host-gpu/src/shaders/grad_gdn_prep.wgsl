@@ -14,6 +14,7 @@
 @group(0) @binding(5) var<storage, read> beta: array<f32>;
 @group(0) @binding(6) var<storage, read_write> tiles: array<f32>;
 @group(0) @binding(7) var<storage, read_write> fpack: array<f32>;
+@group(0) @binding(8) var<storage, read_write> fpt: array<f32>;
 
 const PW: u32 = 8u;
 var<workgroup> aw: array<f32, 2080>; // packed lower triangle (with diagonal) of C × C
@@ -201,9 +202,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                     let eg = exp(gi);
                     let rw = frow(t0 + i, h);
                     let ri = qk_row(t0 + i, h);
+                    let kt = exp(g_last - gi) * k[ri + x];
+                    let wt = eg * mw[s];
                     fpack[rw + x] = eg * (q[ri + x] - mq[s]);
-                    fpack[rw + dk + x] = exp(g_last - gi) * k[ri + x];
-                    fpack[rw + 2u * dk + x] = eg * mw[s];
+                    fpack[rw + dk + x] = kt;
+                    fpack[rw + 2u * dk + x] = wt;
+                    fpt[ft_at(c, h, 0u) + x * C + i] = kt;
+                    fpt[ft_at(c, h, 1u) + x * C + i] = wt;
                 }
             }
         }
