@@ -120,3 +120,19 @@ fn dlp_idx(t: u32, h: u32, m: u32, b: u32) -> u32 {
 fn chunk_rows(c: u32) -> u32 {
     return min(C, P.t - c * C);
 }
+
+// s[lb] += a[bi] b[bj] over the 10 lower blocks (bi, bj ≤ bi) of a 4 × 4 block grid, lb =
+// bi (bi + 1) / 2 + bj: straight-line code with constant indices, so that the accumulators
+// stay in registers (a loop with a bi-dependent bound may leave them in memory).
+fn tri10(s: ptr<function, array<f32, 10>>, a: vec4<f32>, b: vec4<f32>) {
+    (*s)[0] += a.x * b.x;
+    (*s)[1] += a.y * b.x;
+    (*s)[2] += a.y * b.y;
+    (*s)[3] += a.z * b.x;
+    (*s)[4] += a.z * b.y;
+    (*s)[5] += a.z * b.z;
+    (*s)[6] += a.w * b.x;
+    (*s)[7] += a.w * b.y;
+    (*s)[8] += a.w * b.z;
+    (*s)[9] += a.w * b.w;
+}

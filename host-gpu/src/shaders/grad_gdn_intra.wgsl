@@ -42,7 +42,10 @@ fn tile_product(base: u32, l_slot: u32, l_tr: bool, r_slot: u32, r_tr: bool, n: 
     let tj = lid % 16u;
     let lb_ = base + l_slot * TILE;
     let rb_ = base + r_slot * TILE;
-    var out: array<f32, 16>;
+    var o0 = vec4<f32>(0.0);
+    var o1 = vec4<f32>(0.0);
+    var o2 = vec4<f32>(0.0);
+    var o3 = vec4<f32>(0.0);
     for (var j0 = 0u; j0 < n; j0 += PW) {
         workgroupBarrier();
         for (var e = lid; e < PW * C; e += 256u) {
@@ -68,20 +71,17 @@ fn tile_product(base: u32, l_slot: u32, l_tr: bool, r_slot: u32, r_tr: bool, n: 
         }
         workgroupBarrier();
         for (var jr = 0u; jr < min(PW, n - j0); jr++) {
-            var la: array<f32, 4>;
-            var rb: array<f32, 4>;
-            for (var q = 0u; q < 4u; q++) {
-                la[q] = wm[jr * C + q * 16u + ti];
-                rb[q] = wm[512u + jr * C + q * 16u + tj];
-            }
-            for (var bi = 0u; bi < 4u; bi++) {
-                for (var bj = 0u; bj < 4u; bj++) {
-                    out[bi * 4u + bj] += la[bi] * rb[bj];
-                }
-            }
+            let r = jr * C + ti;
+            let cb = 512u + jr * C + tj;
+            let rb = vec4<f32>(wm[cb], wm[cb + 16u], wm[cb + 32u], wm[cb + 48u]);
+            o0 += wm[r] * rb;
+            o1 += wm[r + 16u] * rb;
+            o2 += wm[r + 32u] * rb;
+            o3 += wm[r + 48u] * rb;
         }
     }
-    return out;
+    return array<f32, 16>(o0.x, o0.y, o0.z, o0.w, o1.x, o1.y, o1.z, o1.w, o2.x, o2.y, o2.z,
+                          o2.w, o3.x, o3.y, o3.z, o3.w);
 }
 
 @compute @workgroup_size(256)
@@ -123,20 +123,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         }
         workgroupBarrier();
         for (var p = 0u; p < min(PW, dv - d0); p++) {
-            var oa: array<f32, 4>;
-            var ua: array<f32, 4>;
-            var va: array<f32, 4>;
-            for (var q = 0u; q < 4u; q++) {
-                oa[q] = wm[p * C + q * 16u + ti];
-                ua[q] = wm[512u + p * C + q * 16u + ti];
-                va[q] = wm[1024u + p * C + q * 16u + tj];
-            }
-            for (var bi = 0u; bi < 4u; bi++) {
-                for (var bj = 0u; bj <= bi; bj++) {
-                    s_dd[lb(bi, bj)] += oa[bi] * va[bj];
-                    s_d2[lb(bi, bj)] += ua[bi] * va[bj];
-                }
-            }
+            let r = p * C + ti;
+            let oa = vec4<f32>(wm[r], wm[r + 16u], wm[r + 32u], wm[r + 48u]);
+            let ua = vec4<f32>(wm[512u + r], wm[528u + r], wm[544u + r], wm[560u + r]);
+            let cj = 1024u + p * C + tj;
+            let va = vec4<f32>(wm[cj], wm[cj + 16u], wm[cj + 32u], wm[cj + 48u]);
+            tri10(&s_dd, oa, va);
+            tri10(&s_d2, ua, va);
         }
     }
     for (var x0 = 0u; x0 < dk; x0 += PW) {
@@ -160,20 +153,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         }
         workgroupBarrier();
         for (var p = 0u; p < min(PW, dk - x0); p++) {
-            var qa: array<f32, 4>;
-            var wa: array<f32, 4>;
-            var ka: array<f32, 4>;
-            for (var q = 0u; q < 4u; q++) {
-                qa[q] = wm[p * C + q * 16u + ti];
-                wa[q] = wm[512u + p * C + q * 16u + ti];
-                ka[q] = wm[1024u + p * C + q * 16u + tj];
-            }
-            for (var bi = 0u; bi < 4u; bi++) {
-                for (var bj = 0u; bj <= bi; bj++) {
-                    s_qk[lb(bi, bj)] += qa[bi] * ka[bj];
-                    s_wk[lb(bi, bj)] += wa[bi] * ka[bj];
-                }
-            }
+            let r = p * C + ti;
+            let qa = vec4<f32>(wm[r], wm[r + 16u], wm[r + 32u], wm[r + 48u]);
+            let wa = vec4<f32>(wm[512u + r], wm[528u + r], wm[544u + r], wm[560u + r]);
+            let cj = 1024u + p * C + tj;
+            let ka = vec4<f32>(wm[cj], wm[cj + 16u], wm[cj + 32u], wm[cj + 48u]);
+            tri10(&s_qk, qa, ka);
+            tri10(&s_wk, wa, ka);
         }
     }
 

@@ -72,21 +72,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         }
         workgroupBarrier();
         for (var x = 0u; x < min(PW, dk - x0); x++) {
-            var qi: array<f32, 4>;
-            var ki: array<f32, 4>;
-            var kj: array<f32, 4>;
-            for (var b = 0u; b < 4u; b++) {
-                qi[b] = pq[x * C + b * 16u + ti];
-                ki[b] = pk[x * C + b * 16u + ti];
-                kj[b] = pk[x * C + b * 16u + tj];
-            }
-            for (var bi = 0u; bi < 4u; bi++) {
-                for (var bj = 0u; bj <= bi; bj++) {
-                    let a = bi * (bi + 1u) / 2u + bj;
-                    s1[a] += qi[bi] * kj[bj];
-                    kk[a] += ki[bi] * kj[bj];
-                }
-            }
+            let r = x * C + ti;
+            let cj = x * C + tj;
+            let qi = vec4<f32>(pq[r], pq[r + 16u], pq[r + 32u], pq[r + 48u]);
+            let ki = vec4<f32>(pk[r], pk[r + 16u], pk[r + 32u], pk[r + 48u]);
+            let kj = vec4<f32>(pk[cj], pk[cj + 16u], pk[cj + 32u], pk[cj + 48u]);
+            tri10(&s1, qi, kj);
+            tri10(&kk, ki, kj);
         }
     }
     // The tiles (zero outside the chunk's rows and the triangles), and P = StrictLower(diag(β)
