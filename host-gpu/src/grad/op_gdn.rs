@@ -7,9 +7,11 @@
 //! levels; every exponent ≤ 0, from chunk-local cumsums):
 //! 1. `chunk_gamma` (the forward's): local inclusive cumsums γ.
 //! 2. `grad_gdn_prep`, per (chunk, head): the tiles S1 = Tril(QKᵀ), KKᵀ, A_w (forward
-//!    substitution), M = S1 A_w, and per token q̃, K̃, W̃, U (the forward's UT form).
+//!    substitution in workgroup memory), M = S1 A_w, and per token q̃, K̃, W̃, U (the
+//!    forward's UT form; K̃ᵀ, W̃ᵀ also per chunk, for coalesced reads in the scans).
 //! 3. `grad_gdn_hscan`, per (8 dv columns, head, level m): the masked gated-delta-rule scan
-//!    again, storing the state entering every chunk and the chunk product X = σU − W̃H.
+//!    again, storing the state entering every chunk and the chunk product X = σU − W̃H
+//!    (the levels' independent scans are the only serial part: NT steps each).
 //! 4. `grad_gdn_dhscan`, same grid, chunks in reverse: the state gradients through the
 //!    transposed transitions, with λ-weighted q̃ dOᵀ injected on reader chunks; stores them
 //!    and the chunk product dX = K̃D.
@@ -17,8 +19,8 @@
 //!    tiled products summed over levels inside the workgroup (deterministic, no atomics);
 //!    per-dk-block partials of dγ (gpack) and of the inter-chunk dλ columns (dlp).
 //! 6. `grad_gdn_intra`, per (chunk, head): intra-chunk λ-masked attention backward and the UT
-//!    transform backward (dM, dS1, dA_w, dP = −A_wᵀ dA_w A_wᵀ) as C×C tiles; per-row dβ, dγ and
-//!    the intra dλ columns (per-row level sums).
+//!    transform backward (dM, dS1, dA_w, dP = −A_wᵀ dA_w A_wᵀ) as C×C tiles, every product a
+//!    workgroup-memory tiled one; per-row dβ, dγ and the intra dλ columns.
 //! 7. `grad_gdn_vec`, per (chunk, 32 dk or dv columns, head): dq, dk, dv as tiled products.
 //! 8. `grad_gdn_fin`: dβ, dg as the in-chunk reverse cumsum of dγ, and the inter-chunk dλ
 //!    columns from the partials.
