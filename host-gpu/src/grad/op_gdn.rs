@@ -15,7 +15,7 @@
 //! 4. `grad_gdn_dhscan`, same grid, chunks in reverse: the state gradients through the
 //!    transposed transitions, with λ-weighted q̃ dOᵀ injected on reader chunks; stores them
 //!    and the chunk product dX = K̃D.
-//! 5. `grad_gdn_lvl`, per (chunk, 32 dk columns, head): dq̃, dK̃, dW̃, dU as workgroup-memory
+//! 5. `grad_gdn_lvl`, per (chunk, 64 dk columns, head): dq̃, dK̃, dW̃, dU as workgroup-memory
 //!    tiled products summed over levels inside the workgroup (deterministic, no atomics);
 //!    per-dk-block partials of dγ (gpack) and of the inter-chunk dλ columns (dlp).
 //! 6. `grad_gdn_intra`, per (chunk, head): intra-chunk λ-masked attention backward and the UT
@@ -29,10 +29,10 @@
 //! G as large as the adapter's storage-binding and buffer-size limits allow, so the scratch
 //! holds one group and is reused by the next (results do not depend on G).
 //!
-//! Scratch (f32, NKB = ⌈dk / 32⌉): γ (T·H); tiles (NT·G·(12·C² + 2C)); per-token packs
-//! (T·G·(6 dk + 2 dv + 2 NKB)) and K̃ᵀ, W̃ᵀ per chunk (NT·G·2·dk·C); the level states and
+//! Scratch (f32, NLB = ⌈dk / 64⌉): γ (T·H); tiles (NT·G·(12·C² + 2C)); per-token packs
+//! (T·G·(6 dk + 2 dv + 2 NLB)) and K̃ᵀ, W̃ᵀ per chunk (NT·G·2·dk·C); the level states and
 //! their gradients (2·M·NT·G·dk·dv); the chunk products X, dX (2·M·NT·G·C·dv); dλ partials
-//! (T·G·M·NKB). Limits: dk ≤ 256, any dv, any T ≥ 1; ≤ 10 storage buffers and ≤ 16 KiB of
+//! (T·G·M·NLB). Limits: dk ≤ 256, any dv, any T ≥ 1; ≤ 10 storage buffers and ≤ 16 KiB of
 //! workgroup memory per stage (at most 14.25 KiB: grad_gdn_vec).
 
 use super::{check_training_shape, OpGradIo, OpGrads};
@@ -45,9 +45,10 @@ const C0P1: usize = 7;
 const SCAN_BV: usize = 8;
 /// Floats of the per-chunk tile block (`PER_CH` in grad_gdn_common.wgsl).
 const PER_CH: usize = 12 * CHUNK * CHUNK + 2 * CHUNK;
-/// dk (or dv) columns per workgroup of grad_gdn_lvl and grad_gdn_vec (`KB` in
-/// grad_gdn_common.wgsl).
+/// dk (or dv) columns per workgroup of grad_gdn_vec (`KB` in grad_gdn_common.wgsl).
 const KB_COLS: usize = 32;
+/// dk columns per workgroup of grad_gdn_lvl (`LB` in grad_gdn_common.wgsl).
+const LB_COLS: usize = 64;
 /// Largest workgroup count per dispatch dimension that every adapter allows.
 const MAX_GROUPS: usize = 65535;
 
@@ -165,6 +166,7 @@ impl GdnBackward {
         let scans = bitlen(nt - 1);
         let nkb = dk.div_ceil(KB_COLS);
         let vec_blocks = nkb + dv.div_ceil(KB_COLS);
+        let nlb = dk.div_ceil(LB_COLS);
         if nt * vec_blocks > MAX_GROUPS {
             return Err(GpuError::Invalid(format!(
                 "GDN backward: T = {t} needs more than {MAX_GROUPS} workgroups per dispatch"
@@ -173,12 +175,12 @@ impl GdnBackward {
         // Scratch floats per operator head; the scratch holds one group of heads at a time.
         let tiles_per_head = nt * PER_CH;
         let fpack_per_head = t * (3 * dk + dv);
-        let gpack_per_head = t * (3 * dk + dv + 2 * nkb);
+        let gpack_per_head = t * (3 * dk + dv + 2 * nlb);
         let states_per_head = scans * nt * dk * dv;
         // The chunk products X (from hscan) and dX (dhscan) of every level and chunk.
         let xs_per_head = scans * nt * CHUNK * dv;
         let fpt_per_head = nt * 2 * dk * CHUNK;
-        let dlp_per_head = t * scans * nkb;
+        let dlp_per_head = t * scans * nlb;
         let biggest = [
             tiles_per_head,
             fpack_per_head,
@@ -278,7 +280,7 @@ impl GdnBackward {
             };
             let u = gpu.uniform_from("gdn bwd group params", &gp);
             let per_chunk = [nt, gh, 1];
-            let per_kblock = [nt * nkb, gh, 1];
+            let per_kblock = [nt * nlb, gh, 1];
             let per_vblock = [nt * vec_blocks, gh, 1];
             let per_level = [dv.div_ceil(SCAN_BV), gh, scans];
             steps.push(step(

@@ -8,12 +8,12 @@
 // Scratch layouts (all f32; H here is the group's G):
 //   fpack [T][H][3 dk + dv]      per token: q̃ | K̃ | W̃ | U (the forward's WY/UT quantities)
 //   fpt [c][H][2][dk][C]         per chunk: K̃ᵀ and W̃ᵀ (the same values, transposed)
-//   gpack [T][H][3 dk + dv + 2 NKB]  per token: dq̃ | dK̃ | dW̃ | dU | per dk block b of KB
+//   gpack [T][H][3 dk + dv + 2 NLB]  per token: dq̃ | dK̃ | dW̃ | dU | per dk block b of LB
 //                                columns: (dγ inter-chunk partial, dK̃·K̃ partial)
 //   hs, dhs [m][c][H][dk][dv]    per level m and chunk c: the state H_c entering chunk c, and
 //                                the gradient of L w.r.t. the state after chunk c (0 when reset)
 //   xs, dxs [m][c][H][C][dv]     the chunk products X = σ U − W̃ H and dX = K̃ D
-//   dlp [T][H][n_scans][NKB]     per token, level and dk block: partial sums of dλ (inter)
+//   dlp [T][H][n_scans][NLB]     per token, level and dk block: partial sums of dλ (inter)
 //   tiles [c][H][PER_CH]         per chunk: N_TILES C×C tiles, then the rows dβ and dγ
 
 // First operator head of the dispatch's group.
@@ -62,14 +62,20 @@ fn f_stride() -> u32 {
     return 3u * P.dk + P.dv;
 }
 
-// dk columns per workgroup of grad_gdn_lvl (KB_COLS in op_gdn.rs), and their number.
+// dk or dv columns per workgroup of grad_gdn_vec (KB_COLS in op_gdn.rs), and the dk blocks.
 const KB: u32 = 32u;
 fn n_kb() -> u32 {
     return (P.dk + KB - 1u) / KB;
 }
 
+// dk columns per workgroup of grad_gdn_lvl (LB_COLS in op_gdn.rs), and their number NLB.
+const LB: u32 = 64u;
+fn n_lb() -> u32 {
+    return (P.dk + LB - 1u) / LB;
+}
+
 fn g_stride() -> u32 {
-    return 3u * P.dk + P.dv + 2u * n_kb();
+    return 3u * P.dk + P.dv + 2u * n_lb();
 }
 
 // gpack slot of the dγ partial of dk block b (slot + 1: its dK̃·K̃ partial).
@@ -114,7 +120,7 @@ fn ft_at(c: u32, h: u32, which: u32) -> u32 {
 
 // Index of the dλ partial of token t, level m, dk block b (dlp, from grad_gdn_lvl).
 fn dlp_idx(t: u32, h: u32, m: u32, b: u32) -> u32 {
-    return ((t * group_heads() + h - head0()) * P.n_scans + m) * n_kb() + b;
+    return ((t * group_heads() + h - head0()) * P.n_scans + m) * n_lb() + b;
 }
 
 fn chunk_rows(c: u32) -> u32 {

@@ -29,7 +29,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             let m = col - C0P1;
             var x = 0.0;
             if (m < P.n_scans && reads(c, m)) {
-                for (var b = 0u; b < n_kb(); b++) {
+                for (var b = 0u; b < n_lb(); b++) {
                     x += dlp[dlp_idx(t, h, m, b)];
                 }
             }

@@ -284,14 +284,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         let r = lid;
         var db = 0.0;
         var dg = 0.0;
-        for (var b = 0u; b < n_kb(); b++) {
+        for (var b = 0u; b < n_lb(); b++) {
             dg += gpack[grow(t0 + r, h) + g_dgam(b)];
         }
         if (r + 1u == n) {
             // dΓ of K̃ = e^{Γ − γ} K: Σ_j dK̃_j·K̃_j (per row and dk block from the level
             // kernel).
             for (var j = 0u; j < n; j++) {
-                for (var b = 0u; b < n_kb(); b++) {
+                for (var b = 0u; b < n_lb(); b++) {
                     dg += gpack[grow(t0 + j, h) + g_dgam(b) + 1u];
                 }
             }

@@ -1,11 +1,11 @@
-// GDN backward, step 4: per (chunk, block of KB dk columns, head), the gradients of the chunk's
+// GDN backward, step 4: per (chunk, block of LB dk columns, head), the gradients of the chunk's
 // inputs to the level scans, summed over all chunk levels m inside the workgroup (no atomics).
 // With H = H_c, D = dL/dH_{c+1} (stored by the scans), σ / ρ = source / reader flags, and the
 // chunk products X = σ U − W̃ H (grad_gdn_hscan) and dX = K̃ D (grad_gdn_dhscan):
 //   dq̃_i += ρ λ_i[ℓ] H dO_i      dλ_i[ℓ] = ρ q̃_iᵀ H dO_i     (ℓ = c0 + 1 + m)
 //   dK̃ += X Dᵀ    dU += σ dX    dW̃ −= dX Hᵀ    dΓ += e^Γ ⟨D, H⟩
 // The C × KB outputs are workgroup-memory tiled products over dv (PW columns of dv staged at a
-// time; thread = one dk column × 8 consecutive rows). Row sums over dk (dλ, dγ) are partial per
+// time; thread = two dk columns × 8 consecutive rows). Row sums over dk (dλ, dγ) are partial per
 // dk block: dλ partials go to dlp (summed by grad_gdn_fin), the dγ partials
 // dγ_i = dq̃_i·q̃_i + dW̃_i·W̃_i − dK̃_i·K̃_i (+ the block's part of dΓ on the last row) and
 // kd_i = dK̃_i·K̃_i to gpack slots g_dgam(b) (summed by grad_gdn_intra). dU: block 0 only.
@@ -24,12 +24,13 @@
 
 const PW: u32 = 4u;   // dv columns per staged panel
 const RT: u32 = 8u;   // rows per thread (two vec4)
-var<workgroup> sh: array<f32, 128>;        // H [PW][KB]
-var<workgroup> sd: array<f32, 128>;        // D [PW][KB]
+const HB: u32 = 32u;  // column pitch of a thread's two columns (LB / 2)
+var<workgroup> sh: array<f32, 256>;        // H [PW][LB]
+var<workgroup> sd: array<f32, 256>;        // D [PW][LB]
 var<workgroup> sx: array<vec4<f32>, 64>;   // X [PW][C / 4]
 var<workgroup> sdx: array<vec4<f32>, 64>;  // dX [PW][C / 4]
 var<workgroup> so: array<vec4<f32>, 64>;   // dO [PW][C / 4]
-var<workgroup> pan: array<f32, 2048>;      // row reductions: [C][KB] products
+var<workgroup> pan: array<f32, 2048>;      // row reductions: [C][HB] products
 var<workgroup> red: array<f32, 256>;
 
 fn pick(a: vec4<f32>, b: vec4<f32>, s: u32) -> f32 {
@@ -39,31 +40,48 @@ fn pick(a: vec4<f32>, b: vec4<f32>, s: u32) -> f32 {
     return b[s - 4u];
 }
 
+// Sums pan's [C][HB] products per row (rows < n; threads < n), between two barriers.
+fn row_sum(lid: u32) -> f32 {
+    var sum = 0.0;
+    for (var j = 0u; j < HB; j++) {
+        sum += pan[lid * HB + j];
+    }
+    return sum;
+}
+
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let nkb = n_kb();
-    let c = wg.x / nkb;
-    let kb = wg.x % nkb;
-    let k0 = kb * KB;
+    let nlb = n_lb();
+    let c = wg.x / nlb;
+    let kb = wg.x % nlb;
+    let k0 = kb * LB;
     let h = head0() + wg.y;
     let t0 = c * C;
     let n = chunk_rows(c);
     let dk = P.dk;
     let dv = P.dv;
     let eg = exp(gam[(t0 + n - 1u) * P.heads + h]);
-    // This thread: dk column k0 + kc, rows r0 .. r0 + RT (vec4 rq, rq + 1 of a panel row).
-    let kc = lid % KB;
-    let r0 = (lid / KB) * RT;
+    // This thread: dk columns kx0 = k0 + kc and kx1 = kx0 + HB, rows r0 .. r0 + RT (vec4 rq,
+    // rq + 1 of a panel row).
+    let kc = lid % HB;
+    let r0 = (lid / HB) * RT;
     let rq = r0 / 4u;
-    let kx = k0 + kc;
-    let kin = kx < dk;
+    let kx0 = k0 + kc;
+    let kx1 = kx0 + HB;
 
-    var aq0 = vec4<f32>(0.0);
-    var aq1 = vec4<f32>(0.0);
-    var ak0 = vec4<f32>(0.0);
-    var ak1 = vec4<f32>(0.0);
-    var aw0 = vec4<f32>(0.0);
-    var aw1 = vec4<f32>(0.0);
+    // Accumulators [column][rows 0-3, 4-7].
+    var aq00 = vec4<f32>(0.0);
+    var aq01 = vec4<f32>(0.0);
+    var aq10 = vec4<f32>(0.0);
+    var aq11 = vec4<f32>(0.0);
+    var ak00 = vec4<f32>(0.0);
+    var ak01 = vec4<f32>(0.0);
+    var ak10 = vec4<f32>(0.0);
+    var ak11 = vec4<f32>(0.0);
+    var aw00 = vec4<f32>(0.0);
+    var aw01 = vec4<f32>(0.0);
+    var aw10 = vec4<f32>(0.0);
+    var aw11 = vec4<f32>(0.0);
     var gacc = 0.0;
     for (var m = 0u; m < P.n_scans; m++) {
         let rd = reads(c, m);
@@ -75,13 +93,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         let xb = xs_at(m, c, h);
         // H = 0 entering the first chunk of a group of 2^(m+1): no dX Hᵀ.
         let h_zero = (c & ((2u << m) - 1u)) == 0u;
-        var y0 = vec4<f32>(0.0);
-        var y1 = vec4<f32>(0.0);
+        var y00 = vec4<f32>(0.0);
+        var y01 = vec4<f32>(0.0);
+        var y10 = vec4<f32>(0.0);
+        var y11 = vec4<f32>(0.0);
         for (var d0 = 0u; d0 < dv; d0 += PW) {
             workgroupBarrier();
-            if (lid < PW * KB) {
-                // H, D: element (p, kc') = lid.
-                // (consecutive threads: consecutive d of one state row)
+            {
+                // H, D (consecutive threads: consecutive d of one state row).
                 let p = lid % PW;
                 let kl = lid / PW;
                 let kk = k0 + kl;
@@ -94,8 +113,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                         dd = dhs[sb + kk * dv + d];
                     }
                 }
-                sh[p * KB + kl] = hv;
-                sd[p * KB + kl] = dd;
+                sh[p * LB + kl] = hv;
+                sd[p * LB + kl] = dd;
             }
             {
                 // X, dX, dO: row i, column p.
@@ -121,30 +140,43 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             }
             workgroupBarrier();
             if (has_d) {
-                if (lid < PW * KB) {
-                    gacc += sh[lid] * sd[lid];
-                }
+                gacc += sh[lid] * sd[lid];
                 for (var p = 0u; p < PW; p++) {
-                    let dd = sd[p * KB + kc];
+                    let d0v = sd[p * LB + kc];
+                    let d1v = sd[p * LB + HB + kc];
                     let a = p * (C / 4u) + rq;
-                    ak0 += sx[a] * dd;
-                    ak1 += sx[a + 1u] * dd;
+                    let x0 = sx[a];
+                    let x1 = sx[a + 1u];
+                    ak00 += x0 * d0v;
+                    ak01 += x1 * d0v;
+                    ak10 += x0 * d1v;
+                    ak11 += x1 * d1v;
                 }
                 if (!h_zero) {
                     for (var p = 0u; p < PW; p++) {
-                        let hv = sh[p * KB + kc];
+                        let h0v = sh[p * LB + kc];
+                        let h1v = sh[p * LB + HB + kc];
                         let a = p * (C / 4u) + rq;
-                        aw0 -= sdx[a] * hv;
-                        aw1 -= sdx[a + 1u] * hv;
+                        let x0 = sdx[a];
+                        let x1 = sdx[a + 1u];
+                        aw00 -= x0 * h0v;
+                        aw01 -= x1 * h0v;
+                        aw10 -= x0 * h1v;
+                        aw11 -= x1 * h1v;
                     }
                 }
             }
             if (rd) {
                 for (var p = 0u; p < PW; p++) {
-                    let hv = sh[p * KB + kc];
+                    let h0v = sh[p * LB + kc];
+                    let h1v = sh[p * LB + HB + kc];
                     let a = p * (C / 4u) + rq;
-                    y0 += so[a] * hv;
-                    y1 += so[a + 1u] * hv;
+                    let o0 = so[a];
+                    let o1 = so[a + 1u];
+                    y00 += o0 * h0v;
+                    y01 += o1 * h0v;
+                    y10 += o0 * h1v;
+                    y11 += o1 * h1v;
                 }
             }
         }
@@ -155,29 +187,33 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             var lv1 = vec4<f32>(0.0);
             for (var s = 0u; s < RT; s++) {
                 let i = r0 + s;
-                var qv = 0.0;
+                var q0 = 0.0;
+                var q1 = 0.0;
                 var l = 0.0;
-                if (i < n && kin) {
+                if (i < n) {
                     let t = t0 + i;
                     l = lam[lam_idx(t, h, col)];
-                    qv = fpack[frow(t, h) + kx];
+                    if (kx0 < dk) {
+                        q0 = fpack[frow(t, h) + kx0];
+                    }
+                    if (kx1 < dk) {
+                        q1 = fpack[frow(t, h) + kx1];
+                    }
                 }
                 if (s < 4u) {
                     lv0[s] = l;
                 } else {
                     lv1[s - 4u] = l;
                 }
-                pan[i * KB + kc] = qv * pick(y0, y1, s);
+                pan[i * HB + kc] = q0 * pick(y00, y01, s) + q1 * pick(y10, y11, s);
             }
-            aq0 += lv0 * y0;
-            aq1 += lv1 * y1;
+            aq00 += lv0 * y00;
+            aq01 += lv1 * y01;
+            aq10 += lv0 * y10;
+            aq11 += lv1 * y11;
             workgroupBarrier();
             if (lid < n) {
-                var sum = 0.0;
-                for (var j = 0u; j < KB; j++) {
-                    sum += pan[lid * KB + j];
-                }
-                dlp[dlp_idx(t0 + lid, h, m, kb)] = sum;
+                dlp[dlp_idx(t0 + lid, h, m, kb)] = row_sum(lid);
             }
         }
     }
@@ -187,18 +223,30 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     var pk: array<f32, 8>;
     for (var s = 0u; s < RT; s++) {
         let i = r0 + s;
-        if (i < n && kin) {
+        if (i < n) {
             let t = t0 + i;
             let f = frow(t, h);
             let g = grow(t, h);
-            let vq = pick(aq0, aq1, s);
-            let vk = pick(ak0, ak1, s);
-            let vw = pick(aw0, aw1, s);
-            gpack[g + kx] = vq;
-            gpack[g + dk + kx] = vk;
-            gpack[g + 2u * dk + kx] = vw;
-            pa[s] = vq * fpack[f + kx] + vw * fpack[f + 2u * dk + kx];
-            pk[s] = vk * fpack[f + dk + kx];
+            if (kx0 < dk) {
+                let vq = pick(aq00, aq01, s);
+                let vk = pick(ak00, ak01, s);
+                let vw = pick(aw00, aw01, s);
+                gpack[g + kx0] = vq;
+                gpack[g + dk + kx0] = vk;
+                gpack[g + 2u * dk + kx0] = vw;
+                pa[s] = vq * fpack[f + kx0] + vw * fpack[f + 2u * dk + kx0];
+                pk[s] = vk * fpack[f + dk + kx0];
+            }
+            if (kx1 < dk) {
+                let vq = pick(aq10, aq11, s);
+                let vk = pick(ak10, ak11, s);
+                let vw = pick(aw10, aw11, s);
+                gpack[g + kx1] = vq;
+                gpack[g + dk + kx1] = vk;
+                gpack[g + 2u * dk + kx1] = vw;
+                pa[s] += vq * fpack[f + kx1] + vw * fpack[f + 2u * dk + kx1];
+                pk[s] += vk * fpack[f + dk + kx1];
+            }
         }
     }
     red[lid] = gacc;
@@ -209,28 +257,22 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         }
         workgroupBarrier();
     }
-    // Row sums over the block's columns: kd first, then a (pan holds one [C][KB] at a time).
+    // Row sums over the block's columns: kd first, then a (pan holds one [C][HB] at a time).
     for (var s = 0u; s < RT; s++) {
-        pan[(r0 + s) * KB + kc] = pk[s];
+        pan[(r0 + s) * HB + kc] = pk[s];
     }
     workgroupBarrier();
     var kd = 0.0;
     if (lid < n) {
-        for (var j = 0u; j < KB; j++) {
-            kd += pan[lid * KB + j];
-        }
+        kd = row_sum(lid);
     }
     workgroupBarrier();
     for (var s = 0u; s < RT; s++) {
-        pan[(r0 + s) * KB + kc] = pa[s];
+        pan[(r0 + s) * HB + kc] = pa[s];
     }
     workgroupBarrier();
     if (lid < n) {
-        var a = 0.0;
-        for (var j = 0u; j < KB; j++) {
-            a += pan[lid * KB + j];
-        }
-        var dg = a - kd;
+        var dg = row_sum(lid) - kd;
         if (lid + 1u == n) {
             dg += eg * red[0];
         }
