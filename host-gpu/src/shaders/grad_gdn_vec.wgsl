@@ -107,18 +107,36 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 rp[768u + lid] = dqv;
             }
             workgroupBarrier();
-            for (var rr = 0u; rr < min(RP, n - r0); rr++) {
+            // This thread's rows j0 .. j0 + RT: dS1ᵀ (dq) is 0 for r > j, dS1, A_w, M (dk) for
+            // r < j; Z is full. The tests are the same for a warp's threads.
+            let nr = min(RP, n - r0);
+            let want_q = r0 < j0 + RT;
+            let want_k = r0 + RP > j0;
+            for (var rr = 0u; rr < nr; rr++) {
                 let kv = rp[rr * KB + kc];
-                let qv = rp[256u + rr * KB + kc];
-                let wv = rp[512u + rr * KB + kc];
-                let dqv = rp[768u + rr * KB + kc];
                 let o = rr * (C / 4u) + rq;
-                aq0 += tp[o] * kv;
-                aq1 += tp[o + 1u] * kv;
-                a10 += tp[TS + o] * qv + tp[4u * TS + o] * kv;
-                a11 += tp[TS + o + 1u] * qv + tp[4u * TS + o + 1u] * kv;
-                a20 += tp[2u * TS + o] * wv - tp[3u * TS + o] * dqv;
-                a21 += tp[2u * TS + o + 1u] * wv - tp[3u * TS + o + 1u] * dqv;
+                a10 += tp[4u * TS + o] * kv;
+                a11 += tp[4u * TS + o + 1u] * kv;
+            }
+            if (want_q) {
+                for (var rr = 0u; rr < nr; rr++) {
+                    let kv = rp[rr * KB + kc];
+                    let o = rr * (C / 4u) + rq;
+                    aq0 += tp[o] * kv;
+                    aq1 += tp[o + 1u] * kv;
+                }
+            }
+            if (want_k) {
+                for (var rr = 0u; rr < nr; rr++) {
+                    let qv = rp[256u + rr * KB + kc];
+                    let wv = rp[512u + rr * KB + kc];
+                    let dqv = rp[768u + rr * KB + kc];
+                    let o = rr * (C / 4u) + rq;
+                    a10 += tp[TS + o] * qv;
+                    a11 += tp[TS + o + 1u] * qv;
+                    a20 += tp[2u * TS + o] * wv - tp[3u * TS + o] * dqv;
+                    a21 += tp[2u * TS + o + 1u] * wv - tp[3u * TS + o + 1u] * dqv;
+                }
             }
         }
         workgroupBarrier();
