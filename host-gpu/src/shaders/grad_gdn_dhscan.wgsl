@@ -32,6 +32,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let ah = (lid / C) % 2u;
     let ak = lid / (2u * C);
     let kh = (dk + 1u) / 2u;
+    let fs = group_heads() * f_stride();
     for (var e = lid; e < ns; e += 256u) {
         st[e] = vec4<f32>(0.0);
     }
@@ -99,15 +100,18 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             let kk = e / 2u;
             let hf = e % 2u;
             var s = eg * st[e];
+            // fpack rows of consecutive tokens are `fs` words apart.
+            var f = frow(t0, h) + kk;
             if (rd) {
                 for (var i = 0u; i < n; i++) {
-                    let f = frow(t0 + i, h);
-                    s += fpack[f + kk] * part[2u * C + i + hf * C]
-                        - fpack[f + 2u * dk + kk] * xw[i * 2u + hf];
+                    s += fpack[f] * part[2u * C + i + hf * C]
+                        - fpack[f + 2u * dk] * xw[i * 2u + hf];
+                    f += fs;
                 }
             } else {
                 for (var i = 0u; i < n; i++) {
-                    s -= fpack[frow(t0 + i, h) + 2u * dk + kk] * xw[i * 2u + hf];
+                    s -= fpack[f + 2u * dk] * xw[i * 2u + hf];
+                    f += fs;
                 }
             }
             st[e] = s;

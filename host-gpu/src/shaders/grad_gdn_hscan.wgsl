@@ -45,6 +45,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let ah = (lid / C) % 2u;
     let ak = lid / (2u * C);
     let kh = (dk + 1u) / 2u;
+    let fs = group_heads() * f_stride();
     workgroupBarrier();
     for (var c = 0u; c < P.nt; c++) {
         let t0 = c * C;
@@ -104,8 +105,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             let kk = e / 2u;
             let hf = e % 2u;
             var s = eg * st[e];
+            // fpack rows of consecutive tokens are `fs` words apart.
+            var f = frow(t0, h) + dk + kk;
             for (var i = 0u; i < n; i++) {
-                s += fpack[frow(t0 + i, h) + dk + kk] * xw[i * 2u + hf];
+                s += fpack[f] * xw[i * 2u + hf];
+                f += fs;
             }
             st[e] = s;
         }
