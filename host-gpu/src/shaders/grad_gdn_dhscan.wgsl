@@ -15,7 +15,7 @@
 
 const BV: u32 = 8u;
 var<workgroup> st: array<vec4<f32>, 512>;  // [MAX_DK][2]
-// [dk half][2][C]: partial sums of K̃ D; the second half then holds λ_i dO_i ([2][C]).
+// [dk half][C][2]: partial sums of K̃ D; the second half then holds λ_i dO_i ([C][2]).
 var<workgroup> part: array<vec4<f32>, 256>;
 var<workgroup> xw: array<vec4<f32>, 128>;  // [C][2]: dX = K̃ D
 
@@ -28,9 +28,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let dk = P.dk;
     let ns = dk * 2u;
     let col = C0P1 + m;
+    // Phase A thread (lid < 2C): row ai, dk half ak, both vec4 halves.
     let ai = lid % C;
-    let ah = (lid / C) % 2u;
-    let ak = lid / (2u * C);
+    let ak = lid / C;
     let kh = (dk + 1u) / 2u;
     let fs = group_heads() * f_stride();
     for (var e = lid; e < ns; e += 256u) {
@@ -59,14 +59,20 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         }
         workgroupBarrier();
         // Phase A: partial sums of K̃ D over one dk half (D = 0 after a group-last chunk).
-        var p = vec4<f32>(0.0);
-        if (ai < n && !d_zero) {
-            let kt = ft_at(c, h, 0u) + ai;
-            for (var kk = ak * kh; kk < min(dk, (ak + 1u) * kh); kk++) {
-                p += fpt[kt + kk * C] * st[kk * 2u + ah];
+        if (lid < 2u * C) {
+            var p0 = vec4<f32>(0.0);
+            var p1 = vec4<f32>(0.0);
+            if (ai < n && !d_zero) {
+                let kt = ft_at(c, h, 0u) + ai;
+                for (var kk = ak * kh; kk < min(dk, (ak + 1u) * kh); kk++) {
+                    let kv = fpt[kt + kk * C];
+                    p0 += kv * st[kk * 2u];
+                    p1 += kv * st[kk * 2u + 1u];
+                }
             }
+            part[lid * 2u] = p0;
+            part[lid * 2u + 1u] = p1;
         }
-        part[lid] = p;
         workgroupBarrier();
         if (lid < 2u * C) {
             let i = lid % C;
@@ -75,7 +81,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             var ldo = vec4<f32>(0.0);
             if (i < n) {
                 let d = hf * 4u;
-                x = part[i + hf * C] + part[i + hf * C + 2u * C];
+                x = part[i * 2u + hf] + part[(C + i) * 2u + hf];
                 let t = t0 + i;
                 let l = lam[lam_idx(t, h, col)];
                 for (var j = 0u; j < 4u; j++) {
@@ -89,32 +95,36 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             }
             xw[i * 2u + hf] = x;
             // Only this thread read this slot of the second half.
-            part[2u * C + i + hf * C] = ldo;
+            part[(C + i) * 2u + hf] = ldo;
         }
         workgroupBarrier();
-        // Phase B: the state-gradient update of (dk row, half); not needed entering the first
-        // chunk of a group (the state there is a reset 0).
+        // Phase B: the state-gradient update, one dk row per thread; not needed entering the
+        // first chunk of a group (the state there is a reset 0).
         let eg = exp(gam[(t0 + n - 1u) * P.heads + h]);
         let first = (c & ((2u << m) - 1u)) == 0u;
-        for (var e = lid; e < select(ns, 0u, first); e += 256u) {
-            let kk = e / 2u;
-            let hf = e % 2u;
-            var s = eg * st[e];
+        for (var kk = lid; kk < select(dk, 0u, first); kk += 256u) {
+            var s0 = eg * st[kk * 2u];
+            var s1 = eg * st[kk * 2u + 1u];
             // fpack rows of consecutive tokens are `fs` words apart.
             var f = frow(t0, h) + kk;
             if (rd) {
                 for (var i = 0u; i < n; i++) {
-                    s += fpack[f] * part[2u * C + i + hf * C]
-                        - fpack[f + 2u * dk] * xw[i * 2u + hf];
+                    let qv = fpack[f];
+                    let wv = fpack[f + 2u * dk];
+                    s0 += qv * part[(C + i) * 2u] - wv * xw[i * 2u];
+                    s1 += qv * part[(C + i) * 2u + 1u] - wv * xw[i * 2u + 1u];
                     f += fs;
                 }
             } else {
                 for (var i = 0u; i < n; i++) {
-                    s -= fpack[f + 2u * dk] * xw[i * 2u + hf];
+                    let wv = fpack[f + 2u * dk];
+                    s0 -= wv * xw[i * 2u];
+                    s1 -= wv * xw[i * 2u + 1u];
                     f += fs;
                 }
             }
-            st[e] = s;
+            st[kk * 2u] = s0;
+            st[kk * 2u + 1u] = s1;
         }
         workgroupBarrier();
     }

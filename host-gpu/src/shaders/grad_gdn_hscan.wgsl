@@ -3,9 +3,9 @@
 //   hs[m][c] = H_c (state entering chunk c); after a group-last chunk H = 0, otherwise
 //   H ← e^Γ H + K̃ᵀ X, X = σ U − W̃ H with σ = 1 on source chunks (bit m of c clear), else 0;
 //   X is stored too (xs_at), for grad_gdn_lvl.
-// The BV = 8 columns are two vec4 halves: X by (row, half, dk half) with partial sums, the
-// state update by (dk row, half), so every fpack word loaded feeds 4 products; X reads W̃ᵀ
-// (fpt) so that a warp's rows are consecutive words.
+// The BV = 8 columns are two vec4 halves: X by (row, dk half) with partial sums, the state
+// update by dk row, so every fpack word loaded feeds 8 products; X reads W̃ᵀ (fpt) so that a
+// warp's rows are consecutive words.
 
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read> fpack: array<f32>;
@@ -16,7 +16,7 @@
 
 const BV: u32 = 8u;
 var<workgroup> st: array<vec4<f32>, 512>;  // [MAX_DK][2]: the state columns of this workgroup
-var<workgroup> part: array<vec4<f32>, 256>; // [dk half][2][C]: partial sums of W̃ H
+var<workgroup> part: array<vec4<f32>, 256>; // [dk half][C][2]: partial sums of W̃ H
 var<workgroup> xw: array<vec4<f32>, 128>;  // [C][2]: X
 
 fn load4(base: u32, ok: vec4<bool>) -> vec4<f32> {
@@ -40,10 +40,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     for (var e = lid; e < ns; e += 256u) {
         st[e] = vec4<f32>(0.0);
     }
-    // Phase A thread: row ai, half ah, dk half ak.
+    // Phase A thread (lid < 2C): row ai, dk half ak, both vec4 halves.
     let ai = lid % C;
-    let ah = (lid / C) % 2u;
-    let ak = lid / (2u * C);
+    let ak = lid / C;
     let kh = (dk + 1u) / 2u;
     let fs = group_heads() * f_stride();
     workgroupBarrier();
@@ -70,14 +69,20 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         // Phase A: partial sums of W̃ H over one dk half (H = 0 entering the first chunk of a
         // group of 2^(m+1)).
         let h_zero = (c & ((2u << m) - 1u)) == 0u;
-        var p = vec4<f32>(0.0);
-        if (ai < n && !h_zero) {
-            let wt = ft_at(c, h, 1u) + ai;
-            for (var kk = ak * kh; kk < min(dk, (ak + 1u) * kh); kk++) {
-                p += fpt[wt + kk * C] * st[kk * 2u + ah];
+        if (lid < 2u * C) {
+            var p0 = vec4<f32>(0.0);
+            var p1 = vec4<f32>(0.0);
+            if (ai < n && !h_zero) {
+                let wt = ft_at(c, h, 1u) + ai;
+                for (var kk = ak * kh; kk < min(dk, (ak + 1u) * kh); kk++) {
+                    let w = fpt[wt + kk * C];
+                    p0 += w * st[kk * 2u];
+                    p1 += w * st[kk * 2u + 1u];
+                }
             }
+            part[lid * 2u] = p0;
+            part[lid * 2u + 1u] = p1;
         }
-        part[lid] = p;
         workgroupBarrier();
         if (lid < 2u * C) {
             let i = lid % C;
@@ -89,7 +94,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 if (!reads(c, m)) {
                     x = load4(frow(t0 + i, h) + 3u * dk + v0 + d, ok);
                 }
-                x -= part[i + hf * C] + part[i + hf * C + 2u * C];
+                x -= part[i * 2u + hf] + part[(C + i) * 2u + hf];
                 for (var j = 0u; j < 4u; j++) {
                     if (ok[j]) {
                         xs[xs_at(m, c, h) + i * P.dv + v0 + d + j] = x[j];
@@ -99,19 +104,21 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             xw[i * 2u + hf] = x;
         }
         workgroupBarrier();
-        // Phase B: the state update of (dk row, half).
+        // Phase B: the state update of one dk row (both halves) per thread.
         let eg = exp(gam[(t0 + n - 1u) * P.heads + h]);
-        for (var e = lid; e < ns; e += 256u) {
-            let kk = e / 2u;
-            let hf = e % 2u;
-            var s = eg * st[e];
+        for (var kk = lid; kk < dk; kk += 256u) {
+            var s0 = eg * st[kk * 2u];
+            var s1 = eg * st[kk * 2u + 1u];
             // fpack rows of consecutive tokens are `fs` words apart.
             var f = frow(t0, h) + dk + kk;
             for (var i = 0u; i < n; i++) {
-                s += fpack[f] * xw[i * 2u + hf];
+                let kv = fpack[f];
+                s0 += kv * xw[i * 2u];
+                s1 += kv * xw[i * 2u + 1u];
                 f += fs;
             }
-            st[e] = s;
+            st[kk * 2u] = s0;
+            st[kk * 2u + 1u] = s1;
         }
         workgroupBarrier();
     }
