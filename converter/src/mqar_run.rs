@@ -208,6 +208,11 @@ pub struct MqarArgs {
     /// PyTorch's Conv1d default) or `official` (fla's `_init_weights`, N(0, 0.006)).
     #[arg(long, value_enum, default_value = "zoology")]
     pub init: MqarInit,
+    /// Train nothing: print (and with --md write) one table of the runs in these results files,
+    /// e.g. of several processes that shared a GPU with different --lrs / --out. Each file's
+    /// settings are listed under the table; the best learning rate per cell is taken over all.
+    #[arg(long, value_delimiter = ',')]
+    pub merge: Vec<PathBuf>,
     /// Vocabulary size (Zoology: 8192; smaller for tests).
     #[arg(long, default_value_t = crate::mqar::ZOOLOGY_VOCAB, hide = true)]
     pub vocab: usize,
@@ -218,6 +223,14 @@ pub struct MqarArgs {
 
 /// Runs `loglinear mqar`.
 pub fn run(args: &MqarArgs) -> Result<(), Box<dyn std::error::Error>> {
+    if !args.merge.is_empty() {
+        let table = merge_tables(args)?;
+        if let Some(md) = &args.md {
+            write_atomic(md, &table)?;
+        }
+        print!("{table}");
+        return Ok(());
+    }
     #[cfg(feature = "gpu")]
     {
         gpu_run::run(args)
@@ -510,6 +523,36 @@ pub fn load_results(args: &MqarArgs) -> Result<Vec<RunRecord>, String> {
         .collect()
 }
 
+/// One markdown report of the runs in the `--merge` files (their settings may differ: each
+/// is listed, and every run's steps and seconds are in the last section).
+pub fn merge_tables(args: &MqarArgs) -> Result<String, String> {
+    let mut runs = Vec::new();
+    let mut notes = String::from("\n## Results files\n\n");
+    for path in &args.merge {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let v: serde_json::Value = serde_json::from_str(&text)
+            .map_err(|e| format!("{} is not MQAR results JSON: {e}", path.display()))?;
+        let file_runs = v
+            .get("runs")
+            .and_then(|r| r.as_array())
+            .ok_or_else(|| format!("{}: no `runs` array", path.display()))?;
+        for r in file_runs {
+            runs.push(
+                RunRecord::from_json(r)
+                    .ok_or_else(|| format!("{}: a run record is malformed: {r}", path.display()))?,
+            );
+        }
+        let settings = v.get("settings").map_or("none".into(), |s| s.to_string());
+        notes.push_str(&format!(
+            "- `{}` ({} runs): {settings}\n",
+            path.display(),
+            file_runs.len()
+        ));
+    }
+    Ok(markdown(args, &runs) + &notes)
+}
+
 /// Writes every run (atomically: a temporary file renamed over the old one) and the markdown.
 pub fn save_results(args: &MqarArgs, runs: &[RunRecord]) -> Result<(), String> {
     let v = serde_json::json!({
@@ -581,11 +624,19 @@ fn pct_std(x: &[f64]) -> String {
 pub fn markdown(args: &MqarArgs, runs: &[RunRecord]) -> String {
     let mut s = String::new();
     s.push_str("# MQAR: mean accuracy (%) over kv settings, ours / paper\n\n");
-    s.push_str(&format!(
-        "Sequence length {}, vocab {}, kv {:?}, {} training examples in all, {} test examples \
-         per kv setting, batch {}; best learning rate per cell; paper: 5 seeds, mean (std).\n\n",
-        args.seq_len, args.vocab, args.kv, args.train_examples, args.test_examples, args.batch
-    ));
+    if args.merge.is_empty() {
+        s.push_str(&format!(
+            "Sequence length {}, vocab {}, kv {:?}, {} training examples in all, {} test \
+             examples per kv setting, batch {}; best learning rate per cell; paper: 5 seeds, \
+             mean (std).\n\n",
+            args.seq_len, args.vocab, args.kv, args.train_examples, args.test_examples, args.batch
+        ));
+    } else {
+        s.push_str(
+            "Runs of the results files listed at the end (their settings there); best learning \
+             rate per cell over all of them; paper: 5 seeds, mean (std).\n\n",
+        );
+    }
     let archs = [
         MqarArch::Mamba2,
         MqarArch::LlMamba2,
