@@ -12,14 +12,18 @@
 //!   examples **per setting**. Data seeds are fixed (123 + 1000·kv for training, +10 for
 //!   testing, Zoology's split), so every run sees the same data; `--seeds` seeds the model's
 //!   initialisation and the shuffling.
-//! * models: 2 layers, width (hidden size) = dim, the official initialisation, RMSNorm
-//!   (eps 1e-5) and a SwiGLU MLP of 4·dim after every mixer (Zoology's default block has an
-//!   MLP of hidden_mult 4; ours is SwiGLU, as the official GDN / Mamba-2 LMs; no dropout,
-//!   where Zoology has 0.1 on the embeddings). GDN: heads 1 / 2 / 2 at dims 16 / 32 / 64
-//!   (1 head below 32, else 2), head_k_dim = head_v_dim = dim / heads, short conv 4 without
-//!   bias. Mamba-2: expand 2 (d_inner = 2·dim), head_dim 16 (heads = 2·dim / 16), state 16,
-//!   1 group, conv 4 with bias, one gated-norm group. Log-linear variants add the λ
-//!   projection (15 levels; training uses exact levels for T = 256).
+//! * models: 2 layers, width (hidden size) = dim, RMSNorm (eps 1e-5) and a SwiGLU MLP of
+//!   4·dim after every mixer (*ours*: the official GDN / Mamba-2 LM block; Zoology's MQAR
+//!   configs use no MLP, `state_mixer = Identity`, and LayerNorm; no dropout, where Zoology
+//!   has 0.1 on the embeddings). As Zoology's `LanguageModel`: the LM head is tied to the
+//!   embedding (`--head tied`) and the weights get Zoology's `_init_weights` (`--init
+//!   zoology`: Linear and embedding N(0, 0.02), the short convs PyTorch's Conv1d default);
+//!   `--head untied --init official` gives the official LMs' head and fla's init instead.
+//!   GDN: heads 1 / 2 / 2 at dims 16 / 32 / 64 (1 head below 32, else 2), head_k_dim =
+//!   head_v_dim = dim / heads, short conv 4 without bias. Mamba-2: expand 2 (d_inner =
+//!   2·dim), head_dim 16 (heads = 2·dim / 16), state 16, 1 group, conv 4 with bias, one
+//!   gated-norm group. Log-linear variants add the λ projection (15 levels; training uses
+//!   exact levels for T = 256).
 //! * loss and accuracy: cross-entropy on the query positions only (the others are ignored);
 //!   accuracy = argmax = target on query positions, per kv setting; the reported number is the
 //!   mean over the kv settings (as the paper's table), the pooled one (Zoology's
@@ -37,12 +41,15 @@
 //! seeds; ± their standard deviation when there are several).
 //!
 //! Cost: at the defaults a step is 65K tokens through an 8192-row LM head (logits 2 GiB), so
-//! the full protocol (2528 steps × 48 runs) takes hours on one GPU. Within a fixed budget use
+//! the full protocol (2528 steps × 48 runs) takes hours on one GPU: on an H200 a batch-128
+//! step of these 2-layer models takes 20–42 ms. Within a fixed budget use
 //! `--max-seconds-per-run` (the cosine is fitted to the steps that fit), one learning rate per
 //! pass (results accumulate in `--out`; a second pass with another `--lrs` adds to the table),
 //! and possibly a smaller `--batch` (more updates per second; not the protocol's 256), e.g.
-//! `loglinear mqar --lrs 1e-2 --batch 64 --max-seconds-per-run 42 --eval-every 400
-//! --out mqar.json --md mqar.md` (12 runs, about 9 minutes).
+//! `loglinear mqar --lrs 1e-2 --batch 128 --steps 2528 --max-seconds-per-run 88
+//! --eval-every 1000 --out mqar.json --md mqar.md`. Several processes sharing one GPU do not
+//! add throughput (12 at once on the H200 each ran 10–13× slower); runs made with different
+//! settings go into one table with `--merge a.json,b.json`.
 
 use std::path::PathBuf;
 
