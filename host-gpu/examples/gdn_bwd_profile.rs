@@ -121,15 +121,22 @@ fn main() -> Result<(), GpuError> {
         println!("{label:>16} {med:10.1}");
     }
     println!("{:>16} {total:10.1}", "total");
-    // A checksum of the gradients, to see that a change kept the results.
+    // Checksums of the gradients (Σ|x| of each), to see that a change, or another adapter,
+    // kept the results.
     let mut sum = 0.0f64;
-    for b in [&dq, &dkb, &dvb, &dg, &dbeta, &dlam] {
-        sum += gpu
-            .read_f32(b)?
-            .iter()
-            .map(|&a| f64::from(a).abs())
-            .sum::<f64>();
+    let mut each = String::new();
+    for (name, b) in [
+        ("dq", &dq),
+        ("dk", &dkb),
+        ("dv", &dvb),
+        ("dg", &dg),
+        ("dbeta", &dbeta),
+        ("dlam", &dlam),
+    ] {
+        let s: f64 = gpu.read_f32(b)?.iter().map(|&a| f64::from(a).abs()).sum();
+        each += &format!(" {name} {s:.6e}");
+        sum += s;
     }
-    println!("checksum {sum:.6e}");
+    println!("checksum {sum:.6e} ({})", each.trim());
     Ok(())
 }
