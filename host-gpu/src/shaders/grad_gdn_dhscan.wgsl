@@ -19,7 +19,7 @@ var<workgroup> st: array<vec4<f32>, 512>;  // [MAX_DK][2]
 var<workgroup> part: array<vec4<f32>, 256>;
 var<workgroup> xw: array<vec4<f32>, 128>;  // [C][2]: dX = K̃ D
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(128) // 2C: one thread per (row, dk half) in phase A
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let v0 = wg.x * BV;
     let h = head0() + wg.y;
@@ -33,7 +33,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let ak = lid / C;
     let kh = (dk + 1u) / 2u;
     let fs = group_heads() * f_stride();
-    for (var e = lid; e < ns; e += 256u) {
+    for (var e = lid; e < ns; e += 128u) {
         st[e] = vec4<f32>(0.0);
     }
     for (var cc = 0u; cc < P.nt; cc++) {
@@ -44,11 +44,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         let rd = reads(c, m);
         let d_zero = group_last(c, m) || c + 1u == P.nt;
         if (d_zero) {
-            for (var e = lid; e < ns; e += 256u) {
+            for (var e = lid; e < ns; e += 128u) {
                 st[e] = vec4<f32>(0.0);
             }
         }
-        for (var e = lid; e < ns; e += 256u) {
+        for (var e = lid; e < ns; e += 128u) {
             let d = (e % 2u) * 4u;
             let s = st[e];
             for (var j = 0u; j < 4u; j++) {
@@ -102,7 +102,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         // first chunk of a group (the state there is a reset 0).
         let eg = exp(gam[(t0 + n - 1u) * P.heads + h]);
         let first = (c & ((2u << m) - 1u)) == 0u;
-        for (var kk = lid; kk < select(dk, 0u, first); kk += 256u) {
+        for (var kk = lid; kk < select(dk, 0u, first); kk += 128u) {
             var s0 = eg * st[kk * 2u];
             var s1 = eg * st[kk * 2u + 1u];
             // fpack rows of consecutive tokens are `fs` words apart.

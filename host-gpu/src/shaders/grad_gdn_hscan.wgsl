@@ -29,7 +29,7 @@ fn load4(base: u32, ok: vec4<bool>) -> vec4<f32> {
     return r;
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(128) // 2C: one thread per (row, dk half) in phase A
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let v0 = wg.x * BV;
     let h = head0() + wg.y;
@@ -37,7 +37,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let nbv = min(BV, P.dv - v0);
     let dk = P.dk;
     let ns = dk * 2u;
-    for (var e = lid; e < ns; e += 256u) {
+    for (var e = lid; e < ns; e += 128u) {
         st[e] = vec4<f32>(0.0);
     }
     // Phase A thread (lid < 2C): row ai, dk half ak, both vec4 halves.
@@ -50,7 +50,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         let t0 = c * C;
         let n = chunk_rows(c);
         let sb = state_at(m, c, h);
-        for (var e = lid; e < ns; e += 256u) {
+        for (var e = lid; e < ns; e += 128u) {
             let d = (e % 2u) * 4u;
             let s = st[e];
             for (var j = 0u; j < 4u; j++) {
@@ -60,7 +60,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             }
         }
         if (group_last(c, m) || c + 1u == P.nt) {
-            for (var e = lid; e < ns; e += 256u) {
+            for (var e = lid; e < ns; e += 128u) {
                 st[e] = vec4<f32>(0.0);
             }
             workgroupBarrier();
@@ -106,7 +106,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         workgroupBarrier();
         // Phase B: the state update of one dk row (both halves) per thread.
         let eg = exp(gam[(t0 + n - 1u) * P.heads + h]);
-        for (var kk = lid; kk < dk; kk += 256u) {
+        for (var kk = lid; kk < dk; kk += 128u) {
             var s0 = eg * st[kk * 2u];
             var s1 = eg * st[kk * 2u + 1u];
             // fpack rows of consecutive tokens are `fs` words apart.
