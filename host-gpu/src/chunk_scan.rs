@@ -6,10 +6,15 @@
 //! 1. `chunk_gamma`: local inclusive cumsums γ of the log decay inside each chunk.
 //! 2. `chunk_intra_*`: one workgroup per (chunk, head): the 64×64 score tile with the λ column
 //!    min(level, top), o = A V (first writer of `o`); GDN also forms A_w = (I + StrictLower(diag(β)
-//!    K Kᵀ))⁻¹ by forward substitution and writes q̃, K̃, W̃, U for the scan (WY/UT form).
+//!    K Kᵀ))⁻¹ by forward substitution and writes q̃, K̃, W̃, U for the scan (WY/UT form), each
+//!    a contiguous block per (chunk, head), q̃ and W̃ transposed (dk × C) so that the scan's row
+//!    products read consecutive words across a warp.
 //! 3. `chunk_scan_*`: every inter-chunk level at once, one workgroup per (8 dv columns, head,
 //!    level), sequential over chunks; reader rows go to one scratch slab per level. The top level
-//!    is a saturated scan (sum of all exact levels ≥ top), as the runtime's policy.
+//!    is a saturated scan (sum of all exact levels ≥ top), as the runtime's policy. GDN
+//!    (chunk_scan_gdn.wgsl, its own file): states in workgroup memory, the products q̃ h, W̃ h
+//!    that can be non-zero split over the dk range so that all threads work, workgroups of one
+//!    head (all levels) dispatched together so that they share the chunk blocks in the cache.
 //! 4. `chunk_combine`: o += the levels each chunk reads, in level order (no atomics).
 //! 5. `chunk_state`: the decoder's state after token T−1: levels before the last chunk from the
 //!    scan; tokens of the last chunk in closed form (Mamba-2) or stepped like the decoder (GDN).
@@ -43,7 +48,7 @@ use crate::gpu::{Gpu, GpuError, Kernel};
 pub const CHUNK: usize = 64;
 /// Largest key dimension the kernels support.
 pub const MAX_DK: usize = 256;
-/// Columns of v per scan workgroup (must match `BV` in chunk_scan_body.wgsl).
+/// Columns of v per scan workgroup (must match `BV` in chunk_scan_body.wgsl and chunk_scan_gdn.wgsl).
 const SCAN_BV: usize = 8;
 /// Token level of chunk level 0: c0 + 1 with C = 2^c0.
 const C0P1: usize = 7;
@@ -292,11 +297,16 @@ impl ScanKernels {
             Form::Mamba2 => ("chunk_intra_m2", INTRA_M2, "chunk_scan_m2", SCAN_M2),
             Form::Gdn => ("chunk_intra_gdn", INTRA_GDN, "chunk_scan_gdn", SCAN_GDN),
         };
+        // The Mamba-2 walk is its accessor header + the shared body; the GDN walk is one file.
+        let scan_src = match form {
+            Form::Mamba2 => src(&[scan_head, SCAN_BODY]),
+            Form::Gdn => src(&[scan_head]),
+        };
         Ok(Self {
             form,
             gamma: gpu.kernel("chunk_gamma", &src(&[GAMMA]), "main")?,
             intra: gpu.kernel(intra_label, &src(&[intra_src]), "main")?,
-            scan: gpu.kernel(scan_label, &src(&[scan_head, SCAN_BODY]), "main")?,
+            scan: gpu.kernel(scan_label, &scan_src, "main")?,
             combine: gpu.kernel("chunk_combine", &src(&[COMBINE]), "main")?,
             state: gpu.kernel("chunk_state", &src(&[STATE]), "main")?,
             pre: match form {
@@ -494,10 +504,13 @@ impl ChunkScan {
         ));
         let v_blocks = s.dv.div_ceil(SCAN_BV);
         if gdn {
-            let qt = gpu.storage_zeroed("chunk q~", th * s.dk as u64 * f)?;
-            let kt = gpu.storage_zeroed("chunk k~", th * s.dk as u64 * f)?;
-            let wt = gpu.storage_zeroed("chunk w~", th * s.dk as u64 * f)?;
-            let u = gpu.storage_zeroed("chunk u", th * s.dv as u64 * f)?;
+            // Blocked per (chunk, head), rows past T stay 0: q̃, W̃ transposed ([NT][H][dk][C]),
+            // K̃ ([NT][H][C][dk]), U ([NT][H][C][dv]).
+            let rows = (nt * CHUNK * s.heads) as u64;
+            let qt = gpu.storage_zeroed("chunk q~ (transposed)", rows * s.dk as u64 * f)?;
+            let kt = gpu.storage_zeroed("chunk k~", rows * s.dk as u64 * f)?;
+            let wt = gpu.storage_zeroed("chunk w~ (transposed)", rows * s.dk as u64 * f)?;
+            let u = gpu.storage_zeroed("chunk u", rows * s.dv as u64 * f)?;
             steps.push(step(
                 &kernels.intra,
                 "chunk_intra_gdn",
@@ -511,7 +524,7 @@ impl ChunkScan {
                     &kernels.scan,
                     "chunk_scan_gdn",
                     &[&uniform, &qt, &kt, &wt, &u, &gam, io.lam, &olvl, &hstate],
-                    [v_blocks, s.heads, scans],
+                    [v_blocks, scans, s.heads],
                 ));
             }
             scratch.extend([qt, kt, wt, u]);

@@ -2,7 +2,9 @@
 // One workgroup (256 threads) per (chunk, head). Workgroup memory: two 64x64 tiles (32 KiB).
 //   tm: P = StrictLower(diag(β) K Kᵀ), then in place A_w = (I + P)⁻¹ (forward substitution)
 //   sm: S1 = Tril(Q Kᵀ), then in place M = S1 A_w, then the masked attention tile
-// Writes: o (intra part; first writer), and for the state scan
+// Writes: o (intra part; first writer), and for the state scan, blocked per (chunk, head) so that
+// the scan reads contiguous blocks: q̃, W̃ transposed ([c][H][dk][C]: the scan's row products read
+// consecutive words), K̃ ([c][H][C][dk]) and U ([c][H][C][dv])
 //   qt_i = e^{γ_i} (q_i − Σ_j M_ij β_j k_j)      (effective query)
 //   wt_i = e^{γ_i} Σ_j A_w,ij β_j k_j            (W̃)
 //   kt_j = e^{Γ − γ_j} k_j                       (K̃)
@@ -272,9 +274,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                     let g_row = gm(t0, i, h);
                     let e_row = exp(g_row);
                     let kr = qk_row(t0 + i, h);
-                    let orow = ((t0 + i) * P.heads + h) * P.dk + kk;
-                    qt[orow] = e_row * (q[kr + kk] - row_of(mq, r));
-                    wt[orow] = e_row * row_of(mw, r);
+                    let orow = (((t0 / C) * P.heads + h) * C + i) * P.dk + kk;
+                    let ocol = (((t0 / C) * P.heads + h) * P.dk + kk) * C + i;
+                    qt[ocol] = e_row * (q[kr + kk] - row_of(mq, r));
+                    wt[ocol] = e_row * row_of(mw, r);
                     kt[orow] = exp(g_last - g_row) * k[kr + kk];
                 }
             }
@@ -298,7 +301,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             let rows = tm_times_v(t0, n, h, r0, d);
             for (var r = 0u; r < 16u; r++) {
                 if (r0 + r < n) {
-                    u[((t0 + r0 + r) * P.heads + h) * P.dv + d] = row_of(rows, r);
+                    u[(((t0 / C) * P.heads + h) * C + r0 + r) * P.dv + d] = row_of(rows, r);
                 }
             }
         }
