@@ -16,11 +16,12 @@
 // source chunk, else 0. Reader rows λ q̃ sa go to olvl[slot] (olvl_slot), summed into o by the
 // combine kernel. Before the last chunk the read state is written to hstate[m].
 //
-// Per chunk: (A) the row products q̃ sa, W̃ sa, W̃ sb that can be non-zero (sa is zero exactly when
-// the chunk does not read; sb when it starts a group), each 64 rows by 8 columns, split over the
+// Per chunk: (A) the row products q̃ sa, W̃ sa, W̃ sb that can be non-zero and are needed (sa is
+// zero exactly when the chunk does not read; sb when it starts a group; W̃ sa is not needed in a
+// regular level's group-last chunk, after which sa is cleared: all of level 0), each 64 rows by 8 columns, split over the
 // dk range so that all 256 threads work: one product in quarters, two in halves, the third (the
 // saturated level only) in a second round; (R) partial sums reduced, X = σU − W̃ s formed;
-// (B) the state update by (dk row, vec4 half), every K̃ word loaded feeds both states.
+// (B) the state update by dk row (both vec4 halves, both live states per K̃ word loaded).
 
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read> qt: array<f32>;
@@ -122,9 +123,6 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let unit = lid / C;
     let rhf = unit % 2u;
     let rp = unit / 2u;
-    // Phase B thread: vec4 half hf of dk rows kb, kb + WG/2, ...
-    let kb = lid % (WG / 2u);
-    let hf = lid / (WG / 2u);
 
     for (var e = lid; e < ns; e += WG) {
         sa[e] = vec4<f32>(0.0);
@@ -141,6 +139,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         let reads = slot != NO_SLOT; // sa can be non-zero exactly when the chunk reads
         // sb can be non-zero unless the chunk starts a group (regular) / block (saturated).
         let b_live = adds && (c % half) != 0u;
+        // A regular level's read state is cleared after the group's last chunk: no W̃ sa, no update.
+        let clear_a = !sat && (c + 1u) % (2u * half) == 0u;
 
         if (last) {
             // Hand-off: the state the last chunk reads at this level (zero if it does not read).
@@ -161,7 +161,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         var p2 = NONE;
         if (reads) {
             p0 = 0u;
-            if (!last) {
+            if (!last && !clear_a) {
                 p1 = 1u;
             }
         }
@@ -248,65 +248,66 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             workgroupBarrier(); // xb = U above
         }
 
-        // (B) Transition, contribution, group boundary for the vec4 half hf of rows kk.
+        // (B) Transition, contribution, group boundary: thread kk updates row kk of the live
+        // states (both vec4 halves: every K̃ word loaded feeds 4 or 8 products).
         let eg = exp(gam[(t0 + n - 1u) * P.heads + h]);
-        let up_a = reads;
+        let up_a = reads && !clear_a;
         let up_b = adds;
         let to_half = (c + 1u) % half == 0u;
-        let clear_a = !sat && (c + 1u) % (2u * half) == 0u;
-        let stride = dk;
-        for (var kk = kb; kk < dk; kk += WG / 2u) {
-            let e = kk * 2u + hf;
-            var a = sa[e];
-            var b = sb[e];
-            let k_base = (c * P.heads + h) * C * dk + kk;
+        for (var kk = lid; kk < dk; kk += WG) {
+            var a0 = sa[2u * kk];
+            var a1 = sa[2u * kk + 1u];
+            var b0 = sb[2u * kk];
+            var b1 = sb[2u * kk + 1u];
+            // Rows of the chunk's K̃ block are dk words apart.
+            var f = (c * P.heads + h) * C * dk + kk;
             if (up_a && up_b) {
-                a *= eg;
-                b *= eg;
-                var f = k_base;
+                a0 *= eg;
+                a1 *= eg;
+                b0 *= eg;
+                b1 *= eg;
                 for (var r = 0u; r < n; r++) {
                     let kv = kt[f];
-                    a += kv * xa[r * 2u + hf];
-                    b += kv * xb[r * 2u + hf];
-                    f += stride;
+                    a0 += kv * xa[2u * r];
+                    a1 += kv * xa[2u * r + 1u];
+                    b0 += kv * xb[2u * r];
+                    b1 += kv * xb[2u * r + 1u];
+                    f += dk;
                 }
             } else if (up_a) {
-                a *= eg;
-                var f = k_base;
-                var r = 0u;
-                for (; r + 1u < n; r += 2u) {
-                    let k0 = kt[f];
-                    let k1 = kt[f + stride];
-                    a += k0 * xa[r * 2u + hf] + k1 * xa[r * 2u + 2u + hf];
-                    f += 2u * stride;
-                }
-                if (r < n) {
-                    a += kt[f] * xa[r * 2u + hf];
+                a0 *= eg;
+                a1 *= eg;
+                for (var r = 0u; r < n; r++) {
+                    let kv = kt[f];
+                    a0 += kv * xa[2u * r];
+                    a1 += kv * xa[2u * r + 1u];
+                    f += dk;
                 }
             } else if (up_b) {
-                b *= eg;
-                var f = k_base;
-                var r = 0u;
-                for (; r + 1u < n; r += 2u) {
-                    let k0 = kt[f];
-                    let k1 = kt[f + stride];
-                    b += k0 * xb[r * 2u + hf] + k1 * xb[r * 2u + 2u + hf];
-                    f += 2u * stride;
-                }
-                if (r < n) {
-                    b += kt[f] * xb[r * 2u + hf];
+                b0 *= eg;
+                b1 *= eg;
+                for (var r = 0u; r < n; r++) {
+                    let kv = kt[f];
+                    b0 += kv * xb[2u * r];
+                    b1 += kv * xb[2u * r + 1u];
+                    f += dk;
                 }
             }
             if (to_half) {
                 if (clear_a) {
-                    a = vec4<f32>(0.0);
+                    a0 = vec4<f32>(0.0);
+                    a1 = vec4<f32>(0.0);
                 } else {
-                    a += b;
+                    a0 += b0;
+                    a1 += b1;
                 }
-                b = vec4<f32>(0.0);
+                b0 = vec4<f32>(0.0);
+                b1 = vec4<f32>(0.0);
             }
-            sa[e] = a;
-            sb[e] = b;
+            sa[2u * kk] = a0;
+            sa[2u * kk + 1u] = a1;
+            sb[2u * kk] = b0;
+            sb[2u * kk + 1u] = b1;
         }
         workgroupBarrier();
     }
