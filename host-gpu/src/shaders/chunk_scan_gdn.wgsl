@@ -1,12 +1,11 @@
 // Inter-chunk levels of the Gated DeltaNet form (spec §7.2), all levels in one dispatch: one
-// workgroup per (dv block of BV columns, head, chunk level m), sequential over chunks. Inputs
+// workgroup per (dv block of BV = 16 columns, level m, head), sequential over chunks. Inputs
 // from chunk_intra_gdn.wgsl, each a contiguous block per (chunk, head): q̃ᵀ and W̃ᵀ ([c][H][dk][C]:
 // a warp's rows are consecutive words), K̃ ([c][H][C][dk]: a warp's dk rows are consecutive words)
 // and U ([c][H][C][dv]). Workgroup ids: x = dv block, y = level, z = head, so that the workgroups
 // of one head (every level, every dv block) run together and share these blocks in the cache.
 //
-// Two states per workgroup, in workgroup memory as [dk][2] vec4 (columns 0..3, 4..7):
-//   `sa` is what reader chunks read, `sb` collects the current group.
+// Two states per level: `sa` is what reader chunks read, `sb` collects the current group.
 //   regular level m (m < m_top): chunk c reads iff bit m of c is 1; sources are chunks with bit m
 //     = 0; after the first half of an aligned group of 2^(m+1) chunks sa = sb, after the second
 //     half sa = 0 (exactly the per-level scan of §7.2).
@@ -16,12 +15,16 @@
 // source chunk, else 0. Reader rows λ q̃ sa go to olvl[slot] (olvl_slot), summed into o by the
 // combine kernel. Before the last chunk the read state is written to hstate[m].
 //
-// Per chunk: (A) the row products q̃ sa, W̃ sa, W̃ sb that can be non-zero and are needed (sa is
-// zero exactly when the chunk does not read; sb when it starts a group; W̃ sa is not needed in a
-// regular level's group-last chunk, after which sa is cleared: all of level 0), each 64 rows by 8 columns, split over the
-// dk range so that all 256 threads work: one product in quarters, two in halves, the third (the
-// saturated level only) in a second round; (R) partial sums reduced, X = σU − W̃ s formed;
-// (B) the state update by dk row (both vec4 halves, both live states per K̃ word loaded).
+// Thread kk (< dk) holds row kk of both states in registers (four vec4 each). Only one state is
+// live in a regular level's chunk (sa iff the chunk reads, sb iff it is a source); the products
+// read the live one from a single workgroup-memory copy `st` (the saturated level copies sb there
+// for a second round). Per chunk:
+// (A) the row products that can be non-zero and are needed: q̃ sa (readers), W̃ sa (readers but
+//     a regular level's group-last chunk, after which sa is cleared: all of level 0), W̃ sb (not
+//     at a group's first chunk, where sb is zero); 64 rows × 16 columns each, thread = (row, 8
+//     columns, product or dk half) so that all 256 threads work, partial sums in `part`;
+// (R) reduced: o rows out, X = σU − W̃ s into xa / xb;
+// (B) the state update by dk row: every K̃ word loaded feeds 16 (saturated 32) products.
 
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read> qt: array<f32>;
@@ -33,63 +36,53 @@
 @group(0) @binding(7) var<storage, read_write> olvl: array<f32>;
 @group(0) @binding(8) var<storage, read_write> hstate: array<f32>;
 
-const BV: u32 = 8u; // columns per workgroup: two vec4 (SCAN_BV in chunk_scan.rs)
+const BV: u32 = 16u; // columns per workgroup: four vec4 (GDN_SCAN_BV in chunk_scan.rs)
 const WG: u32 = 256u;
 const NONE: u32 = 3u; // no product
 
-var<workgroup> sa: array<vec4<f32>, 512>;   // [MAX_DK][2]: the read state
-var<workgroup> sb: array<vec4<f32>, 512>;   // [MAX_DK][2]: the collecting state
+var<workgroup> st: array<vec4<f32>, 1024>;  // [MAX_DK][4]: the state the products read
 var<workgroup> part: array<vec4<f32>, 512>; // [4 units][C][2]: partial sums of a product round
-var<workgroup> xa: array<vec4<f32>, 128>;   // [C][2]: −W̃ sa
-var<workgroup> xb: array<vec4<f32>, 128>;   // [C][2]: U − W̃ sb
+var<workgroup> xa: array<vec4<f32>, 256>;   // [C][4]: −W̃ sa
+var<workgroup> xb: array<vec4<f32>, 256>;   // [C][4]: U − W̃ sb
 
 struct Pair {
     lo: vec4<f32>,
     hi: vec4<f32>,
 }
 
-// Rows i of product `which` (0: q̃ sa, 1: W̃ sa, 2: W̃ sb) over dk rows k0..k1 of chunk c.
-// `base` + kk * C + i is element (kk, i) of the chunk's transposed q̃ or W̃.
-fn product(which: u32, c: u32, h: u32, i: u32, k0: u32, k1: u32) -> Pair {
+// Row i, columns 8 ch .. 8 ch + 7 of q̃ st (src 0) or W̃ st (src 1) over dk rows k0..k1 of chunk
+// c. `base` + kk * C is element (kk, i) of the chunk's transposed q̃ or W̃.
+fn product(src: u32, c: u32, h: u32, i: u32, ch: u32, k0: u32, k1: u32) -> Pair {
     var lo = vec4<f32>(0.0);
     var hi = vec4<f32>(0.0);
     let base = (c * P.heads + h) * P.dk * C + i;
     var kk = k0;
-    if (which == 0u) {
+    var s = kk * 4u + ch * 2u;
+    if (src == 0u) {
         for (; kk + 1u < k1; kk += 2u) {
             let x0 = qt[base + kk * C];
             let x1 = qt[base + (kk + 1u) * C];
-            lo += x0 * sa[2u * kk] + x1 * sa[2u * kk + 2u];
-            hi += x0 * sa[2u * kk + 1u] + x1 * sa[2u * kk + 3u];
+            lo += x0 * st[s] + x1 * st[s + 4u];
+            hi += x0 * st[s + 1u] + x1 * st[s + 5u];
+            s += 8u;
         }
         if (kk < k1) {
             let x = qt[base + kk * C];
-            lo += x * sa[2u * kk];
-            hi += x * sa[2u * kk + 1u];
-        }
-    } else if (which == 1u) {
-        for (; kk + 1u < k1; kk += 2u) {
-            let x0 = wt[base + kk * C];
-            let x1 = wt[base + (kk + 1u) * C];
-            lo += x0 * sa[2u * kk] + x1 * sa[2u * kk + 2u];
-            hi += x0 * sa[2u * kk + 1u] + x1 * sa[2u * kk + 3u];
-        }
-        if (kk < k1) {
-            let x = wt[base + kk * C];
-            lo += x * sa[2u * kk];
-            hi += x * sa[2u * kk + 1u];
+            lo += x * st[s];
+            hi += x * st[s + 1u];
         }
     } else {
         for (; kk + 1u < k1; kk += 2u) {
             let x0 = wt[base + kk * C];
             let x1 = wt[base + (kk + 1u) * C];
-            lo += x0 * sb[2u * kk] + x1 * sb[2u * kk + 2u];
-            hi += x0 * sb[2u * kk + 1u] + x1 * sb[2u * kk + 3u];
+            lo += x0 * st[s] + x1 * st[s + 4u];
+            hi += x0 * st[s + 1u] + x1 * st[s + 5u];
+            s += 8u;
         }
         if (kk < k1) {
             let x = wt[base + kk * C];
-            lo += x * sb[2u * kk];
-            hi += x * sb[2u * kk + 1u];
+            lo += x * st[s];
+            hi += x * st[s + 1u];
         }
     }
     return Pair(lo, hi);
@@ -107,6 +100,31 @@ fn u4(c: u32, i: u32, h: u32, d: u32) -> vec4<f32> {
     return x;
 }
 
+fn put_row(kk: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) {
+    st[kk * 4u] = x0;
+    st[kk * 4u + 1u] = x1;
+    st[kk * 4u + 2u] = x2;
+    st[kk * 4u + 3u] = x3;
+}
+
+// Row kk of a state, columns v0 + 4 q + e < v0 + nbv, at `base` (hand-off).
+fn write_row(base: u32, nbv: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) {
+    for (var e = 0u; e < 4u; e++) {
+        if (e < nbv) {
+            hstate[base + e] = x0[e];
+        }
+        if (4u + e < nbv) {
+            hstate[base + 4u + e] = x1[e];
+        }
+        if (8u + e < nbv) {
+            hstate[base + 8u + e] = x2[e];
+        }
+        if (12u + e < nbv) {
+            hstate[base + 12u + e] = x3[e];
+        }
+    }
+}
+
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let v0 = wg.x * BV;
@@ -117,16 +135,24 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let nbv = min(BV, P.dv - v0);
     let half = 1u << m;
     let dk = P.dk;
-    let ns = dk * 2u;
-    // Phase A / R thread: row i, unit (A) or column half and product (R).
+    // Phase A / R thread: row i, unit (column half ch = unit % 2, and product or dk half).
     let i = lid % C;
     let unit = lid / C;
-    let rhf = unit % 2u;
-    let rp = unit / 2u;
+    let ch = unit % 2u;
+    // Phase B thread: state row kk (< dk).
+    let kk = lid;
+    let own = kk < dk;
 
-    for (var e = lid; e < ns; e += WG) {
-        sa[e] = vec4<f32>(0.0);
-        sb[e] = vec4<f32>(0.0);
+    var a0 = vec4<f32>(0.0);
+    var a1 = vec4<f32>(0.0);
+    var a2 = vec4<f32>(0.0);
+    var a3 = vec4<f32>(0.0);
+    var b0 = vec4<f32>(0.0);
+    var b1 = vec4<f32>(0.0);
+    var b2 = vec4<f32>(0.0);
+    var b3 = vec4<f32>(0.0);
+    for (var e = lid; e < dk * 4u; e += WG) {
+        st[e] = vec4<f32>(0.0);
     }
     workgroupBarrier();
 
@@ -139,175 +165,199 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         let reads = slot != NO_SLOT; // sa can be non-zero exactly when the chunk reads
         // sb can be non-zero unless the chunk starts a group (regular) / block (saturated).
         let b_live = adds && (c % half) != 0u;
-        // A regular level's read state is cleared after the group's last chunk: no W̃ sa, no update.
+        // A regular level's read state is cleared after the group's last chunk.
         let clear_a = !sat && (c + 1u) % (2u * half) == 0u;
 
-        if (last) {
+        if (last && own) {
             // Hand-off: the state the last chunk reads at this level (zero if it does not read).
-            for (var e = lid; e < ns; e += WG) {
-                let s = select(vec4<f32>(0.0), sa[e], reads);
-                let b = ((m * P.heads + h) * dk + e / 2u) * P.dv + v0 + (e % 2u) * 4u;
-                for (var j = 0u; j < 4u; j++) {
-                    if ((e % 2u) * 4u + j < nbv) {
-                        hstate[b + j] = s[j];
-                    }
-                }
+            let base = ((m * P.heads + h) * dk + kk) * P.dv + v0;
+            let z = vec4<f32>(0.0);
+            if (reads) {
+                write_row(base, nbv, a0, a1, a2, a3);
+            } else {
+                write_row(base, nbv, z, z, z, z);
             }
         }
 
-        // The products this chunk needs, in rounds of at most two.
-        var p0 = NONE;
-        var p1 = NONE;
-        var p2 = NONE;
-        if (reads) {
-            p0 = 0u;
-            if (!last && !clear_a) {
-                p1 = 1u;
-            }
-        }
-        if (b_live && !last) {
-            if (p0 == NONE) {
-                p0 = 2u;
-            } else if (p1 == NONE) {
-                p1 = 2u;
-            } else {
-                p2 = 2u;
-            }
-        }
-        // X = U (the collecting state is zero) unless overwritten below.
-        if (adds && !last && !b_live && lid < 2u * C) {
-            let ri = lid / 2u;
-            let rh = lid % 2u;
+        // Products: q̃ sa, W̃ sa on sa (st holds sa when the chunk reads); W̃ sb on sb, in a second
+        // round (saturated level) or alone (st holds sb when the chunk does not read).
+        let do_r = reads;
+        let do_xa = reads && !last && !clear_a;
+        let do_xb = b_live && !last;
+        // X = U (the collecting state is zero) unless W̃ sb is subtracted below.
+        if (adds && !last && !b_live) {
+            let ri = lid / 4u;
+            let q = lid % 4u;
             var x = vec4<f32>(0.0);
             if (ri < n) {
-                x = u4(c, ri, h, v0 + rh * 4u);
+                x = u4(c, ri, h, v0 + q * 4u);
             }
             xb[lid] = x;
         }
 
         for (var round = 0u; round < 2u; round++) {
-            let qa = select(p0, p2, round == 1u);
-            let qb = select(p1, NONE, round == 1u);
+            // Round 0: the products on sa (or W̃ sb alone); round 1: W̃ sb after the sa products.
+            var qa = NONE; // 0: q̃ sa, 1: W̃ sa, 2: W̃ sb
+            var qb = NONE;
+            if (round == 0u) {
+                if (do_r) {
+                    qa = 0u;
+                    if (do_xa) {
+                        qb = 1u;
+                    }
+                } else if (do_xb) {
+                    qa = 2u;
+                }
+            } else if (do_r && do_xb) {
+                qa = 2u;
+            }
             if (qa == NONE) {
                 break;
             }
             let two = qb != NONE;
-            // (A) unit u: quarter u of the dk range of qa, or half u % 2 of qa (u < 2) / qb.
+            // (A) two products: unit = (product, column half) over all of dk; one: unit =
+            // (dk half, column half).
+            let p = select(qa, qb, two && unit >= 2u);
             var pr = Pair(vec4<f32>(0.0), vec4<f32>(0.0));
             if (i < n) {
                 if (two) {
-                    let kh = (dk + 1u) / 2u;
-                    let k0 = rhf * kh;
-                    pr = product(select(qa, qb, rp == 1u), c, h, i, k0, min(dk, k0 + kh));
+                    pr = product(select(1u, 0u, p == 0u), c, h, i, ch, 0u, dk);
                 } else {
-                    let kq = (dk + 3u) / 4u;
-                    let k0 = min(dk, unit * kq);
-                    pr = product(qa, c, h, i, k0, min(dk, k0 + kq));
+                    let kh = (dk + 1u) / 2u;
+                    let k0 = (unit / 2u) * kh;
+                    pr = product(select(1u, 0u, p == 0u), c, h, i, ch, k0, min(dk, k0 + kh));
                 }
             }
             part[(unit * C + i) * 2u] = pr.lo;
             part[(unit * C + i) * 2u + 1u] = pr.hi;
             workgroupBarrier();
-            // (R) thread (row i, column half rhf, product rp of the round).
-            if (rp == 0u || two) {
-                let which = select(qa, qb, rp == 1u);
-                var s: vec4<f32>;
-                if (two) {
-                    let b0 = (2u * rp * C + i) * 2u + rhf;
-                    s = part[b0] + part[b0 + 2u * C];
-                } else {
-                    let b0 = i * 2u + rhf;
-                    s = part[b0] + part[b0 + 2u * C] + part[b0 + 4u * C] + part[b0 + 6u * C];
+            // (R) thread (row i, column half ch) of product p: two products, one unit each; one
+            // product, units ch and 2 + ch (the dk halves).
+            if (two || unit < 2u) {
+                var lo = part[(unit * C + i) * 2u];
+                var hi = part[(unit * C + i) * 2u + 1u];
+                if (!two) {
+                    lo += part[((2u + unit) * C + i) * 2u];
+                    hi += part[((2u + unit) * C + i) * 2u + 1u];
                 }
-                if (which == 0u) {
+                if (p == 0u) {
                     if (i < n) {
-                        let o4 = lam[lam_idx(t0 + i, h, col)] * s;
-                        let b = ((slot * C + i) * P.heads + h) * P.dv + v0 + rhf * 4u;
+                        let l = lam[lam_idx(t0 + i, h, col)];
+                        let b = ((slot * C + i) * P.heads + h) * P.dv + v0 + ch * 8u;
                         for (var e = 0u; e < 4u; e++) {
-                            if (rhf * 4u + e < nbv) {
-                                olvl[b + e] = o4[e];
+                            if (ch * 8u + e < nbv) {
+                                olvl[b + e] = l * lo[e];
+                            }
+                            if (ch * 8u + 4u + e < nbv) {
+                                olvl[b + 4u + e] = l * hi[e];
                             }
                         }
                     }
-                } else if (which == 1u) {
-                    xa[i * 2u + rhf] = -s;
+                } else if (p == 1u) {
+                    xa[i * 4u + ch * 2u] = -lo;
+                    xa[i * 4u + ch * 2u + 1u] = -hi;
                 } else {
-                    var x = vec4<f32>(0.0);
+                    var ulo = vec4<f32>(0.0);
+                    var uhi = vec4<f32>(0.0);
                     if (i < n) {
-                        x = u4(c, i, h, v0 + rhf * 4u) - s;
+                        ulo = u4(c, i, h, v0 + ch * 8u);
+                        uhi = u4(c, i, h, v0 + ch * 8u + 4u);
                     }
-                    xb[i * 2u + rhf] = x;
+                    xb[i * 4u + ch * 2u] = ulo - lo;
+                    xb[i * 4u + ch * 2u + 1u] = uhi - hi;
                 }
+            }
+            if (round == 0u && do_r && do_xb && own) {
+                // Nobody reads st until the next round's products: sb for them.
+                put_row(kk, b0, b1, b2, b3);
             }
             workgroupBarrier();
         }
         if (last) {
             break;
         }
-        if (p0 == NONE) {
+        if (!do_r && !do_xb) {
             workgroupBarrier(); // xb = U above
         }
 
-        // (B) Transition, contribution, group boundary: thread kk updates row kk of the live
-        // states (both vec4 halves: every K̃ word loaded feeds 4 or 8 products).
-        let eg = exp(gam[(t0 + n - 1u) * P.heads + h]);
+        // (B) Transition, contribution, group boundary for row kk of the live states.
         let up_a = reads && !clear_a;
         let up_b = adds;
-        let to_half = (c + 1u) % half == 0u;
-        for (var kk = lid; kk < dk; kk += WG) {
-            var a0 = sa[2u * kk];
-            var a1 = sa[2u * kk + 1u];
-            var b0 = sb[2u * kk];
-            var b1 = sb[2u * kk + 1u];
+        if (own) {
+            let eg = exp(gam[(t0 + n - 1u) * P.heads + h]);
             // Rows of the chunk's K̃ block are dk words apart.
             var f = (c * P.heads + h) * C * dk + kk;
             if (up_a && up_b) {
                 a0 *= eg;
                 a1 *= eg;
+                a2 *= eg;
+                a3 *= eg;
                 b0 *= eg;
                 b1 *= eg;
+                b2 *= eg;
+                b3 *= eg;
                 for (var r = 0u; r < n; r++) {
                     let kv = kt[f];
-                    a0 += kv * xa[2u * r];
-                    a1 += kv * xa[2u * r + 1u];
-                    b0 += kv * xb[2u * r];
-                    b1 += kv * xb[2u * r + 1u];
+                    a0 += kv * xa[4u * r];
+                    a1 += kv * xa[4u * r + 1u];
+                    a2 += kv * xa[4u * r + 2u];
+                    a3 += kv * xa[4u * r + 3u];
+                    b0 += kv * xb[4u * r];
+                    b1 += kv * xb[4u * r + 1u];
+                    b2 += kv * xb[4u * r + 2u];
+                    b3 += kv * xb[4u * r + 3u];
                     f += dk;
                 }
             } else if (up_a) {
                 a0 *= eg;
                 a1 *= eg;
+                a2 *= eg;
+                a3 *= eg;
                 for (var r = 0u; r < n; r++) {
                     let kv = kt[f];
-                    a0 += kv * xa[2u * r];
-                    a1 += kv * xa[2u * r + 1u];
+                    a0 += kv * xa[4u * r];
+                    a1 += kv * xa[4u * r + 1u];
+                    a2 += kv * xa[4u * r + 2u];
+                    a3 += kv * xa[4u * r + 3u];
                     f += dk;
                 }
             } else if (up_b) {
                 b0 *= eg;
                 b1 *= eg;
+                b2 *= eg;
+                b3 *= eg;
                 for (var r = 0u; r < n; r++) {
                     let kv = kt[f];
-                    b0 += kv * xb[2u * r];
-                    b1 += kv * xb[2u * r + 1u];
+                    b0 += kv * xb[4u * r];
+                    b1 += kv * xb[4u * r + 1u];
+                    b2 += kv * xb[4u * r + 2u];
+                    b3 += kv * xb[4u * r + 3u];
                     f += dk;
                 }
             }
-            if (to_half) {
+            if ((c + 1u) % half == 0u) {
                 if (clear_a) {
                     a0 = vec4<f32>(0.0);
                     a1 = vec4<f32>(0.0);
+                    a2 = vec4<f32>(0.0);
+                    a3 = vec4<f32>(0.0);
                 } else {
                     a0 += b0;
                     a1 += b1;
+                    a2 += b2;
+                    a3 += b3;
                 }
                 b0 = vec4<f32>(0.0);
                 b1 = vec4<f32>(0.0);
+                b2 = vec4<f32>(0.0);
+                b3 = vec4<f32>(0.0);
             }
-            sa[2u * kk] = a0;
-            sa[2u * kk + 1u] = a1;
-            sb[2u * kk] = b0;
-            sb[2u * kk + 1u] = b1;
+            // The state the next chunk's first product round reads.
+            if (olvl_slot(m, c + 1u) != NO_SLOT) {
+                put_row(kk, a0, a1, a2, a3);
+            } else {
+                put_row(kk, b0, b1, b2, b3);
+            }
         }
         workgroupBarrier();
     }
