@@ -248,37 +248,70 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     put_row(i0 + 3u, j0, m3);
     workgroupBarrier();
 
-    // 4. Per-row vectors for the state scan. Thread = (column kk, group of 16 rows): one
-    //    coalesced k load per row j serves 16 rows of q̃ and W̃.
+    // 4. Per-row vectors for the state scan. Thread = (columns kk and kk + 64, group of 16
+    //    rows): one coalesced k load per row j and column serves 16 rows of q̃ and W̃, and every
+    //    tile value loaded serves both columns.
     let r0 = (lid / 64u) * 16u;
     if (r0 < n) {
         let g_last = gm(t0, n - 1u, h);
         let jmax = min(n, r0 + 16u);
-        for (var kk = lid % 64u; kk < P.dk; kk += 64u) {
+        for (var ka = lid % 64u; ka < P.dk; ka += 128u) {
+            let kb = ka + 64u;
+            let has_b = kb < P.dk;
             var mq = Rows16(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
             var mw = Rows16(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
+            var nq = Rows16(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
+            var nw = Rows16(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
             for (var j = 0u; j < jmax; j++) {
-                let bk = bt(t0, j, h) * k[qk_row(t0 + j, h) + kk];
-                mq.a += bk * col4(r0, j);
-                mq.b += bk * col4(r0 + 4u, j);
-                mq.c += bk * col4(r0 + 8u, j);
-                mq.d += bk * col4(r0 + 12u, j);
-                mw.a += bk * tmcol4(r0, j);
-                mw.b += bk * tmcol4(r0 + 4u, j);
-                mw.c += bk * tmcol4(r0 + 8u, j);
-                mw.d += bk * tmcol4(r0 + 12u, j);
+                let b_j = bt(t0, j, h);
+                let kr = qk_row(t0 + j, h);
+                let bka = b_j * k[kr + ka];
+                var bkb = 0.0;
+                if (has_b) {
+                    bkb = b_j * k[kr + kb];
+                }
+                let s0 = col4(r0, j);
+                let s1 = col4(r0 + 4u, j);
+                let s2 = col4(r0 + 8u, j);
+                let s3 = col4(r0 + 12u, j);
+                let w0 = tmcol4(r0, j);
+                let w1 = tmcol4(r0 + 4u, j);
+                let w2 = tmcol4(r0 + 8u, j);
+                let w3 = tmcol4(r0 + 12u, j);
+                mq.a += bka * s0;
+                mq.b += bka * s1;
+                mq.c += bka * s2;
+                mq.d += bka * s3;
+                mw.a += bka * w0;
+                mw.b += bka * w1;
+                mw.c += bka * w2;
+                mw.d += bka * w3;
+                nq.a += bkb * s0;
+                nq.b += bkb * s1;
+                nq.c += bkb * s2;
+                nq.d += bkb * s3;
+                nw.a += bkb * w0;
+                nw.b += bkb * w1;
+                nw.c += bkb * w2;
+                nw.d += bkb * w3;
             }
             for (var r = 0u; r < 16u; r++) {
                 let i = r0 + r;
                 if (i < n) {
                     let g_row = gm(t0, i, h);
                     let e_row = exp(g_row);
+                    let e_k = exp(g_last - g_row);
                     let kr = qk_row(t0 + i, h);
-                    let orow = (((t0 / C) * P.heads + h) * C + i) * P.dk + kk;
-                    let ocol = (((t0 / C) * P.heads + h) * P.dk + kk) * C + i;
-                    qt[ocol] = e_row * (q[kr + kk] - row_of(mq, r));
-                    wt[ocol] = e_row * row_of(mw, r);
-                    kt[orow] = exp(g_last - g_row) * k[kr + kk];
+                    let orow = (((t0 / C) * P.heads + h) * C + i) * P.dk;
+                    let ocol = ((t0 / C) * P.heads + h) * P.dk * C + i;
+                    qt[ocol + ka * C] = e_row * (q[kr + ka] - row_of(mq, r));
+                    wt[ocol + ka * C] = e_row * row_of(mw, r);
+                    kt[orow + ka] = e_k * k[kr + ka];
+                    if (has_b) {
+                        qt[ocol + kb * C] = e_row * (q[kr + kb] - row_of(nq, r));
+                        wt[ocol + kb * C] = e_row * row_of(nw, r);
+                        kt[orow + kb] = e_k * k[kr + kb];
+                    }
                 }
             }
         }
