@@ -220,21 +220,38 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     workgroupBarrier();
 
     // 2. A_w = (I + P)⁻¹ in place, row by row: T_i = e_i − Σ_{l<i} P_il T_l (T_lj = 0 for l < j).
-    for (var i = 0u; i < C; i++) {
-        var val = 0.0;
-        if (lid < C) {
-            let j = lid;
-            val = select(0.0, 1.0, i == j);
-            for (var l = j; l < i; l++) {
-                val -= tm[i * C + l] * tm[l * C + j];
+    //    P is first mirrored into the (unused) upper triangle, P_il at (l, i), so that writing row
+    //    i of T over row i of P races with no read of the same step: one barrier per row.
+    for (var r = 0u; r < 4u; r++) {
+        for (var s = 0u; s < 4u; s++) {
+            let i = i0 + r;
+            let l = j0 + s;
+            if (l < i) {
+                tm[l * C + i] = tm[i * C + l];
             }
         }
-        workgroupBarrier();
-        if (lid < C) {
-            tm[i * C + lid] = val;
+    }
+    workgroupBarrier();
+    for (var i = 0u; i < C; i++) {
+        if (lid <= i) {
+            let j = lid;
+            var val = select(0.0, 1.0, i == j);
+            for (var l = j; l < i; l++) {
+                val -= tm[l * C + i] * tm[l * C + j];
+            }
+            tm[i * C + j] = val;
         }
         workgroupBarrier();
     }
+    // The upper triangle back to T's zeros (later steps read whole rows of T).
+    for (var r = 0u; r < 4u; r++) {
+        for (var s = 0u; s < 4u; s++) {
+            if (j0 + s > i0 + r) {
+                tm[(i0 + r) * C + j0 + s] = 0.0;
+            }
+        }
+    }
+    workgroupBarrier();
 
     // 3. M = S1 A_w (both lower triangular): M_ij = Σ_{l=j..i} S1_il T_lj.
     let m0 = m_row(i0, j0);
