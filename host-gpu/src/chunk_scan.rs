@@ -43,7 +43,11 @@
 //!
 //! Measured on an NVIDIA H200 (Vulkan, fp32, 48 heads, dk 128, dv 64, 15 levels, GPU timestamps):
 //! Mamba-2 (q, k shared) T = 2048 / 8192 / 16384 in 2.7 / 14.1 / 32.0 ms, GDN in 13.9 / 64.3 /
-//! 145 ms; the inter-chunk scan is 65-85 % of it (`chunk_scan_bench --breakdown`).
+//! 145 ms; the inter-chunk scan is 65-85 % of it (`chunk_scan_bench --breakdown`). Those GDN
+//! numbers predate the current GDN scan (16 columns, coalesced blocked inputs, skipped zero and
+//! unused products); on lavapipe (not the H200) that change took the GDN scan from 1700 to 900 ms
+//! (`chunk_scan_bench --t 2048 --heads 4 --dk 128 --dv 64 --levels 15 --forms gdn --breakdown
+//! --strategy walk`).
 
 use crate::gpu::{Gpu, GpuError, Kernel};
 
