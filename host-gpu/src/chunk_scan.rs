@@ -16,8 +16,8 @@
 //!    holding it in registers, a workgroup-memory copy of the live state for the products q̃ h,
 //!    W̃ h, which run only where the state can be non-zero and the result is used, split over
 //!    rows, columns and the dk range so that all threads work; the workgroups of one head (all
-//!    levels) are dispatched together so that they share the chunk blocks in the cache
-//!    (`LOGLINEAR_GDN_SCAN_BV=8`: the 8-column variant with both states in workgroup memory).
+//!    levels) are dispatched together so that they share the chunk blocks in the cache. (An
+//!    8-column variant with both states in workgroup memory was 24-31 % slower on the H200.)
 //! 4. `chunk_combine`: o += the levels each chunk reads, in level order (no atomics).
 //! 5. `chunk_state`: the decoder's state after token T−1: levels before the last chunk from the
 //!    scan; tokens of the last chunk in closed form (Mamba-2) or stepped like the decoder (GDN).
@@ -57,12 +57,8 @@ pub const CHUNK: usize = 64;
 pub const MAX_DK: usize = 256;
 /// Columns of v per scan workgroup (must match `BV` in chunk_scan_body.wgsl).
 const SCAN_BV: usize = 8;
-/// Columns of v per GDN scan workgroup: `BV` of chunk_scan_gdn.wgsl (the default) and of
-/// chunk_scan_gdn_bv8.wgsl (picked by `LOGLINEAR_GDN_SCAN_BV=8`, for measuring the two).
+/// Columns of v per GDN scan workgroup (`BV` of chunk_scan_gdn.wgsl).
 const GDN_SCAN_BV: usize = 16;
-const GDN_SCAN_BV8: usize = 8;
-/// Environment variable that picks the GDN scan variant: `8` or `16` (the default).
-pub const GDN_SCAN_BV_ENV: &str = "LOGLINEAR_GDN_SCAN_BV";
 /// Token level of chunk level 0: c0 + 1 with C = 2^c0.
 const C0P1: usize = 7;
 /// Workgroup memory the kernels need (the GDN intra kernel: two 64×64 f32 tiles).
@@ -205,7 +201,6 @@ const INTRA_M2: &str = include_str!("shaders/chunk_intra_m2.wgsl");
 const INTRA_GDN: &str = include_str!("shaders/chunk_intra_gdn.wgsl");
 const SCAN_M2: &str = include_str!("shaders/chunk_scan_m2.wgsl");
 const SCAN_GDN: &str = include_str!("shaders/chunk_scan_gdn.wgsl");
-const SCAN_GDN_BV8: &str = include_str!("shaders/chunk_scan_gdn_bv8.wgsl");
 const SCAN_BODY: &str = include_str!("shaders/chunk_scan_body.wgsl");
 const COMBINE: &str = include_str!("shaders/chunk_combine.wgsl");
 const STATE: &str = include_str!("shaders/chunk_state.wgsl");
@@ -280,8 +275,6 @@ pub struct ScanKernels {
     combine: Kernel,
     state: Kernel,
     pre: Option<PreKernels>,
-    /// Columns of v per workgroup of the GDN scan kernel compiled here.
-    gdn_bv: usize,
 }
 
 impl ScanKernels {
@@ -314,17 +307,8 @@ impl ScanKernels {
             Form::Gdn => ("chunk_intra_gdn", INTRA_GDN, "chunk_scan_gdn", SCAN_GDN),
         };
         // The Mamba-2 walk is its accessor header + the shared body; the GDN walk is one file.
-        let gdn_bv = match std::env::var(GDN_SCAN_BV_ENV)
-            .ok()
-            .as_deref()
-            .map(str::trim)
-        {
-            Some("8") => GDN_SCAN_BV8,
-            _ => GDN_SCAN_BV,
-        };
         let scan_src = match form {
             Form::Mamba2 => src(&[scan_head, SCAN_BODY]),
-            Form::Gdn if gdn_bv == GDN_SCAN_BV8 => src(&[SCAN_GDN_BV8]),
             Form::Gdn => src(&[scan_head]),
         };
         Ok(Self {
@@ -355,7 +339,6 @@ impl ScanKernels {
                 }),
                 Form::Gdn => None,
             },
-            gdn_bv,
         })
     }
 
@@ -549,7 +532,7 @@ impl ChunkScan {
                     &kernels.scan,
                     "chunk_scan_gdn",
                     &[&uniform, &qt, &kt, &wt, &u, &gam, io.lam, &olvl, &hstate],
-                    [s.dv.div_ceil(kernels.gdn_bv), scans, s.heads],
+                    [s.dv.div_ceil(GDN_SCAN_BV), scans, s.heads],
                 ));
             }
             scratch.extend([qt, kt, wt, u]);
