@@ -60,6 +60,37 @@ fn ok(dir: &Path, args: &[&str]) -> String {
     stderr
 }
 
+/// One training step at lr 1e-20 from `--init init` into `out`: the weights stay as they were,
+/// so the logged validation is the initial model's.
+fn frozen_step_from(dir: &Path, init: &str, out: &str) {
+    ok(
+        dir,
+        &[
+            "train",
+            "--init",
+            init,
+            "--data",
+            "train.txt",
+            "--val",
+            "val.txt",
+            "--seq-len",
+            "32",
+            "--batch",
+            "2",
+            "--steps",
+            "1",
+            "--lr",
+            "1e-20",
+            "--warmup",
+            "0",
+            "--schedule",
+            "constant",
+            "--out",
+            out,
+        ],
+    );
+}
+
 /// Fails with a message containing `want`, without panicking.
 fn fails(dir: &Path, args: &[&str], want: &str) {
     let out = loglinear(dir, args);
@@ -200,32 +231,7 @@ fn train_converts_resumes_exactly_and_exports() {
     // config) or the checkpoint folder: a step at lr 1e-20 leaves them as they are, so the
     // validation is the trained model's.
     for (init, out) in [("full.gguf", "ft-gguf"), ("full/checkpoint", "ft-folder")] {
-        ok(
-            &dir,
-            &[
-                "train",
-                "--init",
-                init,
-                "--data",
-                "train.txt",
-                "--val",
-                "val.txt",
-                "--seq-len",
-                "32",
-                "--batch",
-                "2",
-                "--steps",
-                "1",
-                "--lr",
-                "1e-20",
-                "--warmup",
-                "0",
-                "--schedule",
-                "constant",
-                "--out",
-                out,
-            ],
-        );
+        frozen_step_from(&dir, init, out);
         let rows = log_rows(&dir.join(out).join("train_log.csv"));
         assert_eq!(rows[0].2, Some(vals[2]), "--init {init}");
         Checkpoint::load(dir.join(out).join("checkpoint")).expect("fine-tuned checkpoint imports");
@@ -615,30 +621,7 @@ fn mamba2_trains_exports_and_fine_tunes() {
         cpu.bpb()
     );
     assert!((cpu.bpb() - val).abs() < 1e-4 * cpu.bpb());
-    ok(
-        &dir,
-        &[
-            "train",
-            "--init",
-            "m2.gguf",
-            "--data",
-            "train.txt",
-            "--val",
-            "val.txt",
-            "--seq-len",
-            "32",
-            "--batch",
-            "2",
-            "--steps",
-            "1",
-            "--lr",
-            "1e-20",
-            "--warmup",
-            "0",
-            "--out",
-            "ft",
-        ],
-    );
+    frozen_step_from(&dir, "m2.gguf", "ft");
     assert_eq!(log_rows(&dir.join("ft/train_log.csv"))[0].2, Some(val));
     let ckpt = Checkpoint::load(dir.join("ft/checkpoint")).expect("hattention checkpoint");
     assert_eq!(ckpt.layout, loglinear_converter::Layout::Hattention);
