@@ -380,6 +380,7 @@ fn tied_head_gradients_match_finite_differences() {
     let options = GraphOptions {
         tie_embeddings: true,
         init: InitScheme::Official,
+        head_rows: None,
     };
     grad_check_with(Arch::LogLinearGatedDeltaNet, 40, 1e-4, options);
 }
@@ -614,6 +615,7 @@ fn params_keys_init_and_load_errors() {
     let zoo = GraphOptions {
         tie_embeddings: true,
         init: InitScheme::Zoology,
+        head_rows: None,
     };
     let model = GdnTrainModel::with_options(&gpu, &c, 1, 8, zoo).unwrap();
     assert_eq!(model.params().len(), 2 + 20 * c.num_layers);

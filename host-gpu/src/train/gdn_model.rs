@@ -24,7 +24,8 @@
 use crate::chunk_scan::{ChunkScan, Form, ScanIo, ScanKernels, ScanShape};
 use crate::gpu::{Gpu, GpuError};
 use crate::grad::OpGradIo;
-use crate::train::kernels::{encode_all, ConvShape, GateIo, GateShape, HeadIo, Step, TrainKernels};
+use crate::train::head::{head_capacity, Head, HeadIo, HeadShape};
+use crate::train::kernels::{encode_all, ConvShape, GateIo, GateShape, Step, TrainKernels};
 use crate::train::{init_weight, GraphOptions, InitRng, Param};
 use loglinear_runtime::{Arch, ModelConfig, LAMBDA_LEVELS};
 
@@ -115,8 +116,6 @@ struct GradScratch {
     wrow: wgpu::Buffer,
     /// Per-row shares of the gate parameters' gradients `[N][17H]`.
     prow: wgpu::Buffer,
-    dlogits: wgpu::Buffer,
-    dxf: wgpu::Buffer,
 }
 
 /// One block's recorded work.
@@ -205,8 +204,7 @@ pub struct GdnTrainModel {
     losses: wgpu::Buffer,
     embed: Step,
     steps: Vec<BlockSteps>,
-    head: Vec<Step>,
-    head_bwd: Vec<Step>,
+    head: Head,
     embed_bwd: Step,
     // Kept alive for the bind groups.
     acts: Vec<BlockActs>,
@@ -304,6 +302,8 @@ impl GdnTrainModel {
         );
         let vocab = c.vocab_size;
         let n = batch * seq_len;
+        // Before allocating anything: a bad head capacity fails fast.
+        head_capacity(options.head_rows, n)?;
         let abl_stride = 2 * h + if ll { LAMBDA_LEVELS * h } else { 0 };
         let pw = 2 * h + LAMBDA_LEVELS * h;
 
@@ -427,16 +427,10 @@ impl GdnTrainModel {
             dproj: z("dproj", n * ch)?,
             wrow: z("wrow", n * d.max(vd))?,
             prow: z("prow", n * pw)?,
-            dlogits: z("dlogits", n * vocab)?,
-            dxf: z("dxf", n * d)?,
         };
         let mix_out = z("mixer out", n * d)?;
         let mlp_out = z("mlp out", n * d)?;
         let state = z("scan state", levels * batch * h * dk * dv)?;
-        let rstd_f = z("rstd_f", n)?;
-        let xf = z("xf", n * d)?;
-        let logits = z("logits", n * vocab)?;
-        let lse = z("lse", n)?;
         let unused = z("unused", 1)?;
 
         let k = TrainKernels::new(gpu)?;
@@ -882,32 +876,29 @@ impl GdnTrainModel {
                 bwd_before,
             });
         }
-        let (head, head_bwd) = k.head_steps(
+        let head = Head::new(
             gpu,
+            &k,
             &HeadIo {
                 x_last: &xs[c.num_layers],
                 norm_w: pv(final_norm),
                 norm_g: pg(final_norm),
                 lm_head_w: pv(lm_head),
                 lm_head_g: pg(lm_head),
-                xf: &xf,
-                rstd: &rstd_f,
-                logits: &logits,
-                lse: &lse,
                 targets: &targets,
                 losses: &losses,
-                scale: &scale,
                 correct: &correct,
-                dlogits: &gs.dlogits,
-                dxf: &gs.dxf,
-                wrow: &gs.wrow,
+                scale: &scale,
                 dx: &gs.dx,
             },
-            seq_len,
-            batch,
-            d,
-            vocab,
-            eps,
+            HeadShape {
+                seq_len,
+                batch,
+                d,
+                vocab,
+                eps,
+            },
+            options.head_rows,
         )?;
         let embed_bwd = k.embed_backward(
             gpu,
@@ -946,7 +937,6 @@ impl GdnTrainModel {
             embed,
             steps,
             head,
-            head_bwd,
             embed_bwd,
             acts,
             op,
@@ -954,7 +944,7 @@ impl GdnTrainModel {
             op_bwd,
             _xs: xs,
             _grads: gs,
-            _other: vec![mix_out, mlp_out, state, rstd_f, xf, logits, lse, unused],
+            _other: vec![mix_out, mlp_out, state, unused],
         })
     }
 
@@ -1096,7 +1086,7 @@ impl GdnTrainModel {
             enc.copy_buffer_to_buffer(&self.op.o, 0, &a.o, 0, a.o.size());
             encode_all(enc, &s.after_scan);
         }
-        encode_all(enc, &self.head);
+        self.head.encode_forward(enc);
     }
 
     /// Records the backward of the last recorded forward: every parameter's gradient
@@ -1104,7 +1094,7 @@ impl GdnTrainModel {
     /// the queue), so several backwards with different scales in one encoder each get theirs.
     pub fn encode_backward(&self, enc: &mut wgpu::CommandEncoder, loss_scale: f32) {
         crate::train::encode_loss_scale(&self.device, enc, &self.scale, loss_scale);
-        encode_all(enc, &self.head_bwd);
+        self.head.encode_backward(enc);
         for (s, a) in self.steps.iter().zip(&self.acts).rev() {
             encode_all(enc, &s.bwd_after);
             self.op.load(enc, a);

@@ -21,7 +21,8 @@ use crate::gpu::{Gpu, GpuError};
 use crate::grad::op_m2::{M2Backward, M2Kernels};
 use crate::grad::OpGradIo;
 use crate::train::gdn_model::{exact_levels, NamedTensor};
-use crate::train::kernels::{encode_all, ConvShape, HeadIo, Operand, Step, TrainKernels};
+use crate::train::head::{head_capacity, Head, HeadIo, HeadShape};
+use crate::train::kernels::{encode_all, ConvShape, Operand, Step, TrainKernels};
 use crate::train::mamba2_kernels::{M2GateIo, M2Shape, M2TrainKernels};
 use crate::train::{init_weight, GraphOptions, InitRng, Param};
 use loglinear_runtime::{ModelConfig, LAMBDA_LEVELS};
@@ -113,8 +114,6 @@ struct GradScratch {
     wrow: wgpu::Buffer,
     /// Per-row shares of A_log, dt_bias, D, L gradients `[N][prow_stride]`.
     prow: wgpu::Buffer,
-    dlogits: wgpu::Buffer,
-    dxf: wgpu::Buffer,
 }
 
 /// One block's recorded work.
@@ -159,8 +158,7 @@ pub struct Mamba2TrainModel {
     losses: wgpu::Buffer,
     embed: Step,
     steps: Vec<BlockSteps>,
-    head: Vec<Step>,
-    head_bwd: Vec<Step>,
+    head: Head,
     embed_bwd: Step,
     // Kept alive for the bind groups.
     _acts: Vec<BlockActs>,
@@ -305,6 +303,8 @@ impl Mamba2TrainModel {
         let (ngroups, gsize) = (di / c.norm_group_size, c.norm_group_size);
         let vocab = c.vocab_size;
         let n = batch * seq_len;
+        // Before allocating anything: a bad head capacity fails fast.
+        head_capacity(options.head_rows, n)?;
         let rows_in = c.in_proj_rows();
         let ms = M2Shape {
             rows: n,
@@ -434,16 +434,10 @@ impl Mamba2TrainModel {
             dproj: z("dproj", n * ch)?,
             wrow: z("wrow", n * d.max(di))?,
             prow: z("prow", n * pw)?,
-            dlogits: z("dlogits", n * vocab)?,
-            dxf: z("dxf", n * d)?,
         };
         let mix_out = z("mixer out", n * d)?;
         let mlp_out = z("mlp out", n * d)?;
         let state = z("scan state", levels * batch * h * ns * hp)?;
-        let rstd_f = z("rstd_f", n)?;
-        let xf = z("xf", n * d)?;
-        let logits = z("logits", n * vocab)?;
-        let lse = z("lse", n)?;
         let unused = z("unused", 1)?;
         // The operator's β (Mamba-2 ignores it) and the conv bias of models without one.
         let no_beta = z("no beta", 1)?;
@@ -780,32 +774,29 @@ impl Mamba2TrainModel {
                 bwd_before,
             });
         }
-        let (head, head_bwd) = k.head_steps(
+        let head = Head::new(
             gpu,
+            &k,
             &HeadIo {
                 x_last: &xs[c.num_layers],
                 norm_w: pv(final_norm),
                 norm_g: pg(final_norm),
                 lm_head_w: pv(lm_head),
                 lm_head_g: pg(lm_head),
-                xf: &xf,
-                rstd: &rstd_f,
-                logits: &logits,
-                lse: &lse,
                 targets: &targets,
                 losses: &losses,
-                scale: &scale,
                 correct: &correct,
-                dlogits: &gs.dlogits,
-                dxf: &gs.dxf,
-                wrow: &gs.wrow,
+                scale: &scale,
                 dx: &gs.dx,
             },
-            seq_len,
-            batch,
-            d,
-            vocab,
-            eps,
+            HeadShape {
+                seq_len,
+                batch,
+                d,
+                vocab,
+                eps,
+            },
+            options.head_rows,
         )?;
         let embed_bwd = k.embed_backward(
             gpu,
@@ -844,15 +835,12 @@ impl Mamba2TrainModel {
             embed,
             steps,
             head,
-            head_bwd,
             embed_bwd,
             _acts: acts,
             _xs: xs,
             _grads: gs,
             _op_inputs: oi,
-            _other: vec![
-                mix_out, mlp_out, state, rstd_f, xf, logits, lse, unused, no_beta, no_bias,
-            ],
+            _other: vec![mix_out, mlp_out, state, unused, no_beta, no_bias],
         })
     }
 
@@ -996,7 +984,7 @@ impl Mamba2TrainModel {
             s.scan.encode(enc);
             encode_all(enc, &s.after_scan);
         }
-        encode_all(enc, &self.head);
+        self.head.encode_forward(enc);
     }
 
     /// Records the backward of the last recorded forward: every parameter's gradient
@@ -1004,7 +992,7 @@ impl Mamba2TrainModel {
     /// the queue), so several backwards with different scales in one encoder each get theirs.
     pub fn encode_backward(&self, enc: &mut wgpu::CommandEncoder, loss_scale: f32) {
         crate::train::encode_loss_scale(&self.device, enc, &self.scale, loss_scale);
-        encode_all(enc, &self.head_bwd);
+        self.head.encode_backward(enc);
         for s in self.steps.iter().rev() {
             encode_all(enc, &s.bwd_after);
             encode_all(enc, &s.recompute);

@@ -1,6 +1,6 @@
 //! Training on the GPU: the model's forward with saved activations and its backward
-//! (`gdn_model`, `mamba2_model`), the API both share (`graph::TrainGraph`), and the optimizer
-//! (`optim`).
+//! (`gdn_model`, `mamba2_model`), the head both end in (`head`), the API both share
+//! (`graph::TrainGraph`), and the optimizer (`optim`).
 
 /// One trainable tensor: its official checkpoint key, its shape, and its value and gradient
 /// buffers on the GPU (f32, row-major, `len` values each). Backward passes add into `grad`, so
@@ -29,6 +29,12 @@ pub struct GraphOptions {
     pub tie_embeddings: bool,
     /// How [`graph::TrainGraph::init_params`] initialises the weights.
     pub init: InitScheme,
+    /// `None`: the head (final norm, LM head, loss and their backward) runs on every one of
+    /// the batch · seq_len rows. `Some(cap)`: only on the rows whose target is not ignored, at
+    /// most `cap` of them (1 ≤ cap ≤ batch · seq_len), in increasing row order; for tasks that
+    /// score few positions this saves most of the head's time and memory. Scored rows beyond
+    /// `cap` get NaN losses, correctness and gradients (see [`head`]).
+    pub head_rows: Option<usize>,
 }
 
 /// Initialisation of the weight matrices, short convs and embedding (the other parameters —
@@ -204,6 +210,7 @@ pub fn encode_loss_scale(
 
 pub mod gdn_model;
 pub mod graph;
+pub mod head;
 pub mod kernels;
 pub mod mamba2_kernels;
 pub mod mamba2_model;

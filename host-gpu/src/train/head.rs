@@ -1,0 +1,346 @@
+//! The model head both training graphs end in: final RMSNorm, LM head and the masked
+//! cross-entropy, with their backward down to dL/dx_last. One owner of the head's buffers and
+//! steps, so that the GDN and Mamba-2 graphs share one implementation.
+//!
+//! With [`GraphOptions::head_rows`](crate::train::GraphOptions::head_rows) = `Some(cap)` the
+//! head runs on at most `cap` rows: the rows whose target is not ignored, compacted in
+//! increasing row order (train_rows_compact.wgsl), gathered, put through the same norm, LM
+//! head and loss, and scattered back (train_rows.wgsl). Tasks that score few positions (MQAR:
+//! about 25 of 256) then skip most of the head's vocabulary-wide work and memory. Scored rows
+//! beyond the capacity are dropped and their losses, correctness and dL/dx rows become NaN,
+//! so an overflow is visible rather than silent.
+
+use crate::gpu::{Gpu, GpuError, Kernel};
+use crate::train::kernels::{encode_all, grid, grid_threads, u, Step, TrainKernels};
+
+const COMMON: &str = include_str!("../shaders/common.wgsl");
+/// A quiet NaN's bits (what dropped rows get).
+const NAN_BITS: u32 = 0x7FC0_0000;
+
+/// The graph's buffers the head reads and writes.
+pub struct HeadIo<'a> {
+    /// The last block's output `[rows][d]`, rows in (t, b) order.
+    pub x_last: &'a wgpu::Buffer,
+    pub norm_w: &'a wgpu::Buffer,
+    pub norm_g: &'a wgpu::Buffer,
+    pub lm_head_w: &'a wgpu::Buffer,
+    pub lm_head_g: &'a wgpu::Buffer,
+    /// Targets `[B][T]` (u32, `u32::MAX` = ignored).
+    pub targets: &'a wgpu::Buffer,
+    /// Per-target losses and correctness `[B][T]` (written by the forward).
+    pub losses: &'a wgpu::Buffer,
+    pub correct: &'a wgpu::Buffer,
+    /// The backward's loss scale (one f32).
+    pub scale: &'a wgpu::Buffer,
+    /// dL/dx_last `[rows][d]` (written by the backward).
+    pub dx: &'a wgpu::Buffer,
+}
+
+/// Sizes of the head.
+#[derive(Clone, Copy, Debug)]
+pub struct HeadShape {
+    pub seq_len: usize,
+    pub batch: usize,
+    pub d: usize,
+    pub vocab: usize,
+    pub eps: f32,
+}
+
+/// The rows the head runs on for `head_rows` out of `n`: `n` for `None`, else `cap`, which
+/// must be in 1..=n.
+pub fn head_capacity(head_rows: Option<usize>, n: usize) -> Result<usize, GpuError> {
+    match head_rows {
+        None => Ok(n),
+        Some(cap) if (1..=n).contains(&cap) => Ok(cap),
+        Some(cap) => Err(GpuError::Invalid(format!(
+            "head_rows {cap} must be between 1 and batch·seq_len = {n}"
+        ))),
+    }
+}
+
+/// The head's recorded forward and backward and the buffers they bind.
+pub struct Head {
+    forward: Vec<Step>,
+    backward: Vec<Step>,
+    // Kept alive for the bind groups.
+    _buffers: Vec<wgpu::Buffer>,
+}
+
+impl Head {
+    /// Allocates the head's buffers (for `head_rows` rows when given, else all
+    /// batch · seq_len) and records its steps. `head_rows` must be in 1..=batch · seq_len.
+    pub fn new(
+        gpu: &Gpu,
+        k: &TrainKernels,
+        io: &HeadIo<'_>,
+        shape: HeadShape,
+        head_rows: Option<usize>,
+    ) -> Result<Self, GpuError> {
+        let rows = head_capacity(head_rows, shape.seq_len * shape.batch)?;
+        let (d, vocab) = (shape.d, shape.vocab);
+        let z = |label: &str, len: usize| gpu.storage_zeroed(label, 4 * len as u64);
+        let core = CoreBuffers {
+            xf: z("head xf", rows * d)?,
+            rstd: z("head rstd", rows)?,
+            logits: z("head logits", rows * vocab)?,
+            lse: z("head lse", rows)?,
+            dlogits: z("head dlogits", rows * vocab)?,
+            dxf: z("head dxf", rows * d)?,
+            wrow: z("head wrow", rows * d)?,
+        };
+        let mut head = match head_rows {
+            None => {
+                // Every row: the norm reads x_last and the loss writes the graph's outputs.
+                let (fwd, bwd) = core_steps(
+                    gpu,
+                    k,
+                    &core,
+                    &CoreIo {
+                        x: io.x_last,
+                        targets: io.targets,
+                        losses: io.losses,
+                        correct: io.correct,
+                        dx: io.dx,
+                        t: shape.seq_len,
+                        batch: shape.batch,
+                    },
+                    io,
+                    shape,
+                )?;
+                Self {
+                    forward: fwd,
+                    backward: bwd,
+                    _buffers: Vec::new(),
+                }
+            }
+            Some(cap) => compact_steps(gpu, k, &core, io, shape, cap)?,
+        };
+        head._buffers.extend([
+            core.xf,
+            core.rstd,
+            core.logits,
+            core.lse,
+            core.dlogits,
+            core.dxf,
+            core.wrow,
+        ]);
+        Ok(head)
+    }
+
+    /// Records the forward: losses and correctness `[B][T]` from x_last.
+    pub fn encode_forward(&self, enc: &mut wgpu::CommandEncoder) {
+        encode_all(enc, &self.forward);
+    }
+
+    /// Records the backward: dL/dx_last (written) and the norm and LM-head weight gradients
+    /// (added).
+    pub fn encode_backward(&self, enc: &mut wgpu::CommandEncoder) {
+        encode_all(enc, &self.backward);
+    }
+}
+
+/// The head's own buffers, for its `rows` rows.
+struct CoreBuffers {
+    xf: wgpu::Buffer,
+    rstd: wgpu::Buffer,
+    logits: wgpu::Buffer,
+    lse: wgpu::Buffer,
+    dlogits: wgpu::Buffer,
+    dxf: wgpu::Buffer,
+    wrow: wgpu::Buffer,
+}
+
+/// What the norm, LM head and loss run on: `t · batch` rows of `x`, targets and outputs
+/// `[batch][t]` (the compact path uses t = cap, batch = 1, so slot s's target is at s).
+struct CoreIo<'a> {
+    x: &'a wgpu::Buffer,
+    targets: &'a wgpu::Buffer,
+    losses: &'a wgpu::Buffer,
+    correct: &'a wgpu::Buffer,
+    dx: &'a wgpu::Buffer,
+    t: usize,
+    batch: usize,
+}
+
+/// Norm, LM head and masked loss forward, and their backward down to `c.dx`.
+fn core_steps(
+    gpu: &Gpu,
+    k: &TrainKernels,
+    b: &CoreBuffers,
+    c: &CoreIo<'_>,
+    io: &HeadIo<'_>,
+    shape: HeadShape,
+) -> Result<(Vec<Step>, Vec<Step>), GpuError> {
+    let (d, vocab) = (shape.d, shape.vocab);
+    let rows = c.t * c.batch;
+    let fwd = vec![
+        k.rmsnorm(gpu, c.x, io.norm_w, &b.xf, &b.rstd, rows, d, shape.eps)?,
+        k.linear(
+            gpu,
+            rows,
+            d,
+            vocab,
+            &b.xf,
+            0,
+            d,
+            io.lm_head_w,
+            &b.logits,
+            0,
+            vocab,
+        )?,
+        k.masked_loss(
+            gpu, c.targets, &b.logits, &b.lse, c.losses, io.scale, c.correct, c.t, c.batch, vocab,
+        )?,
+    ];
+    let mut bwd = vec![k.masked_loss_backward(
+        gpu, c.targets, &b.logits, &b.lse, &b.dlogits, io.scale, c.correct, c.t, c.batch, vocab,
+    )?];
+    bwd.extend(k.linear_backward(
+        gpu,
+        rows,
+        d,
+        vocab,
+        &b.xf,
+        0,
+        d,
+        io.lm_head_w,
+        io.lm_head_g,
+        &b.dlogits,
+        0,
+        vocab,
+        &b.dxf,
+        0,
+        d,
+        false,
+    )?);
+    bwd.push(k.rmsnorm_backward(
+        gpu, c.x, io.norm_w, &b.rstd, &b.dxf, c.dx, &b.wrow, rows, d, false,
+    )?);
+    bwd.push(k.colsum(gpu, &b.wrow, 0, d, rows, d, io.norm_g)?);
+    Ok((fwd, bwd))
+}
+
+/// The head on at most `cap` scored rows (without the core's buffers): compact → gather
+/// x_last → core → scatter losses and correctness; backward: core → scatter dx (zero on
+/// unscored rows).
+fn compact_steps(
+    gpu: &Gpu,
+    k: &TrainKernels,
+    core: &CoreBuffers,
+    io: &HeadIo<'_>,
+    shape: HeadShape,
+    cap: usize,
+) -> Result<Head, GpuError> {
+    let (t, batch, d) = (shape.seq_len, shape.batch, shape.d);
+    let n = t * batch;
+    let kern =
+        |label: &str, src: &str, entry: &str| gpu.kernel(label, &format!("{COMMON}\n{src}"), entry);
+    let compact = kern(
+        "train_rows_compact",
+        include_str!("../shaders/train_rows_compact.wgsl"),
+        "main",
+    )?;
+    let rows_src = include_str!("../shaders/train_rows.wgsl");
+    let gather = kern("train_rows_gather", rows_src, "gather_rows")?;
+    let scatter = kern("train_rows_scatter", rows_src, "scatter_targets")?;
+
+    let z = |label: &str, len: usize| gpu.storage_zeroed(label, 4 * len as u64);
+    let slot_row = z("head slot_row", cap)?;
+    let slot_target = z("head slot_target", cap)?;
+    let row_slot = z("head row_slot", n)?;
+    let x_c = z("head x compact", cap * d)?;
+    let dx_c = z("head dx compact", cap * d)?;
+    let losses_c = z("head losses compact", cap)?;
+    let correct_c = z("head correct compact", cap)?;
+
+    let (core_fwd, core_bwd) = core_steps(
+        gpu,
+        k,
+        core,
+        &CoreIo {
+            x: &x_c,
+            targets: &slot_target,
+            losses: &losses_c,
+            correct: &correct_c,
+            dx: &dx_c,
+            t: cap,
+            batch: 1,
+        },
+        io,
+        shape,
+    )?;
+    let map_rows = |map: &wgpu::Buffer, src: &wgpu::Buffer, dst: &wgpu::Buffer, rows: usize| {
+        Ok::<_, GpuError>(TrainKernels::step(
+            gpu,
+            &gather,
+            &[map, src, dst],
+            &[u(rows)?, u(d)?, 0, 0, NAN_BITS],
+            grid_threads(rows * d)?,
+        ))
+    };
+    let to_targets = |src: &wgpu::Buffer, dst: &wgpu::Buffer| {
+        Ok::<_, GpuError>(TrainKernels::step(
+            gpu,
+            &scatter,
+            &[&row_slot, src, dst],
+            &[u(n)?, 1, u(t)?, u(batch)?, NAN_BITS],
+            grid_threads(n)?,
+        ))
+    };
+
+    let mut fwd = vec![
+        compact_step(
+            gpu,
+            &compact,
+            io.targets,
+            &slot_row,
+            &slot_target,
+            &row_slot,
+            shape,
+            cap,
+        )?,
+        map_rows(&slot_row, io.x_last, &x_c, cap)?,
+    ];
+    fwd.extend(core_fwd);
+    fwd.push(to_targets(&losses_c, io.losses)?);
+    fwd.push(to_targets(&correct_c, io.correct)?);
+
+    let mut bwd = core_bwd;
+    bwd.push(map_rows(&row_slot, &dx_c, io.dx, n)?);
+
+    Ok(Head {
+        forward: fwd,
+        backward: bwd,
+        _buffers: vec![
+            slot_row,
+            slot_target,
+            row_slot,
+            x_c,
+            dx_c,
+            losses_c,
+            correct_c,
+        ],
+    })
+}
+
+/// The compaction: one workgroup over the n targets.
+#[allow(clippy::too_many_arguments)]
+fn compact_step(
+    gpu: &Gpu,
+    kernel: &Kernel,
+    targets: &wgpu::Buffer,
+    slot_row: &wgpu::Buffer,
+    slot_target: &wgpu::Buffer,
+    row_slot: &wgpu::Buffer,
+    shape: HeadShape,
+    cap: usize,
+) -> Result<Step, GpuError> {
+    let n = shape.seq_len * shape.batch;
+    Ok(TrainKernels::step(
+        gpu,
+        kernel,
+        &[targets, slot_row, slot_target, row_slot],
+        &[u(n)?, u(shape.batch)?, u(shape.seq_len)?, u(cap)?],
+        grid(1)?,
+    ))
+}

@@ -1,0 +1,302 @@
+//! The head on scored rows only (`GraphOptions::head_rows`), in both training graphs, against
+//! the full head (`head_rows: None`) with the same parameters and targets:
+//! 1. losses and correctness equal (0 at ignored positions) and every parameter gradient
+//!    equal, untied and tied head, with a capacity above the scored count and at it;
+//! 2. more scored rows than the capacity: the dropped positions' losses (and correctness) are
+//!    NaN, the kept ones still equal the full head's;
+//! 3. a capacity of 0 or over batch · seq_len is an error at construction.
+
+use loglinear_host_gpu::train::graph::{new_train_graph_with, TrainGraph};
+use loglinear_host_gpu::train::{GraphOptions, InitScheme};
+use loglinear_host_gpu::{Gpu, GpuError};
+use loglinear_runtime::{Arch, ModelConfig};
+
+const IGNORED: u32 = u32::MAX;
+/// Windows and their length of most cases; `LONG` has more rows than the compaction's 256
+/// threads (so each thread owns several rows).
+const BATCH: usize = 2;
+const T: usize = 20;
+const LONG: (usize, usize) = (3, 96);
+
+fn gpu() -> Gpu {
+    Gpu::new_fp32().expect("GPU adapter (lavapipe)")
+}
+
+struct Rng(u64);
+impl Rng {
+    fn f(&mut self) -> f64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((self.0 >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
+    }
+}
+
+fn small_config(arch: Arch) -> ModelConfig {
+    let gdn = matches!(arch, Arch::LogLinearGatedDeltaNet | Arch::GatedDeltaNet);
+    let ll = arch.is_log_linear();
+    ModelConfig {
+        arch,
+        vocab_size: 40,
+        hidden_size: 16,
+        num_layers: 2,
+        intermediate_size: 24,
+        norm_eps: 1e-5,
+        num_heads: 2,
+        head_k_dim: 8,
+        head_v_dim: if gdn { 16 } else { 8 },
+        num_groups: if gdn { 2 } else { 1 },
+        conv_kernel: 4,
+        conv_bias: !gdn && ll,
+        norm_group_size: 16,
+        lambda_levels: if ll { 15 } else { 0 },
+    }
+}
+
+fn options(tie: bool, head_rows: Option<usize>) -> GraphOptions {
+    GraphOptions {
+        tie_embeddings: tie,
+        init: InitScheme::Official,
+        head_rows,
+    }
+}
+
+fn read(gpu: &Gpu, b: &wgpu::Buffer, n: usize) -> Vec<f32> {
+    let mut v = gpu.read_f32(b).unwrap();
+    v.truncate(n);
+    v
+}
+
+fn rel_l2(a: &[f32], b: &[f32]) -> f64 {
+    let num: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| (*x as f64 - *y as f64).powi(2))
+        .sum();
+    let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
+    (num / den.max(1e-300)).sqrt()
+}
+
+/// Inputs and targets `[B][T]`: a few scored positions per sequence (about one in five, at
+/// different positions in each), half of them the input token itself (which a tied head
+/// tends to predict, so that some correctness flags are 1).
+fn data(vocab: usize, (batch, seq): (usize, usize)) -> (Vec<u32>, Vec<u32>) {
+    let inputs: Vec<u32> = (0..batch * seq)
+        .map(|i| ((i * 13 + i / 3) % vocab) as u32)
+        .collect();
+    let targets = (0..batch * seq)
+        .map(|i| {
+            let (b, t) = (i / seq, i % seq);
+            match (t * 3 + b * 2) % 5 {
+                0 => inputs[i],
+                _ if (t * 7 + b) % 11 == 3 => ((i * 5 + 1) % vocab) as u32,
+                _ => IGNORED,
+            }
+        })
+        .collect();
+    (inputs, targets)
+}
+
+/// Deterministic parameters, larger than the official init so that every gradient is well
+/// above rounding.
+fn load_params(gpu: &Gpu, m: &dyn TrainGraph) {
+    let mut r = Rng(3);
+    let values: std::collections::HashMap<String, Vec<f32>> = m
+        .params()
+        .iter()
+        .map(|p| {
+            let n = p.name.as_str();
+            let v: Vec<f32> =
+                if n.ends_with("norm.weight") || n.ends_with(".L") || n.ends_with(".D") {
+                    (0..p.len).map(|_| (1.0 + 0.3 * r.f()) as f32).collect()
+                } else if n.ends_with(".A_log") || n.ends_with("bias") {
+                    (0..p.len).map(|_| (0.5 * r.f()) as f32).collect()
+                } else {
+                    let fan_in = *p.shape.last().unwrap() as f64;
+                    (0..p.len).map(|_| (r.f() / fan_in.sqrt()) as f32).collect()
+                };
+            (p.name.clone(), v)
+        })
+        .collect();
+    m.load_params(gpu, &|key| values.get(key).cloned()).unwrap();
+}
+
+/// One forward + backward (scale 1): losses, correctness and every parameter's gradient.
+struct Run {
+    losses: Vec<f32>,
+    correct: Vec<f32>,
+    grads: Vec<Vec<f32>>,
+}
+
+fn run(
+    gpu: &Gpu,
+    c: &ModelConfig,
+    (batch, seq): (usize, usize),
+    opts: GraphOptions,
+    inputs: &[u32],
+    targets: &[u32],
+) -> Run {
+    let m = new_train_graph_with(gpu, c, batch, seq, opts).unwrap();
+    load_params(gpu, &*m);
+    let ib = gpu.storage_from("inputs", inputs).unwrap();
+    let tb = gpu.storage_from("targets", targets).unwrap();
+    let mut enc = gpu.encoder("step");
+    m.encode_zero_grads(&mut enc);
+    m.encode_forward_targets(&mut enc, &ib, &tb).unwrap();
+    m.encode_backward(&mut enc, 1.0);
+    gpu.submit_and_wait(enc).unwrap();
+    Run {
+        losses: read(gpu, m.losses(), batch * seq),
+        correct: read(gpu, m.correct(), batch * seq),
+        grads: m.read_grads(gpu).unwrap(),
+    }
+}
+
+/// Per position: |a − b| ≤ 1e-6·|b| (0 = 0 included).
+fn assert_close(what: &str, a: &[f32], b: &[f32]) {
+    for (i, (&x, &y)) in a.iter().zip(b).enumerate() {
+        let err = (x as f64 - y as f64).abs();
+        assert!(
+            err <= 1e-6 * (y as f64).abs(),
+            "{what} {i}: {x} vs full head {y}"
+        );
+    }
+}
+
+fn matches_full_head(arch: Arch, shape: (usize, usize), ties: &[bool]) {
+    let gpu = gpu();
+    let c = small_config(arch);
+    let n = shape.0 * shape.1;
+    let (inputs, targets) = data(c.vocab_size, shape);
+    let scored = targets.iter().filter(|&&x| x != IGNORED).count();
+    assert!(scored > 2 * shape.0 && scored < n / 2, "{scored} scored");
+    for &tie in ties {
+        let full = run(&gpu, &c, shape, options(tie, None), &inputs, &targets);
+        let right = full.correct.iter().filter(|&&x| x == 1.0).count();
+        for cap in [scored, scored + 7] {
+            let head = run(&gpu, &c, shape, options(tie, Some(cap)), &inputs, &targets);
+            let what = format!("{arch:?} {shape:?} tied {tie} cap {cap}");
+            assert_close(&format!("{what}: loss"), &head.losses, &full.losses);
+            assert_eq!(head.correct, full.correct, "{what}: correct");
+            for (i, &tg) in targets.iter().enumerate() {
+                if tg == IGNORED {
+                    assert_eq!(head.losses[i], 0.0, "{what}: ignored loss {i}");
+                    assert_eq!(head.correct[i], 0.0, "{what}: ignored correct {i}");
+                } else {
+                    assert!(head.losses[i] > 0.0, "{what}: scored loss {i}");
+                }
+            }
+            let mut worst = 0.0f64;
+            for (g, (a, b)) in head.grads.iter().zip(&full.grads).enumerate() {
+                assert!(b.iter().any(|&x| x != 0.0), "{what}: gradient {g} is zero");
+                let e = rel_l2(a, b);
+                assert!(e <= 1e-5, "{what}: gradient {g} rel L2 {e:.3e}");
+                worst = worst.max(e);
+            }
+            let loss_err = head
+                .losses
+                .iter()
+                .zip(&full.losses)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0f32, f32::max);
+            eprintln!(
+                "{what}: {scored} of {n} rows scored, {right} correct; loss max |diff| \
+                 {loss_err:.2e}, worst gradient rel L2 {worst:.2e}"
+            );
+        }
+    }
+}
+
+#[test]
+fn gdn_head_rows_match_full_head() {
+    matches_full_head(Arch::LogLinearGatedDeltaNet, (BATCH, T), &[false, true]);
+}
+
+#[test]
+fn mamba2_head_rows_match_full_head() {
+    matches_full_head(Arch::LogLinearMamba2, (BATCH, T), &[false, true]);
+}
+
+#[test]
+fn head_rows_over_256_rows_match_full_head() {
+    matches_full_head(Arch::LogLinearMamba2, LONG, &[true]);
+}
+
+/// Scored rows beyond the capacity, in row order (row = t·B + b), get NaN; the rest are right.
+fn overflow_is_nan(arch: Arch) {
+    let gpu = gpu();
+    let c = small_config(arch);
+    let (inputs, targets) = data(c.vocab_size, (BATCH, T));
+    let mut rows: Vec<usize> = (0..BATCH * T)
+        .filter(|&i| targets[i] != IGNORED)
+        .map(|i| (i % T) * BATCH + i / T)
+        .collect();
+    rows.sort_unstable();
+    let cap = rows.len() - 3;
+    let dropped: Vec<usize> = rows[cap..]
+        .iter()
+        .map(|&r| (r % BATCH) * T + r / BATCH)
+        .collect();
+    let full = run(
+        &gpu,
+        &c,
+        (BATCH, T),
+        options(false, None),
+        &inputs,
+        &targets,
+    );
+    let head = run(
+        &gpu,
+        &c,
+        (BATCH, T),
+        options(false, Some(cap)),
+        &inputs,
+        &targets,
+    );
+    for i in 0..BATCH * T {
+        if dropped.contains(&i) {
+            assert!(head.losses[i].is_nan(), "{arch:?}: dropped loss {i}");
+            assert!(head.correct[i].is_nan(), "{arch:?}: dropped correct {i}");
+        } else {
+            assert_close(
+                &format!("{arch:?}: kept loss"),
+                &head.losses[i..=i],
+                &full.losses[i..=i],
+            );
+            assert_eq!(
+                head.correct[i], full.correct[i],
+                "{arch:?}: kept correct {i}"
+            );
+        }
+    }
+}
+
+#[test]
+fn gdn_overflow_gives_nan_losses() {
+    overflow_is_nan(Arch::LogLinearGatedDeltaNet);
+}
+
+#[test]
+fn mamba2_overflow_gives_nan_losses() {
+    overflow_is_nan(Arch::LogLinearMamba2);
+}
+
+#[test]
+fn bad_capacity_is_an_error() {
+    let gpu = gpu();
+    for arch in [Arch::LogLinearGatedDeltaNet, Arch::LogLinearMamba2] {
+        let c = small_config(arch);
+        for cap in [0, BATCH * T + 1] {
+            match new_train_graph_with(&gpu, &c, BATCH, T, options(false, Some(cap))) {
+                Err(GpuError::Invalid(m)) => assert!(m.contains("head_rows"), "{m}"),
+                Err(e) => panic!("{arch:?} cap {cap}: unexpected error {e}"),
+                Ok(_) => panic!("{arch:?} cap {cap}: accepted"),
+            }
+        }
+        // The whole range's ends are fine.
+        for cap in [1, BATCH * T] {
+            assert!(new_train_graph_with(&gpu, &c, BATCH, T, options(false, Some(cap))).is_ok());
+        }
+    }
+}
