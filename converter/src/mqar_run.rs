@@ -40,9 +40,13 @@
 //! Per (arch, dim) the table shows the learning rate with the best mean accuracy (mean over
 //! seeds; ± their standard deviation when there are several).
 //!
-//! Cost: at the defaults a step is 65K tokens through an 8192-row LM head (logits 2 GiB), so
-//! the full protocol (2528 steps × 48 runs) takes hours on one GPU: on an H200 a batch-128
-//! step of these 2-layer models takes 20–42 ms. Within a fixed budget use
+//! Cost: at the defaults a step is 65K tokens, but only the query positions are scored (4–64
+//! of 256 per example, about 25 on average), so the final norm, the 8192-row LM head and the
+//! loss run on the scored rows only (`GraphOptions::head_rows` = micro-batch × the most scored
+//! positions of any example, 64 at the default kv settings: a quarter of the rows, logits
+//! 0.5 GiB at batch 256 instead of 2 GiB). On an H200 the head over all rows was ≈ 13 ms of a
+//! 30–38 ms batch-128 step; on a quarter of them it is ≥ 4× cheaper. The full protocol (2528
+//! steps × 48 runs) still takes hours on one GPU. Within a fixed budget use
 //! `--max-seconds-per-run` (the cosine is fitted to the steps that fit), one learning rate per
 //! pass (results accumulate in `--out`; a second pass with another `--lrs` adds to the table),
 //! and possibly a smaller `--batch` (more updates per second; not the protocol's 256), e.g.
@@ -132,9 +136,14 @@ pub enum MqarInit {
     Official,
 }
 
-/// The training graph's options for `head` and `init`.
+/// The training graph's options for `head` and `init`, with the head on at most `head_rows`
+/// scored rows.
 #[cfg(feature = "gpu")]
-fn graph_options(head: MqarHead, init: MqarInit) -> loglinear_host_gpu::train::GraphOptions {
+fn graph_options(
+    head: MqarHead,
+    init: MqarInit,
+    head_rows: usize,
+) -> loglinear_host_gpu::train::GraphOptions {
     use loglinear_host_gpu::train::{GraphOptions, InitScheme};
     GraphOptions {
         tie_embeddings: head == MqarHead::Tied,
@@ -142,6 +151,7 @@ fn graph_options(head: MqarHead, init: MqarInit) -> loglinear_host_gpu::train::G
             MqarInit::Zoology => InitScheme::Zoology,
             MqarInit::Official => InitScheme::Official,
         },
+        head_rows: Some(head_rows),
     }
 }
 
@@ -178,7 +188,8 @@ pub struct MqarArgs {
     pub batch: usize,
     /// Examples per forward/backward (gradients accumulate over batch / micro-batch of them;
     /// also the evaluation batch); default: --batch. For GPUs whose storage-binding limit is
-    /// under the [batch·seq_len][vocab] f32 logits (2 GiB at the defaults).
+    /// under the head's f32 logits, [batch × most scored positions][vocab] (0.5 GiB at the
+    /// defaults).
     #[arg(long)]
     pub micro_batch: Option<usize>,
     /// Epochs over the training set (ignored with --steps).
@@ -835,6 +846,8 @@ mod gpu_run {
         targets: Vec<wgpu::Buffer>,
         batch: usize,
         seq_len: usize,
+        /// The graph's head capacity: scored positions per micro-batch, at most.
+        head_rows: usize,
     }
 
     impl Runner<'_> {
@@ -855,6 +868,14 @@ mod gpu_run {
                 inputs.extend_from_slice(&ex.inputs[i * l..(i + 1) * l]);
                 targets.extend_from_slice(&ex.targets[i * l..(i + 1) * l]);
                 scored += u64::from(ex.scored[i]);
+            }
+            // The head runs on at most `head_rows` rows; more would be NaN losses.
+            if scored > self.head_rows as u64 {
+                return Err(format!(
+                    "a micro-batch has {scored} scored positions, over the head's capacity {}",
+                    self.head_rows
+                )
+                .into());
             }
             inputs.resize(self.batch * l, 0);
             targets.resize(self.batch * l, IGNORED);
@@ -947,6 +968,16 @@ mod gpu_run {
             .unwrap_or(steps_per_epoch(args) * args.epochs as u64);
         let eval_every = args.eval_every.unwrap_or(steps_per_epoch(args));
         let mut micro = args.micro_batch.unwrap_or(args.batch);
+        // The head runs on the scored rows only: a micro-batch has at most micro × this many.
+        let max_scored = data
+            .test
+            .iter()
+            .flat_map(|(_, ex)| &ex.scored)
+            .chain(&data.train.scored)
+            .map(|&s| s as usize)
+            .max()
+            .unwrap_or(0)
+            .max(1);
         // One graph per (arch, dim), reused by its learning rates and seeds.
         let mut current: Option<((MqarArch, usize), Runner)> = None;
         for (arch, dim, lr, seed) in todo {
@@ -955,7 +986,7 @@ mod gpu_run {
                 let cfg = model_config(arch, dim, args.vocab)?;
                 // A graph over the GPU's buffer limit is retried with half the micro-batch.
                 let graph = loop {
-                    let options = graph_options(args.head, args.init);
+                    let options = graph_options(args.head, args.init, micro * max_scored);
                     match new_train_graph_with(&gpu, &cfg, micro, args.seq_len, options) {
                         Err(GpuError::TooLarge { label, bytes, .. })
                             if micro % 2 == 0 && args.batch % (micro / 2) == 0 =>
@@ -986,6 +1017,7 @@ mod gpu_run {
                             .collect::<Result<_, _>>()?,
                         batch: micro,
                         seq_len: args.seq_len,
+                        head_rows: micro * max_scored,
                     },
                 ));
             }
