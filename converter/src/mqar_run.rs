@@ -6,10 +6,14 @@
 //! The protocol (Zoology, Arora et al.; the paper's table note; choices marked *ours*):
 //!
 //! * data ([`crate::mqar`]): vocabulary 8192, length 256, power-law query gaps (a = 0.01),
-//!   random fill; one training set, the mixture of the `--kv` settings, `--train-examples`
-//!   examples **in all** (split evenly over the settings: 20 000 in all gives the reported
-//!   ~2500 steps at batch 256 for 32 epochs), reshuffled every epoch; `--test-examples` test
-//!   examples **per setting**. Data seeds are fixed (123 + 1000·kv for training, +10 for
+//!   random fill; one training set, the mixture of the `--kv` settings, reshuffled every
+//!   epoch: `--train-examples` per setting, by default Zoology's `original_mqar_configs.py`
+//!   (the config with the paper's learning-rate sweep and 32 epochs): 100 000 examples for kv
+//!   4 and 20 000 for each of kv 8–64, 180 000 in all, so 32 epochs at batch 256 are 22 528
+//!   steps (a second-hand note of the paper's setup says ~2500 steps, i.e. 20 000 examples in
+//!   all; that cut is what session-2 runs used, and it leaves most cells on the plateau).
+//!   (*ours*: every setting at length 256, as the paper states; Zoology's file trains kv 4 at
+//!   length 64 and kv 8 at 128.) `--test-examples` test examples **per setting**. Data seeds are fixed (123 + 1000·kv for training, +10 for
 //!   testing, Zoology's split), so every run sees the same data; `--seeds` seeds the model's
 //!   initialisation and the shuffling.
 //! * models: 2 layers, width (hidden size) = dim, RMSNorm (eps 1e-5) and a SwiGLU MLP of
@@ -177,9 +181,11 @@ pub struct MqarArgs {
     /// Key–value pair settings (trained on as a mixture, tested one by one).
     #[arg(long, value_delimiter = ',', default_value = "4,8,16,32,64")]
     pub kv: Vec<usize>,
-    /// Training examples in all, split evenly over the kv settings.
-    #[arg(long, default_value_t = 20_000)]
-    pub train_examples: usize,
+    /// Training examples: one number per --kv setting, or a single number in all, split
+    /// evenly. Default: Zoology's `original_mqar_configs.py`, 100000 for kv 4 and 20000 for
+    /// every other setting.
+    #[arg(long, value_delimiter = ',')]
+    pub train_examples: Option<Vec<usize>>,
     /// Test examples per kv setting.
     #[arg(long, default_value_t = 1000)]
     pub test_examples: usize,
@@ -328,7 +334,7 @@ fn settings_json(args: &MqarArgs) -> serde_json::Value {
         "vocab": args.vocab,
         "seq_len": args.seq_len,
         "kv": args.kv,
-        "train_examples": args.train_examples,
+        "train_examples": train_counts(args).ok(),
         "test_examples": args.test_examples,
         "batch": args.batch,
         "epochs": args.epochs,
@@ -364,13 +370,7 @@ pub fn check_args(args: &MqarArgs) -> Result<(), String> {
             ));
         }
     }
-    if args.train_examples < args.kv.len() {
-        return Err(format!(
-            "--train-examples {} is fewer than one per kv setting ({})",
-            args.train_examples,
-            args.kv.len()
-        ));
-    }
+    train_counts(args)?;
     if args.test_examples == 0 {
         return Err("--test-examples must be at least 1".into());
     }
@@ -406,9 +406,40 @@ fn data_config(args: &MqarArgs, kv: usize) -> crate::mqar::MqarConfig {
     }
 }
 
+/// Training examples per kv setting: `--train-examples` as given (one per setting), its one
+/// number split evenly (the first settings take the remainder), or Zoology's counts.
+pub fn train_counts(args: &MqarArgs) -> Result<Vec<usize>, String> {
+    let n = args.kv.len();
+    let Some(given) = &args.train_examples else {
+        return Ok(args
+            .kv
+            .iter()
+            .map(|&kv| if kv == 4 { 100_000 } else { 20_000 })
+            .collect());
+    };
+    let counts = match given[..] {
+        [all] => (0..n).map(|i| all / n + usize::from(i < all % n)).collect(),
+        ref each if each.len() == n => each.to_vec(),
+        ref each => {
+            return Err(format!(
+                "--train-examples: {} numbers for {n} --kv settings (give one per setting, or one \
+                 number in all)",
+                each.len()
+            ))
+        }
+    };
+    if counts.iter().any(|&c| c == 0) {
+        return Err(format!(
+            "--train-examples: every kv setting needs at least one example, got {counts:?}"
+        ));
+    }
+    Ok(counts)
+}
+
 /// Steps per epoch: the training set in batches, the last one partial.
 fn steps_per_epoch(args: &MqarArgs) -> u64 {
-    args.train_examples.div_ceil(args.batch) as u64
+    let total: usize = train_counts(args).map_or(0, |c| c.iter().sum());
+    total.div_ceil(args.batch) as u64
 }
 
 /// One finished run, as stored in the results file.
@@ -644,10 +675,15 @@ pub fn markdown(args: &MqarArgs, runs: &[RunRecord]) -> String {
     s.push_str("# MQAR: mean accuracy (%) over kv settings, ours / paper\n\n");
     if args.merge.is_empty() {
         s.push_str(&format!(
-            "Sequence length {}, vocab {}, kv {:?}, {} training examples in all, {} test \
-             examples per kv setting, batch {}; best learning rate per cell; paper: 5 seeds, \
-             mean (std).\n\n",
-            args.seq_len, args.vocab, args.kv, args.train_examples, args.test_examples, args.batch
+            "Sequence length {}, vocab {}, kv {:?}, training examples {:?} (per kv setting), {} \
+             test examples per kv setting, batch {}; best learning rate per cell; paper: 5 \
+             seeds, mean (std).\n\n",
+            args.seq_len,
+            args.vocab,
+            args.kv,
+            train_counts(args).unwrap_or_default(),
+            args.test_examples,
+            args.batch
         ));
     } else {
         s.push_str(
@@ -799,7 +835,7 @@ mod gpu_run {
     }
 
     fn make_data(args: &MqarArgs) -> Res<Data> {
-        let n = args.kv.len();
+        let counts = train_counts(args)?;
         let mut train = Examples {
             inputs: Vec::new(),
             targets: Vec::new(),
@@ -808,8 +844,7 @@ mod gpu_run {
         let mut test = Vec::new();
         for (i, &kv) in args.kv.iter().enumerate() {
             let cfg = data_config(args, kv);
-            // Split evenly; the first settings take the remainder.
-            let count = args.train_examples / n + usize::from(i < args.train_examples % n);
+            let count = counts[i];
             let seed = DATA_SEED + 1000 * kv as u64;
             let (tr, te) = crate::mqar::train_test(&cfg, seed, count, args.test_examples)?;
             let tr = Examples::from_batch(&tr);

@@ -205,6 +205,10 @@ fn bad_arguments_are_clear_errors() {
             vec!["--train-examples", "2", "--kv", "4,8,16"],
             "--train-examples",
         ),
+        (
+            vec!["--train-examples", "10,10", "--kv", "4,8,16"],
+            "--train-examples: 2 numbers for 3 --kv settings",
+        ),
     ] {
         let mut a = args.clone();
         a.extend(["--out", o]);
