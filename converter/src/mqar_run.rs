@@ -428,7 +428,7 @@ pub fn train_counts(args: &MqarArgs) -> Result<Vec<usize>, String> {
             ))
         }
     };
-    if counts.iter().any(|&c| c == 0) {
+    if counts.contains(&0) {
         return Err(format!(
             "--train-examples: every kv setting needs at least one example, got {counts:?}"
         ));
