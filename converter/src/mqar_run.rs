@@ -48,13 +48,13 @@
 //! of 256 per example, about 25 on average), so the final norm, the 8192-row LM head and the
 //! loss run on the scored rows only (`GraphOptions::head_rows` = micro-batch × the most scored
 //! positions of any example, 64 at the default kv settings: a quarter of the rows, logits
-//! 0.5 GiB at batch 256 instead of 2 GiB). On an H200 the head over all rows was ≈ 13 ms of a
-//! 30–38 ms batch-128 step; on a quarter of them it is ≥ 4× cheaper. The full protocol (2528
-//! steps × 48 runs) still takes hours on one GPU. Within a fixed budget use
+//! 0.5 GiB at batch 256 instead of 2 GiB). On an H200 that took a batch-128 step at dim 64 from
+//! 38.5 to 29 ms (GDN) and from 30.5 to 21 ms (Mamba-2). The full protocol (22 528 steps × 48
+//! runs per seed) still takes many hours on one GPU. Within a fixed budget use
 //! `--max-seconds-per-run` (the cosine is fitted to the steps that fit), one learning rate per
 //! pass (results accumulate in `--out`; a second pass with another `--lrs` adds to the table),
 //! and possibly a smaller `--batch` (more updates per second; not the protocol's 256), e.g.
-//! `loglinear mqar --lrs 1e-2 --batch 128 --steps 2528 --max-seconds-per-run 88
+//! `loglinear mqar --archs gdn --dims 64 --lrs 1e-3 --batch 128 --max-seconds-per-run 262
 //! --eval-every 1000 --out mqar.json --md mqar.md`. Several processes sharing one GPU do not
 //! add throughput (12 at once on the H200 each ran 10–13× slower); runs made with different
 //! settings go into one table with `--merge a.json,b.json`.
@@ -594,9 +594,10 @@ pub fn merge_tables(args: &MqarArgs) -> Result<String, String> {
         }
         let settings = v.get("settings").map_or("none".into(), |s| s.to_string());
         notes.push_str(&format!(
-            "- `{}` ({} runs): {settings}\n",
+            "- `{}` ({} run{}): {settings}\n",
             path.display(),
-            file_runs.len()
+            file_runs.len(),
+            if file_runs.len() == 1 { "" } else { "s" }
         ));
     }
     Ok(markdown(args, &runs) + &notes)
