@@ -14,20 +14,8 @@ use loglinear_runtime::{Arch, ModelConfig, WeightSource};
 use loglinear_tests::*;
 use std::collections::HashMap;
 
-fn gpu() -> Gpu {
-    Gpu::new_fp32().expect("GPU adapter (lavapipe)")
-}
-
-struct Rng(u64);
-impl Rng {
-    fn f(&mut self) -> f64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((self.0 >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
-    }
-}
+mod common;
+use common::{gpu, Rng};
 
 fn sigmoid(x: f64) -> f64 {
     1.0 / (1.0 + (-x).exp())

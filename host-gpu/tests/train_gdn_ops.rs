@@ -5,6 +5,9 @@
 use loglinear_host_gpu::train::kernels::{ConvShape, GateIo, GateShape, Step, TrainKernels};
 use loglinear_host_gpu::Gpu;
 
+mod common;
+use common::gpu;
+
 struct Rng(u64);
 impl Rng {
     fn f(&mut self) -> f64 {
@@ -17,10 +20,6 @@ impl Rng {
     fn vec(&mut self, n: usize, scale: f64) -> Vec<f32> {
         (0..n).map(|_| (self.f() * scale) as f32).collect()
     }
-}
-
-fn gpu() -> Gpu {
-    Gpu::new_fp32().expect("GPU adapter (lavapipe)")
 }
 
 fn up(gpu: &Gpu, x: &[f32]) -> wgpu::Buffer {

@@ -11,48 +11,15 @@ use loglinear_host_gpu::train::{GraphOptions, InitScheme};
 use loglinear_host_gpu::{Gpu, GpuError};
 use loglinear_runtime::{Arch, ModelConfig};
 
+mod common;
+use common::{gpu, tiny_config, Rng};
+
 const IGNORED: u32 = u32::MAX;
 /// Windows and their length of most cases; `LONG` has more rows than the compaction's 256
 /// threads (so each thread owns several rows).
 const BATCH: usize = 2;
 const T: usize = 20;
 const LONG: (usize, usize) = (3, 96);
-
-fn gpu() -> Gpu {
-    Gpu::new_fp32().expect("GPU adapter (lavapipe)")
-}
-
-struct Rng(u64);
-impl Rng {
-    fn f(&mut self) -> f64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((self.0 >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
-    }
-}
-
-fn small_config(arch: Arch) -> ModelConfig {
-    let gdn = matches!(arch, Arch::LogLinearGatedDeltaNet | Arch::GatedDeltaNet);
-    let ll = arch.is_log_linear();
-    ModelConfig {
-        arch,
-        vocab_size: 40,
-        hidden_size: 16,
-        num_layers: 2,
-        intermediate_size: 24,
-        norm_eps: 1e-5,
-        num_heads: 2,
-        head_k_dim: 8,
-        head_v_dim: if gdn { 16 } else { 8 },
-        num_groups: if gdn { 2 } else { 1 },
-        conv_kernel: 4,
-        conv_bias: !gdn && ll,
-        norm_group_size: 16,
-        lambda_levels: if ll { 15 } else { 0 },
-    }
-}
 
 fn options(tie: bool, head_rows: Option<usize>) -> GraphOptions {
     GraphOptions {
@@ -166,7 +133,7 @@ fn assert_close(what: &str, a: &[f32], b: &[f32]) {
 
 fn matches_full_head(arch: Arch, shape: (usize, usize), ties: &[bool]) {
     let gpu = gpu();
-    let c = small_config(arch);
+    let c = tiny_config(arch);
     let n = shape.0 * shape.1;
     let (inputs, targets) = data(c.vocab_size, shape);
     let scored = targets.iter().filter(|&&x| x != IGNORED).count();
@@ -226,7 +193,7 @@ fn head_rows_over_256_rows_match_full_head() {
 /// Scored rows beyond the capacity, in row order (row = t·B + b), get NaN; the rest are right.
 fn overflow_is_nan(arch: Arch) {
     let gpu = gpu();
-    let c = small_config(arch);
+    let c = tiny_config(arch);
     let (inputs, targets) = data(c.vocab_size, (BATCH, T));
     let mut rows: Vec<usize> = (0..BATCH * T)
         .filter(|&i| targets[i] != IGNORED)
@@ -286,7 +253,7 @@ fn mamba2_overflow_gives_nan_losses() {
 fn bad_capacity_is_an_error() {
     let gpu = gpu();
     for arch in [Arch::LogLinearGatedDeltaNet, Arch::LogLinearMamba2] {
-        let c = small_config(arch);
+        let c = tiny_config(arch);
         for cap in [0, BATCH * T + 1] {
             match new_train_graph_with(&gpu, &c, BATCH, T, options(false, Some(cap))) {
                 Err(GpuError::Invalid(m)) => assert!(m.contains("head_rows"), "{m}"),

@@ -11,25 +11,13 @@ use loglinear_converter::Checkpoint;
 use loglinear_host_gpu::train::graph::{new_train_graph, TrainGraph};
 use loglinear_host_gpu::train::kernels::TrainKernels;
 use loglinear_host_gpu::Gpu;
-use loglinear_runtime::{Arch, ModelConfig, WeightSource};
+use loglinear_runtime::{Arch, WeightSource};
 use loglinear_tests::*;
 
+mod common;
+use common::{gpu, tiny_config, Rng};
+
 const IGNORED: u32 = u32::MAX;
-
-fn gpu() -> Gpu {
-    Gpu::new_fp32().expect("GPU adapter (lavapipe)")
-}
-
-struct Rng(u64);
-impl Rng {
-    fn f(&mut self) -> f64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((self.0 >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
-    }
-}
 
 fn read(gpu: &Gpu, b: &wgpu::Buffer, n: usize) -> Vec<f32> {
     let mut v = gpu.read_f32(b).unwrap();
@@ -140,27 +128,6 @@ fn masked_loss_kernel_matches_cpu() {
     assert!(worst < 2e-6, "worst abs error {worst:.3e}");
 }
 
-fn small_config(arch: Arch) -> ModelConfig {
-    let gdn = matches!(arch, Arch::LogLinearGatedDeltaNet | Arch::GatedDeltaNet);
-    let ll = arch.is_log_linear();
-    ModelConfig {
-        arch,
-        vocab_size: 40,
-        hidden_size: 16,
-        num_layers: 2,
-        intermediate_size: 24,
-        norm_eps: 1e-5,
-        num_heads: 2,
-        head_k_dim: 8,
-        head_v_dim: if gdn { 16 } else { 8 },
-        num_groups: if gdn { 2 } else { 1 },
-        conv_kernel: 4,
-        conv_bias: !gdn && ll,
-        norm_group_size: 16,
-        lambda_levels: if ll { 15 } else { 0 },
-    }
-}
-
 /// Losses and gradients (scale 1) of one forward + backward.
 fn run(
     gpu: &Gpu,
@@ -179,7 +146,7 @@ fn run(
 
 fn masked_gradients(arch: Arch) {
     let gpu = gpu();
-    let c = small_config(arch);
+    let c = tiny_config(arch);
     let (batch, t) = (2, 20);
     let m = new_train_graph(&gpu, &c, batch, t).unwrap();
     // Larger weights than the official init so that every gradient is well above rounding.

@@ -1,0 +1,46 @@
+//! Helpers the training tests share (`mod common;` in each test file).
+// Each test file is its own crate and uses only some of these.
+#![allow(dead_code)]
+
+use loglinear_host_gpu::Gpu;
+use loglinear_runtime::{Arch, ModelConfig};
+
+/// The f32 adapter the tests run on (lavapipe in CI).
+pub fn gpu() -> Gpu {
+    Gpu::new_fp32().expect("GPU adapter (lavapipe)")
+}
+
+/// A 64-bit LCG: uniform test values in [-1, 1), the same stream for a seed everywhere.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn f(&mut self) -> f64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((self.0 >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
+    }
+}
+
+/// A tiny two-layer model of `arch` (vocabulary 40, width 16, 2 heads of dk 8).
+pub fn tiny_config(arch: Arch) -> ModelConfig {
+    let gdn = matches!(arch, Arch::LogLinearGatedDeltaNet | Arch::GatedDeltaNet);
+    let ll = arch.is_log_linear();
+    ModelConfig {
+        arch,
+        vocab_size: 40,
+        hidden_size: 16,
+        num_layers: 2,
+        intermediate_size: 24,
+        norm_eps: 1e-5,
+        num_heads: 2,
+        head_k_dim: 8,
+        head_v_dim: if gdn { 16 } else { 8 },
+        num_groups: if gdn { 2 } else { 1 },
+        conv_kernel: 4,
+        conv_bias: !gdn && ll,
+        norm_group_size: 16,
+        lambda_levels: if ll { 15 } else { 0 },
+    }
+}
