@@ -171,7 +171,7 @@ fn tiny_runs_learn_and_resume() {
     assert!(table.contains("| gdn | 16 | 1.00e-2 |"), "{table}");
     assert!(table.contains("| mamba2 | 16 | 2.00e-2 |"), "{table}");
     assert!(
-        table.contains("(2 runs)") && table.contains("(1 runs)"),
+        table.contains("(2 runs)") && table.contains("(1 run)"),
         "{table}"
     );
     assert!(table.contains("\"head\":\"untied\""), "{table}");
