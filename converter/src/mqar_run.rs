@@ -58,8 +58,23 @@
 //! --eval-every 1000 --out mqar.json --md mqar.md`. Several processes sharing one GPU do not
 //! add throughput (12 at once on the H200 each ran 10–13× slower); runs made with different
 //! settings go into one table with `--merge a.json,b.json`.
+//!
+//! Interruptions: the run in progress is checkpointed into `<out>.run/` (`loglinear train`'s
+//! crash-safe folder: parameters, AdamW moments and step count, and in `trainer_state.json`
+//! the sweep's settings and the run's state: step, step count after any cut, the shuffle's
+//! generator and position, evaluations, loss, tokens, seconds) every `--checkpoint-every`
+//! steps (default: at every evaluation). `--max-seconds S` bounds the command's wall-clock
+//! time: when it runs out the run is checkpointed and the command exits successfully, and the
+//! same command resumes that run first (made for machines that give each command a limited
+//! time). A resumed run records exactly what an uninterrupted one would (`seconds` is the
+//! total). A checkpoint of other settings, of a run the command does not do, or that cannot be
+//! read is an error naming the folder (never discarded); a recorded run's checkpoint is
+//! removed.
 
 use std::path::PathBuf;
+
+#[cfg(feature = "gpu")]
+mod resume;
 
 /// An architecture of the sweep.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum)]
@@ -215,6 +230,18 @@ pub struct MqarArgs {
     /// evaluations; the cosine then ends at the cut), and training stops at this time anyway.
     #[arg(long)]
     pub max_seconds_per_run: Option<f64>,
+    /// Save the current run's checkpoint (`<out>.run/`) every this many steps; default: at
+    /// every evaluation (--eval-every).
+    #[arg(long)]
+    pub checkpoint_every: Option<u64>,
+    /// This command's wall-clock budget in seconds (from its start): when it runs out, the
+    /// current run is checkpointed and the command exits successfully; the same command
+    /// continues it. Leave a margin for the checkpoint's write.
+    #[arg(long)]
+    pub max_seconds: Option<f64>,
+    /// Pause (as at --max-seconds) after this many steps of this command (for tests).
+    #[arg(long, hide = true)]
+    pub pause_after_steps: Option<u64>,
     /// Linear warmup steps before the cosine.
     #[arg(long, default_value_t = 0)]
     pub warmup: u64,
@@ -384,6 +411,17 @@ pub fn check_args(args: &MqarArgs) -> Result<(), String> {
         if !(s.is_finite() && s > 0.0) {
             return Err(format!("--max-seconds-per-run must be positive, got {s}"));
         }
+    }
+    if args.checkpoint_every == Some(0) {
+        return Err("--checkpoint-every must be at least 1".into());
+    }
+    if let Some(s) = args.max_seconds {
+        if !(s.is_finite() && s > 0.0) {
+            return Err(format!("--max-seconds must be positive, got {s}"));
+        }
+    }
+    if args.pause_after_steps == Some(0) {
+        return Err("--pause-after-steps must be at least 1".into());
     }
     for &kv in &args.kv {
         data_config(args, kv)
@@ -960,7 +998,44 @@ mod gpu_run {
         (mean, c as f64 / s.max(1) as f64, per_kv)
     }
 
+    /// When this command stops to be continued later: `--max-seconds` and
+    /// `--pause-after-steps`. Only after a step of this command, so every command makes
+    /// progress.
+    struct Budget {
+        start: Instant,
+        max_seconds: Option<f64>,
+        pause_after_steps: Option<u64>,
+        /// Steps taken by this command, over all its runs.
+        steps_done: u64,
+    }
+
+    impl Budget {
+        fn spent(&self) -> bool {
+            self.steps_done > 0
+                && (self.pause_after_steps.is_some_and(|n| self.steps_done >= n)
+                    || self
+                        .max_seconds
+                        .is_some_and(|m| self.start.elapsed().as_secs_f64() >= m))
+        }
+    }
+
+    /// How a run of this command ended.
+    enum Outcome {
+        Done(RunRecord),
+        /// Checkpointed at `step` of `steps`, to be continued by the next command.
+        Paused {
+            step: u64,
+            steps: u64,
+        },
+    }
+
     pub(super) fn run(args: &MqarArgs) -> Res<()> {
+        let mut budget = Budget {
+            start: Instant::now(),
+            max_seconds: args.max_seconds,
+            pause_after_steps: args.pause_after_steps,
+            steps_done: 0,
+        };
         check_args(args)?;
         let mut runs = load_results(args)?;
         let mut todo = Vec::new();
@@ -973,6 +1048,43 @@ mod gpu_run {
                         }
                     }
                 }
+            }
+        }
+        // A paused run (same settings, else an error) goes first.
+        let run_dir = resume::run_dir(&args.out);
+        let mut paused = resume::find_paused(&run_dir, args)?;
+        if let Some(p) = &paused {
+            let s = &p.state;
+            if runs.iter().any(|r| r.same_run(s.arch, s.dim, s.lr, s.seed)) {
+                // A crash came between recording the run and removing its checkpoint.
+                eprintln!(
+                    "mqar: {} is already in {}; removing its checkpoint {}",
+                    s.label(),
+                    args.out.display(),
+                    run_dir.display()
+                );
+                resume::remove(&run_dir)?;
+                paused = None;
+            } else if let Some(i) = todo.iter().position(|&(a, d, l, sd)| {
+                (a, d, sd) == (s.arch, s.dim, s.seed) && same_lr(l, s.lr)
+            }) {
+                let run = todo.remove(i);
+                todo.insert(0, run);
+                eprintln!(
+                    "mqar: resuming {} at step {} of {} from {}",
+                    s.label(),
+                    s.step,
+                    s.steps,
+                    p.dir.display()
+                );
+            } else {
+                return Err(format!(
+                    "{} holds a paused run ({}) that is not among this command's runs: add it \
+                     to --archs / --dims / --lrs / --seeds to finish it, or remove the folder",
+                    p.dir.display(),
+                    s.label()
+                )
+                .into());
             }
         }
         let total = args.archs.len() * args.dims.len() * args.lrs.len() * args.seeds.len();
@@ -1016,7 +1128,16 @@ mod gpu_run {
             .max(1);
         // One graph per (arch, dim), reused by its learning rates and seeds.
         let mut current: Option<((MqarArch, usize), Runner)> = None;
-        for (arch, dim, lr, seed) in todo {
+        let runs_left = todo.len();
+        for (done, (arch, dim, lr, seed)) in todo.into_iter().enumerate() {
+            if budget.spent() {
+                eprintln!(
+                    "mqar: this command's budget is spent with {} runs left; run the same \
+                     command again to continue",
+                    runs_left - done
+                );
+                return Ok(());
+            }
             if current.as_ref().map(|c| c.0) != Some((arch, dim)) {
                 drop(current.take()); // free the old graph first
                 let cfg = model_config(arch, dim, args.vocab)?;
@@ -1060,15 +1181,35 @@ mod gpu_run {
             let Some((_, runner)) = current.as_ref() else {
                 continue;
             };
-            let rec = train_one(
+            // Only the first run can be the paused one (it was put first).
+            let from = paused.take();
+            let label = format!("{} dim {} lr {:.2e} seed {}", arch.name(), dim, lr, seed);
+            let plan = Plan {
+                steps,
+                eval_every,
+                checkpoint_every: args.checkpoint_every.unwrap_or(eval_every),
+                run_dir: &run_dir,
+            };
+            let rec = match train_one(
                 args,
                 &gpu,
                 runner,
                 &data,
                 (arch, dim, lr, seed),
-                steps,
-                eval_every,
-            )?;
+                &plan,
+                from,
+                &mut budget,
+            )? {
+                Outcome::Done(rec) => rec,
+                Outcome::Paused { step, steps } => {
+                    eprintln!(
+                        "mqar: paused {label} at step {step} of {steps} (checkpoint in {}); run \
+                         the same command again to continue",
+                        run_dir.display()
+                    );
+                    return Ok(());
+                }
+            };
             eprintln!(
                 "mqar: {} dim {} lr {:.2e} seed {}: mean accuracy {} (pooled {}), {} steps, {}, {:.1} s",
                 arch.name(),
@@ -1083,22 +1224,94 @@ mod gpu_run {
             );
             runs.push(rec);
             save_results(args, &runs)?;
+            // Recorded: its checkpoint (if it paused) is done with.
+            resume::remove(&run_dir)?;
         }
         print!("{}", markdown(args, &runs));
         Ok(())
     }
 
+    /// A run's step plan and where its checkpoint goes.
+    struct Plan<'a> {
+        steps: u64,
+        eval_every: u64,
+        checkpoint_every: u64,
+        run_dir: &'a std::path::Path,
+    }
+
+    /// The epoch's order: the training examples shuffled by `rng`.
+    fn shuffled(rng: &mut Rng, n: usize) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..n).collect();
+        for i in (1..order.len()).rev() {
+            order.swap(i, rng.below(i + 1));
+        }
+        order
+    }
+
+    /// The model's `config.json` for the checkpoint (the official config; the head as trained).
+    fn checkpoint_config(args: &MqarArgs, cfg: &loglinear_runtime::ModelConfig) -> Res<String> {
+        let (mut v, _) = crate::train::checkpoint_dir::official_config(cfg)?;
+        v["tie_word_embeddings"] = serde_json::json!(args.head == MqarHead::Tied);
+        Ok(serde_json::to_string_pretty(&v)?)
+    }
+
+    /// Saves the run's parameters, AdamW state and `state` as the checkpoint folder.
+    fn save_checkpoint(
+        args: &MqarArgs,
+        gpu: &Gpu,
+        r: &Runner,
+        opt: &AdamW,
+        dir: &std::path::Path,
+        state: &resume::RunState,
+        lr_now: f64,
+    ) -> Res<()> {
+        let data = crate::train::checkpoint_dir::CheckpointData {
+            config_json: checkpoint_config(args, r.graph.config())?,
+            params: r.graph.read_params(gpu)?,
+            moments: opt.read_moments(gpu)?,
+            optimizer_steps: opt.steps(),
+            state: state.to_trainer_state(settings_json(args), lr_now),
+        };
+        crate::train::checkpoint_dir::save(dir, &data)?;
+        Ok(())
+    }
+
+    /// Loads a paused run's parameters and AdamW state into the graph and optimizer.
+    fn load_checkpoint(gpu: &Gpu, r: &Runner, opt: &mut AdamW, dir: &std::path::Path) -> Res<()> {
+        let keys: Vec<String> = r.graph.params().iter().map(|p| p.name.clone()).collect();
+        let fail = |e: String| format!("cannot resume from {}: {e}", dir.display());
+        let saved =
+            crate::train::checkpoint_dir::load(dir, &keys).map_err(|e| fail(e.to_string()))?;
+        let by_key: std::collections::HashMap<&str, &Vec<f32>> = saved
+            .params
+            .iter()
+            .map(|(k, _, v)| (k.as_str(), v))
+            .collect();
+        r.graph
+            .load_params(gpu, &|k| by_key.get(k).map(|v| (*v).clone()))
+            .map_err(|e| fail(e.to_string()))?;
+        for (i, (m, v)) in saved.moments.iter().enumerate() {
+            opt.load_moments(gpu, i, m, v)
+                .map_err(|e| fail(e.to_string()))?;
+        }
+        opt.set_steps(saved.optimizer_steps);
+        Ok(())
+    }
+
+    /// Trains one run, from scratch or from `from` (its paused state), until it ends or
+    /// `budget` is spent (then it is checkpointed and `Paused`).
+    #[allow(clippy::too_many_arguments)]
     fn train_one(
         args: &MqarArgs,
         gpu: &Gpu,
         r: &Runner,
         data: &Data,
         (arch, dim, lr, seed): (MqarArch, usize, f64, u64),
-        steps: u64,
-        eval_every: u64,
-    ) -> Res<RunRecord> {
+        plan: &Plan,
+        from: Option<resume::Paused>,
+        budget: &mut Budget,
+    ) -> Res<Outcome> {
         let start = Instant::now();
-        r.graph.init_params(gpu, seed)?;
         let adam = AdamWConfig {
             beta1: 0.9,
             beta2: 0.999,
@@ -1106,21 +1319,55 @@ mod gpu_run {
             weight_decay: 0.1,
         };
         let mut opt = AdamW::new(gpu, r.graph.params(), adam)?;
+        let n_train = data.train.len();
+        // The run's state: fresh, or as it was when it paused.
+        let mut st = match &from {
+            Some(p) => {
+                load_checkpoint(gpu, r, &mut opt, &p.dir)?;
+                p.state.clone()
+            }
+            None => {
+                r.graph.init_params(gpu, seed)?;
+                resume::RunState {
+                    arch,
+                    dim,
+                    lr,
+                    seed,
+                    step: 0,
+                    steps: plan.steps,
+                    planned: plan.steps,
+                    epoch_rng: seed ^ 0x6d71_6172,
+                    epoch_pos: 0,
+                    evals: Vec::new(),
+                    last_eval: None,
+                    loss: f64::NAN,
+                    train_acc: f64::NAN,
+                    tokens: 0,
+                    seconds: 0.0,
+                }
+            }
+        };
+        // The record is the identity this command asked for (the checkpoint's lr is equal up
+        // to JSON rounding).
+        (st.arch, st.dim, st.lr, st.seed) = (arch, dim, lr, seed);
+        let earlier_seconds = st.seconds;
+        let seconds = || earlier_seconds + start.elapsed().as_secs_f64();
         let mut schedule = LrSchedule {
             peak: lr,
             min: 0.0,
             warmup: args.warmup,
-            total: steps,
+            total: st.steps,
             decay: Decay::Cosine,
         };
         schedule.validate()?;
         let params: usize = r.graph.params().iter().map(|p| p.len).sum();
-        let pb = ProgressBar::new(steps);
+        let pb = ProgressBar::new(st.steps);
         pb.set_style(
             ProgressStyle::with_template("{prefix} [{bar:25}] {pos}/{len} {msg} ({elapsed})")
                 .unwrap_or_else(|_| ProgressStyle::default_bar())
                 .progress_chars("=> "),
         );
+        pb.set_position(st.step);
         let label = format!("{} d{} lr {:.1e} s{}", arch.name(), dim, lr, seed);
         pb.set_prefix(label.clone());
         let say = |line: String| {
@@ -1130,29 +1377,28 @@ mod gpu_run {
                 pb.println(line);
             }
         };
-        let mut rng = Rng(seed ^ 0x6d71_6172);
-        let n_train = data.train.len();
-        let mut order: Vec<usize> = Vec::new();
-        let mut pos = 0usize;
-        let (mut loss, mut train_acc) = (f64::NAN, f64::NAN);
-        let mut evals = Vec::new();
-        let mut last = None;
+        // The epoch's order is regenerated from the generator's state before its shuffle, so
+        // a resumed run sees the same batches (a fresh run shuffles at its first step).
+        let mut rng = Rng(st.epoch_rng);
+        let mut order: Vec<usize> = if st.step > 0 {
+            shuffled(&mut rng, n_train)
+        } else {
+            Vec::new()
+        };
+        let mut last = st
+            .last_eval
+            .as_ref()
+            .map(|(s, acc)| (*s, summarize(acc), acc.clone()));
         let mut stopped = "steps";
-        let mut step = 0u64;
-        let mut tokens = 0u64;
-        let planned = steps;
-        let mut steps = steps;
-        while step < steps {
+        while st.step < st.steps {
             // The next batch of the epoch's order; a new shuffle when it runs out.
-            if pos >= order.len() {
-                order = (0..n_train).collect();
-                for i in (1..order.len()).rev() {
-                    order.swap(i, rng.below(i + 1));
-                }
-                pos = 0;
+            if st.epoch_pos >= order.len() {
+                st.epoch_rng = rng.0;
+                order = shuffled(&mut rng, n_train);
+                st.epoch_pos = 0;
             }
-            let idx = &order[pos..(pos + args.batch).min(order.len())];
-            pos += idx.len();
+            let idx = &order[st.epoch_pos..(st.epoch_pos + args.batch).min(order.len())];
+            st.epoch_pos += idx.len();
             let mut enc = gpu.encoder("mqar step");
             r.graph.encode_zero_grads(&mut enc);
             // Zoology's loss: the mean over the step's scored positions.
@@ -1162,24 +1408,27 @@ mod gpu_run {
                 scored = r.load(&mut enc, &data.train, part, slot)?;
                 r.graph.encode_backward(&mut enc, 1.0 / total.max(1) as f32);
             }
-            step += 1;
-            tokens += (idx.len() * args.seq_len) as u64;
+            st.step += 1;
+            budget.steps_done += 1;
+            let step = st.step;
+            st.tokens += (idx.len() * args.seq_len) as u64;
             opt.encode_step(gpu, &mut enc, schedule.lr(step), None)?;
             gpu.queue.submit([enc.finish()]);
-            let evaluate = step % eval_every == 0 || step == steps;
+            let evaluate = step % plan.eval_every == 0 || step == st.steps;
             if step % LOG_EVERY == 0 || evaluate || step == 1 {
                 let l = r.read(r.graph.losses())?;
                 let c = r.read(r.graph.correct())?;
-                loss = l.iter().map(|&x| x as f64).sum::<f64>() / scored.max(1) as f64;
-                train_acc = c.iter().map(|&x| x as f64).sum::<f64>() / scored.max(1) as f64;
-                let secs = start.elapsed().as_secs_f64();
+                st.loss = l.iter().map(|&x| x as f64).sum::<f64>() / scored.max(1) as f64;
+                st.train_acc = c.iter().map(|&x| x as f64).sum::<f64>() / scored.max(1) as f64;
+                let secs = seconds();
                 pb.set_position(step);
                 pb.set_message(format!(
-                    "loss {loss:.3} acc {:.1}% {:.0} tok/s",
-                    100.0 * train_acc,
-                    tokens as f64 / secs
+                    "loss {:.3} acc {:.1}% {:.0} tok/s",
+                    st.loss,
+                    100.0 * st.train_acc,
+                    st.tokens as f64 / secs
                 ));
-                if !loss.is_finite() {
+                if !st.loss.is_finite() {
                     stopped = "diverged";
                     break;
                 }
@@ -1188,14 +1437,15 @@ mod gpu_run {
                     // step time so far.
                     let per_step = secs / step as f64;
                     let fit = step + ((0.9 * m - secs).max(0.0) / per_step) as u64;
-                    if fit < steps {
+                    if fit < st.steps {
                         say(format!(
-                            "{label}: {:.1} ms per step; {fit} of {steps} steps fit in {m} s",
-                            1e3 * per_step
+                            "{label}: {:.1} ms per step; {fit} of {} steps fit in {m} s",
+                            1e3 * per_step,
+                            st.steps
                         ));
-                        steps = fit.max(step);
-                        schedule.total = steps;
-                        pb.set_length(steps);
+                        st.steps = fit.max(step);
+                        schedule.total = st.steps;
+                        pb.set_length(st.steps);
                     }
                 }
                 if args.max_seconds_per_run.is_some_and(|m| secs >= m) {
@@ -1206,10 +1456,12 @@ mod gpu_run {
             if evaluate {
                 let acc = r.evaluate(data)?;
                 let (mean, pooled, per_kv) = summarize(&acc);
-                evals.push((step, mean));
+                st.evals.push((step, mean));
                 say(format!(
-                    "{label} step {step}/{steps}: loss {loss:.4}, train acc {:.1}%, test mean {} pooled {} per kv {}",
-                    100.0 * train_acc,
+                    "{label} step {step}/{}: loss {:.4}, train acc {:.1}%, test mean {} pooled {} per kv {}",
+                    st.steps,
+                    st.loss,
+                    100.0 * st.train_acc,
                     pct(mean),
                     pct(pooled),
                     per_kv
@@ -1218,27 +1470,45 @@ mod gpu_run {
                         .collect::<Vec<_>>()
                         .join(" ")
                 ));
-                last = Some((step, mean, pooled, per_kv));
+                last = Some((step, (mean, pooled, per_kv), acc));
                 if pooled > args.early_stop {
                     stopped = "early-stop";
                     break;
                 }
             }
+            // A checkpoint on schedule or to pause, unless the run ends here anyway.
+            if step < st.steps {
+                let pause = budget.spent();
+                if pause || step % plan.checkpoint_every == 0 {
+                    st.last_eval = last.as_ref().map(|(s, _, acc)| (*s, acc.clone()));
+                    st.seconds = seconds();
+                    let lr_now = schedule.lr(step);
+                    save_checkpoint(args, gpu, r, &opt, plan.run_dir, &st, lr_now)?;
+                }
+                if pause {
+                    pb.finish_and_clear();
+                    return Ok(Outcome::Paused {
+                        step,
+                        steps: st.steps,
+                    });
+                }
+            }
         }
-        if stopped == "steps" && step < planned {
+        let step = st.step;
+        if stopped == "steps" && step < st.planned {
             stopped = "time-budget";
         }
         // The final evaluation, unless the last step was just evaluated.
         let (mean, pooled, per_kv) = match last {
-            Some((s, mean, pooled, per_kv)) if s == step => (mean, pooled, per_kv),
+            Some((s, summary, _)) if s == step => summary,
             _ => {
                 let (mean, pooled, per_kv) = summarize(&r.evaluate(data)?);
-                evals.push((step, mean));
+                st.evals.push((step, mean));
                 (mean, pooled, per_kv)
             }
         };
         pb.finish_and_clear();
-        Ok(RunRecord {
+        Ok(Outcome::Done(RunRecord {
             arch,
             dim,
             lr,
@@ -1247,11 +1517,11 @@ mod gpu_run {
             pooled,
             per_kv,
             steps: step,
-            seconds: start.elapsed().as_secs_f64(),
+            seconds: seconds(),
             stopped: stopped.to_string(),
-            final_loss: loss,
+            final_loss: st.loss,
             params,
-            evals,
-        })
+            evals: st.evals,
+        }))
     }
 }
