@@ -2,24 +2,10 @@
 //! chance is 1 in 10 values): a GDN run learns well above chance in 50 steps; a Mamba-2 run and
 //! a resumed invocation write valid JSON and markdown; bad arguments are clear errors.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
 
-fn temp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("loglinear-mqar-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn mqar(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_loglinear"))
-        .arg("mqar")
-        .args(args)
-        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
-        .output()
-        .expect("run loglinear")
-}
+mod common;
+use common::{mqar, temp};
 
 /// The tiny task's flags (shared so that a rerun has the same settings).
 const TINY: [&str; 14] = [

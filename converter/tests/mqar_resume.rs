@@ -5,26 +5,9 @@
 //! the folder.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
-fn temp(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "loglinear-mqar-resume-{name}-{}",
-        std::process::id()
-    ));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn mqar(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_loglinear"))
-        .arg("mqar")
-        .args(args)
-        .env("XDG_RUNTIME_DIR", std::env::temp_dir())
-        .output()
-        .expect("run loglinear")
-}
+mod common;
+use common::{mqar, temp};
 
 /// Two runs of 30 steps over 256 examples (8 steps per epoch), evaluated every 10 steps.
 const TINY: [&str; 24] = [
@@ -93,7 +76,7 @@ fn run_dir(out: &Path) -> PathBuf {
 
 #[test]
 fn paused_and_resumed_runs_equal_uninterrupted_ones() {
-    let dir = temp("equal");
+    let dir = temp("resume-equal");
     let full = dir.join("full.json");
     let paused = dir.join("paused.json");
     let ckpt = run_dir(&paused);
@@ -136,7 +119,7 @@ fn paused_and_resumed_runs_equal_uninterrupted_ones() {
 
 #[test]
 fn a_foreign_or_unreadable_checkpoint_is_a_clear_error() {
-    let dir = temp("bad");
+    let dir = temp("resume-bad");
     let out = dir.join("r.json");
     let o = out.to_str().unwrap();
     let ckpt = run_dir(&out);

@@ -6,13 +6,13 @@
 //!    NaN, the kept ones still equal the full head's;
 //! 3. a capacity of 0 or over batch · seq_len is an error at construction.
 
-use loglinear_host_gpu::train::graph::{new_train_graph_with, TrainGraph};
+use loglinear_host_gpu::train::graph::new_train_graph_with;
 use loglinear_host_gpu::train::{GraphOptions, InitScheme};
 use loglinear_host_gpu::{Gpu, GpuError};
 use loglinear_runtime::{Arch, ModelConfig};
 
 mod common;
-use common::{gpu, tiny_config, Rng};
+use common::{gpu, load_large_params, tiny_config};
 
 const IGNORED: u32 = u32::MAX;
 /// Windows and their length of most cases; `LONG` has more rows than the compaction's 256
@@ -65,30 +65,6 @@ fn data(vocab: usize, (batch, seq): (usize, usize)) -> (Vec<u32>, Vec<u32>) {
     (inputs, targets)
 }
 
-/// Deterministic parameters, larger than the official init so that every gradient is well
-/// above rounding.
-fn load_params(gpu: &Gpu, m: &dyn TrainGraph) {
-    let mut r = Rng(3);
-    let values: std::collections::HashMap<String, Vec<f32>> = m
-        .params()
-        .iter()
-        .map(|p| {
-            let n = p.name.as_str();
-            let v: Vec<f32> =
-                if n.ends_with("norm.weight") || n.ends_with(".L") || n.ends_with(".D") {
-                    (0..p.len).map(|_| (1.0 + 0.3 * r.f()) as f32).collect()
-                } else if n.ends_with(".A_log") || n.ends_with("bias") {
-                    (0..p.len).map(|_| (0.5 * r.f()) as f32).collect()
-                } else {
-                    let fan_in = *p.shape.last().unwrap() as f64;
-                    (0..p.len).map(|_| (r.f() / fan_in.sqrt()) as f32).collect()
-                };
-            (p.name.clone(), v)
-        })
-        .collect();
-    m.load_params(gpu, &|key| values.get(key).cloned()).unwrap();
-}
-
 /// One forward + backward (scale 1): losses, correctness and every parameter's gradient.
 struct Run {
     losses: Vec<f32>,
@@ -105,7 +81,7 @@ fn run(
     targets: &[u32],
 ) -> Run {
     let m = new_train_graph_with(gpu, c, batch, seq, opts).unwrap();
-    load_params(gpu, &*m);
+    load_large_params(gpu, &*m);
     let ib = gpu.storage_from("inputs", inputs).unwrap();
     let tb = gpu.storage_from("targets", targets).unwrap();
     let mut enc = gpu.encoder("step");

@@ -15,7 +15,7 @@ use loglinear_runtime::{Arch, WeightSource};
 use loglinear_tests::*;
 
 mod common;
-use common::{gpu, tiny_config, Rng};
+use common::{gpu, load_large_params, tiny_config, Rng};
 
 const IGNORED: u32 = u32::MAX;
 
@@ -149,27 +149,7 @@ fn masked_gradients(arch: Arch) {
     let c = tiny_config(arch);
     let (batch, t) = (2, 20);
     let m = new_train_graph(&gpu, &c, batch, t).unwrap();
-    // Larger weights than the official init so that every gradient is well above rounding.
-    let mut r = Rng(3);
-    let values: std::collections::HashMap<String, Vec<f32>> = m
-        .params()
-        .iter()
-        .map(|p| {
-            let n = p.name.as_str();
-            let v: Vec<f32> =
-                if n.ends_with("norm.weight") || n.ends_with(".L") || n.ends_with(".D") {
-                    (0..p.len).map(|_| (1.0 + 0.3 * r.f()) as f32).collect()
-                } else if n.ends_with(".A_log") || n.ends_with("bias") {
-                    (0..p.len).map(|_| (0.5 * r.f()) as f32).collect()
-                } else {
-                    let fan_in = *p.shape.last().unwrap() as f64;
-                    (0..p.len).map(|_| (r.f() / fan_in.sqrt()) as f32).collect()
-                };
-            (p.name.clone(), v)
-        })
-        .collect();
-    m.load_params(&gpu, &|key| values.get(key).cloned())
-        .unwrap();
+    load_large_params(&gpu, &*m);
     let windows: Vec<u32> = (0..batch * (t + 1))
         .map(|i| ((i * 13 + i / 3) % c.vocab_size) as u32)
         .collect();

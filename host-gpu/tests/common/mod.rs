@@ -2,6 +2,7 @@
 // Each test file is its own crate and uses only some of these.
 #![allow(dead_code)]
 
+use loglinear_host_gpu::train::graph::TrainGraph;
 use loglinear_host_gpu::Gpu;
 use loglinear_runtime::{Arch, ModelConfig};
 
@@ -43,4 +44,28 @@ pub fn tiny_config(arch: Arch) -> ModelConfig {
         norm_group_size: 16,
         lambda_levels: if ll { 15 } else { 0 },
     }
+}
+
+/// Deterministic parameters, larger than the official init so that every gradient is well
+/// above rounding.
+pub fn load_large_params(gpu: &Gpu, m: &dyn TrainGraph) {
+    let mut r = Rng(3);
+    let values: std::collections::HashMap<String, Vec<f32>> = m
+        .params()
+        .iter()
+        .map(|p| {
+            let n = p.name.as_str();
+            let v: Vec<f32> =
+                if n.ends_with("norm.weight") || n.ends_with(".L") || n.ends_with(".D") {
+                    (0..p.len).map(|_| (1.0 + 0.3 * r.f()) as f32).collect()
+                } else if n.ends_with(".A_log") || n.ends_with("bias") {
+                    (0..p.len).map(|_| (0.5 * r.f()) as f32).collect()
+                } else {
+                    let fan_in = *p.shape.last().unwrap() as f64;
+                    (0..p.len).map(|_| (r.f() / fan_in.sqrt()) as f32).collect()
+                };
+            (p.name.clone(), v)
+        })
+        .collect();
+    m.load_params(gpu, &|key| values.get(key).cloned()).unwrap();
 }
