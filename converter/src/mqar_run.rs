@@ -24,7 +24,9 @@
 //!   zoology`: Linear and embedding N(0, 0.02), the short convs PyTorch's Conv1d default);
 //!   `--head untied --init official` gives the official LMs' head and fla's init instead.
 //!   GDN: heads 1 / 2 / 2 at dims 16 / 32 / 64 (1 head below 32, else 2), head_k_dim =
-//!   head_v_dim = dim / heads, short conv 4 without bias. Mamba-2: expand 2 (d_inner =
+//!   dim / heads, head_v_dim = `--gdn-expand-v` (default 2, as Zoology's GatedDeltaNet mixer
+//!   and fla) × head_k_dim, short conv 4 without bias (*ours*: the output gate is kept;
+//!   Zoology's MQAR configs turn it off). Mamba-2: expand 2 (d_inner =
 //!   2·dim), head_dim 16 (heads = 2·dim / 16), state 16, 1 group, conv 4 with bias, one
 //!   gated-norm group. Log-linear variants add the λ projection (15 levels; training uses
 //!   exact levels for T = 256).
@@ -264,6 +266,10 @@ pub struct MqarArgs {
     /// settings are listed under the table; the best learning rate per cell is taken over all.
     #[arg(long, value_delimiter = ',')]
     pub merge: Vec<PathBuf>,
+    /// GDN value head width over key head width (head_v_dim = this × head_k_dim): 2 in
+    /// Zoology's GatedDeltaNet mixer and fla's default; runs recorded before this flag used 1.
+    #[arg(long, default_value_t = 2)]
+    pub gdn_expand_v: usize,
     /// Vocabulary size (Zoology: 8192; smaller for tests).
     #[arg(long, default_value_t = crate::mqar::ZOOLOGY_VOCAB, hide = true)]
     pub vocab: usize,
@@ -298,6 +304,7 @@ pub fn model_config(
     arch: MqarArch,
     dim: usize,
     vocab: usize,
+    gdn_expand_v: usize,
 ) -> Result<loglinear_runtime::ModelConfig, String> {
     use loglinear_runtime::{Arch, ModelConfig, LAMBDA_LEVELS};
     let (a, gdn) = match arch {
@@ -320,11 +327,11 @@ pub fn model_config(
             norm_eps: 1e-5,
             num_heads: heads,
             head_k_dim: dim / heads,
-            head_v_dim: dim / heads,
+            head_v_dim: gdn_expand_v * dim / heads,
             num_groups: heads,
             conv_kernel: 4,
             conv_bias: false,
-            norm_group_size: dim / heads,
+            norm_group_size: gdn_expand_v * dim / heads,
             lambda_levels: if a.is_log_linear() { LAMBDA_LEVELS } else { 0 },
         }
     } else {
@@ -357,7 +364,7 @@ pub fn model_config(
 
 /// The settings that make runs comparable (a results file holds runs of one setting).
 fn settings_json(args: &MqarArgs) -> serde_json::Value {
-    serde_json::json!({
+    let mut settings = serde_json::json!({
         "vocab": args.vocab,
         "seq_len": args.seq_len,
         "kv": args.kv,
@@ -372,7 +379,12 @@ fn settings_json(args: &MqarArgs) -> serde_json::Value {
         "warmup": args.warmup,
         "head": format!("{:?}", args.head).to_lowercase(),
         "init": format!("{:?}", args.init).to_lowercase(),
-    })
+    });
+    // Absent means 1: the results files written before the flag existed used dv = dk.
+    if args.gdn_expand_v != 1 {
+        settings["gdn_expand_v"] = args.gdn_expand_v.into();
+    }
+    settings
 }
 
 /// Checks the arguments; every error names the flag.
@@ -398,6 +410,12 @@ pub fn check_args(args: &MqarArgs) -> Result<(), String> {
         }
     }
     train_counts(args)?;
+    if !(1..=4).contains(&args.gdn_expand_v) {
+        return Err(format!(
+            "--gdn-expand-v must be 1 to 4, got {}",
+            args.gdn_expand_v
+        ));
+    }
     if args.test_examples == 0 {
         return Err("--test-examples must be at least 1".into());
     }
@@ -430,7 +448,8 @@ pub fn check_args(args: &MqarArgs) -> Result<(), String> {
     }
     for &arch in &args.archs {
         for &dim in &args.dims {
-            model_config(arch, dim, args.vocab).map_err(|e| format!("--dims {dim}: {e}"))?;
+            model_config(arch, dim, args.vocab, args.gdn_expand_v)
+                .map_err(|e| format!("--dims {dim}: {e}"))?;
         }
     }
     Ok(())
@@ -1140,7 +1159,7 @@ mod gpu_run {
             }
             if current.as_ref().map(|c| c.0) != Some((arch, dim)) {
                 drop(current.take()); // free the old graph first
-                let cfg = model_config(arch, dim, args.vocab)?;
+                let cfg = model_config(arch, dim, args.vocab, args.gdn_expand_v)?;
                 // A graph over the GPU's buffer limit is retried with half the micro-batch.
                 let graph = loop {
                     let options = graph_options(args.head, args.init, micro * max_scored);

@@ -136,6 +136,7 @@ fn tiny_runs_learn_and_resume() {
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
     assert_eq!(results(&out2)["settings"]["head"], "tied");
     assert_eq!(results(&out2)["settings"]["init"], "zoology");
+    assert_eq!(results(&out2)["settings"]["gdn_expand_v"], 2);
     assert_eq!(results(&out)["settings"]["head"], "untied");
     let merged = dir.join("merged.md");
     let both = format!("{o},{o2}");
@@ -187,6 +188,7 @@ fn bad_arguments_are_clear_errors() {
         (vec!["--dims", "20", "--archs", "mamba2"], "--dims 20"),
         (vec!["--steps", "0"], "--steps"),
         (vec!["--micro-batch", "3"], "--micro-batch 3"),
+        (vec!["--gdn-expand-v", "0"], "--gdn-expand-v"),
         (
             vec!["--train-examples", "2", "--kv", "4,8,16"],
             "--train-examples",
