@@ -11,11 +11,11 @@
 //!   (the config with the paper's learning-rate sweep and 32 epochs): 100 000 examples for kv
 //!   4 and 20 000 for each of kv 8–64, 180 000 in all, so 32 epochs at batch 256 are 22 528
 //!   steps (a second-hand note of the paper's setup says ~2500 steps, i.e. 20 000 examples in
-//!   all; that cut is what session-2 runs used, and it leaves most cells on the plateau).
-//!   (*ours*: every setting at length 256, as the paper states; Zoology's file trains kv 4 at
-//!   length 64 and kv 8 at 128.) `--test-examples` test examples **per setting**. Data seeds are fixed (123 + 1000·kv for training, +10 for
-//!   testing, Zoology's split), so every run sees the same data; `--seeds` seeds the model's
-//!   initialisation and the shuffling.
+//!   all; the earlier runs in BENCHMARKS.md used that cut, and it leaves most cells on the
+//!   plateau). *Ours*: every setting at length 256, as the paper states; Zoology's file trains
+//!   kv 4 at length 64 and kv 8 at 128. `--test-examples` test examples **per setting**. Data
+//!   seeds are fixed (123 + 1000·kv for training, +10 for testing, Zoology's split), so every
+//!   run sees the same data; `--seeds` seeds the model's initialisation and the shuffling.
 //! * models: 2 layers, width (hidden size) = dim, RMSNorm (eps 1e-5) and a SwiGLU MLP of
 //!   4·dim after every mixer (*ours*: the official GDN / Mamba-2 LM block; Zoology's MQAR
 //!   configs use no MLP, `state_mixer = Identity`, and LayerNorm; no dropout, where Zoology
@@ -155,6 +155,11 @@ pub enum MqarInit {
     Zoology,
     /// fla's `_init_weights`, as the official language models (N(0, 0.006)).
     Official,
+}
+
+/// A run as the sweep's messages name it.
+fn run_label(arch: MqarArch, dim: usize, lr: f64, seed: u64) -> String {
+    format!("{} dim {} lr {:.2e} seed {}", arch.name(), dim, lr, seed)
 }
 
 /// The training graph's options for `head` and `init`, with the head on at most `head_rows`
@@ -1202,7 +1207,7 @@ mod gpu_run {
             };
             // Only the first run can be the paused one (it was put first).
             let from = paused.take();
-            let label = format!("{} dim {} lr {:.2e} seed {}", arch.name(), dim, lr, seed);
+            let label = run_label(arch, dim, lr, seed);
             let plan = Plan {
                 steps,
                 eval_every,
@@ -1230,11 +1235,7 @@ mod gpu_run {
                 }
             };
             eprintln!(
-                "mqar: {} dim {} lr {:.2e} seed {}: mean accuracy {} (pooled {}), {} steps, {}, {:.1} s",
-                arch.name(),
-                dim,
-                lr,
-                seed,
+                "mqar: {label}: mean accuracy {} (pooled {}), {} steps, {}, {:.1} s",
                 pct(rec.accuracy),
                 pct(rec.pooled),
                 rec.steps,
@@ -1404,10 +1405,6 @@ mod gpu_run {
         } else {
             Vec::new()
         };
-        let mut last = st
-            .last_eval
-            .as_ref()
-            .map(|(s, acc)| (*s, summarize(acc), acc.clone()));
         let mut stopped = "steps";
         while st.step < st.steps {
             // The next batch of the epoch's order; a new shuffle when it runs out.
@@ -1489,7 +1486,7 @@ mod gpu_run {
                         .collect::<Vec<_>>()
                         .join(" ")
                 ));
-                last = Some((step, (mean, pooled, per_kv), acc));
+                st.last_eval = Some((step, acc));
                 if pooled > args.early_stop {
                     stopped = "early-stop";
                     break;
@@ -1499,7 +1496,6 @@ mod gpu_run {
             if step < st.steps {
                 let pause = budget.spent();
                 if pause || step % plan.checkpoint_every == 0 {
-                    st.last_eval = last.as_ref().map(|(s, _, acc)| (*s, acc.clone()));
                     st.seconds = seconds();
                     let lr_now = schedule.lr(step);
                     save_checkpoint(args, gpu, r, &opt, plan.run_dir, &st, lr_now)?;
@@ -1518,8 +1514,8 @@ mod gpu_run {
             stopped = "time-budget";
         }
         // The final evaluation, unless the last step was just evaluated.
-        let (mean, pooled, per_kv) = match last {
-            Some((s, summary, _)) if s == step => summary,
+        let (mean, pooled, per_kv) = match &st.last_eval {
+            Some((s, acc)) if *s == step => summarize(acc),
             _ => {
                 let (mean, pooled, per_kv) = summarize(&r.evaluate(data)?);
                 st.evals.push((step, mean));

@@ -60,13 +60,7 @@ fn from_bits(v: &Value) -> Option<f64> {
 impl RunState {
     /// The run as the sweep prints it.
     pub fn label(&self) -> String {
-        format!(
-            "{} dim {} lr {:.2e} seed {}",
-            self.arch.name(),
-            self.dim,
-            self.lr,
-            self.seed
-        )
+        super::run_label(self.arch, self.dim, self.lr, self.seed)
     }
 
     /// The checkpoint's trainer state: the run's state and the sweep's `settings`.
