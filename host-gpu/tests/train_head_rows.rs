@@ -12,7 +12,7 @@ use loglinear_host_gpu::{Gpu, GpuError};
 use loglinear_runtime::{Arch, ModelConfig};
 
 mod common;
-use common::{gpu, load_large_params, tiny_config};
+use common::{gpu, load_large_params, read, rel_l2, tiny_config};
 
 const IGNORED: u32 = u32::MAX;
 /// Windows and their length of most cases; `LONG` has more rows than the compaction's 256
@@ -27,22 +27,6 @@ fn options(tie: bool, head_rows: Option<usize>) -> GraphOptions {
         init: InitScheme::Official,
         head_rows,
     }
-}
-
-fn read(gpu: &Gpu, b: &wgpu::Buffer, n: usize) -> Vec<f32> {
-    let mut v = gpu.read_f32(b).unwrap();
-    v.truncate(n);
-    v
-}
-
-fn rel_l2(a: &[f32], b: &[f32]) -> f64 {
-    let num: f64 = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| (*x as f64 - *y as f64).powi(2))
-        .sum();
-    let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
-    (num / den.max(1e-300)).sqrt()
 }
 
 /// Inputs and targets `[B][T]`: a few scored positions per sequence (about one in five, at

@@ -15,25 +15,9 @@ use loglinear_runtime::{Arch, WeightSource};
 use loglinear_tests::*;
 
 mod common;
-use common::{gpu, load_large_params, tiny_config, Rng};
+use common::{gpu, load_large_params, read, rel_l2, tiny_config, Rng};
 
 const IGNORED: u32 = u32::MAX;
-
-fn read(gpu: &Gpu, b: &wgpu::Buffer, n: usize) -> Vec<f32> {
-    let mut v = gpu.read_f32(b).unwrap();
-    v.truncate(n);
-    v
-}
-
-fn rel_l2(a: &[f32], b: &[f32]) -> f64 {
-    let num: f64 = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| (*x as f64 - *y as f64).powi(2))
-        .sum();
-    let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
-    (num / den.max(1e-300)).sqrt()
-}
 
 /// First index of the largest value (the runtime's greedy choice).
 fn argmax(row: &[f32]) -> usize {

@@ -24,6 +24,24 @@ impl Rng {
     }
 }
 
+/// The first `n` f32 of a buffer.
+pub fn read(gpu: &Gpu, b: &wgpu::Buffer, n: usize) -> Vec<f32> {
+    let mut v = gpu.read_f32(b).unwrap();
+    v.truncate(n);
+    v
+}
+
+/// ‖a − b‖ / ‖b‖ in f64.
+pub fn rel_l2(a: &[f32], b: &[f32]) -> f64 {
+    let num: f64 = a
+        .iter()
+        .zip(b)
+        .map(|(x, y)| (*x as f64 - *y as f64).powi(2))
+        .sum();
+    let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
+    (num / den.max(1e-300)).sqrt()
+}
+
 /// A tiny two-layer model of `arch` (vocabulary 40, width 16, 2 heads of dk 8).
 pub fn tiny_config(arch: Arch) -> ModelConfig {
     let gdn = matches!(arch, Arch::LogLinearGatedDeltaNet | Arch::GatedDeltaNet);
