@@ -44,7 +44,8 @@
 //!   finite (reported as diverged). The run's accuracy is its last evaluation's.
 //!
 //! Per (arch, dim) the table shows the learning rate with the best mean accuracy (mean over
-//! seeds; ± their standard deviation when there are several).
+//! seeds; ± their standard deviation when there are several). In a `--merge` only the seeds
+//! of one file are pooled, and the file is named, since files may hold other settings.
 //!
 //! Cost: at the defaults a step is 65K tokens, but only the query positions are scored (4–64
 //! of 256 per example, about 25 on average), so the final norm, the 8192-row LM head and the
@@ -525,6 +526,9 @@ pub struct RunRecord {
     pub params: usize,
     /// (step, mean accuracy) of every evaluation.
     pub evals: Vec<(u64, f64)>,
+    /// Which `--merge` file the run came from (0 outside a merge; not saved). Runs of
+    /// different files are never pooled as seeds: their settings may differ.
+    pub file: usize,
 }
 
 impl RunRecord {
@@ -587,6 +591,7 @@ impl RunRecord {
                         .collect()
                 })
                 .unwrap_or_default(),
+            file: 0,
         })
     }
 }
@@ -635,9 +640,10 @@ pub fn load_results(args: &MqarArgs) -> Result<Vec<RunRecord>, String> {
 }
 
 /// One markdown report of the runs in the `--merge` files (their settings may differ: each
-/// is listed, and every run's steps and seconds are in the last section).
+/// is listed, every run names its file, and seeds are pooled within a file only).
 pub fn merge_tables(args: &MqarArgs) -> Result<String, String> {
     let mut runs = Vec::new();
+    let mut runs_files = 0;
     let mut notes = String::from("\n## Results files\n\n");
     for path in &args.merge {
         let text = std::fs::read_to_string(path)
@@ -649,11 +655,12 @@ pub fn merge_tables(args: &MqarArgs) -> Result<String, String> {
             .and_then(|r| r.as_array())
             .ok_or_else(|| format!("{}: no `runs` array", path.display()))?;
         for r in file_runs {
-            runs.push(
-                RunRecord::from_json(r)
-                    .ok_or_else(|| format!("{}: a run record is malformed: {r}", path.display()))?,
-            );
+            let mut run = RunRecord::from_json(r)
+                .ok_or_else(|| format!("{}: a run record is malformed: {r}", path.display()))?;
+            run.file = runs_files;
+            runs.push(run);
         }
+        runs_files += 1;
         let settings = v.get("settings").map_or("none".into(), |s| s.to_string());
         notes.push_str(&format!(
             "- `{}` ({} run{}): {settings}\n",
@@ -695,19 +702,21 @@ fn mean_std(x: &[f64]) -> (f64, f64) {
     (m, var.sqrt())
 }
 
-/// The best learning rate of (arch, dim) by mean accuracy over seeds: (lr, runs at it).
+/// The best learning rate of (arch, dim) by mean accuracy over seeds: (lr, runs at it). The
+/// seeds pooled are those of one results file (`RunRecord::file`).
 fn best_lr(runs: &[RunRecord], arch: MqarArch, dim: usize) -> Option<(f64, Vec<&RunRecord>)> {
-    let mut lrs: Vec<f64> = Vec::new();
+    let mut groups: Vec<(usize, f64)> = Vec::new();
     for r in runs.iter().filter(|r| r.arch == arch && r.dim == dim) {
-        if !lrs.iter().any(|&l| same_lr(l, r.lr)) {
-            lrs.push(r.lr);
+        if !groups.iter().any(|&(f, l)| f == r.file && same_lr(l, r.lr)) {
+            groups.push((r.file, r.lr));
         }
     }
-    lrs.into_iter()
-        .map(|lr| {
+    groups
+        .into_iter()
+        .map(|(file, lr)| {
             let at: Vec<&RunRecord> = runs
                 .iter()
-                .filter(|r| r.arch == arch && r.dim == dim && same_lr(r.lr, lr))
+                .filter(|r| r.arch == arch && r.dim == dim && r.file == file && same_lr(r.lr, lr))
                 .collect();
             (lr, at)
         })
@@ -786,11 +795,27 @@ pub fn markdown(args: &MqarArgs, runs: &[RunRecord]) -> String {
         }
         s.push('\n');
     }
-    s.push_str("\n## Best learning rate per model\n\n| model | dim | lr | mean |");
+    // In a merge, runs of different files are apart (their settings may differ): name the file.
+    let merged = !args.merge.is_empty();
+    let file_col = |r: &RunRecord| match args.merge.get(r.file) {
+        Some(p) if merged => {
+            let name = p.file_name().map_or(p.as_os_str(), |n| n);
+            format!(" `{}` |", name.to_string_lossy())
+        }
+        _ => String::new(),
+    };
+    let (file_head, file_rule) = if merged {
+        (" file |", " --- |")
+    } else {
+        ("", "")
+    };
+    s.push_str(&format!(
+        "\n## Best learning rate per model\n\n| model | dim |{file_head} lr | mean |"
+    ));
     for kv in &args.kv {
         s.push_str(&format!(" kv {kv} |"));
     }
-    s.push_str(" paper |\n| --- | --- | --- | --- |");
+    s.push_str(&format!(" paper |\n| --- | --- |{file_rule} --- | --- |"));
     for _ in &args.kv {
         s.push_str(" --- |");
     }
@@ -801,8 +826,9 @@ pub fn markdown(args: &MqarArgs, runs: &[RunRecord]) -> String {
                 continue;
             };
             s.push_str(&format!(
-                "| {} | {dim} | {lr:.2e} | {} |",
+                "| {} | {dim} |{} {lr:.2e} | {} |",
                 a.name(),
+                file_col(at[0]),
                 pct_std(&at.iter().map(|r| r.accuracy).collect::<Vec<_>>())
             ));
             for kv in &args.kv {
@@ -815,12 +841,17 @@ pub fn markdown(args: &MqarArgs, runs: &[RunRecord]) -> String {
             s.push_str(&format!(" {} |\n", a.paper(dim).unwrap_or("–")));
         }
     }
-    s.push_str("\n## Every run\n\n| model | dim | lr | seed | mean | pooled | steps | stopped | seconds | final loss |\n| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |\n");
+    s.push_str(&format!(
+        "\n## Every run\n\n| model | dim |{file_head} lr | seed | mean | pooled | steps | stopped \
+         | seconds | final loss |\n| --- | --- |{file_rule} --- | --- | --- | --- | --- | --- | --- \
+         | --- |\n"
+    ));
     for r in runs {
         s.push_str(&format!(
-            "| {} | {} | {:.2e} | {} | {} | {} | {} | {} | {:.1} | {:.4} |\n",
+            "| {} | {} |{} {:.2e} | {} | {} | {} | {} | {} | {:.1} | {:.4} |\n",
             r.arch.name(),
             r.dim,
+            file_col(r),
             r.lr,
             r.seed,
             pct(r.accuracy),
@@ -1537,6 +1568,70 @@ mod gpu_run {
             final_loss: st.loss,
             params,
             evals: st.evals,
+            file: 0,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        mqar: MqarArgs,
+    }
+
+    fn run(file: usize, seed: u64, accuracy: f64) -> RunRecord {
+        RunRecord {
+            arch: MqarArch::Gdn,
+            dim: 16,
+            lr: 1e-3,
+            seed,
+            accuracy,
+            pooled: accuracy,
+            per_kv: vec![(4, accuracy)],
+            steps: 10,
+            seconds: 1.0,
+            stopped: "steps".into(),
+            final_loss: 1.0,
+            params: 1,
+            evals: vec![(10, accuracy)],
+            file,
+        }
+    }
+
+    /// Runs of two results files (other settings) with the same arch, dim, lr and seed are
+    /// two candidates for the cell, never two seeds of one.
+    #[test]
+    fn merged_files_are_not_pooled_as_seeds() {
+        let args = Cli::parse_from(["mqar", "--merge", "dir/a.json,b.json", "--kv", "4"]).mqar;
+        let runs = [run(0, 1, 0.2), run(1, 1, 0.6), run(1, 2, 0.4)];
+        let (lr, at) = best_lr(&runs, MqarArch::Gdn, 16).unwrap();
+        assert!(same_lr(lr, 1e-3));
+        assert_eq!(at.len(), 2);
+        assert!(at.iter().all(|r| r.file == 1));
+        let table = markdown(&args, &runs);
+        assert!(
+            table.contains("| 16 | – / 46.9 (2.3) | – / 55.9 (9.1) | 50.0 (10.0) / 38.4 (1.0) |"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| gdn | 16 | `b.json` | 1.00e-3 | 50.0 (10.0) |"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| gdn | 16 | `a.json` | 1.00e-3 | 1 | 20.0 |"),
+            "{table}"
+        );
+        // Outside a merge there is no file column.
+        let one = Cli::parse_from(["mqar", "--kv", "4"]).mqar;
+        let table = markdown(&one, &runs[1..]);
+        assert!(
+            table.contains("| gdn | 16 | 1.00e-3 | 50.0 (10.0) |"),
+            "{table}"
+        );
     }
 }

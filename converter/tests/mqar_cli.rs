@@ -154,9 +154,19 @@ fn tiny_runs_learn_and_resume() {
     assert!(r.status.success(), "{stderr}");
     let table = std::fs::read_to_string(&merged).unwrap();
     assert_eq!(String::from_utf8_lossy(&r.stdout), table);
-    assert!(table.contains("| gdn | 16 | 2.00e-2 |"), "{table}");
-    assert!(table.contains("| gdn | 16 | 1.00e-2 |"), "{table}");
-    assert!(table.contains("| mamba2 | 16 | 2.00e-2 |"), "{table}");
+    // Every run names its file: runs of different settings are never pooled as seeds.
+    assert!(
+        table.contains("| gdn | 16 | `results.json` | 2.00e-2 | 1 |"),
+        "{table}"
+    );
+    assert!(
+        table.contains("| gdn | 16 | `tied.json` | 1.00e-2 | 1 |"),
+        "{table}"
+    );
+    assert!(
+        table.contains("| mamba2 | 16 | `results.json` | 2.00e-2 |"),
+        "{table}"
+    );
     assert!(
         table.contains("(2 runs)") && table.contains("(1 run)"),
         "{table}"
