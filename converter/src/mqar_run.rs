@@ -643,9 +643,8 @@ pub fn load_results(args: &MqarArgs) -> Result<Vec<RunRecord>, String> {
 /// is listed, every run names its file, and seeds are pooled within a file only).
 pub fn merge_tables(args: &MqarArgs) -> Result<String, String> {
     let mut runs = Vec::new();
-    let mut runs_files = 0;
     let mut notes = String::from("\n## Results files\n\n");
-    for path in &args.merge {
+    for (file, path) in args.merge.iter().enumerate() {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
         let v: serde_json::Value = serde_json::from_str(&text)
@@ -657,10 +656,9 @@ pub fn merge_tables(args: &MqarArgs) -> Result<String, String> {
         for r in file_runs {
             let mut run = RunRecord::from_json(r)
                 .ok_or_else(|| format!("{}: a run record is malformed: {r}", path.display()))?;
-            run.file = runs_files;
+            run.file = file;
             runs.push(run);
         }
-        runs_files += 1;
         let settings = v.get("settings").map_or("none".into(), |s| s.to_string());
         notes.push_str(&format!(
             "- `{}` ({} run{}): {settings}\n",
