@@ -1,6 +1,7 @@
 //! `loglinear mqar` end to end on a tiny MQAR (vocab 20, length 16, one key–value pair, so
-//! chance is 1 in 10 values): a GDN run learns well above chance in 50 steps; a Mamba-2 run and
-//! a resumed invocation write valid JSON and markdown; bad arguments are clear errors.
+//! chance is 1 in 10 values): a GDN run and a Mamba-2 run (in micro-batches) learn well above
+//! chance in 50 steps; a resumed invocation writes valid JSON and markdown; bad arguments are
+//! clear errors.
 
 use std::path::Path;
 
@@ -103,7 +104,10 @@ fn tiny_runs_learn_and_resume() {
     assert_eq!(runs.len(), 2);
     assert_eq!(runs[0]["arch"], "gdn");
     assert_eq!(runs[1]["arch"], "mamba2");
-    check_run(&runs[1]);
+    // Plain Mamba-2 learns too (31 % here, chance 10 %): its whole training path end to end.
+    let acc = check_run(&runs[1]);
+    eprintln!("mamba2 tiny MQAR: mean test accuracy {acc:.3} (chance 0.1)");
+    assert!(acc >= 0.2, "mamba2 no better than chance: {acc}\n{stderr}");
     let table = std::fs::read_to_string(&md).unwrap();
     let stdout = String::from_utf8_lossy(&r.stdout);
     assert_eq!(stdout, table, "stdout and --md differ");
