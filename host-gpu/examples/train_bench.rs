@@ -5,7 +5,7 @@
 //! cargo run -p loglinear-host-gpu --release --example train_bench -- [--quick]
 //!     [--t 2048,8192,16384] [--tokens 32768] [--heads 48] [--dk 128] [--dv 64] [--levels 15]
 //!     [--form m2|gdn|both] [--warmup 2] [--iters 5] [--op-only | --model-only]
-//!     [--seq 512] [--batch 32] [--config PATH] [--json FILE] [--sub-calls 1]
+//!     [--seq 512] [--batch 32] [--config PATH] [--stages] [--json FILE] [--sub-calls 1]
 //! ```
 //!
 //! 1. Operator (spec §9 shape): `--tokens` tokens per call, split into batch = tokens / T
@@ -31,6 +31,11 @@
 //!    head_dim 16, expand_v 2, MLP ratio 4, vocab 256) and the shipped LL-Mamba-2
 //!    (`models/ll-mamba2-mcu/config.json`); `--form` picks the GDN and/or Mamba-2 ones. The
 //!    mean loss of the first and last step is printed as a sanity check (it should fall).
+//!    `--stages` also times each part of a step with GPU timestamps (`train::graph::Stage`:
+//!    embedding, per layer mixer in / operator / mixer out + MLP, head, and their backwards;
+//!    zeroing and AdamW) and prints a table per model, the block stages summed over layers:
+//!    where a step's time goes. The marks are empty passes between stages, so the stages'
+//!    sum can exceed the plain step a little.
 //!
 //! A row whose setup or run fails (a buffer over the adapter's limits, say) prints the error in
 //! the table instead of ending the run. `--quick`: tiny shapes for lavapipe (operator heads 2,
@@ -41,10 +46,8 @@ use loglinear_host_gpu::chunk_scan::{ChunkScan, Form, ScanIo, ScanKernels, ScanS
 use loglinear_host_gpu::grad::op_gdn::GdnBackward;
 use loglinear_host_gpu::grad::op_m2::{M2Backward, M2Kernels};
 use loglinear_host_gpu::grad::{check_training_shape, OpGradIo};
-use loglinear_host_gpu::train::gdn_model::GdnTrainModel;
-use loglinear_host_gpu::train::mamba2_model::Mamba2TrainModel;
+use loglinear_host_gpu::train::graph::{new_train_graph, Stage, TrainGraph};
 use loglinear_host_gpu::train::optim::{AdamW, AdamWConfig};
-use loglinear_host_gpu::train::Param;
 use loglinear_host_gpu::{wgpu, Gpu, GpuError};
 use loglinear_runtime::ModelConfig;
 use std::time::Instant;
@@ -75,13 +78,15 @@ struct Args {
     batch: usize,
     config: Option<String>,
     json: Option<String>,
+    /// Time every stage of a model step, not just forward / backward / AdamW.
+    stages: bool,
     /// Fewest sub-calls per operator call (more are used where the limits need them).
     min_sub_calls: usize,
 }
 
 const USAGE: &str = "usage: train_bench [--quick] [--t LIST] [--tokens N] [--heads N] [--dk N] \
 [--dv N] [--levels N] [--form m2|gdn|both] [--warmup N] [--iters N] [--op-only | --model-only] \
-[--seq N] [--batch N] [--config PATH] [--json FILE] [--sub-calls N]";
+[--seq N] [--batch N] [--config PATH] [--stages] [--json FILE] [--sub-calls N]";
 
 fn parse_args() -> Result<Args, String> {
     let mut a = Args {
@@ -100,6 +105,7 @@ fn parse_args() -> Result<Args, String> {
         batch: 32,
         config: None,
         json: None,
+        stages: false,
         min_sub_calls: 1,
     };
     let mut it = std::env::args().skip(1);
@@ -146,6 +152,7 @@ fn parse_args() -> Result<Args, String> {
                 }
             }
             "--op-only" => a.model = false,
+            "--stages" => a.stages = true,
             "--model-only" => a.op = false,
             "--config" => a.config = Some(it.next().ok_or("--config needs a path")?),
             "--json" => a.json = Some(it.next().ok_or("--json needs a path")?),
@@ -716,45 +723,6 @@ fn print_op_row(adapter: &str, a: &Args, spec: bool, r: &OpRow) {
 // ---------------------------------------------------------------------------------------------
 // Whole-model training steps
 
-/// What the benchmark needs of a training graph (both model kinds have this API).
-trait TrainGraph {
-    fn params(&self) -> &[Param];
-    fn losses(&self) -> &wgpu::Buffer;
-    fn init_params(&self, gpu: &Gpu, seed: u64) -> Result<(), GpuError>;
-    fn encode_forward(&self, enc: &mut wgpu::CommandEncoder, tokens: &wgpu::Buffer);
-    fn encode_backward(&self, enc: &mut wgpu::CommandEncoder, loss_scale: f32);
-    fn encode_zero_grads(&self, enc: &mut wgpu::CommandEncoder);
-}
-
-/// Implements [`TrainGraph`] by forwarding to the model's own methods of the same names.
-macro_rules! train_graph {
-    ($model:ty) => {
-        impl TrainGraph for $model {
-            fn params(&self) -> &[Param] {
-                <$model>::params(self)
-            }
-            fn losses(&self) -> &wgpu::Buffer {
-                <$model>::losses(self)
-            }
-            fn init_params(&self, gpu: &Gpu, seed: u64) -> Result<(), GpuError> {
-                <$model>::init_params(self, gpu, seed)
-            }
-            fn encode_forward(&self, enc: &mut wgpu::CommandEncoder, tokens: &wgpu::Buffer) {
-                <$model>::encode_forward(self, enc, tokens)
-            }
-            fn encode_backward(&self, enc: &mut wgpu::CommandEncoder, loss_scale: f32) {
-                <$model>::encode_backward(self, enc, loss_scale)
-            }
-            fn encode_zero_grads(&self, enc: &mut wgpu::CommandEncoder) {
-                <$model>::encode_zero_grads(self, enc)
-            }
-        }
-    };
-}
-
-train_graph!(GdnTrainModel);
-train_graph!(Mamba2TrainModel);
-
 /// One model to benchmark.
 struct ModelCase {
     name: &'static str,
@@ -772,6 +740,8 @@ struct StepTimes {
     step: f64,
     /// GPU ms of forward, backward and optimizer inside one step.
     gpu: Option<[f64; 3]>,
+    /// With `--stages`: GPU ms of each part of a step (a block stage summed over the layers).
+    stages: Vec<(&'static str, f64)>,
     /// Mean loss of the first and the last step (a sanity check: it should fall).
     loss: (f64, f64),
 }
@@ -828,32 +798,35 @@ fn model_cases(a: &Args) -> Vec<ModelCase> {
     cases
 }
 
-/// The training graph of the config's architecture.
-fn new_graph(
-    gpu: &Gpu,
-    c: &ModelConfig,
-    batch: usize,
-    seq: usize,
-) -> Result<Box<dyn TrainGraph>, GpuError> {
-    if c.arch.is_mamba2() {
-        Ok(Box::new(Mamba2TrainModel::new(gpu, c, batch, seq)?))
-    } else {
-        Ok(Box::new(GdnTrainModel::new(gpu, c, batch, seq)?))
-    }
-}
-
 fn mean_loss(gpu: &Gpu, m: &dyn TrainGraph) -> Result<f64, GpuError> {
     let l = gpu.read_f32(m.losses())?;
     Ok(l.iter().map(|&x| f64::from(x)).sum::<f64>() / l.len().max(1) as f64)
 }
 
-fn bench_model(
-    gpu: &Gpu,
-    a: &Args,
-    c: &ModelConfig,
-    timer: Option<&Timer>,
-) -> Result<StepTimes, GpuError> {
-    let m = new_graph(gpu, c, a.batch, a.seq)?;
+/// Timestamps at the marks of one step, and what each interval (from the previous mark) was.
+struct Marks<'a> {
+    timer: Option<&'a Timer>,
+    labels: Vec<&'static str>,
+}
+
+impl Marks<'_> {
+    fn mark(&mut self, enc: &mut wgpu::CommandEncoder, label: &'static str) {
+        if let Some(t) = self.timer {
+            t.mark(enc, self.labels.len() as u32 + 1);
+            self.labels.push(label);
+        }
+    }
+}
+
+const ZEROING: &str = "zero gradients";
+const ADAMW: &str = "AdamW";
+
+fn bench_model(gpu: &Gpu, a: &Args, c: &ModelConfig) -> Result<StepTimes, GpuError> {
+    let m = new_train_graph(gpu, c, a.batch, a.seq)?;
+    // Marks: the start, then per stage (zeroing, embedding, 3 per layer, head; the same
+    // backward; AdamW) or per phase (forward, backward, AdamW).
+    let marks = if a.stages { 7 + 6 * c.num_layers } else { 4 };
+    let timer = Timer::new(gpu, marks as u32);
     m.init_params(gpu, 1)?;
     let mut opt = AdamW::new(gpu, m.params(), AdamWConfig::default())?;
     let mut rng = Rng(0x0dd_ba11_cafe_f00d);
@@ -862,41 +835,69 @@ fn bench_model(
         .collect();
     let tokens = gpu.storage_from("tokens", &tokens)?;
     let scale = 1.0 / (a.batch * a.seq) as f32;
-    let step = |opt: &mut AdamW| -> Result<f64, GpuError> {
+    let step = |opt: &mut AdamW| -> Result<(f64, Vec<&'static str>), GpuError> {
         let mut enc = gpu.encoder("train step");
-        if let Some(t) = timer {
+        let mut marks = Marks {
+            timer: timer.as_ref(),
+            labels: Vec::new(),
+        };
+        if let Some(t) = &timer {
             t.mark(&mut enc, 0);
         }
         m.encode_zero_grads(&mut enc);
-        m.encode_forward(&mut enc, &tokens);
-        if let Some(t) = timer {
-            t.mark(&mut enc, 1);
+        let stages = a.stages;
+        if stages {
+            marks.mark(&mut enc, ZEROING);
         }
-        m.encode_backward(&mut enc, scale);
-        if let Some(t) = timer {
-            t.mark(&mut enc, 2);
+        m.encode_forward_marked(&mut enc, &tokens, &mut |e, s| {
+            if stages {
+                marks.mark(e, s.name());
+            }
+        });
+        if !stages {
+            marks.mark(&mut enc, "forward");
+        }
+        m.encode_backward_marked(&mut enc, scale, &mut |e, s| {
+            if stages {
+                marks.mark(e, s.name());
+            }
+        });
+        if !stages {
+            marks.mark(&mut enc, "backward");
         }
         opt.encode_step(gpu, &mut enc, 1e-3, Some(1.0))?;
-        if let Some(t) = timer {
-            t.mark(&mut enc, 3);
+        marks.mark(&mut enc, ADAMW);
+        if let Some(t) = &timer {
             t.resolve(&mut enc);
         }
         let start = Instant::now();
         gpu.submit_and_wait(enc)?;
-        Ok(start.elapsed().as_secs_f64() * 1e3)
+        Ok((start.elapsed().as_secs_f64() * 1e3, marks.labels))
     };
     let mut first_loss = None;
     for _ in 0..a.warmup {
         step(&mut opt)?;
         first_loss.get_or_insert(mean_loss(gpu, m.as_ref())?);
     }
-    let (mut wall, mut stages) = (vec![], [vec![], vec![], vec![]]);
+    // Per label (in first-seen order), the per-iteration sums of its intervals.
+    let mut wall = vec![];
+    let mut per_label: Vec<(&'static str, Vec<f64>)> = Vec::new();
     for _ in 0..a.iters {
-        wall.push(step(&mut opt)?);
-        if let Some(t) = timer {
-            let ms = t.read(gpu)?;
-            for (s, v) in stages.iter_mut().zip(ms) {
-                s.push(v);
+        let (ms, labels) = step(&mut opt)?;
+        wall.push(ms);
+        if let Some(t) = &timer {
+            let mut sums: Vec<(&'static str, f64)> = Vec::new();
+            for (label, v) in labels.iter().zip(t.read(gpu)?) {
+                match sums.iter_mut().find(|(l, _)| l == label) {
+                    Some((_, sum)) => *sum += v,
+                    None => sums.push((label, v)),
+                }
+            }
+            for (label, v) in sums {
+                match per_label.iter_mut().find(|(l, _)| *l == label) {
+                    Some((_, all)) => all.push(v),
+                    None => per_label.push((label, vec![v])),
+                }
             }
         }
         if first_loss.is_none() {
@@ -904,16 +905,40 @@ fn bench_model(
         }
     }
     let last = mean_loss(gpu, m.as_ref())?;
+    let medians: Vec<(&'static str, f64)> =
+        per_label.into_iter().map(|(l, v)| (l, median(v))).collect();
+    // Forward = zeroing and the forward stages, backward = the backward stages.
+    let phase = |label: &str| -> usize {
+        if label == ADAMW {
+            2
+        } else if label == "backward"
+            || Stage::ALL
+                .iter()
+                .any(|s| s.is_backward() && s.name() == label)
+        {
+            1
+        } else {
+            0
+        }
+    };
+    let gpu_phases = timer.as_ref().map(|_| {
+        let mut g = [0.0; 3];
+        for (l, v) in &medians {
+            g[phase(l)] += v;
+        }
+        g
+    });
     Ok(StepTimes {
         params: m.params().iter().map(|p| p.len).sum(),
         step: median(wall),
-        gpu: timer.map(|_| stages.map(median)),
+        gpu: gpu_phases,
+        stages: if a.stages { medians } else { Vec::new() },
         loss: (first_loss.unwrap_or(last), last),
     })
 }
 
 fn run_models(gpu: &Gpu, a: &Args, adapter: &str) -> Vec<ModelRow> {
-    let timer = Timer::new(gpu, 4);
+    let timestamps = gpu.features.contains(wgpu::Features::TIMESTAMP_QUERY);
     println!(
         "## Training step (zero grads + forward + backward + AdamW), seq {} × batch {}; wall ms \
          per step, median of {} after {} warm-up; GPU stage times: {}",
@@ -921,7 +946,7 @@ fn run_models(gpu: &Gpu, a: &Args, adapter: &str) -> Vec<ModelRow> {
         a.batch,
         a.iters,
         a.warmup,
-        if timer.is_some() {
+        if timestamps {
             "timestamps"
         } else {
             "n/a (no TIMESTAMP_QUERY)"
@@ -940,7 +965,7 @@ fn run_models(gpu: &Gpu, a: &Args, adapter: &str) -> Vec<ModelRow> {
     for case in model_cases(a) {
         let result = match &case.config {
             Err(e) => Err(format!("config: {e}")),
-            Ok(c) => scoped(gpu, || bench_model(gpu, a, c, timer.as_ref())),
+            Ok(c) => scoped(gpu, || bench_model(gpu, a, c)),
         };
         let row = ModelRow {
             name: case.name,
@@ -951,7 +976,32 @@ fn run_models(gpu: &Gpu, a: &Args, adapter: &str) -> Vec<ModelRow> {
         rows.push(row);
     }
     println!();
+    for r in &rows {
+        if let Ok(x) = &r.result {
+            print_stages(r.name, x);
+        }
+    }
     rows
+}
+
+/// The `--stages` table of one model: GPU ms per part of a step and its share.
+fn print_stages(name: &str, x: &StepTimes) {
+    if x.stages.is_empty() {
+        return;
+    }
+    let total: f64 = x.stages.iter().map(|(_, v)| v).sum();
+    println!("### {name}: GPU time per stage (block stages summed over the layers)");
+    println!();
+    println!("| stage | GPU ms | share |");
+    println!("| --- | ---: | ---: |");
+    for (label, v) in &x.stages {
+        println!(
+            "| {label} | {v:.3} | {:.1} % |",
+            100.0 * v / total.max(f64::MIN_POSITIVE)
+        );
+    }
+    println!("| all | {total:.3} | |");
+    println!();
 }
 
 fn print_model_row(adapter: &str, a: &Args, r: &ModelRow) {
@@ -1052,6 +1102,13 @@ fn json_report(gpu: &Gpu, a: &Args, ops: &[OpRow], models: &[ModelRow]) -> serde
                         o["gpu_fwd_ms"] = json!(g[0]);
                         o["gpu_bwd_ms"] = json!(g[1]);
                         o["gpu_opt_ms"] = json!(g[2]);
+                    }
+                    if !x.stages.is_empty() {
+                        o["gpu_stages_ms"] = x
+                            .stages
+                            .iter()
+                            .map(|(l, v)| json!({ "stage": l, "ms": v }))
+                            .collect();
                     }
                 }
                 Err(e) => o["error"] = json!(e),

@@ -7,6 +7,78 @@ use crate::train::mamba2_model::Mamba2TrainModel;
 use crate::train::{GraphOptions, Param};
 use loglinear_runtime::{Arch, ModelConfig};
 
+/// A part of a training step, in recording order. The `_marked` encoders call a mark after
+/// each part (per layer for the block parts), so a profiler can put a GPU timestamp there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// The embedding lookup (and the windows' packing before it).
+    Embed,
+    /// A block up to the operator: norm, projections, short convs, gates.
+    MixerIn,
+    /// The chunkwise operator (with the copies in and out of its shared buffers).
+    Operator,
+    /// A block after the operator: output norm and gate, output projection, residual, MLP.
+    MixerOut,
+    /// Final norm, LM head and loss.
+    Head,
+    /// The head's backward.
+    HeadBwd,
+    /// [`Stage::MixerOut`]'s backward.
+    MixerOutBwd,
+    /// The operator's backward (Mamba-2: with its inputs recomputed).
+    OperatorBwd,
+    /// [`Stage::MixerIn`]'s backward.
+    MixerInBwd,
+    /// The embedding's backward.
+    EmbedBwd,
+}
+
+impl Stage {
+    /// Every stage, forward then backward.
+    pub const ALL: [Stage; 10] = [
+        Stage::Embed,
+        Stage::MixerIn,
+        Stage::Operator,
+        Stage::MixerOut,
+        Stage::Head,
+        Stage::HeadBwd,
+        Stage::MixerOutBwd,
+        Stage::OperatorBwd,
+        Stage::MixerInBwd,
+        Stage::EmbedBwd,
+    ];
+
+    /// Whether the stage is part of the backward.
+    pub fn is_backward(self) -> bool {
+        matches!(
+            self,
+            Stage::HeadBwd
+                | Stage::MixerOutBwd
+                | Stage::OperatorBwd
+                | Stage::MixerInBwd
+                | Stage::EmbedBwd
+        )
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Embed => "embedding",
+            Stage::MixerIn => "mixer in (norm, projections, convs, gates)",
+            Stage::Operator => "operator",
+            Stage::MixerOut => "mixer out + MLP",
+            Stage::Head => "head (norm, LM head, loss)",
+            Stage::HeadBwd => "head backward",
+            Stage::MixerOutBwd => "mixer out + MLP backward",
+            Stage::OperatorBwd => "operator backward",
+            Stage::MixerInBwd => "mixer in backward",
+            Stage::EmbedBwd => "embedding backward",
+        }
+    }
+}
+
+/// Called after each [`Stage`] is recorded.
+pub type StageMark<'a> = &'a mut dyn FnMut(&mut wgpu::CommandEncoder, Stage);
+
 /// A model's training graph on B windows of T tokens. See [`GdnTrainModel`] for what each
 /// method does; every implementation behaves the same.
 pub trait TrainGraph {
@@ -41,6 +113,20 @@ pub trait TrainGraph {
     ) -> Result<(), GpuError>;
     /// Gradients += ∂(loss_scale · Σ losses)/∂param of the last forward.
     fn encode_backward(&self, enc: &mut wgpu::CommandEncoder, loss_scale: f32);
+    /// [`TrainGraph::encode_forward`], calling `mark` after each stage.
+    fn encode_forward_marked(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        tokens: &wgpu::Buffer,
+        mark: StageMark,
+    );
+    /// [`TrainGraph::encode_backward`], calling `mark` after each stage.
+    fn encode_backward_marked(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        loss_scale: f32,
+        mark: StageMark,
+    );
     /// Zeroes every gradient.
     fn encode_zero_grads(&self, enc: &mut wgpu::CommandEncoder);
     /// Per-token losses `[batch][seq_len]` (f32) of the last forward.
@@ -93,6 +179,22 @@ macro_rules! impl_train_graph {
             }
             fn encode_backward(&self, enc: &mut wgpu::CommandEncoder, loss_scale: f32) {
                 <$model>::encode_backward(self, enc, loss_scale)
+            }
+            fn encode_forward_marked(
+                &self,
+                enc: &mut wgpu::CommandEncoder,
+                tokens: &wgpu::Buffer,
+                mark: StageMark,
+            ) {
+                <$model>::encode_forward_marked(self, enc, tokens, mark)
+            }
+            fn encode_backward_marked(
+                &self,
+                enc: &mut wgpu::CommandEncoder,
+                loss_scale: f32,
+                mark: StageMark,
+            ) {
+                <$model>::encode_backward_marked(self, enc, loss_scale, mark)
             }
             fn encode_zero_grads(&self, enc: &mut wgpu::CommandEncoder) {
                 <$model>::encode_zero_grads(self, enc)

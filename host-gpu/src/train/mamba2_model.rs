@@ -21,6 +21,7 @@ use crate::gpu::{Gpu, GpuError};
 use crate::grad::op_m2::{M2Backward, M2Kernels};
 use crate::grad::OpGradIo;
 use crate::train::gdn_model::{exact_levels, NamedTensor};
+use crate::train::graph::{Stage, StageMark};
 use crate::train::head::{head_capacity, Head, HeadIo, HeadShape};
 use crate::train::kernels::{encode_all, ConvShape, Operand, Step, TrainKernels};
 use crate::train::mamba2_kernels::{M2GateIo, M2Shape, M2TrainKernels};
@@ -947,10 +948,20 @@ impl Mamba2TrainModel {
     /// [`Mamba2TrainModel::losses`]. `tokens` needs COPY_SRC usage (any buffer from
     /// [`Gpu::storage_from`] has it); it is copied, so the caller may reuse it after encoding.
     pub fn encode_forward(&self, enc: &mut wgpu::CommandEncoder, tokens: &wgpu::Buffer) {
+        self.encode_forward_marked(enc, tokens, &mut |_, _| {});
+    }
+
+    /// [`Mamba2TrainModel::encode_forward`], calling `mark` after each [`Stage`].
+    pub fn encode_forward_marked(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        tokens: &wgpu::Buffer,
+        mark: StageMark,
+    ) {
         let bytes = f32_bytes(self.batch * (self.seq_len + 1));
         enc.copy_buffer_to_buffer(tokens, 0, &self.tokens, 0, bytes);
         self.shift.encode(enc);
-        self.encode_body(enc);
+        self.encode_body(enc, mark);
     }
 
     /// Records the forward over explicit `inputs` and `targets` (u32 `[batch][seq_len]` each;
@@ -972,34 +983,54 @@ impl Mamba2TrainModel {
             self.batch * self.seq_len,
         )?;
         self.pack.encode(enc);
-        self.encode_body(enc);
+        self.encode_body(enc, &mut |_, _| {});
         Ok(())
     }
 
     /// The forward from the packed windows and targets on.
-    fn encode_body(&self, enc: &mut wgpu::CommandEncoder) {
+    fn encode_body(&self, enc: &mut wgpu::CommandEncoder, mark: StageMark) {
         self.embed.encode(enc);
+        mark(enc, Stage::Embed);
         for s in &self.steps {
             encode_all(enc, &s.before_scan);
+            mark(enc, Stage::MixerIn);
             s.scan.encode(enc);
+            mark(enc, Stage::Operator);
             encode_all(enc, &s.after_scan);
+            mark(enc, Stage::MixerOut);
         }
         self.head.encode_forward(enc);
+        mark(enc, Stage::Head);
     }
 
     /// Records the backward of the last recorded forward: every parameter's gradient
     /// += ∂(loss_scale · Σ losses)/∂param. The scale is written into the encoder (not through
     /// the queue), so several backwards with different scales in one encoder each get theirs.
     pub fn encode_backward(&self, enc: &mut wgpu::CommandEncoder, loss_scale: f32) {
+        self.encode_backward_marked(enc, loss_scale, &mut |_, _| {});
+    }
+
+    /// [`Mamba2TrainModel::encode_backward`], calling `mark` after each [`Stage`].
+    pub fn encode_backward_marked(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        loss_scale: f32,
+        mark: StageMark,
+    ) {
         crate::train::encode_loss_scale(&self.device, enc, &self.scale, loss_scale);
         self.head.encode_backward(enc);
+        mark(enc, Stage::HeadBwd);
         for s in self.steps.iter().rev() {
             encode_all(enc, &s.bwd_after);
+            mark(enc, Stage::MixerOutBwd);
             encode_all(enc, &s.recompute);
             s.op_bwd.encode(enc);
+            mark(enc, Stage::OperatorBwd);
             encode_all(enc, &s.bwd_before);
+            mark(enc, Stage::MixerInBwd);
         }
         self.embed_bwd.encode(enc);
+        mark(enc, Stage::EmbedBwd);
     }
 
     /// Records zeroing every gradient.
