@@ -431,6 +431,10 @@ pub fn check_args(args: &MqarArgs) -> Result<(), String> {
     if args.eval_every == Some(0) {
         return Err("--eval-every must be at least 1".into());
     }
+    // NaN would never stop a run and reads as null in the results file's settings.
+    if args.early_stop.is_nan() {
+        return Err("--early-stop must be a number (above 1 disables it), got NaN".into());
+    }
     if let Some(s) = args.max_seconds_per_run {
         if !(s.is_finite() && s > 0.0) {
             return Err(format!("--max-seconds-per-run must be positive, got {s}"));

@@ -203,6 +203,7 @@ fn bad_arguments_are_clear_errors() {
         (vec!["--steps", "0"], "--steps"),
         (vec!["--micro-batch", "3"], "--micro-batch 3"),
         (vec!["--gdn-expand-v", "0"], "--gdn-expand-v"),
+        (vec!["--early-stop", "nan"], "--early-stop"),
         (
             vec!["--train-examples", "2", "--kv", "4,8,16"],
             "--train-examples",

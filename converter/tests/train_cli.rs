@@ -352,6 +352,17 @@ fn bad_input_is_a_clear_error() {
         &["--data", "train.txt", "--out", "o", "--batch", "0"],
         "at least 1",
     );
+    // Validation data too short for one window, or empty: an error, not a silent run
+    // without validation.
+    run(
+        &["--data", "train.txt", "--val", "short.txt", "--out", "o"],
+        "fewer than one window",
+    );
+    std::fs::write(dir.join("empty.txt"), b"").unwrap();
+    run(
+        &["--data", "train.txt", "--val", "empty.txt", "--out", "o"],
+        "the validation data has 0 tokens",
+    );
     run(
         &["--data", "train.txt", "--out", "o", "--lr=-1"],
         "learning rate",

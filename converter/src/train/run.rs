@@ -357,7 +357,10 @@ pub fn train(args: &TrainArgs) -> Res {
     };
     data::check_len("the training data", &train, args.seq_len)?;
     let val_windows = data::eval_windows(&val, args.seq_len, args.val_windows);
-    if val_windows.is_empty() && !val.is_empty() {
+    // Validation asked for but impossible is an error, an empty --val file included (it would
+    // otherwise train with no validation and say nothing).
+    let val_asked = args.val.is_some() || args.val_fraction.is_some();
+    if val_windows.is_empty() && val_asked {
         return Err(format!(
             "the validation data has {} tokens, fewer than one window of {}",
             val.len(),
