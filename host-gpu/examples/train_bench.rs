@@ -804,22 +804,37 @@ fn mean_loss(gpu: &Gpu, m: &dyn TrainGraph) -> Result<f64, GpuError> {
 }
 
 /// Timestamps at the marks of one step, and what each interval (from the previous mark) was.
+/// An interval between two marks: its label and its phase (`FORWARD`, `BACKWARD` or
+/// `OPTIMIZER`).
+type Interval = (&'static str, usize);
+
 struct Marks<'a> {
     timer: Option<&'a Timer>,
-    labels: Vec<&'static str>,
+    labels: Vec<Interval>,
 }
 
 impl Marks<'_> {
-    fn mark(&mut self, enc: &mut wgpu::CommandEncoder, label: &'static str) {
+    fn mark(&mut self, enc: &mut wgpu::CommandEncoder, label: &'static str, phase: usize) {
         if let Some(t) = self.timer {
             t.mark(enc, self.labels.len() as u32 + 1);
-            self.labels.push(label);
+            self.labels.push((label, phase));
         }
     }
 }
 
-const ZEROING: &str = "zero gradients";
-const ADAMW: &str = "AdamW";
+/// The phases of a step, as indices of `StepTimes::gpu` (zeroing counts as forward).
+const FORWARD: usize = 0;
+const BACKWARD: usize = 1;
+const OPTIMIZER: usize = 2;
+
+/// The phase of a stage.
+fn phase_of(s: Stage) -> usize {
+    if s.is_backward() {
+        BACKWARD
+    } else {
+        FORWARD
+    }
+}
 
 fn bench_model(gpu: &Gpu, a: &Args, c: &ModelConfig) -> Result<StepTimes, GpuError> {
     let m = new_train_graph(gpu, c, a.batch, a.seq)?;
@@ -835,7 +850,7 @@ fn bench_model(gpu: &Gpu, a: &Args, c: &ModelConfig) -> Result<StepTimes, GpuErr
         .collect();
     let tokens = gpu.storage_from("tokens", &tokens)?;
     let scale = 1.0 / (a.batch * a.seq) as f32;
-    let step = |opt: &mut AdamW| -> Result<(f64, Vec<&'static str>), GpuError> {
+    let step = |opt: &mut AdamW| -> Result<(f64, Vec<Interval>), GpuError> {
         let mut enc = gpu.encoder("train step");
         let mut marks = Marks {
             timer: timer.as_ref(),
@@ -847,26 +862,26 @@ fn bench_model(gpu: &Gpu, a: &Args, c: &ModelConfig) -> Result<StepTimes, GpuErr
         m.encode_zero_grads(&mut enc);
         let stages = a.stages;
         if stages {
-            marks.mark(&mut enc, ZEROING);
+            marks.mark(&mut enc, "zero gradients", FORWARD);
         }
         m.encode_forward_marked(&mut enc, &tokens, &mut |e, s| {
             if stages {
-                marks.mark(e, s.name());
+                marks.mark(e, s.name(), phase_of(s));
             }
         });
         if !stages {
-            marks.mark(&mut enc, "forward");
+            marks.mark(&mut enc, "forward", FORWARD);
         }
         m.encode_backward_marked(&mut enc, scale, &mut |e, s| {
             if stages {
-                marks.mark(e, s.name());
+                marks.mark(e, s.name(), phase_of(s));
             }
         });
         if !stages {
-            marks.mark(&mut enc, "backward");
+            marks.mark(&mut enc, "backward", BACKWARD);
         }
         opt.encode_step(gpu, &mut enc, 1e-3, Some(1.0))?;
-        marks.mark(&mut enc, ADAMW);
+        marks.mark(&mut enc, "AdamW", OPTIMIZER);
         if let Some(t) = &timer {
             t.resolve(&mut enc);
         }
@@ -879,24 +894,24 @@ fn bench_model(gpu: &Gpu, a: &Args, c: &ModelConfig) -> Result<StepTimes, GpuErr
         step(&mut opt)?;
         first_loss.get_or_insert(mean_loss(gpu, m.as_ref())?);
     }
-    // Per label (in first-seen order), the per-iteration sums of its intervals.
+    // Per label (in first-seen order): its phase and the per-iteration sums of its intervals.
     let mut wall = vec![];
-    let mut per_label: Vec<(&'static str, Vec<f64>)> = Vec::new();
+    let mut per_label: Vec<(&'static str, usize, Vec<f64>)> = Vec::new();
     for _ in 0..a.iters {
         let (ms, labels) = step(&mut opt)?;
         wall.push(ms);
         if let Some(t) = &timer {
-            let mut sums: Vec<(&'static str, f64)> = Vec::new();
-            for (label, v) in labels.iter().zip(t.read(gpu)?) {
-                match sums.iter_mut().find(|(l, _)| l == label) {
-                    Some((_, sum)) => *sum += v,
-                    None => sums.push((label, v)),
+            let mut sums: Vec<(&'static str, usize, f64)> = Vec::new();
+            for (&(label, phase), v) in labels.iter().zip(t.read(gpu)?) {
+                match sums.iter_mut().find(|(l, _, _)| *l == label) {
+                    Some((_, _, sum)) => *sum += v,
+                    None => sums.push((label, phase, v)),
                 }
             }
-            for (label, v) in sums {
-                match per_label.iter_mut().find(|(l, _)| *l == label) {
-                    Some((_, all)) => all.push(v),
-                    None => per_label.push((label, vec![v])),
+            for (label, phase, v) in sums {
+                match per_label.iter_mut().find(|(l, _, _)| *l == label) {
+                    Some((_, _, all)) => all.push(v),
+                    None => per_label.push((label, phase, vec![v])),
                 }
             }
         }
@@ -905,26 +920,14 @@ fn bench_model(gpu: &Gpu, a: &Args, c: &ModelConfig) -> Result<StepTimes, GpuErr
         }
     }
     let last = mean_loss(gpu, m.as_ref())?;
-    let medians: Vec<(&'static str, f64)> =
-        per_label.into_iter().map(|(l, v)| (l, median(v))).collect();
-    // Forward = zeroing and the forward stages, backward = the backward stages.
-    let phase = |label: &str| -> usize {
-        if label == ADAMW {
-            2
-        } else if label == "backward"
-            || Stage::ALL
-                .iter()
-                .any(|s| s.is_backward() && s.name() == label)
-        {
-            1
-        } else {
-            0
-        }
-    };
+    let medians: Vec<(&'static str, usize, f64)> = per_label
+        .into_iter()
+        .map(|(l, phase, v)| (l, phase, median(v)))
+        .collect();
     let gpu_phases = timer.as_ref().map(|_| {
         let mut g = [0.0; 3];
-        for (l, v) in &medians {
-            g[phase(l)] += v;
+        for &(_, phase, v) in &medians {
+            g[phase] += v;
         }
         g
     });
@@ -932,7 +935,11 @@ fn bench_model(gpu: &Gpu, a: &Args, c: &ModelConfig) -> Result<StepTimes, GpuErr
         params: m.params().iter().map(|p| p.len).sum(),
         step: median(wall),
         gpu: gpu_phases,
-        stages: if a.stages { medians } else { Vec::new() },
+        stages: if a.stages {
+            medians.into_iter().map(|(l, _, v)| (l, v)).collect()
+        } else {
+            Vec::new()
+        },
         loss: (first_loss.unwrap_or(last), last),
     })
 }

@@ -34,20 +34,6 @@ pub enum Stage {
 }
 
 impl Stage {
-    /// Every stage, forward then backward.
-    pub const ALL: [Stage; 10] = [
-        Stage::Embed,
-        Stage::MixerIn,
-        Stage::Operator,
-        Stage::MixerOut,
-        Stage::Head,
-        Stage::HeadBwd,
-        Stage::MixerOutBwd,
-        Stage::OperatorBwd,
-        Stage::MixerInBwd,
-        Stage::EmbedBwd,
-    ];
-
     /// Whether the stage is part of the backward.
     pub fn is_backward(self) -> bool {
         matches!(
