@@ -15,7 +15,7 @@ use loglinear_tests::*;
 use std::collections::HashMap;
 
 mod common;
-use common::{gpu, Rng};
+use common::{gpu, tiny_config, Rng};
 
 fn sigmoid(x: f64) -> f64 {
     1.0 / (1.0 + (-x).exp())
@@ -31,22 +31,11 @@ fn softplus(x: f64) -> f64 {
     }
 }
 
+/// The shared tiny config with the norms' eps at 1e-6.
 fn small_config(arch: Arch) -> ModelConfig {
     ModelConfig {
-        arch,
-        vocab_size: 40,
-        hidden_size: 16,
-        num_layers: 2,
-        intermediate_size: 24,
         norm_eps: 1e-6,
-        num_heads: 2,
-        head_k_dim: 8,
-        head_v_dim: 16,
-        num_groups: 2,
-        conv_kernel: 4,
-        conv_bias: false,
-        norm_group_size: 16,
-        lambda_levels: if arch.is_log_linear() { 15 } else { 0 },
+        ..tiny_config(arch)
     }
 }
 

@@ -14,7 +14,7 @@ use loglinear_tests::*;
 use std::collections::HashMap;
 
 mod common;
-use common::{gpu, Rng};
+use common::{gpu, tiny_config, Rng};
 
 fn sigmoid(x: f64) -> f64 {
     1.0 / (1.0 + (-x).exp())
@@ -36,20 +36,9 @@ fn softplus(x: f64) -> f64 {
 fn small_config(arch: Arch) -> ModelConfig {
     let ll = arch.is_log_linear();
     ModelConfig {
-        arch,
-        vocab_size: 40,
-        hidden_size: 16,
-        num_layers: 2,
-        intermediate_size: 24,
-        norm_eps: 1e-5,
-        num_heads: 2,
-        head_k_dim: 8,
-        head_v_dim: 8,
         num_groups: if ll { 1 } else { 2 },
-        conv_kernel: 4,
-        conv_bias: ll,
         norm_group_size: if ll { 16 } else { 8 },
-        lambda_levels: if ll { 15 } else { 0 },
+        ..tiny_config(arch)
     }
 }
 
