@@ -800,7 +800,7 @@ pub fn markdown(args: &MqarArgs, runs: &[RunRecord]) -> String {
     // In a merge, runs of different files are apart (their settings may differ): name the file.
     let merged = !args.merge.is_empty();
     let file_col = |r: &RunRecord| match args.merge.get(r.file) {
-        Some(p) if merged => {
+        Some(p) => {
             let name = p.file_name().map_or(p.as_os_str(), |n| n);
             format!(" `{}` |", name.to_string_lossy())
         }
