@@ -125,7 +125,12 @@ fn snapshot_region(text: &str, profile: &BoardProfile) -> Result<(u64, u64), Str
     if end > u64::from(u32::MAX) + 1 {
         return Err("[snapshot] region beyond the 32-bit address space".into());
     }
-    for (name, r) in [("flash", &profile.flash), ("ram", &profile.ram)] {
+    let regions = [
+        ("flash", Some(profile.flash)),
+        ("ram", Some(profile.ram)),
+        ("model", profile.model_region),
+    ];
+    for (name, r) in regions.iter().filter_map(|(n, r)| Some((n, (*r)?))) {
         if origin < r.origin + r.length && r.origin < end {
             return Err(format!("[snapshot] region overlaps memory.{name}"));
         }
@@ -156,6 +161,7 @@ fn run() -> Result<(), String> {
     println!("cargo::rustc-check-cfg=cfg(state_f16)");
     println!("cargo::rustc-check-cfg=cfg(transport_uart)");
     println!("cargo::rustc-check-cfg=cfg(semihosting)");
+    println!("cargo::rustc-check-cfg=cfg(model_region)");
     println!(
         "cargo::rustc-check-cfg=cfg(uart, values({}))",
         UART_DRIVERS
@@ -295,6 +301,9 @@ fn run() -> Result<(), String> {
     }
 
     // --- outputs -------------------------------------------------------------------------
+    if profile.model_region.is_some() {
+        println!("cargo:rustc-cfg=model_region");
+    }
     if plan.state == StateType::F16 {
         println!("cargo:rustc-cfg=state_f16");
     }

@@ -79,8 +79,14 @@ const ACTIVATIONS: Activations = if matches!(board::ACTIVATIONS.as_bytes(), b"q8
 #[repr(C, align(32))]
 struct Aligned<B: ?Sized>(B);
 
-/// The model file, linked into flash (read-only data) and read in place.
-static MODEL: &Aligned<[u8]> = &Aligned(*include_bytes!(env!("LOGLINEAR_MODEL_PATH")));
+/// The model file, linked into flash (read-only data) and read in place. On a board with a
+/// `[memory.model]` region (cfg `model_region`: the model in external flash, apart from the code
+/// memory) it goes to the `.model` section, which the board's `memory.x` places there.
+#[cfg_attr(model_region, link_section = ".model")]
+static MODEL_FILE: Aligned<[u8; MODEL_LEN]> =
+    Aligned(*include_bytes!(env!("LOGLINEAR_MODEL_PATH")));
+const MODEL_LEN: usize = include_bytes!(env!("LOGLINEAR_MODEL_PATH")).len();
+static MODEL: &Aligned<[u8]> = &MODEL_FILE;
 
 /// A statically allocated byte buffer that can be borrowed mutably exactly once (the
 /// `static_cell` pattern without `static mut`). It lives in `.bss`, zeroed by the runtime crate

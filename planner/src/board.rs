@@ -26,6 +26,9 @@ pub struct BoardProfile {
     pub flash: Region,
     /// `[memory.ram]`.
     pub ram: Region,
+    /// `[memory.model]`, optional: a flash region apart from the code memory that holds the
+    /// model alone (external QSPI flash, say). Without it the model shares `flash` with the code.
+    pub model_region: Option<Region>,
     /// `firmware.stack_reserve`: RAM kept free for the stack besides the sampler scratch (which
     /// the planner adds, 4 B per vocabulary entry).
     pub stack_reserve: u64,
@@ -145,6 +148,13 @@ impl BoardProfile {
             ram: Region {
                 origin: int("memory.ram.origin")?,
                 length: int("memory.ram.length")?,
+            },
+            model_region: match get("memory.model") {
+                Err(_) => None,
+                Ok(_) => Some(Region {
+                    origin: int("memory.model.origin")?,
+                    length: int("memory.model.length")?,
+                }),
             },
             stack_reserve: int("firmware.stack_reserve")?,
             code_reserve: int("firmware.code_reserve")?,

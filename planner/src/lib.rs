@@ -235,9 +235,13 @@ pub enum ContextLimit {
 }
 
 impl Plan {
-    /// Flash needed: code estimate + model.
+    /// Flash needed in the code memory: code estimate + model, or the code estimate alone on a
+    /// board whose model has a region of its own (`[memory.model]`).
     pub fn flash_total(&self) -> u64 {
-        self.code_bytes + self.model_bytes
+        match self.board.model_region {
+            None => self.code_bytes + self.model_bytes,
+            Some(_) => self.code_bytes,
+        }
     }
 
     /// RAM needed: arena + other statics + stack estimate.
@@ -256,9 +260,14 @@ impl Plan {
         self.sampler_stack + self.board.stack_reserve
     }
 
-    /// Bytes of flash missing (0 when it fits).
+    /// Bytes of flash missing (0 when it fits): in the code memory, plus in the model region
+    /// where the board has one.
     pub fn flash_over(&self) -> u64 {
-        self.flash_total().saturating_sub(self.board.flash.length)
+        let model_over = self
+            .board
+            .model_region
+            .map_or(0, |r| self.model_bytes.saturating_sub(r.length));
+        self.flash_total().saturating_sub(self.board.flash.length) + model_over
     }
 
     /// Bytes of RAM missing (0 when it fits).
@@ -418,7 +427,19 @@ impl fmt::Display for Plan {
             "  code estimate        {:>10} B  (board firmware.code_reserve)",
             self.code_bytes
         )?;
-        writeln!(f, "  model                {:>10} B", self.model_bytes)?;
+        match b.model_region {
+            None => writeln!(f, "  model                {:>10} B", self.model_bytes)?,
+            Some(r) => {
+                let (m, ml) = (self.model_bytes, r.length);
+                writeln!(
+                    f,
+                    "  model                {m:>10} B  of {ml} B in its own region at {:#010x} ({:.1} %): {}",
+                    r.origin,
+                    pct(m, ml),
+                    fit_text(m, ml)
+                )?
+            }
+        }
         let (ft, fl) = (self.flash_total(), b.flash.length);
         writeln!(
             f,

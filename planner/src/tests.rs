@@ -205,6 +205,36 @@ fn limits_shrink_with_ram() {
 }
 
 #[test]
+fn a_model_region_holds_the_model_apart_from_the_code() {
+    with_board(4 << 20, |b, m, n| {
+        let mut b = b.clone();
+        // Code memory too small for the model, but a model region that holds it.
+        b.flash.length = b.code_reserve;
+        b.model_region = Some(Region {
+            origin: 0x3800_0000,
+            length: n,
+        });
+        let p = plan_model(&b, m, n, None, None, None).unwrap();
+        assert_eq!(p.flash_total(), b.code_reserve);
+        assert_eq!(p.flash_over(), 0);
+        assert!(p.fits(), "{p}");
+        assert!(
+            p.to_string().contains("in its own region at 0x38000000"),
+            "{p}"
+        );
+        // One byte short in the model region, and one in the code memory: both count.
+        b.model_region = Some(Region {
+            origin: 0x3800_0000,
+            length: n - 1,
+        });
+        b.flash.length = b.code_reserve - 1;
+        let p = plan_model(&b, m, n, None, None, None).unwrap();
+        assert_eq!(p.flash_over(), 2);
+        assert!(!p.fits());
+    });
+}
+
+#[test]
 fn bad_levels_are_a_typed_error() {
     with_board(4 << 20, |b, m, n| {
         for lv in [0, 1, 16] {
