@@ -32,7 +32,11 @@ if [ "${1:-}" = --bench ]; then
 fi
 BOARDS=("$@")
 if [ "${#BOARDS[@]}" -eq 0 ]; then
-    BOARDS=(mps2-an386 mps2-an500 microbit)
+    for board in $(qemu_boards); do
+        case "$(board_value "boards/$board/board.toml" target)" in
+        thumb*) BOARDS+=("$board") ;;
+        esac
+    done
 fi
 
 fail() {
@@ -64,7 +68,7 @@ for board in "${BOARDS[@]}"; do
     runner="$(board_value "$toml" runner)"
     model="$(board_value "$toml" model)"
     LOGLINEAR_BOARD="$board" LOGLINEAR_MODEL="${model:-}" LOGLINEAR_LEVELS="" LOGLINEAR_STATE="" \
-        LOGLINEAR_TRANSPORT=semihosting \
+        LOGLINEAR_TRANSPORT=semihosting RUSTFLAGS="$(board_value "$toml" rustflags)" \
         cargo build --release -q --manifest-path firmware/Cargo.toml --target "$target" \
         --target-dir "$FW_TARGET_DIR" --features kernel-check --bin kernel-check
     elf="$WORK/$board.elf"

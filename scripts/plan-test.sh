@@ -42,7 +42,7 @@ if [ "${1:-}" = "--update" ]; then
 fi
 BOARDS=("$@")
 if [ "${#BOARDS[@]}" -eq 0 ]; then
-    BOARDS=(mps2-an386 mps2-an500 riscv-virt microbit)
+    mapfile -t BOARDS < <(qemu_boards)
 fi
 
 fail() {
@@ -58,13 +58,14 @@ else
     fail "neither size (binutils) nor llvm-size is installed"
 fi
 
-for t in thumbv7em-none-eabihf riscv32imac-unknown-none-elf thumbv6m-none-eabi; do
+for t in thumbv7em-none-eabihf riscv32imac-unknown-none-elf thumbv6m-none-eabi thumbv8m.main-none-eabihf; do
     rustup target list --installed 2>/dev/null | grep -qx "$t" || rustup target add "$t"
 done
 
 echo "building the host CLI"
 cargo build --release -q -p loglinear-converter --bin loglinear
 LOGLINEAR="$TARGET_DIR/release/loglinear"
+make_board_models "$LOGLINEAR"
 
 failed=0
 for board in "${BOARDS[@]}"; do
@@ -77,6 +78,7 @@ for board in "${BOARDS[@]}"; do
     echo
     echo "==== $board ($target) ===="
     LOGLINEAR_BOARD="$board" LOGLINEAR_MODEL="$MODEL" LOGLINEAR_LEVELS="" LOGLINEAR_STATE="" \
+        RUSTFLAGS="$(board_value "$toml" rustflags)" \
         cargo build --release -q --manifest-path firmware/Cargo.toml --target "$target" \
         --target-dir "$FW_TARGET_DIR"
     elf="$FW_TARGET_DIR/$target/release/loglinear-firmware"
@@ -85,7 +87,7 @@ for board in "${BOARDS[@]}"; do
     # (the rest of RAM) and the empty .uninit are not statics; debug sections are not loaded.
     read -r text rodata data bss < <("$SIZE" -A "$elf" | awk '
         $1 ~ /^\.(vector_table|text|text\..*|init\.rust|eh_frame|gnu\.sgstubs)$/ { t += $2 }
-        $1 == ".rodata" { r += $2 }
+        $1 == ".rodata" || $1 == ".model" { r += $2 }
         $1 == ".data"   { d += $2 }
         $1 == ".bss"    { b += $2 }
         END { printf "%d %d %d %d\n", t, r, d, b }')

@@ -26,7 +26,7 @@ else
     qemu-system-arm --version | head -n1
 fi
 
-targets=(thumbv7em-none-eabihf thumbv6m-none-eabi riscv32imac-unknown-none-elf)
+targets=(thumbv7em-none-eabihf thumbv6m-none-eabi riscv32imac-unknown-none-elf thumbv8m.main-none-eabihf)
 installed="$(rustup target list --installed)"
 missing=()
 for t in "${targets[@]}"; do

@@ -57,7 +57,7 @@ QEMU_TIMEOUT="${QEMU_TIMEOUT:-120}"
 
 BOARDS=("$@")
 if [ "${#BOARDS[@]}" -eq 0 ]; then
-    BOARDS=(mps2-an386 mps2-an500 riscv-virt microbit)
+    mapfile -t BOARDS < <(qemu_boards)
 fi
 
 # Requests: "GEN parameters|host CLI arguments". The same `\n` escapes work in both.
@@ -118,7 +118,7 @@ uart_test() {
     local uart_elf base i case request got want pty qpid rc pty_runner
     echo "  -- UART transport ($(board_value "$toml" uart)): $uart_runner"
     LOGLINEAR_BOARD="$board" LOGLINEAR_MODEL="$MODEL" LOGLINEAR_LEVELS="" LOGLINEAR_STATE="" \
-        LOGLINEAR_TRANSPORT=uart \
+        LOGLINEAR_TRANSPORT=uart RUSTFLAGS="$(board_value "$toml" rustflags)" \
         cargo build --release -q --manifest-path firmware/Cargo.toml --target "$target" \
         --target-dir "$FW_UART_TARGET_DIR"
     uart_elf="$WORK/$board-uart.elf"
@@ -227,21 +227,31 @@ mkdir -p "$WORK"
 echo "building the host CLI"
 cargo build --release -q -p loglinear-converter --bin loglinear
 LOGLINEAR="$TARGET_DIR/release/loglinear"
+make_board_models "$LOGLINEAR"
 
 # firmware/ is not a workspace member, so the workspace's fmt and clippy steps do not see it.
 echo "firmware: cargo fmt --check"
 cargo fmt --manifest-path firmware/Cargo.toml -- --check
 # thumbv6m has no default board (the shipped model fits none of its boards): microbit's.
-for tb in thumbv7em-none-eabihf: riscv32imac-unknown-none-elf: thumbv6m-none-eabi:microbit; do
+# thumbv8m.main has no default board either: mps3-an547's (the model in its own flash region).
+for tb in thumbv7em-none-eabihf: riscv32imac-unknown-none-elf: thumbv6m-none-eabi:microbit \
+    thumbv8m.main-none-eabihf:mps3-an547; do
     t="${tb%%:*}" b="${tb#*:}"
     m="$DEFAULT_MODEL"
-    [ -z "$b" ] || m="$(board_value "boards/$b/board.toml" model)"
+    flags=""
+    if [ -n "$b" ]; then
+        m="$(board_value "boards/$b/board.toml" model)"
+        m="${m:-$DEFAULT_MODEL}"
+        flags="$(board_value "boards/$b/board.toml" rustflags)"
+    fi
     echo "firmware: cargo clippy --target $t -D warnings"
     LOGLINEAR_BOARD="$b" LOGLINEAR_MODEL="$m" LOGLINEAR_LEVELS="" LOGLINEAR_STATE="" \
+        RUSTFLAGS="$flags" \
         cargo clippy --release -q --manifest-path firmware/Cargo.toml --target "$t" \
         --target-dir "$FW_TARGET_DIR" --features kernel-check -- -D warnings
-    # The same target with its QEMU board's UART driver (src/uart.rs).
+    # The same target with its QEMU board's UART driver (src/uart.rs), where it has one.
     ub="${b:-$([ "$t" = riscv32imac-unknown-none-elf ] && echo riscv-virt || echo mps2-an386)}"
+    [ -n "$(board_value "boards/$ub/board.toml" uart)" ] || continue
     echo "firmware: cargo clippy --target $t -D warnings, UART transport ($ub)"
     LOGLINEAR_BOARD="$ub" LOGLINEAR_MODEL="$m" LOGLINEAR_LEVELS="" LOGLINEAR_STATE="" \
         LOGLINEAR_TRANSPORT=uart \
@@ -282,7 +292,7 @@ for board in "${BOARDS[@]}"; do
     echo
     echo "==== $board: $target, $state state, $levels levels, $acts activations, $MODEL ===="
     LOGLINEAR_BOARD="$board" LOGLINEAR_MODEL="$MODEL" LOGLINEAR_LEVELS="" LOGLINEAR_STATE="" \
-        LOGLINEAR_TRANSPORT="" \
+        LOGLINEAR_TRANSPORT="" RUSTFLAGS="$(board_value "$toml" rustflags)" \
         cargo build --release -q --manifest-path firmware/Cargo.toml --target "$target" \
         --target-dir "$FW_TARGET_DIR"
     elf="$WORK/$board.elf"
