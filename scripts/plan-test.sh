@@ -8,6 +8,9 @@
 # target dir, so after qemu-test.sh this is a no-op), reads the ELF's sections with `size -A`
 # (or `llvm-size -A`) and checks:
 #
+# 0. the image would boot (`cargo xtask image-check`, xtask/src/image.rs): every loaded segment
+#    in the board's memory regions, a valid vector table at the code memory's origin (Cortex-M)
+#    or entry point (RISC-V).
 # 1. planner vs ELF: `loglinear plan --board B --model M` reports the session arena that the
 #    firmware links as `static ARENA`; the ELF's .bss + .data must lie within
 #    [arena, arena + other statics] (the planner's "other statics" allowance, OTHER_STATICS in
@@ -82,6 +85,8 @@ for board in "${BOARDS[@]}"; do
         cargo build --release -q --manifest-path firmware/Cargo.toml --target "$target" \
         --target-dir "$FW_TARGET_DIR"
     elf="$FW_TARGET_DIR/$target/release/loglinear-firmware"
+    # 0. the image would boot: segments in the board's memory, vector table or entry point
+    cargo xtask image-check --board "$board" "$elf" || failed=1
 
     # text / rodata / data / bss of the ELF's allocated sections. riscv-rt's .stack and .heap
     # (the rest of RAM) and the empty .uninit are not statics; debug sections are not loaded.

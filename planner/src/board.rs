@@ -2,6 +2,7 @@
 
 use crate::{PlanError, StateType};
 use loglinear_runtime::quant::Activations;
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 /// A memory region of the board.
@@ -29,6 +30,9 @@ pub struct BoardProfile {
     /// `[memory.model]`, optional: a flash region apart from the code memory that holds the
     /// model alone (external QSPI flash, say). Without it the model shares `flash` with the code.
     pub model_region: Option<Region>,
+    /// Every `[memory.<name>]` table, `flash`, `ram` and `model` included, by name (others:
+    /// regions outside the linker's, such as `psram` or the RP2040's `boot2`).
+    pub memory: BTreeMap<String, Region>,
     /// `firmware.stack_reserve`: RAM kept free for the stack besides the sampler scratch (which
     /// the planner adds, 4 B per vocabulary entry).
     pub stack_reserve: u64,
@@ -137,7 +141,19 @@ impl BoardProfile {
                 }
             },
         };
+        let mut memory = BTreeMap::new();
+        let tables = get("memory")?
+            .as_table()
+            .ok_or_else(|| bad("memory must be a table of regions".into()))?;
+        for name in tables.keys() {
+            let region = Region {
+                origin: int(&format!("memory.{name}.origin"))?,
+                length: int(&format!("memory.{name}.length"))?,
+            };
+            memory.insert(name.clone(), region);
+        }
         Ok(Self {
+            memory,
             name: string("name")?,
             path: path.to_path_buf(),
             target: string("target")?,

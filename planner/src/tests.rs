@@ -45,6 +45,30 @@ fn parses_a_profile() {
     assert_eq!(b.flash.length, 4 << 20);
     assert_eq!(b.state, StateType::F16);
     assert_eq!(b.levels, 15);
+    assert_eq!(b.model_region, None);
+    assert_eq!(b.memory.keys().collect::<Vec<_>>(), ["flash", "ram"]);
+    // Every [memory.*] table is a region; `model` is the model's own.
+    let text = format!("{GOOD}[memory.model]\norigin = 0x3800_0000\nlength = 8\n[memory.boot2]\norigin = 1\nlength = 2\n");
+    let b = BoardProfile::parse(&text, Path::new("t.toml")).unwrap();
+    let model = Region {
+        origin: 0x3800_0000,
+        length: 8,
+    };
+    assert_eq!(b.model_region, Some(model));
+    assert_eq!(b.memory["model"], model);
+    assert_eq!(
+        b.memory["boot2"],
+        Region {
+            origin: 1,
+            length: 2
+        }
+    );
+    let bad = format!("{GOOD}[memory.extra]\norigin = 1\n");
+    let e = BoardProfile::parse(&bad, Path::new("t.toml")).unwrap_err();
+    assert!(
+        e.to_string().contains("memory.extra.length is missing"),
+        "{e}"
+    );
 }
 
 #[test]

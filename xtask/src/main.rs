@@ -1,0 +1,57 @@
+//! `cargo xtask <command>`: the project's build and check tasks, in Rust rather than shell.
+//!
+//! * `image-check --board <board> <elf>`: would the firmware image boot on the board? The
+//!   segments lie in the board's memory, the vector table (Cortex-M) or entry point (RISC-V) is
+//!   valid, and an RP2040 second stage has a valid CRC (`image.rs`). The board is read with
+//!   the memory planner's parser, the one reader of `board.toml`.
+
+mod image;
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use clap::{Parser, Subcommand};
+use loglinear_planner::BoardProfile;
+
+#[derive(Parser)]
+#[command(about = "loglinear's build and check tasks")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Checks that a firmware ELF would boot on a board, without the board: segments inside
+    /// its memory map, a valid vector table or entry point, an RP2040 second stage's CRC.
+    ImageCheck {
+        /// Board name (a folder under boards/) or a folder holding a board.toml.
+        #[arg(long)]
+        board: String,
+        /// The firmware ELF file.
+        elf: PathBuf,
+    },
+}
+
+fn main() -> anyhow::Result<()> {
+    match Cli::parse().command {
+        Command::ImageCheck { board, elf } => {
+            let profile = BoardProfile::find(&board)?;
+            let bytes =
+                std::fs::read(&elf).with_context(|| format!("reading {}", elf.display()))?;
+            let img = image::Image::from_elf32(&bytes)
+                .with_context(|| format!("{} is not a 32-bit ELF file", elf.display()))?;
+            let report = image::check(&profile, &img);
+            print!("{report}");
+            if !report.problems.is_empty() {
+                bail!(
+                    "{}: the image would not boot on {} ({} problems above)",
+                    elf.display(),
+                    profile.name,
+                    report.problems.len()
+                );
+            }
+            Ok(())
+        }
+    }
+}
