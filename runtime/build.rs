@@ -7,34 +7,51 @@
 //! dispatches to `src/quant/arm_m0.rs`. On `thumbv8m.main-*-eabihf` (Cortex-M33, M35P, M55, M85)
 //! the DSP extension is an option of the core, so the target triple cannot tell; there the
 //! rustflags do: `-C target-cpu=` one of those cores (every one of them has the extension in the
-//! parts that carry an FPU) or `-C target-feature=+dsp` enables the same kernels.
+//! parts that carry an FPU) or `-C target-feature=+dsp` enables the same kernels, and a Cortex-M55
+//! or M85 (or `+mve`) also gets `cfg(loglinear_arm_mve)`, the Helium kernels of
+//! `src/quant/arm_mve.rs`.
 
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(loglinear_arm_dsp)");
     println!("cargo::rustc-check-cfg=cfg(loglinear_arm_m0)");
+    println!("cargo::rustc-check-cfg=cfg(loglinear_arm_mve)");
     println!("cargo:rerun-if-changed=build.rs");
     let target = std::env::var("TARGET").unwrap_or_default();
     println!("cargo:rerun-if-env-changed=CARGO_ENCODED_RUSTFLAGS");
     let rustflags = std::env::var("CARGO_ENCODED_RUSTFLAGS").unwrap_or_default();
     let v8m_dsp = target.starts_with("thumbv8m.main-")
         && target.ends_with("eabihf")
-        && rustflags.split('\x1f').any(enables_dsp);
+        && rustflags
+            .split('\x1f')
+            .any(|f| enables(f, DSP_CORES, "+dsp"));
+    let v8m_mve = target.starts_with("thumbv8m.main-")
+        && target.ends_with("eabihf")
+        && rustflags
+            .split('\x1f')
+            .any(|f| enables(f, MVE_CORES, "+mve"));
     if (target.starts_with("thumbv7em-") && target.ends_with("eabihf")) || v8m_dsp {
         println!("cargo:rustc-cfg=loglinear_arm_dsp");
     }
     if target.starts_with("thumbv6m-") {
         println!("cargo:rustc-cfg=loglinear_arm_m0");
     }
+    if v8m_mve {
+        println!("cargo:rustc-cfg=loglinear_arm_mve");
+    }
 }
 
+/// Armv8-M cores with the DSP extension (in the parts that carry an FPU).
+const DSP_CORES: &[&str] = &["cortex-m33", "cortex-m35p", "cortex-m55", "cortex-m85"];
+/// Armv8.1-M cores with Helium (MVE), integer and float.
+const MVE_CORES: &[&str] = &["cortex-m55", "cortex-m85"];
+
 /// Whether one rustflags argument (`-Ctarget-cpu=...`, or the value after a separate `-C`) names
-/// an Armv8-M core with the DSP extension or turns the extension on.
-fn enables_dsp(flag: &str) -> bool {
-    const DSP_CORES: [&str; 4] = ["cortex-m33", "cortex-m35p", "cortex-m55", "cortex-m85"];
+/// one of `cores` or turns `feature` (`+dsp`) on.
+fn enables(flag: &str, cores: &[&str], feature: &str) -> bool {
     let flag = flag.strip_prefix("-C").unwrap_or(flag);
     if let Some(cpu) = flag.strip_prefix("target-cpu=") {
-        return DSP_CORES.contains(&cpu);
+        return cores.contains(&cpu);
     }
     flag.strip_prefix("target-feature=")
-        .is_some_and(|features| features.split(',').any(|f| f == "+dsp"))
+        .is_some_and(|features| features.split(',').any(|f| f == feature))
 }

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The integer matvec kernels on the boards themselves, under QEMU: every kernel path a board's
-# core runs (portable; arm-dsp on the Cortex-M4F/M7, arm-m0 on the Cortex-M0) against `portable`, bit for bit, for Q8_0
-# and Q4_0 weights on random shapes (firmware/src/bin/kernel_check.rs). Called by
-# scripts/qemu-test.sh; a few seconds.
+# core runs (portable; arm-dsp on the Cortex-M4F/M7/M33/M55, helium on the M55, arm-m0 on the
+# Cortex-M0) against `portable`, bit for bit, for Q8_0 and Q4_0 weights on random shapes
+# (firmware/src/bin/kernel_check.rs). Called by scripts/qemu-test.sh; a few seconds.
 #
-#   bash scripts/kernel-check.sh [BOARD...]           (default: mps2-an386 mps2-an500 microbit)
+#   bash scripts/kernel-check.sh [BOARD...]           (default: every Arm QEMU board)
 #   CASES=2000 bash scripts/kernel-check.sh           (random cases per board; default 400)
 #   bash scripts/kernel-check.sh --bench [BOARD...]   instructions per MAC of the kernels alone
 #
@@ -92,6 +92,10 @@ for board in "${BOARDS[@]}"; do
         shapes=("8 8") paths=(portable arm-m0)
     else
         shapes=("128 16" "256 4") paths=(portable arm-dsp)
+        # Helium on the cores that have it (the kernel-check binary refuses an unavailable path).
+        case "$(board_value "$toml" core)" in
+        cortex-m55 | cortex-m85) paths+=(helium) ;;
+        esac
     fi
     reps=10
     for shape in "${shapes[@]}"; do

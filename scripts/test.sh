@@ -4,12 +4,13 @@
 #   bash scripts/test.sh
 #
 # On a fresh Debian 12 machine with rustup (cargo 1.95) and root it installs what it needs
-# (rustfmt, clippy, the three bare-metal targets, a C linker if missing) and then runs, in order:
+# (rustfmt, clippy, the four bare-metal targets, a C linker if missing) and then runs, in order:
 #
 #   1. cargo fmt --check                        (workspace + the no-alloc probe)
 #   2. cargo clippy -D warnings                 (workspace, all targets; runtime also as no_std)
-#   3. no_std builds of loglinear-runtime for thumbv7em-none-eabihf, thumbv6m-none-eabi and
-#      riscv32imac-unknown-none-elf, each with a check that no `alloc` crate is linked
+#   3. no_std builds of loglinear-runtime for thumbv7em-none-eabihf, thumbv6m-none-eabi,
+#      riscv32imac-unknown-none-elf and thumbv8m.main-none-eabihf, each with a check that no
+#      `alloc` crate is linked
 #   4. cargo test --workspace --release         (release: the golden tests step long sequences)
 #   5. gguf-py (ggml's reference Python reader, installed with pip) reads and dequantizes model
 #      files written by `loglinear convert` at every tensor type
@@ -29,7 +30,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-TARGETS=(thumbv7em-none-eabihf thumbv6m-none-eabi riscv32imac-unknown-none-elf)
+TARGETS=(thumbv7em-none-eabihf thumbv6m-none-eabi riscv32imac-unknown-none-elf thumbv8m.main-none-eabihf)
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 PROBE_DIR="$ROOT/scripts/no-alloc-probe"
 START=$SECONDS
@@ -87,8 +88,12 @@ rustfmt --edition 2021 --check "$PROBE_DIR/lib.rs"
 # ---------------------------------------------------------------------------------------------
 section "cargo clippy (workspace, all targets, -D warnings)"
 cargo clippy --workspace --all-targets -- -D warnings
-# The runtime again as firmware sees it (no `std` feature), so cfg-dependent warnings show too.
+# The runtime again as firmware sees it (no `std` feature), so cfg-dependent warnings show too:
+# on thumbv7em (the SMLAD kernels) and on a Cortex-M55 (the SMLAD and Helium kernels, which
+# runtime/build.rs enables from the rustflags).
 cargo clippy -p loglinear-runtime --no-default-features --target "${TARGETS[0]}" -- -D warnings
+RUSTFLAGS="-C target-cpu=cortex-m55" cargo clippy -p loglinear-runtime --no-default-features \
+    --target thumbv8m.main-none-eabihf -- -D warnings
 
 # ---------------------------------------------------------------------------------------------
 # no_std builds and the no-alloc check.

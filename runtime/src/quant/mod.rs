@@ -31,6 +31,11 @@ pub mod x86_avx2;
 #[cfg(loglinear_arm_dsp)]
 #[allow(unsafe_code)]
 pub mod arm_dsp;
+// Cortex-M55/M85 Helium: thumbv8m.main with a core that has MVE (cfg from runtime/build.rs,
+// which reads the rustflags).
+#[cfg(loglinear_arm_mve)]
+#[allow(unsafe_code)]
+pub mod arm_mve;
 // Cortex-M0/M0+ (thumbv6m, cfg from runtime/build.rs): safe Rust, so also built for the host
 // tests.
 #[cfg(any(loglinear_arm_m0, test))]
@@ -243,6 +248,8 @@ pub enum KernelPath {
     ArmDsp,
     /// `arm_m0`: plain integer Rust shaped for Thumb-1, Cortex-M0/M0+ (thumbv6m).
     ArmM0,
+    /// `arm_mve`: Helium (MVE) `VMLAV` byte dots, Cortex-M55/M85 (thumbv8m.main with MVE).
+    Helium,
 }
 
 impl KernelPath {
@@ -255,6 +262,7 @@ impl KernelPath {
             KernelPath::NeonDot => "neon-sdot",
             KernelPath::ArmDsp => "arm-dsp",
             KernelPath::ArmM0 => "arm-m0",
+            KernelPath::Helium => "helium",
         }
     }
 
@@ -272,6 +280,8 @@ impl KernelPath {
             KernelPath::ArmDsp => true,
             #[cfg(loglinear_arm_m0)]
             KernelPath::ArmM0 => true,
+            #[cfg(loglinear_arm_mve)]
+            KernelPath::Helium => true,
             #[allow(unreachable_patterns)]
             _ => false,
         }
@@ -285,6 +295,7 @@ impl KernelPath {
         KernelPath::NeonDot,
         KernelPath::ArmDsp,
         KernelPath::ArmM0,
+        KernelPath::Helium,
     ];
 
     /// The paths this CPU runs, slowest first (for benchmarks and cross-checks).
@@ -345,6 +356,8 @@ pub fn matvec_q8_0_on(path: KernelPath, w: &[BlockQ8_0], act: &[ActBlock], out: 
         KernelPath::ArmDsp => arm_dsp::matvec_q8_0(w, act, out),
         #[cfg(loglinear_arm_m0)]
         KernelPath::ArmM0 => arm_m0::matvec_q8_0(w, act, out),
+        #[cfg(loglinear_arm_mve)]
+        KernelPath::Helium => arm_mve::matvec_q8_0(w, act, out),
         _ => portable::matvec_q8_0(w, act, out),
     }
 }
@@ -362,6 +375,8 @@ pub fn matvec_q4_0_on(path: KernelPath, w: &[BlockQ4_0], act: &[ActBlock], out: 
         KernelPath::ArmDsp => arm_dsp::matvec_q4_0(w, act, out),
         #[cfg(loglinear_arm_m0)]
         KernelPath::ArmM0 => arm_m0::matvec_q4_0(w, act, out),
+        #[cfg(loglinear_arm_mve)]
+        KernelPath::Helium => arm_mve::matvec_q4_0(w, act, out),
         _ => portable::matvec_q4_0(w, act, out),
     }
 }
