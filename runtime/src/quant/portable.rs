@@ -42,32 +42,26 @@ pub fn combine<W>(
     s
 }
 
-/// out[r] = [`combine`] of row r of `w` (`act.len()` blocks a row), the block dot given: the row
-/// loop of every path that differs from this one only in its block dot.
-#[inline(always)]
-pub fn matvec_by_block<W>(
-    w: &[W],
-    act: &[ActBlock],
-    out: &mut [f32],
-    scale: impl Fn(&W) -> f32 + Copy,
-    isum: impl Fn(&W, &ActBlock) -> i32 + Copy,
-) {
+/// out = W x for Q8_0 weights and quantized activations.
+pub fn matvec_q8_0(w: &[BlockQ8_0], act: &[ActBlock], out: &mut [f32]) {
     let per_row = act.len();
     if per_row == 0 {
         out.fill(0.0);
         return;
     }
     for (o, row) in out.iter_mut().zip(w.chunks_exact(per_row)) {
-        *o = combine(row, act, scale, isum);
+        *o = combine(row, act, |b| b.d.to_f32(), block_dot_q8_0);
     }
-}
-
-/// out = W x for Q8_0 weights and quantized activations.
-pub fn matvec_q8_0(w: &[BlockQ8_0], act: &[ActBlock], out: &mut [f32]) {
-    matvec_by_block(w, act, out, |b| b.d.to_f32(), block_dot_q8_0);
 }
 
 /// out = W x for Q4_0 weights and quantized activations.
 pub fn matvec_q4_0(w: &[BlockQ4_0], act: &[ActBlock], out: &mut [f32]) {
-    matvec_by_block(w, act, out, |b| b.d.to_f32(), block_dot_q4_0);
+    let per_row = act.len();
+    if per_row == 0 {
+        out.fill(0.0);
+        return;
+    }
+    for (o, row) in out.iter_mut().zip(w.chunks_exact(per_row)) {
+        *o = combine(row, act, |b| b.d.to_f32(), block_dot_q4_0);
+    }
 }
