@@ -270,37 +270,33 @@ fn spawn_qemu(board: &str, elf: Option<&Path>) -> Res<Child> {
         .map_err(|e| format!("cannot start {program}: {e}"))?)
 }
 
-/// Escapes bytes for a `prompt=` field: `\n`, `\t`, `\r`, `\\`, and `\xHH` for other bytes that
-/// are not printable ASCII (space stays).
+/// Escapes bytes for a `prompt=` field as the protocol crate does (`loglinear_protocol::escaped`),
+/// but with spaces kept: a prompt takes the rest of its line.
 fn escape(bytes: &[u8]) -> String {
     let mut s = String::with_capacity(bytes.len());
     for &b in bytes {
         match b {
-            b'\n' => s.push_str("\\n"),
-            b'\t' => s.push_str("\\t"),
-            b'\r' => s.push_str("\\r"),
-            b'\\' => s.push_str("\\\\"),
-            b' '..=b'~' => s.push(b as char),
-            _ => s.push_str(&format!("\\x{b:02x}")),
+            b' ' => s.push(' '),
+            b => s.extend(
+                loglinear_protocol::escaped(b)
+                    .as_bytes()
+                    .iter()
+                    .map(|&c| c as char),
+            ),
         }
     }
     s
 }
 
-/// Decodes the byte field of a `TOK` line (empty: the token is not a byte).
+/// Decodes the byte field of a `TOK` line (empty: the token is not a byte); a field that is not
+/// a valid escape is taken as it is.
 fn unescape(field: &str) -> Vec<u8> {
-    let b = field.as_bytes();
-    match b {
-        [b'\\', b'n'] => vec![b'\n'],
-        [b'\\', b't'] => vec![b'\t'],
-        [b'\\', b'r'] => vec![b'\r'],
-        [b'\\', b'\\'] => vec![b'\\'],
-        [b'\\', b'x', h @ ..] => std::str::from_utf8(h)
-            .ok()
-            .and_then(|h| u8::from_str_radix(h, 16).ok())
-            .map_or_else(Vec::new, |v| vec![v]),
-        _ => b.to_vec(),
+    let mut bytes = field.as_bytes().to_vec();
+    match loglinear_protocol::request::unescape(&mut bytes) {
+        Some(n) => bytes.truncate(n),
+        None => bytes = field.as_bytes().to_vec(),
     }
+    bytes
 }
 
 #[cfg(test)]

@@ -19,8 +19,6 @@
 mod boot2;
 mod flash;
 mod fmt;
-mod protocol;
-mod request;
 #[cfg(not(transport_uart))]
 mod serial;
 mod snapshot;
@@ -52,7 +50,8 @@ use cortex_m as _;
 use defmt_semihosting as _;
 
 use crate::fmt::{error, info};
-use crate::protocol::{reply_err, reply_tok, Command, CommandError, ErrCode, Line, LineReader};
+use loglinear_protocol::{self as protocol, request};
+use protocol::{reply_err, reply_tok, Command, CommandError, ErrCode, Line, LineReader};
 
 /// Build-time constants from `build.rs`: BOARD, MODEL_NAME, LEVELS, ARENA_BYTES, VOCAB.
 mod board {

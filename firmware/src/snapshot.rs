@@ -14,7 +14,7 @@ use embedded_io::{Read, Write};
 use loglinear_runtime::slot_store::{NorFlash, SlotInfo, SlotStore};
 use loglinear_runtime::snapshot::{self, Crc32, SnapshotError};
 
-use crate::protocol::{self, Line, LineReader};
+use loglinear_protocol::{self as protocol, Line, LineReader};
 use loglinear_runtime::{Sampler, SamplerConfig, Session, StateElem};
 
 /// Snapshot bytes per `HEX` line (twice as many hex digits).

@@ -1,15 +1,14 @@
 //! What the `serial_protocol` fuzz target runs, shared with its replay test
-//! (`tests/tests/fuzz_replay_checkpoint_serial.rs`). Both include the firmware's protocol
-//! modules (`firmware/src/protocol.rs`, `request.rs`) by path as `protocol` and `request` at
-//! their crate root, and this file next to them.
+//! (`tests/tests/fuzz_replay_checkpoint_serial.rs`), which include this file by path. The
+//! protocol is the `loglinear-protocol` crate, the one the firmware runs.
 //!
 //! The input is a byte stream as it arrives on the serial port: its first byte picks the
 //! sizes of the reads (a transport returns any number of bytes), the rest is the stream. Every
 //! line is framed, parsed and, like the firmware does, answered; nothing may panic, and the
 //! framing must agree with a plain split at newlines.
 
-use super::protocol::{parse_command, reply_err, reply_tok, Command, ErrCode, Line, LineReader};
-use super::request::{parse_gen, parse_reset};
+use loglinear_protocol::request::{parse_gen, parse_reset};
+use loglinear_protocol::{parse_command, reply_err, reply_tok, Command, ErrCode, Line, LineReader};
 
 /// The firmware's largest level count (`RESET levels=L` is checked against it).
 const MAX_LEVELS: usize = 32;
@@ -89,7 +88,7 @@ fn answer(line: &mut [u8], out: &mut Sink) {
     match parse_command(line) {
         Ok(Command::Gen(args)) => match parse_gen(args) {
             Ok(p) => {
-                assert!(p.tokens <= super::request::MAX_TOKENS);
+                assert!(p.tokens <= loglinear_protocol::request::MAX_TOKENS);
                 assert!(p.temperature.is_finite() && p.temperature >= 0.0);
                 assert!(p.top_p > 0.0 && p.top_p <= 1.0);
                 for &b in p.prompt.unwrap_or(&[]) {

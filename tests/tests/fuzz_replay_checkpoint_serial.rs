@@ -5,12 +5,6 @@
 
 #[path = "../../fuzz/exercise/checkpoint_import.rs"]
 mod checkpoint_exercise;
-#[allow(dead_code)]
-#[path = "../../firmware/src/protocol.rs"]
-mod protocol;
-#[allow(dead_code)]
-#[path = "../../firmware/src/request.rs"]
-mod request;
 #[path = "../../fuzz/exercise/serial_protocol.rs"]
 mod serial_exercise;
 

@@ -1,14 +1,8 @@
-//! The firmware's serial protocol modules (`firmware/src/protocol.rs`, `request.rs`), compiled
-//! for the host: line framing over arbitrarily chunked input, and parsing of arbitrary bytes,
-//! never panic and agree with a plain reference. (The firmware crate only builds for bare-metal
-//! targets, so its modules are included here by path.)
+//! The serial protocol crate (`loglinear-protocol`, which the firmware runs) on the host: line
+//! framing over arbitrarily chunked input, and parsing of arbitrary bytes, never panic and
+//! agree with a plain reference.
 
-#[allow(dead_code)]
-#[path = "../../firmware/src/protocol.rs"]
-mod protocol;
-#[allow(dead_code)]
-#[path = "../../firmware/src/request.rs"]
-mod request;
+use loglinear_protocol::{self as protocol, request};
 
 use proptest::prelude::*;
 use protocol::{Command, Line, LineReader, MAX_LINE};

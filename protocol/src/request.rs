@@ -170,7 +170,7 @@ fn split_prompt(args: &mut [u8]) -> (&mut [u8], Option<&mut [u8]>) {
 
 /// Rewrites `\n`, `\t`, `\r`, `\\` and `\xHH` in place; returns the new length, or `None` for
 /// any other backslash sequence (a trailing lone backslash included).
-fn unescape(buf: &mut [u8]) -> Option<usize> {
+pub fn unescape(buf: &mut [u8]) -> Option<usize> {
     let (mut r, mut w) = (0usize, 0usize);
     while let Some(&b) = buf.get(r) {
         let (out, used) = if b == b'\\' {

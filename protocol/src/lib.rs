@@ -1,7 +1,10 @@
-//! The serial protocol (`docs/serial-protocol.md`): line framing over any
-//! [`embedded_io::Read`], command parsing, reply codes and the byte escaping of `TOK` lines.
+//! The serial protocol (`docs/serial-protocol.md`), shared by the firmware and the host client
+//! (`loglinear serial`): line framing over any [`embedded_io::Read`], command parsing, reply
+//! codes, the `GEN`/`RESET` parameters ([`request`]) and the byte escapes of prompts and `TOK`
+//! lines ([`escaped`], [`request::unescape`]).
 //!
 //! Nothing here can panic on any input: no indexing, no `unwrap`, fixed buffers, no heap.
+#![no_std]
 #![deny(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -10,6 +13,8 @@
 )]
 
 use embedded_io::{Read, Write};
+
+pub mod request;
 
 /// Longest request line: bytes before its newline (a `\r` included). Longer lines are discarded
 /// up to their newline and answered with [`ErrCode::TooLong`].
@@ -62,7 +67,14 @@ pub struct LineReader {
     discarding: bool,
 }
 
+impl Default for LineReader {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl LineReader {
+    /// An empty reader (`const`, so a firmware can keep it in a static).
     pub const fn new() -> Self {
         Self {
             buf: [0; BUF],
@@ -193,27 +205,78 @@ pub fn reply_err<W: Write>(out: &mut W, code: ErrCode, msg: core::fmt::Arguments
     let _ = out.flush();
 }
 
-/// Writes one token's `TOK <id> <escaped byte>\n` line. The byte is itself when it is a
-/// graphic ASCII character other than `\`; `\n`, `\t`, `\r`, `\\`; otherwise `\xHH`
-/// (a space is `\x20`). An id that is not a byte gets no byte field: `TOK <id>\n`.
+/// Writes one token's `TOK <id> <escaped byte>\n` line (the byte as [`escaped`] writes it). An
+/// id that is not a byte gets no byte field: `TOK <id>\n`.
 pub fn reply_tok<W: Write>(out: &mut W, id: u32, byte: Option<u8>) {
     let _ = write!(out, "TOK {id}");
-    let esc: &[u8] = match &byte {
-        Some(b'\n') => b" \\n",
-        Some(b'\t') => b" \\t",
-        Some(b'\r') => b" \\r",
-        Some(b'\\') => b" \\\\",
-        Some(b) if b.is_ascii_graphic() => {
-            let _ = out.write_all(b" ");
-            core::slice::from_ref(b)
-        }
-        Some(b) => {
-            let _ = write!(out, " \\x{b:02x}");
-            b""
-        }
-        None => b"",
-    };
-    let _ = out.write_all(esc);
+    if let Some(b) = byte {
+        let _ = out.write_all(b" ");
+        let _ = out.write_all(escaped(b).as_bytes());
+    }
     let _ = out.write_all(b"\n");
     let _ = out.flush();
+}
+
+/// One byte as the protocol's text writes it: itself when it is a graphic ASCII character other
+/// than `\`; `\n`, `\t`, `\r`, `\\`; otherwise `\xHH` (a space is `\x20`, since `TOK`
+/// fields are separated by spaces; a prompt, which takes the rest of its line, may keep its
+/// spaces as they are). [`request::unescape`] reads all of these back.
+pub fn escaped(b: u8) -> Escaped {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let (bytes, len) = match b {
+        b'\n' => (*b"\\n\0\0", 2),
+        b'\t' => (*b"\\t\0\0", 2),
+        b'\r' => (*b"\\r\0\0", 2),
+        b'\\' => (*b"\\\\\0\0", 2),
+        b if b.is_ascii_graphic() => ([b, 0, 0, 0], 1),
+        b => {
+            let hex = |n: u8| HEX.get(usize::from(n & 0x0f)).copied().unwrap_or(b'0');
+            ([b'\\', b'x', hex(b >> 4), hex(b)], 4)
+        }
+    };
+    Escaped { bytes, len }
+}
+
+/// The text of one escaped byte (1, 2 or 4 ASCII bytes), from [`escaped`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Escaped {
+    bytes: [u8; 4],
+    len: usize,
+}
+
+impl Escaped {
+    /// The escape's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        self.bytes.get(..self.len).unwrap_or(&self.bytes)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::indexing_slicing)] // a test may panic: that is its failure
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_byte_escapes_and_reads_back() {
+        for b in 0..=255u8 {
+            let e = escaped(b);
+            let text = e.as_bytes();
+            assert!(
+                text.iter().all(u8::is_ascii_graphic),
+                "{b:#04x} -> {text:?}"
+            );
+            let mut buf = [0u8; 4];
+            buf[..text.len()].copy_from_slice(text);
+            assert_eq!(
+                request::unescape(&mut buf[..text.len()]),
+                Some(1),
+                "{b:#04x}"
+            );
+            assert_eq!(buf[0], b);
+        }
+        assert_eq!(escaped(b' ').as_bytes(), b"\\x20");
+        assert_eq!(escaped(b'\n').as_bytes(), b"\\n");
+        assert_eq!(escaped(b'A').as_bytes(), b"A");
+        assert_eq!(escaped(0xff).as_bytes(), b"\\xff");
+    }
 }
