@@ -7,8 +7,8 @@
 //!   thumbv7em-none-eabihf, `riscv-virt` for riscv32imac-unknown-none-elf). Its `board.toml`
 //!   gives the target triple, the flash and RAM regions and the default state settings; its
 //!   `memory.x` goes to the linker.
-//! * `LOGLINEAR_MODEL`: the GGUF file to link into flash (default `models/ll-gdn-mcu16k-q8_0.gguf`;
-//!   a relative path is taken from the repository root).
+//! * `LOGLINEAR_MODEL`: the GGUF file to link into flash (default: the board's `model`, else
+//!   `models/ll-gdn-mcu16k-q8_0.gguf`; a relative path is taken from the repository root).
 //! * `LOGLINEAR_LEVELS`, `LOGLINEAR_STATE` (`f32` | `f16`): override the board's state settings.
 //! * `LOGLINEAR_TRANSPORT` (`uart` | `semihosting`): overrides the board's `transport`.
 //! * `LOGLINEAR_ACTIVATIONS` (`f32` | `q8`): overrides the board's `firmware.activations`, how
@@ -34,9 +34,9 @@
 use std::env;
 use std::fmt::Write as _;
 use std::fs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use loglinear_planner::{plan_file_bytes, Activations, BoardProfile, StateType};
+use loglinear_planner::{plan_file_bytes, Activations, BoardProfile, StateType, Transport};
 
 fn main() {
     if let Err(msg) = run() {
@@ -56,87 +56,6 @@ const UART_DRIVERS: &[&str] = &[
     "rp2040",
     "esp32c3",
 ];
-
-/// `key = "value"` before the first `[table]` of a board.toml (the planner does not read these
-/// keys; `board_value` in scripts/lib.sh reads them the same way).
-fn top_level_string(text: &str, key: &str) -> Option<String> {
-    for line in text.lines() {
-        let line = line.trim();
-        if line.starts_with('[') {
-            break;
-        }
-        let Some((k, v)) = line.split_once('=') else {
-            continue;
-        };
-        if k.trim() != key {
-            continue;
-        }
-        let v = v.trim();
-        let v = v.strip_prefix('"')?;
-        return v.split_once('"').map(|(s, _)| s.to_string());
-    }
-    None
-}
-
-/// An integer of a board.toml (`0x2100_0000`, `8_388_608`).
-fn parse_int(v: &str) -> Option<u64> {
-    let v = v.trim().replace('_', "");
-    match v.strip_prefix("0x") {
-        Some(hex) => u64::from_str_radix(hex, 16).ok(),
-        None => v.parse().ok(),
-    }
-}
-
-/// `key = <integer>` in the `[table]` of a board.toml (comments stripped), if present.
-fn table_int(text: &str, table: &str, key: &str) -> Result<Option<u64>, String> {
-    let mut inside = false;
-    for line in text.lines() {
-        let line = line.split('#').next().unwrap_or("").trim();
-        if line.starts_with('[') {
-            inside = line == format!("[{table}]");
-            continue;
-        }
-        let Some((k, v)) = line.split_once('=') else {
-            continue;
-        };
-        if inside && k.trim() == key {
-            return parse_int(v)
-                .map(Some)
-                .ok_or_else(|| format!("[{table}] {key} = {} is not an integer", v.trim()));
-        }
-    }
-    Ok(None)
-}
-
-/// The `[snapshot]` region of a board (origin, bytes of one slot), checked: two slots, 4 KiB
-/// aligned, outside the flash and RAM regions the linker uses. `(0, 0)` without one.
-fn snapshot_region(text: &str, profile: &BoardProfile) -> Result<(u64, u64), String> {
-    let origin = table_int(text, "snapshot", "origin")?;
-    let slot = table_int(text, "snapshot", "slot_bytes")?;
-    let (origin, slot) = match (origin, slot) {
-        (None, None) => return Ok((0, 0)),
-        (Some(o), Some(s)) => (o, s),
-        _ => return Err("[snapshot] needs both origin and slot_bytes".into()),
-    };
-    if origin % 4096 != 0 || slot % 4096 != 0 || slot == 0 {
-        return Err("[snapshot] origin and slot_bytes must be multiples of 4096".into());
-    }
-    let end = origin + 2 * slot;
-    if end > u64::from(u32::MAX) + 1 {
-        return Err("[snapshot] region beyond the 32-bit address space".into());
-    }
-    let regions = [
-        ("flash", Some(profile.flash)),
-        ("ram", Some(profile.ram)),
-        ("model", profile.model_region),
-    ];
-    for (name, r) in regions.iter().filter_map(|(n, r)| Some((n, (*r)?))) {
-        if origin < r.origin + r.length && r.origin < end {
-            return Err(format!("[snapshot] region overlaps memory.{name}"));
-        }
-    }
-    Ok((origin, slot))
-}
 
 fn run() -> Result<(), String> {
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").map_err(|e| e.to_string())?);
@@ -222,44 +141,43 @@ fn run() -> Result<(), String> {
     let kernel = env::var("LOGLINEAR_KERNEL").unwrap_or_default();
 
     // --- transport -------------------------------------------------------------------------
-    let board_text =
-        fs::read_to_string(&board_toml).map_err(|e| format!("{}: {e}", board_toml.display()))?;
-    let kind = top_level_string(&board_text, "kind").unwrap_or_default();
-    let transport = match env::var("LOGLINEAR_TRANSPORT") {
-        Ok(t) if !t.is_empty() => t,
-        _ => top_level_string(&board_text, "transport").unwrap_or_else(|| "semihosting".into()),
-    };
-    let uart = top_level_string(&board_text, "uart");
-    match transport.as_str() {
-        "semihosting" => {}
-        "uart" => {
-            let driver = uart.ok_or_else(|| {
-                format!(
-                    "board {board} has no UART driver (`uart = ...` in {}); \
-                     build it with LOGLINEAR_TRANSPORT=semihosting",
-                    board_toml.display()
-                )
-            })?;
-            if !UART_DRIVERS.contains(&driver.as_str()) {
-                return Err(format!(
-                    "{}: uart = {driver:?} is not one of the firmware's drivers {UART_DRIVERS:?}",
-                    board_toml.display()
-                ));
-            }
-            println!("cargo:rustc-cfg=transport_uart");
-            println!("cargo:rustc-cfg=uart={driver:?}");
-        }
-        t => {
+    let transport = match env::var("LOGLINEAR_TRANSPORT").as_deref() {
+        Ok("uart") => Transport::Uart,
+        Ok("semihosting") => Transport::Semihosting,
+        Ok("") | Err(_) => profile.transport,
+        Ok(t) => {
             return Err(format!(
-                "transport {t:?} (board {board} or LOGLINEAR_TRANSPORT) is not uart or semihosting"
+                "LOGLINEAR_TRANSPORT={t} is not uart or semihosting"
             ))
         }
+    };
+    if transport == Transport::Uart {
+        let driver = profile.uart.as_deref().ok_or_else(|| {
+            format!(
+                "board {board} has no UART driver (`uart = ...` in {}); \
+                 build it with LOGLINEAR_TRANSPORT=semihosting",
+                board_toml.display()
+            )
+        })?;
+        if !UART_DRIVERS.contains(&driver) {
+            return Err(format!(
+                "{}: uart = {driver:?} is not one of the firmware's drivers {UART_DRIVERS:?}",
+                board_toml.display()
+            ));
+        }
+        println!("cargo:rustc-cfg=transport_uart");
+        println!("cargo:rustc-cfg=uart={driver:?}");
     }
-    let (snap_origin, snap_slot) =
-        snapshot_region(&board_text, &profile).map_err(|e| format!("board {board}: {e}"))?;
-    if kind == "qemu" || transport == "semihosting" {
+    let (snap_origin, snap_slot) = profile
+        .snapshot
+        .map_or((0, 0), |s| (s.origin, s.slot_bytes));
+    if profile.kind == "qemu" || transport == Transport::Semihosting {
         println!("cargo:rustc-cfg=semihosting");
     }
+    let transport = match transport {
+        Transport::Uart => "uart",
+        Transport::Semihosting => "semihosting",
+    };
 
     // --- model ---------------------------------------------------------------------------
     let model_path = match env::var("LOGLINEAR_MODEL") {
@@ -271,7 +189,12 @@ fn run() -> Result<(), String> {
                 root.join(p)
             }
         }
-        _ => root.join("models/ll-gdn-mcu16k-q8_0.gguf"),
+        _ => root.join(
+            profile
+                .model
+                .as_deref()
+                .unwrap_or(Path::new("models/ll-gdn-mcu16k-q8_0.gguf")),
+        ),
     };
     let model_path = model_path
         .canonicalize()

@@ -180,7 +180,7 @@ echo "==== microbit with the shipped model: the build must fail with the planner
 nofit="$TARGET_DIR/plan-test-nofit"
 mkdir -p "$nofit"
 rc=0
-LOGLINEAR_BOARD=microbit LOGLINEAR_MODEL="" LOGLINEAR_LEVELS="" LOGLINEAR_STATE="" \
+LOGLINEAR_BOARD=microbit LOGLINEAR_MODEL="$DEFAULT_MODEL" LOGLINEAR_LEVELS="" LOGLINEAR_STATE="" \
     cargo build --release -q --manifest-path firmware/Cargo.toml --target thumbv6m-none-eabi \
     --target-dir "$FW_TARGET_DIR" >"$nofit/build.out" 2>"$nofit/build.err" || rc=$?
 rc_plan=0

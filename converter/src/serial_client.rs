@@ -235,20 +235,14 @@ fn read_reply(rx: &mut impl BufRead) -> Res<String> {
 /// Starts the board's QEMU runner (its board.toml `runner`, then the ELF) with stdin and stdout
 /// piped; stderr (the firmware's log) goes to ours.
 fn spawn_qemu(board: &str, elf: Option<&Path>) -> Res<Child> {
-    let toml_path = Path::new("boards").join(board).join("board.toml");
-    let toml = std::fs::read_to_string(&toml_path)
-        .map_err(|e| format!("cannot read {}: {e}", toml_path.display()))?;
-    let value = |key: &str| {
-        toml.lines().find_map(|l| {
-            let (k, v) = l.split_once('=')?;
-            (k.trim() == key).then(|| v.trim().trim_matches('"').to_string())
-        })
-    };
-    let runner = value("runner").ok_or_else(|| format!("{}: no runner", toml_path.display()))?;
-    let target = value("target").ok_or_else(|| format!("{}: no target", toml_path.display()))?;
+    let profile = loglinear_planner::BoardProfile::find(board)?;
+    let (runner, target) = (&profile.runner, &profile.target);
+    if runner.is_empty() {
+        return Err(format!("{}: no runner", profile.path.display()).into());
+    }
     let elf = elf.map(Path::to_path_buf).unwrap_or_else(|| {
         Path::new("target/firmware")
-            .join(&target)
+            .join(target)
             .join("release/loglinear-firmware")
     });
     if !elf.is_file() {

@@ -14,11 +14,42 @@ pub struct Region {
     pub length: u64,
 }
 
-/// The parts of `board.toml` the planner reads.
+/// How the firmware talks to its host (`transport` in board.toml; `semihosting` without it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Transport {
+    /// Semihosting stdin/stdout: under QEMU, or through a debug probe.
+    Semihosting,
+    /// The board's UART driver (`uart`).
+    Uart,
+}
+
+/// The A/B snapshot store of a board (`[snapshot]`): two slots of `slot_bytes` from `origin`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SnapshotRegion {
+    /// Start address, a multiple of 4096.
+    pub origin: u64,
+    /// Bytes of one of the two slots, a non-zero multiple of 4096.
+    pub slot_bytes: u64,
+}
+
+/// A board profile, `boards/<name>/board.toml`: the one reader of that file, for the planner,
+/// the firmware's build script, the host client and the xtask checks.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BoardProfile {
     /// `name`.
     pub name: String,
+    /// `kind`: `qemu`, `hardware` (or `linux`, which has no firmware profile to read here).
+    pub kind: String,
+    /// `runner`: the command line that runs an image (the ELF path is appended); empty if none.
+    pub runner: String,
+    /// `transport`.
+    pub transport: Transport,
+    /// `uart`: the board's UART driver in `firmware/src/uart.rs`, if it has one.
+    pub uart: Option<String>,
+    /// `model`: a board-specific model file (a path from the repository root), if any.
+    pub model: Option<PathBuf>,
+    /// `[snapshot]`, checked: outside every `[memory.*]` region and the 32-bit address space.
+    pub snapshot: Option<SnapshotRegion>,
     /// The `board.toml` read.
     pub path: PathBuf,
     /// `target` (Rust target triple).
@@ -141,6 +172,24 @@ impl BoardProfile {
                 }
             },
         };
+        let optional_string = |key: &str| -> Result<Option<String>, PlanError> {
+            match get(key) {
+                Err(_) => Ok(None),
+                Ok(v) => v
+                    .as_str()
+                    .map(|v| Some(v.to_string()))
+                    .ok_or_else(|| bad(format!("{key} must be a string"))),
+            }
+        };
+        let transport = match optional_string("transport")?.as_deref() {
+            None | Some("semihosting") => Transport::Semihosting,
+            Some("uart") => Transport::Uart,
+            Some(t) => {
+                return Err(bad(format!(
+                    "transport = {t:?} is not \"uart\" or \"semihosting\""
+                )))
+            }
+        };
         let mut memory = BTreeMap::new();
         let tables = get("memory")?
             .as_table()
@@ -152,8 +201,28 @@ impl BoardProfile {
             };
             memory.insert(name.clone(), region);
         }
+        let snapshot = match (get("snapshot.origin"), get("snapshot.slot_bytes")) {
+            (Err(_), Err(_)) => None,
+            (Ok(_), Ok(_)) => {
+                let region = SnapshotRegion {
+                    origin: int("snapshot.origin")?,
+                    slot_bytes: int("snapshot.slot_bytes")?,
+                };
+                check_snapshot(&region, &memory).map_err(bad)?;
+                Some(region)
+            }
+            _ => return Err(bad("[snapshot] needs both origin and slot_bytes".into())),
+        };
         Ok(Self {
             memory,
+            kind: string("kind")?,
+            runner: optional_string("runner")?.unwrap_or_default(),
+            transport,
+            uart: optional_string("uart")?.filter(|u| !u.is_empty()),
+            model: optional_string("model")?
+                .filter(|m| !m.is_empty())
+                .map(PathBuf::from),
+            snapshot,
             name: string("name")?,
             path: path.to_path_buf(),
             target: string("target")?,
@@ -181,4 +250,26 @@ impl BoardProfile {
             activations,
         })
     }
+}
+
+/// The snapshot store must be 4 KiB aligned in both address and slot size, lie in the 32-bit
+/// address space, and overlap no region the linker or the model uses.
+fn check_snapshot(r: &SnapshotRegion, memory: &BTreeMap<String, Region>) -> Result<(), String> {
+    if r.origin % 4096 != 0 || r.slot_bytes % 4096 != 0 || r.slot_bytes == 0 {
+        return Err("[snapshot] origin and slot_bytes must be multiples of 4096".into());
+    }
+    let end = r
+        .slot_bytes
+        .checked_mul(2)
+        .and_then(|b| b.checked_add(r.origin))
+        .filter(|&end| end <= u64::from(u32::MAX) + 1)
+        .ok_or("[snapshot] region beyond the 32-bit address space")?;
+    for name in ["flash", "ram", "model"] {
+        if let Some(m) = memory.get(name) {
+            if r.origin < m.origin.saturating_add(m.length) && m.origin < end {
+                return Err(format!("[snapshot] region overlaps memory.{name}"));
+            }
+        }
+    }
+    Ok(())
 }

@@ -21,7 +21,7 @@
 
 mod board;
 
-pub use board::{BoardProfile, Region};
+pub use board::{BoardProfile, Region, SnapshotRegion, Transport};
 
 use loglinear_runtime::gguf::{GgufModel, ModelFileError};
 use loglinear_runtime::level::{LevelPolicy, LAMBDA_LEVELS};

@@ -3,6 +3,7 @@ use std::path::Path;
 
 const GOOD: &str = r#"
 name = "test-board"
+kind = "qemu"
 target = "thumbv7em-none-eabihf"
 [memory.flash]
 origin = 0x0
@@ -69,6 +70,72 @@ fn parses_a_profile() {
         e.to_string().contains("memory.extra.length is missing"),
         "{e}"
     );
+}
+
+#[test]
+fn parses_transport_uart_model_and_snapshot() {
+    let b = BoardProfile::parse(GOOD, Path::new("t.toml")).unwrap();
+    assert_eq!(b.transport, Transport::Semihosting);
+    assert_eq!(
+        (b.uart.as_deref(), b.model.as_deref(), b.snapshot),
+        (None, None, None)
+    );
+    let top = "transport = \"uart\"\nuart = \"cmsdk-apb\"\nmodel = \"models/x.gguf\"\n";
+    let text = format!("{top}{GOOD}[snapshot]\norigin = 0x2100_0000\nslot_bytes = 0x1000\n");
+    let b = BoardProfile::parse(&text, Path::new("t.toml")).unwrap();
+    assert_eq!(b.transport, Transport::Uart);
+    assert_eq!(b.uart.as_deref(), Some("cmsdk-apb"));
+    assert_eq!(b.model.as_deref(), Some(Path::new("models/x.gguf")));
+    assert_eq!(
+        b.snapshot,
+        Some(SnapshotRegion {
+            origin: 0x2100_0000,
+            slot_bytes: 0x1000
+        })
+    );
+    for (snapshot, want) in [
+        ("origin = 0x2100_0000\n", "needs both"),
+        (
+            "origin = 0x2100_0100\nslot_bytes = 0x1000\n",
+            "multiples of 4096",
+        ),
+        (
+            "origin = 0x2000_0000\nslot_bytes = 0x1000\n",
+            "overlaps memory.ram",
+        ),
+        (
+            "origin = 0xFFFF_F000\nslot_bytes = 0x1000\n",
+            "32-bit address space",
+        ),
+    ] {
+        let text = format!("{GOOD}[snapshot]\n{snapshot}");
+        let e = BoardProfile::parse(&text, Path::new("t.toml")).unwrap_err();
+        assert!(e.to_string().contains(want), "{want}: {e}");
+    }
+    let e = BoardProfile::parse(&format!("transport = \"usb\"\n{GOOD}"), Path::new("t.toml"))
+        .unwrap_err();
+    assert!(e.to_string().contains("is not \"uart\""), "{e}");
+}
+
+/// Every firmware board in `boards/` reads with this one parser (the Linux board has no
+/// firmware profile).
+#[test]
+fn every_board_in_the_repository_parses() {
+    let mut read = 0;
+    for entry in std::fs::read_dir(repo("boards")).unwrap() {
+        let toml = entry.unwrap().path().join("board.toml");
+        if !toml.is_file()
+            || std::fs::read_to_string(&toml)
+                .unwrap()
+                .contains("kind = \"linux\"")
+        {
+            continue;
+        }
+        let b = BoardProfile::read(&toml).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!b.runner.is_empty(), "{}: no runner", toml.display());
+        read += 1;
+    }
+    assert!(read >= 10, "only {read} boards");
 }
 
 #[test]
