@@ -5,7 +5,7 @@ use crate::{progress_bar, read_file, ActivationsArg, CliError, Res};
 use clap::ValueEnum;
 use loglinear_converter::eval;
 use loglinear_converter::model_source::ModelSource;
-use loglinear_converter::per_position::{per_position_loss, PerPosition, WindowRunner};
+use loglinear_converter::per_position::{per_position_loss, PerPosition, StepState, WindowRunner};
 use loglinear_converter::plot::{self, Curve, PlotOptions};
 use loglinear_runtime::quant::Activations;
 use std::io::Write;
@@ -32,10 +32,19 @@ pub struct EvalArgs {
     activations: ActivationsArg,
     /// How each window is run: `step` (token by token through the decoder, as a board does),
     /// `chunkwise` (the §7 chunk algorithm on all CPU cores with logits at every position,
-    /// much faster; f32 activations only), or `auto`: chunkwise with f32 activations, step
-    /// with Q8 ones.
+    /// much faster; f32 activations only), or `auto`: chunkwise with f32 activations and the
+    /// model's full f32 state, step otherwise.
     #[arg(long, value_enum, default_value = "auto")]
     prefill: RunnerArg,
+    /// State levels of the decoder, as a board with little RAM keeps them (default: the
+    /// model's, 15 log-linear, 1 plain): the top level saturates at 2^(levels − 1) tokens.
+    /// Runs the windows step by step.
+    #[arg(long)]
+    levels: Option<usize>,
+    /// Element type of the decoder state: f32, or f16 as the boards keep it (half the RAM).
+    /// f16 runs the windows step by step.
+    #[arg(long, value_enum, default_value = "f32")]
+    state: crate::StateDtype,
     /// Write the mean loss at each position 0..ctx-1 over all windows to this CSV file
     /// (columns position,val_loss_nats,val_loss_bits, as the models' per_position_loss.csv).
     #[arg(long, value_name = "FILE.csv")]
@@ -97,13 +106,21 @@ pub fn run(args: &EvalArgs) -> Res {
         plot::check_png_path(png)?;
     }
     let activations = args.activations.mode();
-    let runner = match (args.prefill, activations) {
-        (RunnerArg::Step, _) | (RunnerArg::Auto, Activations::Q8) => WindowRunner::Step,
-        (RunnerArg::Chunkwise | RunnerArg::Auto, Activations::F32) => WindowRunner::Chunkwise,
-        (RunnerArg::Chunkwise, Activations::Q8) => {
+    let state = StepState {
+        levels: args.levels,
+        f16: matches!(args.state, crate::StateDtype::F16),
+    };
+    // The chunk algorithm computes the model's full f32 state with f32 activations; anything
+    // else is what the step decoder (a board's) computes.
+    let exact_chunkwise = activations == Activations::F32 && state == StepState::default();
+    let runner = match (args.prefill, exact_chunkwise) {
+        (RunnerArg::Step, _) | (RunnerArg::Auto, false) => WindowRunner::Step(state),
+        (RunnerArg::Chunkwise | RunnerArg::Auto, true) => WindowRunner::Chunkwise,
+        (RunnerArg::Chunkwise, false) => {
             return Err(
-                "--prefill chunkwise computes with f32 activations: use --prefill step \
-                        with --activations q8"
+                "--prefill chunkwise computes with f32 activations and the model's full \
+                        f32 state: use --prefill step with --activations q8, --levels or \
+                        --state f16"
                     .into(),
             )
         }

@@ -34,7 +34,7 @@ struct Cli {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
-enum StateDtype {
+pub(crate) enum StateDtype {
     F32,
     F16,
 }

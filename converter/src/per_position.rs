@@ -9,13 +9,25 @@ use crate::eval::{bits_of, window_count, Bpb, EvalError};
 use loglinear_cpu_prefill::PrefillOptions;
 use loglinear_runtime::session::{Session, SessionConfig};
 use loglinear_runtime::Model;
+use loglinear_runtime::StateElem;
 use std::fmt::Write as _;
+
+/// The decoder state of [`WindowRunner::Step`]: how a board would hold it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StepState {
+    /// State levels (`None`: the model's, 15 log-linear, 1 plain). Fewer levels saturate the
+    /// top level at 2^(levels − 1) tokens, as on a board with little RAM.
+    pub levels: Option<usize>,
+    /// The state in f16 instead of f32.
+    pub f16: bool,
+}
 
 /// How each window is run through the model.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WindowRunner {
-    /// Token by token through the decoder (what a board computes; honours Q8 activations).
-    Step,
+    /// Token by token through the decoder (what a board computes; honours Q8 activations, and
+    /// the state's levels and element type).
+    Step(StepState),
     /// The chunkwise algorithm of spec §7 on all CPU cores (`loglinear-cpu-prefill`), logits at
     /// every position: much faster; f32 activations only; same logits up to f32 rounding.
     Chunkwise,
@@ -25,7 +37,7 @@ impl WindowRunner {
     /// Its name on the command line.
     pub fn name(self) -> &'static str {
         match self {
-            WindowRunner::Step => "step",
+            WindowRunner::Step(_) => "step",
             WindowRunner::Chunkwise => "chunkwise",
         }
     }
@@ -101,8 +113,8 @@ pub fn power_of_two_buckets(values: &[f64]) -> Vec<(usize, usize, f64)> {
     out
 }
 
-/// Loss at each position of `model` on `text`'s windows of `ctx` predictions (f32 state, the
-/// model's default levels); `progress(window)` is called after each window.
+/// Loss at each position of `model` on `text`'s windows of `ctx` predictions, run as `runner`
+/// says; `progress(window)` is called after each window.
 pub fn per_position_loss(
     model: &Model<'_>,
     text: &[u8],
@@ -122,19 +134,11 @@ pub fn per_position_loss(
     }
     let mut bits = vec![0.0f64; ctx];
     match runner {
-        WindowRunner::Step => {
-            let cfg = SessionConfig::default();
-            let mut arena = vec![0u8; Session::<f32>::arena_bytes(model, &cfg)?];
-            let mut session = Session::<f32>::new(model, &mut arena, cfg)?;
-            for w in 0..windows {
-                session.reset();
-                let win = &text[w * ctx..w * ctx + ctx + 1];
-                for (sum, pair) in bits.iter_mut().zip(win.windows(2)) {
-                    let logits = session.step(pair[0] as u32)?;
-                    *sum += bits_of(logits, pair[1] as usize);
-                }
-                progress(w + 1);
-            }
+        WindowRunner::Step(state) if state.f16 => {
+            step_windows::<half::f16>(model, text, ctx, state, &mut bits, progress)?
+        }
+        WindowRunner::Step(state) => {
+            step_windows::<f32>(model, text, ctx, state, &mut bits, progress)?
         }
         WindowRunner::Chunkwise => {
             let opts = PrefillOptions {
@@ -158,6 +162,33 @@ pub fn per_position_loss(
         }
     }
     Ok(PerPosition { bits, windows })
+}
+
+/// [`WindowRunner::Step`]: adds each window's bits at every position to `bits`.
+fn step_windows<E: StateElem>(
+    model: &Model<'_>,
+    text: &[u8],
+    ctx: usize,
+    state: StepState,
+    bits: &mut [f64],
+    progress: &mut dyn FnMut(usize),
+) -> Result<(), EvalError> {
+    let cfg = SessionConfig {
+        levels: state.levels,
+        ..SessionConfig::default()
+    };
+    let mut arena = vec![0u8; Session::<E>::arena_bytes(model, &cfg)?];
+    let mut session = Session::<E>::new(model, &mut arena, cfg)?;
+    for w in 0..window_count(text.len(), ctx) {
+        session.reset();
+        let win = &text[w * ctx..w * ctx + ctx + 1];
+        for (sum, pair) in bits.iter_mut().zip(win.windows(2)) {
+            let logits = session.step(pair[0] as u32)?;
+            *sum += bits_of(logits, pair[1] as usize);
+        }
+        progress(w + 1);
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 
 use loglinear_converter::eval::bits_per_byte;
 use loglinear_converter::model_source::ModelSource;
-use loglinear_converter::per_position::{per_position_loss, PerPosition, WindowRunner};
+use loglinear_converter::per_position::{per_position_loss, PerPosition, StepState, WindowRunner};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -64,7 +64,7 @@ fn per_position(model: &loglinear_runtime::Model<'_>, runner: WindowRunner) -> P
 fn per_position_mean_is_the_plain_bits_per_byte() {
     with_model("models/ll-gdn-mcu-q8_0.gguf", |m| {
         let plain = bits_per_byte(m, &text(), CTX, &mut |_| {}).unwrap();
-        let step = per_position(m, WindowRunner::Step);
+        let step = per_position(m, WindowRunner::Step(StepState::default()));
         assert_eq!(step.ctx(), CTX);
         assert_eq!(step.windows, WINDOWS);
         let means = step.mean_bits();
@@ -89,6 +89,51 @@ fn per_position_mean_is_the_plain_bits_per_byte() {
         println!("chunkwise vs step, worst per-position relative difference {worst:.1e}");
         assert!(worst < 1e-4, "chunkwise vs step: {worst:e}");
     });
+}
+
+/// `--levels` / `--state`: the board's decoder state. Levels that hold the whole window exactly
+/// give the full state's losses bit for bit; fewer saturate and change them; f16 changes them
+/// slightly. Chunkwise refuses both (it computes the full f32 state).
+#[test]
+fn levels_and_state_run_the_boards_decoder() {
+    with_model("models/ll-gdn-mcu16k-q8_0.gguf", |m| {
+        let step = |levels, f16| {
+            per_position(m, WindowRunner::Step(StepState { levels, f16 }))
+                .total()
+                .bpb()
+        };
+        let full = step(None, false);
+        // 6 levels are exact up to 2^5 = 32 tokens, more than a window of CTX + 1 = 25.
+        assert_eq!(step(Some(6), false), full);
+        let saturated = step(Some(3), false);
+        let f16 = step(None, true);
+        println!("bits per byte: full {full:.6}, 3 levels {saturated:.6}, f16 state {f16:.6}");
+        assert_ne!(saturated, full);
+        assert_ne!(f16, full);
+        assert!(rel(f16, full) < 1e-2, "f16 state {f16} vs f32 {full}");
+    });
+    let bytes = (WINDOWS * CTX + 1).to_string();
+    let text = text_path();
+    let common = [
+        "models/ll-gdn-mcu16k-q8_0.gguf",
+        "--text",
+        text.to_str().unwrap(),
+        "--ctx",
+        "24",
+        "--bytes",
+        &bytes,
+    ];
+    let out = loglinear(&[&common[..], &["--levels", "3", "--state", "f16"]].concat());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains(", step"), "{err}");
+    let out = loglinear(&[&common[..], &["--levels", "3", "--prefill", "chunkwise"]].concat());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("--prefill chunkwise") && err.contains("--levels"),
+        "{err}"
+    );
 }
 
 /// (width, height) of a PNG, after checking its signature, every chunk's CRC, and that it
