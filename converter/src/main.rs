@@ -291,6 +291,9 @@ fn run(cli: Cli) -> Res {
         Command::Plan(args) => {
             let plan = loglinear_converter::plan::plan(&args)?;
             outln!("{plan}");
+            if let Some(advice) = loglinear_converter::plan::recommendations(&args, &plan)? {
+                outln!("{advice}");
+            }
             if !plan.fits() {
                 return Err(format!("the model does not fit board {}", plan.board.name).into());
             }

@@ -10,8 +10,8 @@ use loglinear_runtime::DType;
 use std::path::PathBuf;
 
 pub use loglinear_planner::{
-    plan_file_bytes, plan_model, session_bytes, BoardProfile, ContextLimit, Plan, Region,
-    SessionBytes, StateType, OTHER_STATICS,
+    plan_file_bytes, plan_model, recommend, session_bytes, BoardProfile, ContextLimit, Plan,
+    QualityTable, Region, SessionBytes, StateType, OTHER_STATICS,
 };
 
 /// Why a plan could not be made.
@@ -52,6 +52,11 @@ pub struct PlanArgs {
     /// State levels (default: the board's firmware.levels).
     #[arg(long)]
     pub levels: Option<usize>,
+    /// The model's measured quality table (bits per byte against levels and state type,
+    /// columns context,levels,state,bits_per_byte) for the recommendation (default: the
+    /// `.levels.csv` file beside the model, when there is one).
+    #[arg(long, value_name = "FILE.csv")]
+    pub levels_table: Option<PathBuf>,
     /// For a checkpoint folder: the matrix storage type of the GGUF file it would become.
     #[arg(long = "type", value_parser = parse_dtype, default_value = "f32")]
     pub matrix_type: DType,
@@ -103,6 +108,51 @@ pub fn plan(args: &PlanArgs) -> Result<Plan, PlanError> {
     )?)
 }
 
+/// The recommended levels and state type at the plan's context (with `--context`) or at each
+/// context the model's quality table measured, as report lines; `None` without a table.
+pub fn recommendations(args: &PlanArgs, plan: &Plan) -> Result<Option<String>, PlanError> {
+    let path = match &args.levels_table {
+        Some(path) => path.clone(),
+        None => {
+            let beside = QualityTable::path_beside(&args.model);
+            if !beside.is_file() {
+                return Ok(None);
+            }
+            beside
+        }
+    };
+    let table = QualityTable::read(&path)?;
+    let mut contexts: Vec<u64> = match args.context {
+        Some(t) => vec![t],
+        None => table.rows.iter().map(|r| r.context).collect(),
+    };
+    contexts.sort_unstable();
+    contexts.dedup();
+    let mut out = format!(
+        "recommended for {} (measured bits per byte: {})",
+        plan.board.name,
+        path.display()
+    );
+    for t in contexts {
+        match recommend(&table, plan, t) {
+            Some(r) => out.push_str(&format!(
+                "\n  {t}-token context: {} levels, {} state, {:+.3} bits per byte \
+                 ({:.4} measured at {} tokens, against all {} levels in f32)",
+                r.row.levels,
+                r.row.state,
+                r.cost,
+                r.row.bits_per_byte,
+                r.row.context,
+                plan.model_levels
+            )),
+            None => out.push_str(&format!(
+                "\n  {t}-token context: no measured setting fits the board"
+            )),
+        }
+    }
+    Ok(Some(out))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,6 +164,7 @@ mod tests {
             context: None,
             state: None,
             levels: None,
+            levels_table: None,
             matrix_type: DType::F32,
         }
     }

@@ -14,14 +14,18 @@
 //!   ([`OTHER_STATICS`]) and the stack estimate: the sampler scratch (`[u32; vocab]`, on the
 //!   stack) plus the board's stack reserve;
 //! * whether it fits (and by how much it does not), the largest context that fits, and the
-//!   most levels that fit for each state type.
+//!   most levels that fit for each state type;
+//! * with the model's measured quality table (bits per byte against kept levels and state
+//!   type, [`QualityTable`]), which levels and state type to run at a context ([`recommend`]).
 //!
 //! Every byte figure of the session comes from the runtime itself (a real [`Session`] carved
 //! from a host buffer), never from a re-derived formula.
 
 mod board;
+mod quality;
 
 pub use board::{BoardProfile, Region, SnapshotRegion, Transport};
+pub use quality::{recommend, QualityRow, QualityTable, Recommendation};
 
 use loglinear_runtime::gguf::{GgufModel, ModelFileError};
 use loglinear_runtime::level::{LevelPolicy, LAMBDA_LEVELS};
@@ -81,7 +85,7 @@ pub enum PlanError {
         /// Board folders found next to it.
         known: Vec<String>,
     },
-    /// The profile cannot be read.
+    /// A board profile or quality table cannot be read.
     #[error("cannot read {path}: {source}")]
     BoardIo {
         /// The file.
@@ -92,6 +96,14 @@ pub enum PlanError {
     /// The profile is not TOML, or lacks a key, or a value has the wrong type.
     #[error("malformed board profile {path}: {reason}")]
     MalformedProfile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A quality table (`<model>.levels.csv`) that is not the expected CSV.
+    #[error("malformed quality table {path}: {reason}")]
+    MalformedQuality {
         /// The file.
         path: PathBuf,
         /// What is wrong.

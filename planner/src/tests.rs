@@ -334,3 +334,89 @@ fn bad_levels_are_a_typed_error() {
         }
     });
 }
+
+const QUALITY: &str = "\
+# a comment line
+context,levels,state,bits_per_byte
+1024,15,f32,2.00
+1024,15,f16,2.01
+1024,4,f16,2.10
+1024,4,f32,2.09
+16384,15,f32,1.90
+16384,3,f16,2.30
+16384,4,f16,2.20
+16384,4,f32,2.20
+";
+
+#[test]
+fn quality_tables_parse_and_refuse_bad_rows() {
+    let t = QualityTable::parse(QUALITY, Path::new("q.csv")).unwrap();
+    assert_eq!(t.rows.len(), 8);
+    assert_eq!(
+        t.rows[2],
+        QualityRow {
+            context: 1024,
+            levels: 4,
+            state: StateType::F16,
+            bits_per_byte: 2.10
+        }
+    );
+    for (text, want) in [
+        ("a,b\n1,2\n", "columns must be"),
+        ("context,levels,state,bits_per_byte\n", "no rows"),
+        (
+            "context,levels,state,bits_per_byte\n1024,x,f16,2\n",
+            "line 2: levels",
+        ),
+        (
+            "context,levels,state,bits_per_byte\n1024,4,f8,2\n",
+            "state \"f8\"",
+        ),
+        (
+            "context,levels,state,bits_per_byte\n1024,4,f16,NaN\n",
+            "bits_per_byte",
+        ),
+    ] {
+        let e = QualityTable::parse(text, Path::new("q.csv")).unwrap_err();
+        assert!(e.to_string().contains(want), "{want}: {e}");
+    }
+    assert_eq!(
+        QualityTable::path_beside(Path::new("models/m-q8_0.gguf")),
+        Path::new("models/m-q8_0.levels.csv")
+    );
+}
+
+#[test]
+fn recommends_the_best_measured_setting_that_fits() {
+    let t = QualityTable::parse(QUALITY, Path::new("q.csv")).unwrap();
+    // Enough RAM for everything: all levels in f32 at their own cost, 0.
+    with_board(4 << 20, |b, m, n| {
+        let p = plan_model(b, m, n, None, None, None).unwrap();
+        let r = recommend(&t, &p, 16384).unwrap();
+        assert_eq!(
+            (r.row.levels, r.row.state, r.cost),
+            (15, StateType::F32, 0.0)
+        );
+        // A context between the table's: the next larger one measured.
+        assert_eq!(recommend(&t, &p, 2000).unwrap().row.context, 16384);
+        // Beyond the table: its largest.
+        assert_eq!(recommend(&t, &p, 1 << 20).unwrap().row.context, 16384);
+    });
+    // Room for 4 f16 levels but not 4 f32 ones (nor 15): 4 levels f16; on its tie with
+    // 4 f32 the smaller state would win too.
+    with_board(4 << 20, |b, m, n| {
+        let f16_4 = plan_model(b, m, n, Some(StateType::F16), Some(4), None).unwrap();
+        let mut b = b.clone();
+        b.ram.length = f16_4.ram_total();
+        let p = plan_model(&b, m, n, None, None, None).unwrap();
+        assert_eq!(p.max_levels[1], (StateType::F16, Some(4)), "{p}");
+        let r = recommend(&t, &p, 16384).unwrap();
+        assert_eq!((r.row.levels, r.row.state), (4, StateType::F16));
+        assert!((r.cost - 0.30).abs() < 1e-12, "{}", r.cost);
+    });
+    // Nothing fits: no advice.
+    with_board(64 << 10, |b, m, n| {
+        let p = plan_model(b, m, n, None, Some(2), None).unwrap();
+        assert_eq!(recommend(&t, &p, 1024), None);
+    });
+}
