@@ -6,6 +6,7 @@
 //!   the memory planner's parser, the one reader of `board.toml`.
 
 mod image;
+mod size;
 
 use std::path::PathBuf;
 
@@ -31,6 +32,11 @@ enum Command {
         /// The firmware ELF file.
         elf: PathBuf,
     },
+    /// Code and read-only data of a firmware ELF summed by the crate that defines each symbol.
+    SizeByCrate {
+        /// The firmware ELF file.
+        elf: PathBuf,
+    },
 }
 
 fn main() -> anyhow::Result<()> {
@@ -49,6 +55,32 @@ fn main() -> anyhow::Result<()> {
                     elf.display(),
                     profile.name,
                     report.problems.len()
+                );
+            }
+            Ok(())
+        }
+        Command::SizeByCrate { elf } => {
+            let bytes =
+                std::fs::read(&elf).with_context(|| format!("reading {}", elf.display()))?;
+            let sums = size::by_crate(&bytes)
+                .with_context(|| format!("{} is not an ELF file", elf.display()))?;
+            let model = sums.get(size::MODEL_ROW).copied();
+            let mut rows: Vec<_> = sums.into_iter().collect();
+            rows.sort_by_key(|(name, b)| (std::cmp::Reverse(b.code + b.rodata), name.clone()));
+            println!("| crate | code (B) | read-only data (B) |");
+            println!("| --- | ---: | ---: |");
+            let (mut code, mut rodata) = (0, 0);
+            for (name, b) in rows {
+                println!("| {name} | {} | {} |", b.code, b.rodata);
+                code += b.code;
+                rodata += b.rodata;
+            }
+            println!("| total | {code} | {rodata} |");
+            if let Some(model) = model {
+                println!(
+                    "\nwithout the model file: {} B (code {code} B, read-only data {} B)",
+                    code + rodata - model.rodata,
+                    rodata - model.rodata
                 );
             }
             Ok(())
