@@ -64,11 +64,10 @@ macro_rules! block_step {
     };
 }
 
-/// out = W x for Q8_0 weights and quantized activations.
-// Out of line: inlined into the large benchmark loop of firmware/src/bin/kernel_check.rs (fat
-// LTO), the build failed in the assembler with "out of range pc-relative fixup value".
-#[inline(never)]
-pub fn matvec_q8_0(w: &[BlockQ8_0], act: &[ActBlock], out: &mut [f32]) {
+/// out[r] = Σ over row r's blocks, in order from 0, of the float step `block` adds to the row's
+/// sum: the row loop of both kernels.
+#[inline(always)]
+fn matvec<W>(w: &[W], act: &[ActBlock], out: &mut [f32], block: impl Fn(&W, &ActBlock, &mut f32)) {
     let per_row = act.len();
     if per_row == 0 {
         out.fill(0.0);
@@ -77,52 +76,53 @@ pub fn matvec_q8_0(w: &[BlockQ8_0], act: &[ActBlock], out: &mut [f32]) {
     for (o, row) in out.iter_mut().zip(w.chunks_exact(per_row)) {
         let mut s = 0.0f32;
         for (b, a) in row.iter().zip(act) {
-            // Block: d (f16) at 0, 32 quants at 2. ActBlock: d at 0, sum at 4, quants at 8.
-            block_step!(
-                b as *const BlockQ8_0,
-                a as *const ActBlock,
-                s,
-                "vldrb.u8 q0, [{w}, #2]",
-                "vldrb.u8 q1, [{a}, #8]",
-                "vmlav.s8 r0, q0, q1",
-                "vldrb.u8 q2, [{w}, #18]",
-                "vldrb.u8 q3, [{a}, #24]",
-                "vmlava.s8 r0, q2, q3",
-            );
+            block(b, a, &mut s);
         }
         *o = s;
     }
+}
+
+/// out = W x for Q8_0 weights and quantized activations.
+// Out of line: inlined into the large benchmark loop of firmware/src/bin/kernel_check.rs (fat
+// LTO), the build failed in the assembler with "out of range pc-relative fixup value".
+#[inline(never)]
+pub fn matvec_q8_0(w: &[BlockQ8_0], act: &[ActBlock], out: &mut [f32]) {
+    // Block: d (f16) at 0, 32 quants at 2. ActBlock: d at 0, sum at 4, quants at 8.
+    matvec(w, act, out, |b, a, s| {
+        block_step!(
+            b as *const BlockQ8_0,
+            a as *const ActBlock,
+            *s,
+            "vldrb.u8 q0, [{w}, #2]",
+            "vldrb.u8 q1, [{a}, #8]",
+            "vmlav.s8 r0, q0, q1",
+            "vldrb.u8 q2, [{w}, #18]",
+            "vldrb.u8 q3, [{a}, #24]",
+            "vmlava.s8 r0, q2, q3",
+        )
+    });
 }
 
 /// out = W x for Q4_0 weights and quantized activations.
 // Out of line, as `matvec_q8_0`.
 #[inline(never)]
 pub fn matvec_q4_0(w: &[BlockQ4_0], act: &[ActBlock], out: &mut [f32]) {
-    let per_row = act.len();
-    if per_row == 0 {
-        out.fill(0.0);
-        return;
-    }
-    for (o, row) in out.iter_mut().zip(w.chunks_exact(per_row)) {
-        let mut s = 0.0f32;
-        for (b, a) in row.iter().zip(act) {
-            // Block: d (f16) at 0, 16 bytes of nibbles at 2. r0 −= 8 · sum (sum at 4).
-            block_step!(
-                b as *const BlockQ4_0,
-                a as *const ActBlock,
-                s,
-                "vldrb.u8 q0, [{w}, #2]",
-                "vmov.i8 q3, #0xf",
-                "vand q1, q0, q3",
-                "vshr.u8 q0, q0, #4",
-                "vldrb.u8 q2, [{a}, #8]",
-                "vmlav.s8 r0, q1, q2",
-                "vldrb.u8 q2, [{a}, #24]",
-                "vmlava.s8 r0, q0, q2",
-                "ldr r1, [{a}, #4]",
-                "sub.w r0, r0, r1, lsl #3",
-            );
-        }
-        *o = s;
-    }
+    // Block: d (f16) at 0, 16 bytes of nibbles at 2. r0 −= 8 · sum (sum at 4).
+    matvec(w, act, out, |b, a, s| {
+        block_step!(
+            b as *const BlockQ4_0,
+            a as *const ActBlock,
+            *s,
+            "vldrb.u8 q0, [{w}, #2]",
+            "vmov.i8 q3, #0xf",
+            "vand q1, q0, q3",
+            "vshr.u8 q0, q0, #4",
+            "vldrb.u8 q2, [{a}, #8]",
+            "vmlav.s8 r0, q1, q2",
+            "vldrb.u8 q2, [{a}, #24]",
+            "vmlava.s8 r0, q0, q2",
+            "ldr r1, [{a}, #4]",
+            "sub.w r0, r0, r1, lsl #3",
+        )
+    });
 }
