@@ -141,6 +141,7 @@ for board in "${BOARDS[@]}"; do
     echo "$board: building and counting" >&2
     LOGLINEAR_BOARD="$board" LOGLINEAR_MODEL="$MODEL" LOGLINEAR_LEVELS="" LOGLINEAR_STATE="" \
         LOGLINEAR_ACTIVATIONS="$ACTIVATIONS" LOGLINEAR_KERNEL="$KERNEL" LOGLINEAR_TRANSPORT="" \
+        RUSTFLAGS="$(board_value "$toml" rustflags)" \
         cargo build --release -q --manifest-path firmware/Cargo.toml --target "$target" \
         --target-dir "$FW_TARGET_DIR"
     elf="$WORK/$board.elf"
