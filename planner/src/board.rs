@@ -61,9 +61,9 @@ pub struct BoardProfile {
     /// `[memory.model]`, optional: a flash region apart from the code memory that holds the
     /// model alone (external QSPI flash, say). Without it the model shares `flash` with the code.
     pub model_region: Option<Region>,
-    /// Every `[memory.<name>]` table, `flash`, `ram` and `model` included, by name (others:
-    /// regions outside the linker's, such as `psram` or the RP2040's `boot2`).
-    pub memory: BTreeMap<String, Region>,
+    /// The other `[memory.<name>]` tables by name: regions outside the linker's, such as
+    /// `psram` or the RP2040's `boot2`. [`BoardProfile::regions`] lists them all.
+    pub other_regions: BTreeMap<String, Region>,
     /// `firmware.stack_reserve`: RAM kept free for the stack besides the sampler scratch (which
     /// the planner adds, 4 B per vocabulary entry).
     pub stack_reserve: u64,
@@ -190,16 +190,25 @@ impl BoardProfile {
                 )))
             }
         };
-        let mut memory = BTreeMap::new();
+        let region = |name: &str| -> Result<Region, PlanError> {
+            Ok(Region {
+                origin: int(&format!("memory.{name}.origin"))?,
+                length: int(&format!("memory.{name}.length"))?,
+            })
+        };
+        let (flash, ram) = (region("flash")?, region("ram")?);
+        let model_region = match get("memory.model") {
+            Err(_) => None,
+            Ok(_) => Some(region("model")?),
+        };
+        let mut other_regions = BTreeMap::new();
         let tables = get("memory")?
             .as_table()
             .ok_or_else(|| bad("memory must be a table of regions".into()))?;
         for name in tables.keys() {
-            let region = Region {
-                origin: int(&format!("memory.{name}.origin"))?,
-                length: int(&format!("memory.{name}.length"))?,
-            };
-            memory.insert(name.clone(), region);
+            if !["flash", "ram", "model"].contains(&name.as_str()) {
+                other_regions.insert(name.clone(), region(name)?);
+            }
         }
         let snapshot = match (get("snapshot.origin"), get("snapshot.slot_bytes")) {
             (Err(_), Err(_)) => None,
@@ -208,13 +217,21 @@ impl BoardProfile {
                     origin: int("snapshot.origin")?,
                     slot_bytes: int("snapshot.slot_bytes")?,
                 };
-                check_snapshot(&region, &memory).map_err(bad)?;
+                let linked = [
+                    ("flash", Some(flash)),
+                    ("ram", Some(ram)),
+                    ("model", model_region),
+                ];
+                check_snapshot(&region, &linked).map_err(bad)?;
                 Some(region)
             }
             _ => return Err(bad("[snapshot] needs both origin and slot_bytes".into())),
         };
         Ok(Self {
-            memory,
+            flash,
+            ram,
+            model_region,
+            other_regions,
             kind: string("kind")?,
             runner: optional_string("runner")?.unwrap_or_default(),
             transport,
@@ -226,21 +243,6 @@ impl BoardProfile {
             name: string("name")?,
             path: path.to_path_buf(),
             target: string("target")?,
-            flash: Region {
-                origin: int("memory.flash.origin")?,
-                length: int("memory.flash.length")?,
-            },
-            ram: Region {
-                origin: int("memory.ram.origin")?,
-                length: int("memory.ram.length")?,
-            },
-            model_region: match get("memory.model") {
-                Err(_) => None,
-                Ok(_) => Some(Region {
-                    origin: int("memory.model.origin")?,
-                    length: int("memory.model.length")?,
-                }),
-            },
             stack_reserve: int("firmware.stack_reserve")?,
             code_reserve: int("firmware.code_reserve")?,
             levels: usize::try_from(int("firmware.levels")?)
@@ -252,9 +254,21 @@ impl BoardProfile {
     }
 }
 
+impl BoardProfile {
+    /// Every `[memory.*]` region by name: `flash`, `ram`, `model` where there is one, then the
+    /// others.
+    pub fn regions(&self) -> impl Iterator<Item = (&str, Region)> {
+        [("flash", Some(self.flash)), ("ram", Some(self.ram))]
+            .into_iter()
+            .chain([("model", self.model_region)])
+            .filter_map(|(name, r)| Some((name, r?)))
+            .chain(self.other_regions.iter().map(|(n, r)| (n.as_str(), *r)))
+    }
+}
+
 /// The snapshot store must be 4 KiB aligned in both address and slot size, lie in the 32-bit
-/// address space, and overlap no region the linker or the model uses.
-fn check_snapshot(r: &SnapshotRegion, memory: &BTreeMap<String, Region>) -> Result<(), String> {
+/// address space, and overlap none of the `linked` regions (those the linker or the model use).
+fn check_snapshot(r: &SnapshotRegion, linked: &[(&str, Option<Region>)]) -> Result<(), String> {
     if r.origin % 4096 != 0 || r.slot_bytes % 4096 != 0 || r.slot_bytes == 0 {
         return Err("[snapshot] origin and slot_bytes must be multiples of 4096".into());
     }
@@ -264,11 +278,9 @@ fn check_snapshot(r: &SnapshotRegion, memory: &BTreeMap<String, Region>) -> Resu
         .and_then(|b| b.checked_add(r.origin))
         .filter(|&end| end <= u64::from(u32::MAX) + 1)
         .ok_or("[snapshot] region beyond the 32-bit address space")?;
-    for name in ["flash", "ram", "model"] {
-        if let Some(m) = memory.get(name) {
-            if r.origin < m.origin.saturating_add(m.length) && m.origin < end {
-                return Err(format!("[snapshot] region overlaps memory.{name}"));
-            }
+    for (name, m) in linked.iter().filter_map(|(n, m)| Some((n, (*m)?))) {
+        if r.origin < m.origin.saturating_add(m.length) && m.origin < end {
+            return Err(format!("[snapshot] region overlaps memory.{name}"));
         }
     }
     Ok(())

@@ -47,7 +47,9 @@ fn parses_a_profile() {
     assert_eq!(b.state, StateType::F16);
     assert_eq!(b.levels, 15);
     assert_eq!(b.model_region, None);
-    assert_eq!(b.memory.keys().collect::<Vec<_>>(), ["flash", "ram"]);
+    assert!(b.other_regions.is_empty());
+    let names: Vec<&str> = b.regions().map(|(n, _)| n).collect();
+    assert_eq!(names, ["flash", "ram"]);
     // Every [memory.*] table is a region; `model` is the model's own.
     let text = format!("{GOOD}[memory.model]\norigin = 0x3800_0000\nlength = 8\n[memory.boot2]\norigin = 1\nlength = 2\n");
     let b = BoardProfile::parse(&text, Path::new("t.toml")).unwrap();
@@ -56,9 +58,10 @@ fn parses_a_profile() {
         length: 8,
     };
     assert_eq!(b.model_region, Some(model));
-    assert_eq!(b.memory["model"], model);
+    let names: Vec<&str> = b.regions().map(|(n, _)| n).collect();
+    assert_eq!(names, ["flash", "ram", "model", "boot2"]);
     assert_eq!(
-        b.memory["boot2"],
+        b.other_regions["boot2"],
         Region {
             origin: 1,
             length: 2

@@ -117,11 +117,10 @@ fn contains(r: &Region, start: u64, len: u64) -> bool {
 /// the RAM (what is flashed must survive a reset).
 fn region_of(board: &BoardProfile, start: u64, len: u64, non_volatile: bool) -> Option<&str> {
     board
-        .memory
-        .iter()
-        .filter(|(name, _)| !non_volatile || name.as_str() != "ram")
+        .regions()
+        .filter(|&(name, _)| !non_volatile || name != "ram")
         .find(|(_, r)| contains(r, start, len))
-        .map(|(name, _)| name.as_str())
+        .map(|(name, _)| name)
 }
 
 /// Checks `image` against `board`; see the module documentation.
@@ -166,7 +165,7 @@ pub fn check(board: &BoardProfile, image: &Image) -> Report {
             image.entry
         ));
     }
-    if let Some(boot2) = board.memory.get("boot2") {
+    if let Some(boot2) = board.other_regions.get("boot2") {
         check_boot2(boot2, image, &mut report);
     }
     report
