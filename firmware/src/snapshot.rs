@@ -14,6 +14,7 @@ use embedded_io::{Read, Write};
 use loglinear_runtime::slot_store::{NorFlash, SlotInfo, SlotStore};
 use loglinear_runtime::snapshot::{self, Crc32, SnapshotError};
 
+use loglinear_protocol::request::hex_digit;
 use loglinear_protocol::{self as protocol, Line, LineReader};
 use loglinear_runtime::{Sampler, SamplerConfig, Session, StateElem};
 
@@ -227,8 +228,8 @@ pub fn receive_restore<R: Read, F: NorFlash>(
             };
             for (b, pair) in out.iter_mut().zip(digits.chunks_exact(2)) {
                 let (Some(hi), Some(lo)) = (
-                    pair.first().and_then(|&d| hex_value(d)),
-                    pair.get(1).and_then(|&d| hex_value(d)),
+                    pair.first().and_then(|&d| hex_digit(d)),
+                    pair.get(1).and_then(|&d| hex_digit(d)),
                 ) else {
                     return fail(UploadError::BadHex, &mut failure);
                 };
@@ -277,14 +278,5 @@ pub fn receive_restore<R: Read, F: NorFlash>(
         (_, Some(e)) => Err(e),
         (Ok(info), None) => Ok(info),
         (Err(_), None) => Err(UploadError::Store),
-    }
-}
-
-fn hex_value(d: u8) -> Option<u8> {
-    match d {
-        b'0'..=b'9' => Some(d - b'0'),
-        b'a'..=b'f' => Some(d - b'a' + 10),
-        b'A'..=b'F' => Some(d - b'A' + 10),
-        _ => None,
     }
 }

@@ -180,8 +180,8 @@ pub fn unescape(buf: &mut [u8]) -> Option<usize> {
                 b'r' => (b'\r', 2),
                 b'\\' => (b'\\', 2),
                 b'x' => {
-                    let hi = hex(*buf.get(r + 2)?)?;
-                    let lo = hex(*buf.get(r + 3)?)?;
+                    let hi = hex_digit(*buf.get(r + 2)?)?;
+                    let lo = hex_digit(*buf.get(r + 3)?)?;
                     ((hi << 4) | lo, 4)
                 }
                 _ => return None,
@@ -196,7 +196,8 @@ pub fn unescape(buf: &mut [u8]) -> Option<usize> {
     Some(w)
 }
 
-fn hex(c: u8) -> Option<u8> {
+/// The value of one hexadecimal digit (either case), the protocol's escapes and `HEX` lines.
+pub fn hex_digit(c: u8) -> Option<u8> {
     match c {
         b'0'..=b'9' => Some(c - b'0'),
         b'a'..=b'f' => Some(c - b'a' + 10),
