@@ -120,11 +120,7 @@ impl BoardProfile {
 
     /// Reads and parses the `board.toml` at `path`.
     pub fn read(path: &Path) -> Result<Self, PlanError> {
-        let text = std::fs::read_to_string(path).map_err(|source| PlanError::BoardIo {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        Self::parse(&text, path)
+        Self::parse(&crate::read_text(path)?, path)
     }
 
     /// Parses the text of a `board.toml` (`path` is for messages).

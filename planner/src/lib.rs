@@ -33,7 +33,7 @@ pub use loglinear_runtime::quant::Activations;
 use loglinear_runtime::session::{Session, SessionConfig, SessionError};
 use loglinear_runtime::{Model, ModelError, StateElem};
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// RAM for statics other than the session arena. Measured on the linked firmware of the QEMU
 /// boards (`scripts/plan-test.sh`), `.bss + .data` exceeds the arena by 3-9 B: the arena's
@@ -72,6 +72,14 @@ impl fmt::Display for StateType {
     }
 }
 
+/// The text of a board profile or quality table.
+fn read_text(path: &Path) -> Result<String, PlanError> {
+    std::fs::read_to_string(path).map_err(|source| PlanError::Io {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
 /// Why a plan could not be made.
 #[derive(Debug, thiserror::Error)]
 pub enum PlanError {
@@ -87,7 +95,7 @@ pub enum PlanError {
     },
     /// A board profile or quality table cannot be read.
     #[error("cannot read {path}: {source}")]
-    BoardIo {
+    Io {
         /// The file.
         path: PathBuf,
         /// The cause.

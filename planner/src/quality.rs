@@ -51,11 +51,7 @@ impl QualityTable {
 
     /// Reads the table at `path`.
     pub fn read(path: &Path) -> Result<Self, PlanError> {
-        let text = std::fs::read_to_string(path).map_err(|source| PlanError::BoardIo {
-            path: path.to_path_buf(),
-            source,
-        })?;
-        Self::parse(&text, path)
+        Self::parse(&crate::read_text(path)?, path)
     }
 
     /// Parses a table's CSV text (`path` is for messages).
