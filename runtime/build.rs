@@ -4,12 +4,13 @@
 //! decides: `thumbv7em-*-eabihf` (Cortex-M4F, Cortex-M7: DSP extension and an FPU with
 //! half-precision conversion) gets `cfg(loglinear_arm_dsp)`, which compiles
 //! `src/quant/arm_dsp.rs`; `thumbv6m-*` (Cortex-M0/M0+) gets `cfg(loglinear_arm_m0)`, which
-//! dispatches to `src/quant/arm_m0.rs`. On `thumbv8m.main-*-eabihf` (Cortex-M33, M35P, M55, M85)
-//! the DSP extension is an option of the core, so the target triple cannot tell; there the
-//! rustflags do: `-C target-cpu=` one of those cores (every one of them has the extension in the
-//! parts that carry an FPU) or `-C target-feature=+dsp` enables the same kernels, and a Cortex-M55
-//! or M85 (or `+mve`) also gets `cfg(loglinear_arm_mve)`, the Helium kernels of
-//! `src/quant/arm_mve.rs`.
+//! dispatches to `src/quant/arm_m0.rs`.
+//!
+//! On `thumbv8m.main-*-eabihf` (Cortex-M33, M35P, M55, M85) the DSP extension is an option of
+//! the core, so the target triple cannot tell; there the rustflags do. `-C target-cpu=` one of
+//! those cores (for which LLVM enables the extension) or `-C target-feature=+dsp` enables the
+//! same kernels, and a Cortex-M55 or M85 (or `+mve`) also gets `cfg(loglinear_arm_mve)`, the
+//! Helium kernels of `src/quant/arm_mve.rs`.
 
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(loglinear_arm_dsp)");
@@ -40,7 +41,8 @@ fn main() {
     }
 }
 
-/// Armv8-M cores with the DSP extension (in the parts that carry an FPU).
+/// Armv8-M cores for which LLVM enables the DSP extension by name (an option of the M33 and
+/// M35P in silicon: a part without it needs neither this nor `+dsp`).
 const DSP_CORES: &[&str] = &["cortex-m33", "cortex-m35p", "cortex-m55", "cortex-m85"];
 /// Armv8.1-M cores with Helium (MVE), integer and float.
 const MVE_CORES: &[&str] = &["cortex-m55", "cortex-m85"];
