@@ -41,8 +41,8 @@ fn main() {
     }
 }
 
-/// Armv8-M cores for which LLVM enables the DSP extension by name (an option of the M33 and
-/// M35P in silicon: a part without it needs neither this nor `+dsp`).
+/// Armv8-M cores for which LLVM enables the DSP extension by name. In M33 and M35P silicon the
+/// extension is optional: a part built without it must not name its core here.
 const DSP_CORES: &[&str] = &["cortex-m33", "cortex-m35p", "cortex-m55", "cortex-m85"];
 /// Armv8.1-M cores with Helium (MVE), integer and float.
 const MVE_CORES: &[&str] = &["cortex-m55", "cortex-m85"];
