@@ -19,8 +19,22 @@ pub struct Region {
 pub enum Transport {
     /// Semihosting stdin/stdout: under QEMU, or through a debug probe.
     Semihosting,
-    /// The board's UART driver (`uart`).
+    /// The board's UART: a polled driver (`uart`) on the QEMU machines, the HAL's
+    /// interrupt-driven one on a HAL board crate.
     Uart,
+    /// USB CDC-ACM, through the HAL's USB device driver (a HAL board crate, `boards/<chip>/`).
+    Usb,
+}
+
+impl Transport {
+    /// The name board.toml uses.
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::Semihosting => "semihosting",
+            Transport::Uart => "uart",
+            Transport::Usb => "usb",
+        }
+    }
 }
 
 /// The A/B snapshot store of a board (`[snapshot]`): two slots of `slot_bytes` from `origin`.
@@ -40,6 +54,12 @@ pub struct BoardProfile {
     pub name: String,
     /// `kind`: `qemu`, `hardware` (or `linux`, which has no firmware profile to read here).
     pub kind: String,
+    /// `clock_hz`: the core clock the firmware runs at, which a HAL board checks against what its
+    /// HAL reports at boot.
+    pub clock_hz: u64,
+    /// `clocks`: how that clock is made (oscillator, PLL, voltage scale, flash wait states,
+    /// caches), printed at boot; empty if the profile does not say.
+    pub clocks: String,
     /// `runner`: the command line that runs an image (the ELF path is appended); empty if none.
     pub runner: String,
     /// `transport`.
@@ -180,9 +200,10 @@ impl BoardProfile {
         let transport = match optional_string("transport")?.as_deref() {
             None | Some("semihosting") => Transport::Semihosting,
             Some("uart") => Transport::Uart,
+            Some("usb") => Transport::Usb,
             Some(t) => {
                 return Err(bad(format!(
-                    "transport = {t:?} is not \"uart\" or \"semihosting\""
+                    "transport = {t:?} is not \"uart\", \"usb\" or \"semihosting\""
                 )))
             }
         };
@@ -229,6 +250,8 @@ impl BoardProfile {
             model_region,
             other_regions,
             kind: string("kind")?,
+            clock_hz: int("clock_hz")?,
+            clocks: optional_string("clocks")?.unwrap_or_default(),
             runner: optional_string("runner")?.unwrap_or_default(),
             transport,
             uart: optional_string("uart")?.filter(|u| !u.is_empty()),

@@ -4,6 +4,7 @@ use std::path::Path;
 const GOOD: &str = r#"
 name = "test-board"
 kind = "qemu"
+clock_hz = 25_000_000
 target = "thumbv7em-none-eabihf"
 [memory.flash]
 origin = 0x0
@@ -115,9 +116,24 @@ fn parses_transport_uart_model_and_snapshot() {
         let e = BoardProfile::parse(&text, Path::new("t.toml")).unwrap_err();
         assert!(e.to_string().contains(want), "{want}: {e}");
     }
-    let e = BoardProfile::parse(&format!("transport = \"usb\"\n{GOOD}"), Path::new("t.toml"))
+    let e = BoardProfile::parse(&format!("transport = \"spi\"\n{GOOD}"), Path::new("t.toml"))
         .unwrap_err();
-    assert!(e.to_string().contains("is not \"uart\""), "{e}");
+    assert!(e.to_string().contains("is not \"uart\", \"usb\""), "{e}");
+}
+
+#[test]
+fn parses_usb_transport_and_clocks() {
+    let top = "transport = \"usb\"\nclocks = \"HSI /4 x50 /2 = 400 MHz\"\n";
+    let b = BoardProfile::parse(&format!("{top}{GOOD}"), Path::new("t.toml")).unwrap();
+    assert_eq!(b.transport, Transport::Usb);
+    assert_eq!(b.transport.name(), "usb");
+    assert_eq!(
+        (b.clock_hz, b.clocks.as_str()),
+        (25_000_000, "HSI /4 x50 /2 = 400 MHz")
+    );
+    let no_clock = GOOD.replace("clock_hz = 25_000_000\n", "");
+    let e = BoardProfile::parse(&no_clock, Path::new("t.toml")).unwrap_err();
+    assert!(e.to_string().contains("clock_hz is missing"), "{e}");
 }
 
 /// Every firmware board in `boards/` reads with this one parser (the Linux board has no
