@@ -56,11 +56,10 @@ pub enum Line<'a> {
     Io,
 }
 
-/// Splits a byte stream into lines, in a fixed buffer.
+/// Splits a byte stream into lines, in a fixed-capacity buffer (a `heapless::Vec`: the bytes
+/// received and not yet returned as lines).
 pub struct LineReader {
-    buf: [u8; BUF],
-    /// Bytes of `buf` holding data.
-    filled: usize,
+    buf: heapless::Vec<u8, BUF>,
     /// Bytes at the start of `buf` that belong to the line returned last.
     consumed: usize,
     /// Inside an oversized line: drop bytes until its newline.
@@ -77,8 +76,7 @@ impl LineReader {
     /// An empty reader (`const`, so a firmware can keep it in a static).
     pub const fn new() -> Self {
         Self {
-            buf: [0; BUF],
-            filled: 0,
+            buf: heapless::Vec::new(),
             consumed: 0,
             discarding: false,
         }
@@ -87,16 +85,14 @@ impl LineReader {
     /// The next line from `src`; blocks until a newline, end of input or an error.
     pub fn next_line<R: Read>(&mut self, src: &mut R) -> Line<'_> {
         // Drop the line returned last; keep what followed it.
-        if self.consumed <= self.filled && self.filled <= self.buf.len() {
-            self.buf.copy_within(self.consumed..self.filled, 0);
-            self.filled -= self.consumed;
-        } else {
-            self.filled = 0;
-        }
+        let consumed = self.consumed.min(self.buf.len());
+        let kept = self.buf.len() - consumed;
+        self.buf.copy_within(consumed.., 0);
+        self.buf.truncate(kept);
         self.consumed = 0;
         let mut scanned = 0;
         loop {
-            let unscanned = self.buf.get(scanned..self.filled).unwrap_or(&[]);
+            let unscanned = self.buf.get(scanned..).unwrap_or(&[]);
             if let Some(i) = unscanned.iter().position(|&b| b == b'\n') {
                 let end = scanned + i;
                 self.consumed = end + 1;
@@ -108,25 +104,32 @@ impl LineReader {
                 let len = if cr { end - 1 } else { end };
                 return Line::Complete(self.buf.get_mut(..len).unwrap_or(&mut []));
             }
-            scanned = self.filled;
-            if self.filled >= self.buf.len() {
+            scanned = self.buf.len();
+            if self.buf.is_full() {
                 // Full without a newline: the line is too long; skip the rest of it.
                 self.discarding = true;
-                self.filled = 0;
+                self.buf.clear();
                 scanned = 0;
             }
-            let Some(free) = self.buf.get_mut(self.filled..) else {
+            // Read into the free capacity: zero-filled to a slice, then cut back to what came.
+            let filled = self.buf.len();
+            if self.buf.resize(BUF, 0).is_err() {
                 return Line::Io;
-            };
-            match src.read(free) {
-                Ok(0) => {
-                    let partial = self.filled > 0 || self.discarding;
-                    self.filled = 0;
-                    self.discarding = false;
-                    return if partial { Line::CutShort } else { Line::Eof };
+            }
+            let read = src.read(self.buf.get_mut(filled..).unwrap_or(&mut []));
+            let n = match read {
+                Ok(n) => n.min(BUF - filled),
+                Err(_) => {
+                    self.buf.truncate(filled);
+                    return Line::Io;
                 }
-                Ok(n) => self.filled = (self.filled + n).min(self.buf.len()),
-                Err(_) => return Line::Io,
+            };
+            self.buf.truncate(filled + n);
+            if n == 0 {
+                let partial = filled > 0 || self.discarding;
+                self.buf.clear();
+                self.discarding = false;
+                return if partial { Line::CutShort } else { Line::Eof };
             }
         }
     }
