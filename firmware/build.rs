@@ -10,20 +10,21 @@
 //! * `LOGLINEAR_MODEL`: the GGUF file to link into flash (default: the board's `model`, else
 //!   `models/ll-gdn-mcu16k-q8_0.gguf`; a relative path is taken from the repository root).
 //! * `LOGLINEAR_LEVELS`, `LOGLINEAR_STATE` (`f32` | `f16`): override the board's state settings.
-//! * `LOGLINEAR_TRANSPORT` (`uart` | `semihosting`): overrides the board's `transport`.
+//! * `LOGLINEAR_TRANSPORT` (`uart` | `usb` | `semihosting`): overrides the board's `transport`.
 //! * `LOGLINEAR_ACTIVATIONS` (`f32` | `q8`): overrides the board's `firmware.activations`, how
 //!   matvecs with quantized weights treat their input (q8: the integer kernels; the planner
 //!   then adds the activation blocks to the arena).
 //! * `LOGLINEAR_KERNEL` (a `KernelPath` name: `portable`, `arm-dsp`): pins the integer kernel
 //!   path (default: the fastest the target runs); for benchmarks.
 //!
-//! Transport (the byte stream the serial protocol runs over), from `board.toml`:
-//! `transport = "uart"` builds the board's UART driver (`uart = "<driver>"`, `src/uart.rs`),
-//! `"semihosting"` serves semihosting stdin/stdout (`src/serial.rs`). Emitted as the cfgs
-//! `transport_uart` and `uart = "<driver>"`. Semihosting (logs on stderr, the exit code) is
-//! compiled in on QEMU boards (`kind = "qemu"`) and wherever it is the transport (cfg
-//! `semihosting`); a hardware board with a UART uses no semihosting at all, so it runs without
-//! a debug probe.
+//! Transport (the byte stream the serial protocol runs over), from `board.toml`. On a QEMU
+//! machine or a board without a HAL crate, `transport = "uart"` builds the board's polled UART
+//! driver (`uart = "<driver>"`, `src/uart.rs`; cfgs `transport_uart` and `uart = "<driver>"`),
+//! `"semihosting"` serves semihosting stdin/stdout (`src/serial.rs`). A board folder with its own
+//! `Cargo.toml` is a HAL board crate (cfg `hal_board`): its HAL drives `uart` or `usb` (USB
+//! CDC-ACM) and this package's image refuses to build for it. Semihosting (logs on stderr, the
+//! exit code) is compiled in on QEMU boards (`kind = "qemu"`) and wherever it is the transport
+//! (cfg `semihosting`); a hardware board uses none, so it runs without a debug probe.
 //!
 //! Sizing and the fit check are the memory planner's (`loglinear-planner`, the crate behind
 //! `loglinear plan`): the arena is its `Session::arena_bytes` figure, computed here on the host
@@ -47,15 +48,7 @@ fn main() {
 }
 
 /// The UART drivers of `src/uart.rs`, the values of a board's `uart` key.
-const UART_DRIVERS: &[&str] = &[
-    "cmsdk-apb",
-    "ns16550",
-    "nrf51",
-    "nrf52840",
-    "stm32h7-usart3",
-    "rp2040",
-    "esp32c3",
-];
+const UART_DRIVERS: &[&str] = &["cmsdk-apb", "ns16550", "nrf51", "esp32c3"];
 
 fn run() -> Result<(), String> {
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").map_err(|e| e.to_string())?);
@@ -81,6 +74,7 @@ fn run() -> Result<(), String> {
     println!("cargo::rustc-check-cfg=cfg(transport_uart)");
     println!("cargo::rustc-check-cfg=cfg(semihosting)");
     println!("cargo::rustc-check-cfg=cfg(model_region)");
+    println!("cargo::rustc-check-cfg=cfg(hal_board)");
     println!(
         "cargo::rustc-check-cfg=cfg(uart, values({}))",
         UART_DRIVERS
@@ -140,18 +134,33 @@ fn run() -> Result<(), String> {
     }
     let kernel = env::var("LOGLINEAR_KERNEL").unwrap_or_default();
 
-    // --- transport -------------------------------------------------------------------------
+    // --- transport ---------------------------------------------------------------------------
+    // A board folder with its own Cargo.toml is a HAL board crate: its HAL drives the transport
+    // (USB CDC-ACM or an interrupt-driven UART) and this package's image does not build for it.
+    let hal_board = board_dir.join("Cargo.toml").is_file();
     let transport = match env::var("LOGLINEAR_TRANSPORT").as_deref() {
-        Ok("uart") => Transport::Uart,
-        Ok("semihosting") => Transport::Semihosting,
         Ok("") | Err(_) => profile.transport,
+        Ok("uart") => Transport::Uart,
+        Ok("usb") => Transport::Usb,
+        Ok("semihosting") => Transport::Semihosting,
         Ok(t) => {
             return Err(format!(
-                "LOGLINEAR_TRANSPORT={t} is not uart or semihosting"
+                "LOGLINEAR_TRANSPORT={t} is not uart, usb or semihosting"
             ))
         }
     };
-    if transport == Transport::Uart {
+    if hal_board {
+        println!("cargo:rustc-cfg=hal_board");
+        if transport == Transport::Semihosting {
+            return Err(format!(
+                "board {board} is a HAL board crate: its transport is uart or usb, not semihosting"
+            ));
+        }
+    } else if transport == Transport::Usb {
+        return Err(format!(
+            "board {board}: transport usb needs a HAL board crate (boards/<chip>/Cargo.toml)"
+        ));
+    } else if transport == Transport::Uart {
         let driver = profile.uart.as_deref().ok_or_else(|| {
             format!(
                 "board {board} has no UART driver (`uart = ...` in {}); \
@@ -174,10 +183,7 @@ fn run() -> Result<(), String> {
     if profile.kind == "qemu" || transport == Transport::Semihosting {
         println!("cargo:rustc-cfg=semihosting");
     }
-    let transport = match transport {
-        Transport::Uart => "uart",
-        Transport::Semihosting => "semihosting",
-    };
+    let transport = transport.name();
 
     // --- model ---------------------------------------------------------------------------
     let model_path = match env::var("LOGLINEAR_MODEL") {
@@ -243,10 +249,17 @@ fn run() -> Result<(), String> {
     writeln!(gen, "pub const BOARD: &str = {board:?};").ok();
     writeln!(
         gen,
-        "/// Transport of the serial protocol: `uart` or `semihosting`."
+        "/// Transport of the serial protocol: `uart`, `usb` or `semihosting`."
     )
     .ok();
     writeln!(gen, "pub const TRANSPORT: &str = {transport:?};").ok();
+    writeln!(
+        gen,
+        "/// Core clock the board runs at (`clock_hz`), and how it is made (`clocks`)."
+    )
+    .ok();
+    writeln!(gen, "pub const CLOCK_HZ: u32 = {};", profile.clock_hz).ok();
+    writeln!(gen, "pub const CLOCKS: &str = {:?};", profile.clocks).ok();
     writeln!(gen, "/// File name of the embedded model.").ok();
     writeln!(gen, "pub const MODEL_NAME: &str = {model_name:?};").ok();
     writeln!(gen, "/// State levels the arena is sized for.").ok();
@@ -305,6 +318,9 @@ fn run() -> Result<(), String> {
         if target.starts_with("riscv") {
             println!("cargo:rustc-link-arg-bins=-Tmemory.x");
         }
+        // The link-search path reaches every image that links this crate (a HAL board crate's
+        // too, which so links the board's memory.x); `-arg-bins` only this package's images: a
+        // HAL board crate passes its own scripts (its build.rs).
         println!("cargo:rustc-link-arg-bins=-Tlink.x");
         if env::var_os("CARGO_FEATURE_DEFMT").is_some() {
             println!("cargo:rustc-link-arg-bins=-Tdefmt.x");

@@ -1,0 +1,427 @@
+//! The byte link between a HAL board's serial driver and the protocol loop ([`crate::run`]).
+//!
+//! On a real chip the driver (USB CDC-ACM, or a UART whose receive interrupt fills the HAL's
+//! ring buffer) runs as async tasks on a high-priority interrupt executor, while [`crate::run`]
+//! decodes in thread mode and blocks on `embedded_io::Read` / `Write`. Two `heapless` SPSC queues
+//! carry the bytes between them, one per direction, each with one producer and one consumer:
+//!
+//! * received bytes: the driver task ([`WireRx::deliver`]) → the protocol loop ([`SerialRx`]);
+//! * bytes to send: the protocol loop ([`SerialTx`]) → the driver task ([`WireTx::next_chunk`]).
+//!
+//! Nothing is dropped on the way in: when the receive queue is full the driver task waits, so
+//! USB NAKs the host (flow control for free) and a UART's bytes wait in the HAL's ring buffer. A
+//! task waits on an [`AtomicWaker`] that the protocol side wakes after it frees space or queues
+//! data; the protocol side sleeps with `WFE` and wakes on the driver's interrupts.
+
+use core::convert::Infallible;
+
+use crate::fmt::{error, info};
+use core::future::poll_fn;
+use core::task::Poll;
+
+use embassy_sync::waitqueue::AtomicWaker;
+use embedded_hal::digital::{OutputPin, PinState};
+use embedded_io::{Error as _, ErrorType, Read, Write};
+use heapless::spsc::{Consumer, Producer, Queue};
+use static_cell::ConstStaticCell;
+
+/// Length of each direction's queue; heapless's `Queue<u8, N>` holds `N - 1` bytes. The receive
+/// queue holds several protocol lines (`MAX_LINE` is 512), so a host that sends ahead is not
+/// throttled while a line is parsed.
+pub const QUEUE_LEN: usize = 2048;
+
+/// One direction's bytes.
+pub type ByteQueue = Queue<u8, QUEUE_LEN>;
+
+static RX_QUEUE: ConstStaticCell<ByteQueue> = ConstStaticCell::new(Queue::new());
+static TX_QUEUE: ConstStaticCell<ByteQueue> = ConstStaticCell::new(Queue::new());
+/// Woken when the protocol loop has taken received bytes (space for the driver to deliver).
+static RX_SPACE: AtomicWaker = AtomicWaker::new();
+/// Woken when the protocol loop has queued bytes to send.
+static TX_DATA: AtomicWaker = AtomicWaker::new();
+
+/// Both ends of both queues. [`take`] hands it out once.
+pub struct Link {
+    /// What the protocol loop reads.
+    pub serial_rx: SerialRx,
+    /// What the protocol loop writes.
+    pub serial_tx: SerialTx,
+    /// Where the driver puts the bytes it receives.
+    pub wire_rx: WireRx,
+    /// Where the driver takes the bytes it sends.
+    pub wire_tx: WireTx,
+}
+
+/// The link, the first time; `None` after that (each queue has one producer and one consumer).
+pub fn take() -> Option<Link> {
+    let (rx_in, rx_out) = RX_QUEUE.try_take()?.split();
+    let (tx_in, tx_out) = TX_QUEUE.try_take()?.split();
+    Some(Link {
+        serial_rx: SerialRx { queue: rx_out },
+        serial_tx: SerialTx { queue: tx_in },
+        wire_rx: WireRx { queue: rx_in },
+        wire_tx: WireTx { queue: tx_out },
+    })
+}
+
+/// Sleeps until an interrupt has run: the driver's, which moves bytes through the queues. An
+/// interrupt between the caller's check and the `WFE` sets the event register, so `WFE` returns
+/// at once and no wake-up is lost.
+fn wait_for_interrupt() {
+    #[cfg(target_arch = "arm")]
+    cortex_m::asm::wfe();
+    #[cfg(not(target_arch = "arm"))]
+    core::hint::spin_loop();
+}
+
+/// The protocol loop's input: blocks until the driver has delivered at least one byte. A serial
+/// link has no end of input, so a read never returns `Ok(0)` for a non-empty buffer.
+pub struct SerialRx {
+    queue: Consumer<'static, u8>,
+}
+
+/// The protocol loop's output: blocks while the send queue is full.
+pub struct SerialTx {
+    queue: Producer<'static, u8>,
+}
+
+impl ErrorType for SerialRx {
+    type Error = Infallible;
+}
+
+impl ErrorType for SerialTx {
+    type Error = Infallible;
+}
+
+impl Read for SerialRx {
+    fn read(&mut self, buf: &mut [u8]) -> Result<usize, Infallible> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        loop {
+            let mut n = 0;
+            for slot in buf.iter_mut() {
+                let Some(byte) = self.queue.dequeue() else {
+                    break;
+                };
+                *slot = byte;
+                n += 1;
+            }
+            if n > 0 {
+                RX_SPACE.wake();
+                return Ok(n);
+            }
+            wait_for_interrupt();
+        }
+    }
+}
+
+impl Write for SerialTx {
+    fn write(&mut self, buf: &[u8]) -> Result<usize, Infallible> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        loop {
+            let mut n = 0;
+            for &byte in buf {
+                if self.queue.enqueue(byte).is_err() {
+                    break;
+                }
+                n += 1;
+            }
+            if n > 0 {
+                TX_DATA.wake();
+                return Ok(n);
+            }
+            wait_for_interrupt();
+        }
+    }
+
+    /// Waits until the driver has taken every queued byte (it may still be sending the last
+    /// chunk).
+    fn flush(&mut self) -> Result<(), Infallible> {
+        while !self.queue.is_empty() {
+            TX_DATA.wake();
+            wait_for_interrupt();
+        }
+        Ok(())
+    }
+}
+
+/// The driver's side of the receive queue.
+pub struct WireRx {
+    queue: Producer<'static, u8>,
+}
+
+impl WireRx {
+    /// Queues `bytes` for the protocol loop, waiting for space as often as needed: every byte
+    /// gets through.
+    pub async fn deliver(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            poll_fn(|cx| {
+                RX_SPACE.register(cx.waker());
+                if self.queue.ready() {
+                    Poll::Ready(())
+                } else {
+                    Poll::Pending
+                }
+            })
+            .await;
+            while let Some((&byte, rest)) = bytes.split_first() {
+                if self.queue.enqueue(byte).is_err() {
+                    break;
+                }
+                bytes = rest;
+            }
+        }
+    }
+}
+
+/// The driver's side of the send queue.
+pub struct WireTx {
+    queue: Consumer<'static, u8>,
+}
+
+impl WireTx {
+    /// Waits for queued output and moves up to `buf.len()` bytes of it into `buf`; returns how
+    /// many (at least one, for a non-empty `buf`).
+    pub async fn next_chunk(&mut self, buf: &mut [u8]) -> usize {
+        if buf.is_empty() {
+            return 0;
+        }
+        poll_fn(|cx| {
+            TX_DATA.register(cx.waker());
+            if self.queue.ready() {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await;
+        let mut n = 0;
+        for slot in buf.iter_mut() {
+            let Some(byte) = self.queue.dequeue() else {
+                break;
+            };
+            *slot = byte;
+            n += 1;
+        }
+        n
+    }
+}
+
+/// Carries the link over USB CDC-ACM, forever: bytes from the host's OUT packets to the protocol
+/// loop, queued output in IN packets. While no host has the port configured, output is dropped
+/// (nobody would read it) so the protocol loop never blocks on a missing host.
+pub async fn pump_cdc_acm<'d, D: embassy_usb::driver::Driver<'d>>(
+    class: embassy_usb::class::cdc_acm::CdcAcmClass<'d, D>,
+    mut wire_rx: WireRx,
+    mut wire_tx: WireTx,
+) {
+    let (mut sender, mut receiver) = class.split();
+    let inbound = async {
+        let mut packet = [0u8; 64];
+        loop {
+            receiver.wait_connection().await;
+            info!("usb: connected");
+            while let Ok(n) = receiver.read_packet(&mut packet).await {
+                wire_rx.deliver(packet.get(..n).unwrap_or_default()).await;
+            }
+            info!("usb: disconnected");
+        }
+    };
+    let outbound = async {
+        let mut packet = [0u8; 64];
+        let max = usize::from(sender.max_packet_size()).clamp(1, packet.len());
+        loop {
+            let chunk = packet.get_mut(..max).unwrap_or_default();
+            let n = wire_tx.next_chunk(chunk).await;
+            if sender
+                .write_packet(chunk.get(..n).unwrap_or_default())
+                .await
+                .is_err()
+            {
+                // Not configured by a host: dropped, see above.
+                continue;
+            }
+        }
+    };
+    embassy_futures::join::join(inbound, outbound).await;
+}
+
+/// Carries the link over an interrupt-driven UART (the HAL's buffered driver, whose receive
+/// interrupt fills its own ring buffer), forever. A receive error (overrun, framing, noise) is
+/// logged and the stream goes on: the protocol's line reader rejects a damaged line.
+pub async fn pump_uart<R, W>(mut rx: R, mut tx: W, mut wire_rx: WireRx, mut wire_tx: WireTx)
+where
+    R: embedded_io_async::Read,
+    W: embedded_io_async::Write,
+{
+    let inbound = async {
+        let mut buf = [0u8; 64];
+        loop {
+            match rx.read(&mut buf).await {
+                Ok(n) => wire_rx.deliver(buf.get(..n).unwrap_or_default()).await,
+                Err(e) => error!("uart: receive error {}", kind_name(e.kind())),
+            }
+        }
+    };
+    let outbound = async {
+        let mut buf = [0u8; 64];
+        loop {
+            let n = wire_tx.next_chunk(&mut buf).await;
+            if let Err(e) = tx.write_all(buf.get(..n).unwrap_or_default()).await {
+                error!("uart: send error {}", kind_name(e.kind()));
+            }
+        }
+    };
+    embassy_futures::join::join(inbound, outbound).await;
+}
+
+/// A short name of an I/O error kind, for the log.
+fn kind_name(kind: embedded_io::ErrorKind) -> &'static str {
+    use embedded_io::ErrorKind as K;
+    match kind {
+        K::InvalidData => "invalid data (framing or parity)",
+        K::OutOfMemory => "overrun",
+        K::Interrupted => "interrupted",
+        _ => "other",
+    }
+}
+
+/// A board's activity LED (any embedded-hal 1.0 output pin): lit while the firmware works on
+/// a request, dark while it waits for the host.
+pub struct ActivityLed<P: OutputPin> {
+    pin: P,
+    /// The LED is lit by a low level (a pin that sinks its current).
+    active_low: bool,
+}
+
+impl<P: OutputPin> ActivityLed<P> {
+    /// An LED lit by a high level on `pin`.
+    pub fn active_high(pin: P) -> Self {
+        Self {
+            pin,
+            active_low: false,
+        }
+    }
+
+    /// An LED lit by a low level on `pin`.
+    pub fn active_low(pin: P) -> Self {
+        Self {
+            pin,
+            active_low: true,
+        }
+    }
+
+    fn set(&mut self, lit: bool) {
+        // A GPIO output cannot fail on these chips; an error would only leave the LED as it is.
+        let _ = self.pin.set_state(PinState::from(lit != self.active_low));
+    }
+}
+
+/// The protocol loop's input, with the activity LED: dark while a read waits for the host, lit
+/// once bytes have come.
+struct WithLed<'a, P: OutputPin> {
+    rx: &'a mut SerialRx,
+    led: &'a mut ActivityLed<P>,
+}
+
+impl<P: OutputPin> ErrorType for WithLed<'_, P> {
+    type Error = Infallible;
+}
+
+impl<P: OutputPin> Read for WithLed<'_, P> {
+    fn read(&mut self, buf: &mut [u8]) -> Result<usize, Infallible> {
+        if !self.rx.queue.ready() {
+            self.led.set(false);
+        }
+        let n = self.rx.read(buf)?;
+        self.led.set(true);
+        Ok(n)
+    }
+}
+
+/// Serves the protocol on the link's serial ends in thread mode: [`crate::run`], then after
+/// `QUIT` the reply flushed and `reset` called (the chip reboots to `READY`; it never returns,
+/// which its `Infallible` says on stable Rust). A start-up failure (the model or the arena) is
+/// logged and the chip halts with the LED lit: a reset would only repeat it.
+pub fn serve<P: OutputPin>(
+    mut rx: SerialRx,
+    mut tx: SerialTx,
+    mut led: ActivityLed<P>,
+    reset: fn() -> Infallible,
+) -> ! {
+    crate::stack::paint();
+    led.set(true);
+    let mut input = WithLed {
+        rx: &mut rx,
+        led: &mut led,
+    };
+    match crate::run(&mut input, &mut tx) {
+        Ok(()) => {
+            let _ = tx.flush();
+            match reset() {}
+        }
+        Err(code) => {
+            error!("firmware stopped with exit code {}", code);
+            loop {
+                wait_for_interrupt();
+            }
+        }
+    }
+}
+
+/// Baud rate of the HAL boards' UARTs (8N1, no flow control), as the QEMU boards' drivers.
+pub const UART_BAUD: u32 = 115_200;
+
+/// USB vendor and product ID: pid.codes' test ID (1209:0001), which the host's CDC-ACM driver
+/// binds by class, not by ID. A product that ships needs an ID of its own.
+pub const USB_VID_PID: (u16, u16) = (0x1209, 0x0001);
+
+/// The buffers a USB device's descriptors are built in, and its identity: manufacturer
+/// "loglinear", product "loglinear serial", serial number the board's name.
+pub struct UsbDescriptors {
+    config: [u8; 256],
+    bos: [u8; 256],
+    control: [u8; 64],
+}
+
+impl Default for UsbDescriptors {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl UsbDescriptors {
+    /// Empty buffers.
+    pub const fn new() -> Self {
+        Self {
+            config: [0; 256],
+            bos: [0; 256],
+            control: [0; 64],
+        }
+    }
+
+    /// An embassy-usb device builder on `driver`, with the identity above (bus-powered,
+    /// 100 mA); add the CDC-ACM class to it and build.
+    pub fn builder<'d, D: embassy_usb::driver::Driver<'d>>(
+        &'d mut self,
+        driver: D,
+    ) -> embassy_usb::Builder<'d, D> {
+        let mut config = embassy_usb::Config::new(USB_VID_PID.0, USB_VID_PID.1);
+        config.manufacturer = Some("loglinear");
+        config.product = Some("loglinear serial");
+        config.serial_number = Some(crate::board::BOARD);
+        config.max_power = 100;
+        config.max_packet_size_0 = 64;
+        embassy_usb::Builder::new(
+            driver,
+            config,
+            &mut self.config,
+            &mut self.bos,
+            &mut [],
+            &mut self.control,
+        )
+    }
+}
