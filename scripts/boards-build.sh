@@ -3,16 +3,17 @@
 #
 #   bash scripts/boards-build.sh [BOARD...]     (default: every board below)
 #
-#   * stm32h743, nrf52840, rp2040 (thumbv6m, with the `rp2040` feature: second-stage
-#     bootloader), esp32c3 (riscv32imc): the firmware, with the model, state type and levels of
-#     each boards/<board>/board.toml (`model = ...` or the shipped model), so build.rs's fit
-#     check runs against the real memory map. Checks that `.bss` (the session arena) starts at
-#     the board's [memory.ram] origin, and RP2040's 256-byte `.boot2` at 0x1000_0000, and that
-#     the image would boot (`cargo xtask image-check`: segments in the memory map, the vector
-#     table, the RP2040 second stage's CRC; not esp32c3, whose image is not bootable yet). Each is
-#     built with the board's `transport` (all four: `uart`, their UART driver in
-#     firmware/src/uart.rs, never run: there is no hardware here), and clippy checks the
-#     firmware with each board's driver and features (-D warnings).
+#   * stm32h743, nrf52840, rp2040: each board's own crate (boards/<board>/Cargo.toml, on its
+#     vendor's HAL: embassy-stm32, embassy-nrf, embassy-rp), built from its folder; esp32c3
+#     (riscv32imc): firmware/ with its polled UART driver. Each with the model, state type and
+#     levels of its boards/<board>/board.toml (`model = ...` or the shipped model), so
+#     firmware/build.rs's fit check runs against the real memory map. Checks that `.bss` (the
+#     session arena) starts at the board's [memory.ram] origin, RP2040's 256-byte `.boot2` at
+#     0x1000_0000, that the image has no semihosting trap (it must run without a probe), and
+#     that it would boot (`cargo xtask image-check`: segments in the memory map, the vector
+#     table, the RP2040 second stage's CRC; not esp32c3, whose image is not bootable yet).
+#     `cargo fmt --check` and clippy (-D warnings) check every board crate, and firmware/ with
+#     the esp32c3 UART driver. Nothing is flashed or run: there is no hardware here.
 #   * linux-aarch64: a std build of loglinear-runtime and of the `loglinear` CLI for
 #     aarch64-unknown-linux-gnu (linked with Debian's gcc-aarch64-linux-gnu).
 #
@@ -43,14 +44,16 @@ fail() {
     exit 1
 }
 
-# `origin` of a [memory.NAME] table, as a number.
-region_origin() {
-    local file="$1" name="$2"
-    awk -v t="[memory.$name]" '
+# `origin` / `length` of a [memory.NAME] table, as a number.
+region_key() {
+    local file="$1" name="$2" key="$3"
+    awk -v t="[memory.$name]" -v k="$key" '
         index($0, t) == 1 { in_t = 1; next }
         /^\[/ { in_t = 0 }
-        in_t && $1 == "origin" { v = $3; gsub("_", "", v); print v; exit }' "$file"
+        in_t && $1 == k { v = $3; gsub("_", "", v); print v; exit }' "$file"
 }
+region_origin() { region_key "$1" "$2" origin; }
+region_length() { region_key "$1" "$2" length; }
 
 # --- setup ---------------------------------------------------------------------------------
 targets=()
@@ -78,19 +81,45 @@ fi
 command -v size >/dev/null 2>&1 || fail "size (binutils) is missing"
 mkdir -p "$WORK"
 
-# The hardware boards' UART drivers and the `rp2040` feature (src/boot2.rs) are compiled only
-# here: clippy them (scripts/qemu-test.sh covers the QEMU boards' configurations).
+# A HAL board crate (boards/<board>/Cargo.toml: embassy or esp-hal) uses its board's model; the
+# ones converted at test time (target/models/, scripts/lib.sh) need the host CLI.
+for board in "${BOARDS[@]}"; do
+    m="$(board_value "boards/$board/board.toml" model)"
+    if [ "${m#target/models/}" != "$m" ]; then
+        echo "building the host CLI (to convert $m)"
+        cargo build --release -q -p loglinear-converter --bin loglinear
+        make_board_models "$TARGET_DIR/release/loglinear"
+        break
+    fi
+done
+
+# Clippy, -D warnings: the firmware library as the HAL board crates build it (feature `link`,
+# defmt over RTT), each HAL board crate (from its folder, whose .cargo/config.toml names the
+# target and the board), and the firmware package with the UART drivers of the hardware boards
+# without one (scripts/qemu-test.sh covers the QEMU boards' configurations).
+echo "firmware (library, features link + defmt-rtt): cargo clippy -D warnings"
+LOGLINEAR_BOARD=stm32h743 LOGLINEAR_MODEL="" LOGLINEAR_LEVELS="" LOGLINEAR_STATE="" \
+    LOGLINEAR_TRANSPORT="" \
+    cargo clippy --release -q --manifest-path firmware/Cargo.toml --lib \
+    --target thumbv7em-none-eabihf --target-dir "$FW_TARGET_DIR" --no-default-features \
+    --features link,defmt-rtt -- -D warnings
 for board in "${BOARDS[@]}"; do
     toml="boards/$board/board.toml"
     [ "$(board_value "$toml" kind)" = hardware ] || continue
     t="$(board_value "$toml" target)"
-    features="$(board_value "$toml" features)"
+    if [ -f "boards/$board/Cargo.toml" ]; then
+        echo "boards/$board: cargo fmt --check, cargo clippy -D warnings"
+        (cd "boards/$board" && cargo fmt --check &&
+            LOGLINEAR_TRANSPORT="" cargo clippy --release -q --target-dir "$FW_TARGET_DIR" \
+                -- -D warnings)
+        continue
+    fi
     m="$(board_value "$toml" model)"
-    echo "firmware: cargo clippy --target $t${features:+ --features $features} -D warnings ($board, uart $(board_value "$toml" uart))"
+    echo "firmware: cargo clippy --target $t -D warnings ($board, uart $(board_value "$toml" uart))"
     LOGLINEAR_BOARD="$board" LOGLINEAR_MODEL="${m:-$DEFAULT_MODEL}" LOGLINEAR_LEVELS="" \
         LOGLINEAR_STATE="" LOGLINEAR_TRANSPORT="" \
         cargo clippy --release -q --manifest-path firmware/Cargo.toml --target "$t" \
-        --target-dir "$FW_TARGET_DIR" ${features:+--features "$features"} -- -D warnings
+        --target-dir "$FW_TARGET_DIR" -- -D warnings
 done
 
 # --- boards --------------------------------------------------------------------------------
@@ -120,29 +149,36 @@ for board in "${BOARDS[@]}"; do
 
     model="$(board_value "$toml" model)"
     model="${model:-$DEFAULT_MODEL}"
-    features="$(board_value "$toml" features)"
     state="$(board_value "$toml" state)"
     levels="$(board_value "$toml" levels)"
     chip="$(board_value "$toml" probe_rs_chip)"
     transport="$(board_value "$toml" transport)"
     transport="${transport:-semihosting}"
-    [ "$transport" != uart ] || transport="uart $(board_value "$toml" uart)"
     [ -f "$model" ] || fail "$toml: model $model is missing"
-    echo
-    echo "==== $board ($chip): $target, $state state, $levels levels, model $model${features:+, features $features}, transport $transport ===="
-    LOGLINEAR_BOARD="$board" LOGLINEAR_MODEL="$model" LOGLINEAR_LEVELS="" LOGLINEAR_STATE="" \
-        LOGLINEAR_TRANSPORT="" \
-        cargo build --release -q --manifest-path firmware/Cargo.toml --target "$target" \
-        --target-dir "$FW_TARGET_DIR" ${features:+--features "$features"}
     elf="$WORK/$board.elf"
-    cp "$FW_TARGET_DIR/$target/release/loglinear-firmware" "$elf"
+    echo
+    if [ -f "boards/$board/Cargo.toml" ]; then
+        echo "==== $board ($chip): its HAL crate boards/$board, $target, $state state, $levels levels, model $model, transport $transport ===="
+        (cd "boards/$board" && LOGLINEAR_TRANSPORT="" cargo build --release -q \
+            --target-dir "$FW_TARGET_DIR")
+        cp "$FW_TARGET_DIR/$target/release/loglinear-$board" "$elf"
+    else
+        [ "$transport" != uart ] || transport="uart $(board_value "$toml" uart)"
+        echo "==== $board ($chip): firmware/, $target, $state state, $levels levels, model $model, transport $transport ===="
+        LOGLINEAR_BOARD="$board" LOGLINEAR_MODEL="$model" LOGLINEAR_LEVELS="" LOGLINEAR_STATE="" \
+            LOGLINEAR_TRANSPORT="" \
+            cargo build --release -q --manifest-path firmware/Cargo.toml --target "$target" \
+            --target-dir "$FW_TARGET_DIR"
+        cp "$FW_TARGET_DIR/$target/release/loglinear-firmware" "$elf"
+    fi
     size "$elf" | sed 's/^/  /'
     sections="$(size -A "$elf")"
     awk '$1 ~ /^\.(boot2|vector_table|text|rodata|data|bss)$/ { printf "  %-14s %9d B at 0x%08x\n", $1, $2, $3 }' <<<"$sections"
     ram_origin=$(($(region_origin "$toml" ram)))
-    bss_addr="$(awk '$1 == ".bss" { print $3 }' <<<"$sections")"
-    [ "$((bss_addr))" -eq "$ram_origin" ] ||
-        fail "$board: .bss (the arena) at $bss_addr, not at [memory.ram] origin $ram_origin"
+    ram_end=$((ram_origin + $(region_length "$toml" ram)))
+    read -r bss_size bss_addr < <(awk '$1 == ".bss" { print $2, $3 }' <<<"$sections")
+    [ "$((bss_addr))" -ge "$ram_origin" ] && [ "$((bss_addr + bss_size))" -le "$ram_end" ] ||
+        fail "$board: .bss (the arena) at $bss_addr + $bss_size B is not inside [memory.ram]"
     # The image would boot: segments in the board's memory, vector table, RP2040 boot2 CRC
     # (`cargo xtask image-check`). The ESP32-C3 image is a plain riscv-rt ELF that the ROM
     # bootloader would reject (no app image, docs/boards.md): nothing to check yet.
@@ -156,11 +192,11 @@ for board in "${BOARDS[@]}"; do
         [ "${b2_size:-0}" -eq 256 ] && [ "$((b2_addr))" -eq $((0x10000000)) ] ||
             fail "rp2040: no 256-byte .boot2 at 0x10000000 (got ${b2_size:-none} at ${b2_addr:-none})"
     fi
-    # A UART image uses no semihosting (firmware/build.rs): no `bkpt` / `ebreak` trap in its
-    # code, so it runs on a board with no debug probe attached.
-    if [ "${transport%% *}" = uart ] && command -v llvm-objdump >/dev/null 2>&1; then
+    # A UART or USB image uses no semihosting (firmware/build.rs): no `bkpt` / `ebreak` trap in
+    # its code, so it runs on a board with no debug probe attached.
+    if [ "$transport" != semihosting ] && command -v llvm-objdump >/dev/null 2>&1; then
         traps=$(llvm-objdump -d "$elf" | grep -cE '\s(bkpt|ebreak)\b' || true)
-        [ "$traps" -eq 0 ] || fail "$board: $traps semihosting traps (bkpt/ebreak) in a UART image"
+        [ "$traps" -eq 0 ] || fail "$board: $traps semihosting traps (bkpt/ebreak) in a $transport image"
         echo "  ok: no semihosting traps (bkpt/ebreak) in the code"
     fi
     # Flash: everything loaded from it; RAM: .data + .bss (riscv-rt's .stack, the rest of the

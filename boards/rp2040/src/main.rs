@@ -1,0 +1,144 @@
+//! loglinear on the RP2040 (Raspberry Pi Pico), brought up with embassy-rp.
+//!
+//! * Clocks: the 12 MHz crystal, PLL_SYS to **125 MHz** clk_sys and clk_peri, PLL_USB to 48 MHz
+//!   (embassy-rp's `ClockConfig::crystal(12_000_000)`, the Pico SDK's settings). Code and the
+//!   model run from the external flash through the XIP cache, which is on (its reset state; it
+//!   is checked and logged here).
+//! * Boot: the boot ROM checks the CRC of the 256-byte second stage (embassy-rp's
+//!   `boot2-w25q080`) and runs it; `cargo xtask image-check` checks the same CRC.
+//! * Serial (board.toml's `transport`): USB CDC-ACM on the Pico's USB port, or UART0 (GPIO0 TX,
+//!   GPIO1 RX) at 115200 8N1, interrupt-driven into the HAL's ring buffer. Either reaches the
+//!   protocol loop through `loglinear_firmware::link`.
+//! * LED: the Pico's LED (GPIO25) is lit while the firmware works on a request.
+//! * Logs: defmt over RTT (`probe-rs run` prints them).
+//!
+//! The serial tasks run on an interrupt executor (the SWI_IRQ_1 software interrupt) above the
+//! decode loop, which runs in thread mode and never blocks the USB stack.
+#![no_std]
+#![no_main]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
+use core::convert::Infallible;
+
+use defmt::{error, info};
+use embassy_executor::InterruptExecutor;
+use embassy_rp::gpio::{Level, Output};
+use embassy_rp::interrupt;
+use embassy_rp::interrupt::{InterruptExt, Priority};
+use embassy_rp::peripherals::{PIN_0, PIN_1, UART0, USB};
+use embassy_rp::uart::{self, BufferedUart};
+use embassy_rp::{bind_interrupts, usb, Peri};
+use embassy_usb::class::cdc_acm::{CdcAcmClass, State};
+use loglinear_firmware::board;
+use loglinear_firmware::link::{self, ActivityLed, WireRx, WireTx};
+use panic_probe as _;
+
+bind_interrupts!(struct Irqs {
+    USBCTRL_IRQ => usb::InterruptHandler<USB>;
+    UART0_IRQ => uart::BufferedInterruptHandler<UART0>;
+});
+
+/// Runs the serial tasks, at a priority above thread mode.
+static EXECUTOR: InterruptExecutor = InterruptExecutor::new();
+
+#[interrupt]
+unsafe fn SWI_IRQ_1() {
+    // SAFETY: SWI_IRQ_1 is a software interrupt, this executor's alone (`EXECUTOR.start`
+    // below).
+    unsafe { EXECUTOR.on_interrupt() }
+}
+
+#[cortex_m_rt::entry]
+fn main() -> ! {
+    let p = embassy_rp::init(embassy_rp::config::Config::default());
+    report_clocks();
+
+    let Some(link) = link::take() else {
+        error!("serial link taken twice");
+        panic!("serial link taken twice");
+    };
+    interrupt::SWI_IRQ_1.set_priority(Priority::P2);
+    let spawner = EXECUTOR.start(interrupt::SWI_IRQ_1);
+    if board::TRANSPORT == "usb" {
+        let task = usb_serial(p.USB, link.wire_rx, link.wire_tx);
+        spawner.spawn(task.expect("one usb task"));
+    } else {
+        let task = uart_serial(p.UART0, p.PIN_0, p.PIN_1, link.wire_rx, link.wire_tx);
+        spawner.spawn(task.expect("one uart task"));
+    }
+    // The Pico's LED (GPIO25): lit while the firmware works on a request.
+    let led = Output::new(p.PIN_25, Level::Low);
+    info!("serving the protocol on {}", board::TRANSPORT);
+    link::serve(
+        link.serial_rx,
+        link.serial_tx,
+        ActivityLed::active_high(led),
+        reset,
+    )
+}
+
+fn reset() -> Infallible {
+    cortex_m::peripheral::SCB::sys_reset()
+}
+
+/// Logs clk_sys and clk_peri as the HAL set them and the XIP cache state, beside what the board
+/// profile states; a clk_sys other than board.toml's `clock_hz` is an error.
+fn report_clocks() {
+    let sys = embassy_rp::clocks::clk_sys_freq();
+    let xip_cache = embassy_rp::pac::XIP_CTRL.ctrl().read().en();
+    info!(
+        "clocks: clk_sys {} Hz, clk_peri {} Hz, clk_usb {} Hz, XIP cache {}",
+        sys,
+        embassy_rp::clocks::clk_peri_freq(),
+        embassy_rp::clocks::clk_usb_freq(),
+        xip_cache
+    );
+    info!(
+        "board.toml: clock_hz {}, {}",
+        board::CLOCK_HZ,
+        board::CLOCKS
+    );
+    if sys != board::CLOCK_HZ {
+        error!(
+            "clk_sys is {} Hz, board.toml says {} Hz",
+            sys,
+            board::CLOCK_HZ
+        );
+    }
+    if !xip_cache {
+        error!("the XIP cache is off: code and model run uncached from flash");
+    }
+}
+
+/// USB CDC-ACM on the RP2040's USB controller: the device, and the link's pump over its one
+/// serial port.
+#[embassy_executor::task]
+async fn usb_serial(usb: Peri<'static, USB>, wire_rx: WireRx, wire_tx: WireTx) {
+    let driver = usb::Driver::new(usb, Irqs);
+    let mut descriptors = link::UsbDescriptors::new();
+    let mut state = State::new();
+    let mut builder = descriptors.builder(driver);
+    let class = CdcAcmClass::new(&mut builder, &mut state, 64);
+    let mut device = builder.build();
+    let pump = link::pump_cdc_acm(class, wire_rx, wire_tx);
+    embassy_futures::join::join(device.run(), pump).await;
+}
+
+/// UART0 at 115200 8N1, interrupt-driven into the HAL's ring buffers.
+#[embassy_executor::task]
+async fn uart_serial(
+    uart: Peri<'static, UART0>,
+    tx_pin: Peri<'static, PIN_0>,
+    rx_pin: Peri<'static, PIN_1>,
+    wire_rx: WireRx,
+    wire_tx: WireTx,
+) {
+    let mut tx_buf = [0u8; 256];
+    let mut rx_buf = [0u8; 1024];
+    let mut config = uart::Config::default();
+    config.baudrate = link::UART_BAUD;
+    let uart = BufferedUart::new(uart, tx_pin, rx_pin, Irqs, &mut tx_buf, &mut rx_buf, config);
+    let (tx, rx) = uart.split();
+    link::pump_uart(rx, tx, wire_rx, wire_tx).await;
+}
