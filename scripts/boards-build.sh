@@ -3,23 +3,27 @@
 #
 #   bash scripts/boards-build.sh [BOARD...]     (default: every board below)
 #
-#   * stm32h743, nrf52840, rp2040: each board's own crate (boards/<board>/Cargo.toml, on its
-#     vendor's HAL: embassy-stm32, embassy-nrf, embassy-rp), built from its folder; esp32c3
-#     (riscv32imc): firmware/ with its polled UART driver. Each with the model, state type and
-#     levels of its boards/<board>/board.toml (`model = ...` or the shipped model), so
-#     firmware/build.rs's fit check runs against the real memory map. Checks that `.bss` (the
-#     session arena) starts at the board's [memory.ram] origin, RP2040's 256-byte `.boot2` at
-#     0x1000_0000, that the image has no semihosting trap (it must run without a probe), and
-#     that it would boot (`cargo xtask image-check`: segments in the memory map, the vector
-#     table, the RP2040 second stage's CRC; not esp32c3, whose image is not bootable yet).
-#     `cargo fmt --check` and clippy (-D warnings) check every board crate, and firmware/ with
-#     the esp32c3 UART driver. Nothing is flashed or run: there is no hardware here.
+#   * stm32h743, nrf52840, rp2040, esp32c3: each board's own crate (boards/<board>/Cargo.toml,
+#     on its vendor's HAL: embassy-stm32, embassy-nrf, embassy-rp, esp-hal), built from its
+#     folder, with the model, state type and levels of its board.toml, so firmware/build.rs's
+#     fit check runs against the real memory map. Checks that `.bss` (the session arena) lies in
+#     the board's [memory.ram], RP2040's 256-byte `.boot2` at 0x1000_0000, that the image has no
+#     semihosting trap (it must run without a probe), and that it would boot (`cargo xtask
+#     image-check`: segments in the memory map, the vector table, the RP2040 second stage's
+#     CRC). `cargo fmt --check` and clippy (-D warnings) check every board crate, and the
+#     firmware library as they build it.
 #   * linux-aarch64: a std build of loglinear-runtime and of the `loglinear` CLI for
 #     aarch64-unknown-linux-gnu (linked with Debian's gcc-aarch64-linux-gnu).
+#   * for each hardware board, its runner (board.toml and .cargo/config.toml agree) names a
+#     chip that the tool itself lists: `probe-rs chip info`, `espflash flash --chip` values.
+#   * rp2040: elf2uf2-rs writes the UF2 file, and `cargo xtask uf2-check` checks what it would
+#     write to flash (vector table, second stage's CRC). esp32c3: `espflash save-image` writes
+#     the app image, and `cargo xtask esp-image` reads it back (header, segments, checksum,
+#     SHA-256, app descriptor).
 #
-# Installs what it needs on Debian 12 (the Rust targets; gcc-aarch64-linux-gnu and
-# libc6-dev-arm64-cross with apt). probe-rs, the runner of real boards (their
-# .cargo/config.toml), is neither installed nor run.
+# Installs what it needs on Debian 12: the Rust targets; gcc-aarch64-linux-gnu,
+# libc6-dev-arm64-cross and libudev-dev with apt; espflash, elf2uf2-rs and probe-rs-tools with
+# cargo install. Nothing is flashed: no board is attached here.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -79,6 +83,24 @@ if printf '%s\n' "${targets[@]}" | grep -qx "$AARCH64" &&
         gcc-aarch64-linux-gnu libc6-dev-arm64-cross
 fi
 command -v size >/dev/null 2>&1 || fail "size (binutils) is missing"
+# The boards' tools, at fixed versions (cargo install, a few minutes each on a fresh machine):
+# espflash turns the ESP32-C3 ELF into the app image its bootloader boots, elf2uf2-rs the RP2040
+# ELF into the UF2 file of its BOOTSEL drive, and probe-rs (the other boards' runner) lists the
+# chips it knows. Each flashes boards too; no board is attached here.
+TOOLS=("espflash 4.7.0 espflash" "elf2uf2-rs 2.2.0 elf2uf2-rs" "probe-rs 0.32.0 probe-rs-tools")
+for tool in "${TOOLS[@]}"; do
+    read -r bin version crate <<<"$tool"
+    command -v "$bin" >/dev/null 2>&1 && cargo install --list | grep -qx "$crate v$version:" &&
+        continue
+    if ! pkg-config --exists libudev 2>/dev/null; then
+        echo "installing libudev-dev (the tools' serial and USB access)"
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q
+        as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+            libudev-dev pkg-config
+    fi
+    echo "installing $crate $version (cargo install)"
+    cargo install --locked --quiet "$crate@$version"
+done
 mkdir -p "$WORK"
 
 # A HAL board crate (boards/<board>/Cargo.toml: embassy or esp-hal) uses its board's model; the
@@ -120,6 +142,36 @@ for board in "${BOARDS[@]}"; do
         LOGLINEAR_STATE="" LOGLINEAR_TRANSPORT="" \
         cargo clippy --release -q --manifest-path firmware/Cargo.toml --target "$t" \
         --target-dir "$FW_TARGET_DIR" -- -D warnings
+done
+
+# --- runners --------------------------------------------------------------------------------
+# `cargo run` in a board's folder runs its .cargo/config.toml runner, which must be board.toml's
+# and must name a chip its tool knows: probe-rs's own target list (`probe-rs chip info`),
+# espflash's (the values of `espflash flash --chip`). board.toml's `probe_rs_chip` too.
+for board in "${BOARDS[@]}"; do
+    toml="boards/$board/board.toml"
+    [ "$(board_value "$toml" kind)" = hardware ] || continue
+    runner="$(board_value "$toml" runner)"
+    cargo_runner="$(board_value "boards/$board/.cargo/config.toml" runner)"
+    [ "$runner" = "$cargo_runner" ] ||
+        fail "$board: .cargo/config.toml runs '$cargo_runner', board.toml says '$runner'"
+    chips=("probe-rs $(board_value "$toml" probe_rs_chip)")
+    case "$runner" in
+    "probe-rs run --chip "*) chips+=("probe-rs ${runner#probe-rs run --chip }") ;;
+    "espflash flash --chip "*) read -r _ _ _ chip _ <<<"$runner" && chips+=("espflash $chip") ;;
+    *) fail "$board: runner '$runner' is neither probe-rs nor espflash" ;;
+    esac
+    for entry in "${chips[@]}"; do
+        read -r tool chip <<<"$entry"
+        if [ "$tool" = probe-rs ]; then
+            probe-rs chip info "$chip" >/dev/null 2>&1 ||
+                fail "$board: probe-rs does not know chip '$chip' (probe-rs chip list)"
+        else
+            espflash flash --help | grep -qE "^ +- $chip: " ||
+                fail "$board: espflash does not know chip '$chip' (espflash flash --help)"
+        fi
+        echo "$board: $tool knows chip $chip"
+    done
 done
 
 # --- boards --------------------------------------------------------------------------------
@@ -179,13 +231,20 @@ for board in "${BOARDS[@]}"; do
     read -r bss_size bss_addr < <(awk '$1 == ".bss" { print $2, $3 }' <<<"$sections")
     [ "$((bss_addr))" -ge "$ram_origin" ] && [ "$((bss_addr + bss_size))" -le "$ram_end" ] ||
         fail "$board: .bss (the arena) at $bss_addr + $bss_size B is not inside [memory.ram]"
-    # The image would boot: segments in the board's memory, vector table, RP2040 boot2 CRC
-    # (`cargo xtask image-check`). The ESP32-C3 image is a plain riscv-rt ELF that the ROM
-    # bootloader would reject (no app image, docs/boards.md): nothing to check yet.
+    # The image would boot. Arm and RP2040: segments in the board's memory, the vector table,
+    # the second stage's CRC (`cargo xtask image-check`). ESP32-C3: the app image that espflash
+    # makes from the ELF (and that `cargo run` flashes) reads back with its header, segments,
+    # checksum, SHA-256 and app descriptor (`cargo xtask esp-image`).
     if [ "$board" = esp32c3 ]; then
-        echo "  not checked: the esp32c3 image is not bootable yet (docs/boards.md)"
+        espflash save-image --chip esp32c3 "$elf" "$WORK/$board.bin" 2>&1 | sed 's/^/  espflash: /'
+        cargo xtask esp-image --board "$board" "$WORK/$board.bin"
     else
         cargo xtask image-check --board "$board" "$elf"
+    fi
+    if [ "$board" = rp2040 ]; then
+        elf2uf2-rs "$elf" "$WORK/$board.uf2" >/dev/null
+        echo "  $WORK/$board.uf2 ($(stat -c %s "$WORK/$board.uf2") B, elf2uf2-rs):"
+        cargo xtask uf2-check --board "$board" "$WORK/$board.uf2"
     fi
     if [ "$board" = rp2040 ]; then
         read -r b2_size b2_addr < <(awk '$1 == ".boot2" { print $2, $3 }' <<<"$sections")
@@ -207,5 +266,5 @@ for board in "${BOARDS[@]}"; do
 done
 
 echo
-echo "boards-build: all boards built (probe-rs not run):"
+echo "boards-build: all boards built and checked (nothing flashed: no board is attached):"
 printf '  %s\n' "${summary[@]}"

@@ -169,7 +169,7 @@ bash "$ROOT/scripts/snapshot-test.sh"
 section "Memory planner vs the linked firmware, size snapshots (scripts/plan-test.sh)"
 bash "$ROOT/scripts/plan-test.sh"
 
-section "Hardware board profiles build (scripts/boards-build.sh; probe-rs not run)"
+section "Real-chip board crates build, and their flashable images check (scripts/boards-build.sh; nothing flashed)"
 bash "$ROOT/scripts/boards-build.sh"
 
 section "AArch64 integer kernels (NEON, sdot) under qemu-user (scripts/aarch64-test.sh)"

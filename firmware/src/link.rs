@@ -320,6 +320,23 @@ impl<P: OutputPin> ActivityLed<P> {
     }
 }
 
+/// The LED of a board that has none to drive: every level is accepted and nothing happens.
+pub struct NoLed;
+
+impl embedded_hal::digital::ErrorType for NoLed {
+    type Error = Infallible;
+}
+
+impl OutputPin for NoLed {
+    fn set_low(&mut self) -> Result<(), Infallible> {
+        Ok(())
+    }
+
+    fn set_high(&mut self) -> Result<(), Infallible> {
+        Ok(())
+    }
+}
+
 /// The protocol loop's input, with the activity LED: dark while a read waits for the host, lit
 /// once bytes have come.
 struct WithLed<'a, P: OutputPin> {
@@ -352,7 +369,6 @@ pub fn serve<P: OutputPin>(
     mut led: ActivityLed<P>,
     reset: fn() -> Infallible,
 ) -> ! {
-    crate::stack::paint();
     led.set(true);
     let mut input = WithLed {
         rx: &mut rx,

@@ -4,40 +4,61 @@
 //! between the runtime crate's linker symbols: `_stack_end` (low end, after `.bss`/`.uninit`) and
 //! `_stack_start` (top, the initial SP) for `cortex-m-rt`; `__estack` and `_stack_start` for
 //! `riscv-rt`. The stack grows down from the top.
+//!
+//! With feature `hal-stack-guard` (esp-hal, whose start-up keeps a canary at the stack's low
+//! end and may watch it with a hardware watchpoint) nothing is painted and [`peak_bytes`] is 0:
+//! painting would overwrite the canary.
 
+#[cfg(not(feature = "hal-stack-guard"))]
 use core::ptr;
 
 /// The paint: a word that no frame is likely to store by chance.
+#[cfg(not(feature = "hal-stack-guard"))]
 const PATTERN: u32 = 0xC0FF_EE5A;
 
 /// Bytes below the current frame left unpainted, for the painting loop itself. It calls nothing,
 /// so it needs no stack below its own frame; the margin only guards against compiler spills.
+#[cfg(not(feature = "hal-stack-guard"))]
 const MARGIN: usize = 256;
 
-#[cfg(target_arch = "arm")]
+#[cfg(all(target_arch = "arm", not(feature = "hal-stack-guard")))]
 extern "C" {
     static _stack_start: u32;
     static _stack_end: u32;
 }
-#[cfg(target_arch = "arm")]
+#[cfg(all(target_arch = "arm", not(feature = "hal-stack-guard")))]
 use _stack_end as STACK_LOW;
 
-#[cfg(target_arch = "riscv32")]
+#[cfg(all(target_arch = "riscv32", not(feature = "hal-stack-guard")))]
 extern "C" {
     static _stack_start: u32;
     static __estack: u32;
 }
-#[cfg(target_arch = "riscv32")]
+#[cfg(all(target_arch = "riscv32", not(feature = "hal-stack-guard")))]
 use __estack as STACK_LOW;
 
 /// `(low, top)`: word-aligned addresses of the stack region.
+#[cfg(not(feature = "hal-stack-guard"))]
 fn region() -> (usize, usize) {
     let low = ptr::addr_of!(STACK_LOW) as usize;
     let top = ptr::addr_of!(_stack_start) as usize;
     ((low + 3) & !3, top & !3)
 }
 
-/// Paints the stack below the caller's frame. Call once, first thing in `main`.
+/// Paints the stack below the caller's frame. Call once, first thing in `main`, before any
+/// interrupt is enabled (an interrupt's frame below the caller's would be painted over).
+#[cfg(feature = "hal-stack-guard")]
+pub fn paint() {}
+
+/// The stack's peak use: unknown without painting.
+#[cfg(feature = "hal-stack-guard")]
+pub fn peak_bytes() -> usize {
+    0
+}
+
+/// Paints the stack below the caller's frame. Call once, first thing in `main`, before any
+/// interrupt is enabled (an interrupt's frame below the caller's would be painted over).
+#[cfg(not(feature = "hal-stack-guard"))]
 #[inline(never)]
 pub fn paint() {
     let here = 0u32;
@@ -61,6 +82,7 @@ pub fn paint() {
 
 /// The deepest the stack has reached since [`paint`], in bytes from its top: the region's size
 /// minus the painted words still untouched at its low end.
+#[cfg(not(feature = "hal-stack-guard"))]
 pub fn peak_bytes() -> usize {
     let (low, top) = region();
     let mut p = low as *const u32;

@@ -9,26 +9,25 @@
 //! | `cmsdk-apb` | `mps2-an386`, `mps2-an500` | CMSDK APB UART0 @0x4000_4000 | QEMU |
 //! | `ns16550` | `riscv-virt` | NS16550A @0x1000_0000 | QEMU |
 //! | `nrf51` | `microbit` | UART0 @0x4000_2000, TX P0.24, RX P0.25 | QEMU |
-//! | `esp32c3` | `esp32c3` | UART0 @0x6000_0000, as the ROM left it | built only |
 //!
-//! The real chips with a HAL crate (stm32h743, nrf52840, rp2040 in `boards/`) use their HAL's
-//! interrupt-driven UART or USB instead (`src/link.rs`).
+//! The real chips (stm32h743, nrf52840, rp2040, esp32c3) have crates of their own in `boards/`,
+//! on their vendors' HALs, with interrupt-driven UARTs and USB (`src/link.rs`).
 //!
 //! This is the only module besides the arena and the stack painter that uses `unsafe`: the
 //! volatile accesses of [`Block`], each argued once there. A driver only names a block's base
 //! address (cited from the chip's manual) and register offsets inside it.
 //!
 //! Polled means a byte that arrives while the firmware is busy (a `GEN` running) waits in the
-//! peripheral's receive buffer (1 byte on CMSDK, nRF 6, 16550 1 without its FIFO, ESP32-C3
-//! 128) and later bytes may be lost on real hardware; a host sends one request
-//! and waits for its final reply line (`loglinear serial` does). QEMU holds input back instead.
+//! peripheral's receive buffer (1 byte on CMSDK, nRF 6, 16550 1 without its FIFO) and later
+//! bytes may be lost on real hardware; a host sends one request and waits for its final reply
+//! line (`loglinear serial` does). QEMU holds input back instead.
 
 use core::ptr;
 
 use embedded_io::{ErrorKind, ErrorType, Read, Write};
 
 /// Baud rate of every driver.
-#[allow(dead_code)] // esp32c3 keeps the ROM's setting, which is this rate
+#[allow(dead_code)] // the nRF51 driver writes its BAUDRATE table value for this rate instead
 pub const BAUD: u32 = 115_200;
 
 /// A peripheral's register block: `SPAN` bytes of device memory at `base`. Offsets are masked
@@ -318,48 +317,5 @@ mod driver {
 
     pub fn flush() {
         // `write_byte` returns only once TXDRDY says the byte has been sent.
-    }
-}
-
-/// ESP32-C3 UART0 at 0x6000_0000 (ESP32-C3 Technical Reference Manual, chapter 26 "UART
-/// Controller", register summary: UART_FIFO_REG 0x00, UART_STATUS_REG 0x1C with RXFIFO_CNT in
-/// bits 9:0 and TXFIFO_CNT in bits 25:16; 128-byte FIFOs). The ROM bootloader has already set
-/// it up at 115200 baud on GPIO21 (TX) / GPIO20 (RX), the DevKit's USB-UART bridge, so the
-/// driver only moves bytes.
-#[cfg(uart = "esp32c3")]
-mod driver {
-    use super::Block;
-
-    // SAFETY: 0x6000_0000..0x6000_1000 is UART0's register block (TRM, "System and Memory").
-    const UART0: Block<0x1000> = unsafe { Block::new(0x6000_0000) };
-    const FIFO: usize = 0x00;
-    const STATUS: usize = 0x1C;
-    const FIFO_LEN: u32 = 128;
-
-    fn rx_count() -> u32 {
-        UART0.read(STATUS) & 0x3FF
-    }
-
-    fn tx_count() -> u32 {
-        (UART0.read(STATUS) >> 16) & 0x3FF
-    }
-
-    pub fn init() {}
-
-    pub fn read_byte() -> Option<u8> {
-        (rx_count() > 0).then(|| UART0.read(FIFO) as u8)
-    }
-
-    pub fn write_byte(b: u8) {
-        while tx_count() >= FIFO_LEN {
-            core::hint::spin_loop();
-        }
-        UART0.write(FIFO, u32::from(b));
-    }
-
-    pub fn flush() {
-        while tx_count() > 0 {
-            core::hint::spin_loop();
-        }
     }
 }

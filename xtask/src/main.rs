@@ -4,9 +4,17 @@
 //!   segments lie in the board's memory, the vector table (Cortex-M) or entry point (RISC-V) is
 //!   valid, and an RP2040 second stage has a valid CRC (`image.rs`). The board is read with
 //!   the memory planner's parser, the one reader of `board.toml`.
+//! * `esp-image --board <board> <app.bin>`: would the ESP-IDF bootloader boot the app image
+//!   that `espflash save-image` wrote? Header, segments in the board's windows, entry point,
+//!   checksum, SHA-256, app descriptor (`esp_image.rs`).
+//! * `uf2-check --board <board> <file.uf2>`: the same boot checks on the flash contents that
+//!   a UF2 file writes (`uf2.rs`): what a user drags onto the RP2040's BOOTSEL drive.
+//! * `size-by-crate <elf>`: code and read-only data of an image summed by crate (`size.rs`).
 
+mod esp_image;
 mod image;
 mod size;
+mod uf2;
 
 use std::path::PathBuf;
 
@@ -32,6 +40,26 @@ enum Command {
         /// The firmware ELF file.
         elf: PathBuf,
     },
+    /// Checks that a UF2 file would boot on a board: the flash contents it writes pass the
+    /// `image-check` checks (vector table, second stage's CRC); blocks well-formed and for the
+    /// RP2040 family.
+    Uf2Check {
+        /// Board name (a folder under boards/) or a folder holding a board.toml.
+        #[arg(long)]
+        board: String,
+        /// The UF2 file.
+        uf2: PathBuf,
+    },
+    /// Checks that an ESP app image (from `espflash save-image`) would boot on a board: its
+    /// header, segments in the board's memory windows, entry point, checksum, SHA-256 and app
+    /// descriptor.
+    EspImage {
+        /// Board name (a folder under boards/) or a folder holding a board.toml.
+        #[arg(long)]
+        board: String,
+        /// The app image file.
+        image: PathBuf,
+    },
     /// Code and read-only data of a firmware ELF summed by the crate that defines each symbol.
     SizeByCrate {
         /// The firmware ELF file.
@@ -53,6 +81,42 @@ fn main() -> anyhow::Result<()> {
                 bail!(
                     "{}: the image would not boot on {} ({} problems above)",
                     elf.display(),
+                    profile.name,
+                    report.problems.len()
+                );
+            }
+            Ok(())
+        }
+        Command::Uf2Check { board, uf2 } => {
+            let profile = BoardProfile::find(&board)?;
+            let bytes =
+                std::fs::read(&uf2).with_context(|| format!("reading {}", uf2.display()))?;
+            let origins: Vec<u64> = profile.regions().map(|(_, r)| r.origin).collect();
+            let img = uf2::read(&bytes, uf2::RP2040_FAMILY, &origins)
+                .with_context(|| format!("{} is not a valid RP2040 UF2 file", uf2.display()))?;
+            let report = image::check(&profile, &img);
+            print!("{report}");
+            if !report.problems.is_empty() {
+                bail!(
+                    "{}: the UF2 file would not boot on {} ({} problems above)",
+                    uf2.display(),
+                    profile.name,
+                    report.problems.len()
+                );
+            }
+            Ok(())
+        }
+        Command::EspImage { board, image } => {
+            let profile = BoardProfile::find(&board)?;
+            let bytes =
+                std::fs::read(&image).with_context(|| format!("reading {}", image.display()))?;
+            let report = esp_image::check(&profile, &bytes)
+                .with_context(|| format!("{} is not a readable app image", image.display()))?;
+            print!("{report}");
+            if !report.problems.is_empty() {
+                bail!(
+                    "{}: the bootloader would not boot it on {} ({} problems above)",
+                    image.display(),
                     profile.name,
                     report.problems.len()
                 );

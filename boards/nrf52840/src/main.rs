@@ -52,6 +52,8 @@ unsafe fn EGU0_SWI0() {
 
 #[cortex_m_rt::entry]
 fn main() -> ! {
+    // Before any interrupt is enabled: the painting must not meet an interrupt's frame.
+    loglinear_firmware::stack::paint();
     let mut config = embassy_nrf::config::Config::default();
     config.hfclk_source = embassy_nrf::config::HfclkSource::ExternalXtal;
     let p = embassy_nrf::init(config);

@@ -51,6 +51,8 @@ unsafe fn SWI_IRQ_1() {
 
 #[cortex_m_rt::entry]
 fn main() -> ! {
+    // Before any interrupt is enabled: the painting must not meet an interrupt's frame.
+    loglinear_firmware::stack::paint();
     let p = embassy_rp::init(embassy_rp::config::Config::default());
     report_clocks();
 

@@ -51,6 +51,8 @@ unsafe fn UART4() {
 
 #[cortex_m_rt::entry]
 fn main() -> ! {
+    // Before any interrupt is enabled: the painting must not meet an interrupt's frame.
+    loglinear_firmware::stack::paint();
     let p = embassy_stm32::init(clock_config());
     let mut core = cortex_m::Peripherals::take().expect("core peripherals taken once, here");
     core.SCB.enable_icache();
