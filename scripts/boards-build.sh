@@ -2,6 +2,7 @@
 # Builds every hardware board profile (they cannot run here) and prints `size` of every ELF:
 #
 #   bash scripts/boards-build.sh [BOARD...]     (default: every board below)
+#   bash scripts/boards-build.sh --update [BOARD...]   rewrite the boards' size.txt
 #
 #   * stm32h743, nrf52840, rp2040, esp32c3: each board's own crate (boards/<board>/Cargo.toml,
 #     on its vendor's HAL: embassy-stm32, embassy-nrf, embassy-rp, esp-hal), built from its
@@ -11,7 +12,8 @@
 #     semihosting trap (it must run without a probe), and that it would boot (`cargo xtask
 #     image-check`: segments in the memory map, the vector table, the RP2040 second stage's
 #     CRC). `cargo fmt --check` and clippy (-D warnings) check every board crate, and the
-#     firmware library as they build it.
+#     firmware library as they build it. Each image's sizes must match boards/<board>/size.txt
+#     (bss exactly, the others within max(4 KiB, 2 %); scripts/lib.sh, as for the QEMU boards).
 #   * linux-aarch64: a std build of loglinear-runtime and of the `loglinear` CLI for
 #     aarch64-unknown-linux-gnu (linked with Debian's gcc-aarch64-linux-gnu).
 #   * for each hardware board, its runner (board.toml and .cargo/config.toml agree) names a
@@ -38,6 +40,11 @@ WORK="$FW_TARGET_DIR/elf"
 DEFAULT_MODEL="models/ll-gdn-mcu16k-q8_0.gguf"
 AARCH64=aarch64-unknown-linux-gnu
 
+UPDATE=0
+if [ "${1:-}" = "--update" ]; then
+    UPDATE=1
+    shift
+fi
 BOARDS=("$@")
 if [ "${#BOARDS[@]}" -eq 0 ]; then
     BOARDS=(stm32h743 nrf52840 rp2040 esp32c3 linux-aarch64)
@@ -257,6 +264,10 @@ for board in "${BOARDS[@]}"; do
         traps=$(llvm-objdump -d "$elf" | grep -cE '\s(bkpt|ebreak)\b' || true)
         [ "$traps" -eq 0 ] || fail "$board: $traps semihosting traps (bkpt/ebreak) in a $transport image"
         echo "  ok: no semihosting traps (bkpt/ebreak) in the code"
+    fi
+    if [ -f "boards/$board/Cargo.toml" ]; then
+        size_snapshot "$board" "$elf" "$model" "$UPDATE" \
+            "bash scripts/boards-build.sh --update $board" || fail "$board: size snapshot"
     fi
     # Flash: everything loaded from it; RAM: .data + .bss (riscv-rt's .stack, the rest of the
     # RAM region, is left out, as in `size -A` above).

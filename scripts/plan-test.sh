@@ -36,8 +36,6 @@ cd "$ROOT"
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 FW_TARGET_DIR="$TARGET_DIR/firmware"
 DEFAULT_MODEL="models/ll-gdn-mcu16k-q8_0.gguf" # unless the board.toml names its own `model`
-TEXT_ABS=4096       # snapshot tolerance of text, rodata and data: max(TEXT_ABS, TEXT_PCT %)
-TEXT_PCT=2
 
 UPDATE=0
 if [ "${1:-}" = "--update" ]; then
@@ -54,13 +52,8 @@ fail() {
     exit 1
 }
 
-if command -v size >/dev/null 2>&1; then
-    SIZE=size
-elif command -v llvm-size >/dev/null 2>&1; then
-    SIZE=llvm-size
-else
+command -v size >/dev/null 2>&1 || command -v llvm-size >/dev/null 2>&1 ||
     fail "neither size (binutils) nor llvm-size is installed"
-fi
 
 for t in thumbv7em-none-eabihf riscv32imac-unknown-none-elf thumbv6m-none-eabi thumbv8m.main-none-eabihf; do
     rustup target list --installed 2>/dev/null | grep -qx "$t" || rustup target add "$t"
@@ -89,14 +82,7 @@ for board in "${BOARDS[@]}"; do
     # 0. the image would boot: segments in the board's memory, vector table or entry point
     cargo xtask image-check --board "$board" "$elf" || failed=1
 
-    # text / rodata / data / bss of the ELF's allocated sections. riscv-rt's .stack and .heap
-    # (the rest of RAM) and the empty .uninit are not statics; debug sections are not loaded.
-    read -r text rodata data bss < <("$SIZE" -A "$elf" | awk '
-        $1 ~ /^\.(vector_table|text|text\..*|init\.rust|eh_frame|gnu\.sgstubs)$/ { t += $2 }
-        $1 == ".rodata" || $1 == ".model" { r += $2 }
-        $1 == ".data"   { d += $2 }
-        $1 == ".bss"    { b += $2 }
-        END { printf "%d %d %d %d\n", t, r, d, b }')
+    read -r text rodata data bss < <(elf_sizes "$elf")
 
     # 1. planner vs ELF
     plan_out="$("$LOGLINEAR" plan --board "$board" --model "$MODEL")" ||
@@ -123,54 +109,8 @@ $plan_out"
     fi
 
     # 2. size snapshot
-    snap="boards/$board/size.txt"
-    current="$(printf '%-6s %9d\n' text "$text" rodata "$rodata" data "$data" bss "$bss")"
-    if [ "$UPDATE" -eq 1 ]; then
-        {
-            echo "# Firmware ELF sizes in bytes ($MODEL, the board's [firmware] settings)."
-            echo "# Checked by scripts/plan-test.sh; update with: bash scripts/plan-test.sh --update"
-            echo "# text = .vector_table .text .init.rust .eh_frame; bss = session arena + statics"
-            echo "$current"
-        } >"$snap"
-        echo "  updated $snap"
-        sed 's/^/    /' <<<"$current"
-        continue
-    fi
-    [ -f "$snap" ] || {
-        echo "FAIL: $board: no $snap (create it with: bash scripts/plan-test.sh --update $board)" >&2
+    size_snapshot "$board" "$elf" "$MODEL" "$UPDATE" "bash scripts/plan-test.sh --update $board" ||
         failed=1
-        continue
-    }
-    bad=""
-    for key in text rodata data bss; do
-        want=$(awk -v k="$key" '$1 == k { print $2 }' "$snap")
-        got=$(awk -v k="$key" '$1 == k { print $2 }' <<<"$current")
-        [ -n "$want" ] || {
-            bad+="  $key missing from $snap"$'\n'
-            continue
-        }
-        diff=$((got > want ? got - want : want - got))
-        if [ "$key" = bss ]; then
-            tol=0
-        else
-            tol=$((want * TEXT_PCT / 100))
-            [ "$tol" -ge "$TEXT_ABS" ] || tol=$TEXT_ABS
-        fi
-        if [ "$diff" -gt "$tol" ]; then
-            bad+="  $key: snapshot $want B, build $got B (${diff} B apart, tolerance $tol B)"$'\n'
-        fi
-    done
-    if [ -n "$bad" ]; then
-        echo "FAIL: $board: firmware sizes differ from $snap:" >&2
-        printf '%s' "$bad" >&2
-        diff -u --label "$snap (snapshot)" --label "$board build" \
-            <(grep -v '^#' "$snap") <(echo "$current") >&2 || true
-        echo "  If the change is intended: bash scripts/plan-test.sh --update $board, and commit $snap" >&2
-        failed=1
-    else
-        echo "  ok: sizes match $snap (bss exact, others within max($TEXT_ABS B, $TEXT_PCT %))"
-        sed 's/^/    /' <<<"$current"
-    fi
 done
 
 # 3. A model that does not fit: the firmware build fails with the planner's report. Same flags
