@@ -320,6 +320,12 @@ impl<P: OutputPin> ActivityLed<P> {
     }
 }
 
+/// Resets a Cortex-M chip (SYSRESETREQ): the `reset` of [`serve`] on the Arm boards.
+#[cfg(target_arch = "arm")]
+pub fn reset_cortex_m() -> Infallible {
+    cortex_m::peripheral::SCB::sys_reset()
+}
+
 /// The LED of a board that has none to drive: every level is accepted and nothing happens.
 pub struct NoLed;
 
@@ -369,6 +375,7 @@ pub fn serve<P: OutputPin>(
     mut led: ActivityLed<P>,
     reset: fn() -> Infallible,
 ) -> ! {
+    info!("serving the protocol on {}", crate::board::TRANSPORT);
     led.set(true);
     let mut input = WithLed {
         rx: &mut rx,

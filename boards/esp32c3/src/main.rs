@@ -44,10 +44,7 @@ fn main() -> ! {
     let timg0 = TimerGroup::new(p.TIMG0);
     esp_rtos::start(timg0.timer0, p.FROM_CPU_INTR0);
 
-    let Some(link) = link::take() else {
-        error!("serial link taken twice");
-        panic!("serial link taken twice");
-    };
+    let link = link::take().expect("the serial link is taken once, here");
     static EXECUTOR: StaticCell<InterruptExecutor<1>> = StaticCell::new();
     let executor = EXECUTOR.init(InterruptExecutor::new(p.FROM_CPU_INTR1));
     let spawner = executor.start(Priority::Priority2);
@@ -58,7 +55,6 @@ fn main() -> ! {
         let task = uart_serial(p.UART0, p.GPIO20, p.GPIO21, link.wire_rx, link.wire_tx);
         spawner.spawn(task.expect("one uart task"));
     }
-    info!("serving the protocol on {}", board::TRANSPORT);
     link::serve(
         link.serial_rx,
         link.serial_tx,

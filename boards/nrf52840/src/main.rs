@@ -16,8 +16,6 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
-use core::convert::Infallible;
-
 use defmt::{error, info};
 use embassy_executor::InterruptExecutor;
 use embassy_nrf::buffered_uarte::{self, BufferedUarte};
@@ -59,10 +57,7 @@ fn main() -> ! {
     let p = embassy_nrf::init(config);
     report_clocks();
 
-    let Some(link) = link::take() else {
-        error!("serial link taken twice");
-        panic!("serial link taken twice");
-    };
+    let link = link::take().expect("the serial link is taken once, here");
     interrupt::EGU0_SWI0.set_priority(Priority::P6);
     let spawner = EXECUTOR.start(interrupt::EGU0_SWI0);
     if board::TRANSPORT == "usb" {
@@ -83,17 +78,12 @@ fn main() -> ! {
     }
     // LED1 (P0.13, lit by a low level): lit while the firmware works on a request.
     let led = Output::new(p.P0_13, Level::High, OutputDrive::Standard);
-    info!("serving the protocol on {}", board::TRANSPORT);
     link::serve(
         link.serial_rx,
         link.serial_tx,
         ActivityLed::active_low(led),
-        reset,
+        link::reset_cortex_m,
     )
-}
-
-fn reset() -> Infallible {
-    cortex_m::peripheral::SCB::sys_reset()
 }
 
 /// Logs the HFCLK source as the HAL left it, beside what the board profile states; anything but

@@ -19,8 +19,6 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
-use core::convert::Infallible;
-
 use defmt::{error, info};
 use embassy_executor::InterruptExecutor;
 use embassy_rp::gpio::{Level, Output};
@@ -56,10 +54,7 @@ fn main() -> ! {
     let p = embassy_rp::init(embassy_rp::config::Config::default());
     report_clocks();
 
-    let Some(link) = link::take() else {
-        error!("serial link taken twice");
-        panic!("serial link taken twice");
-    };
+    let link = link::take().expect("the serial link is taken once, here");
     interrupt::SWI_IRQ_1.set_priority(Priority::P2);
     let spawner = EXECUTOR.start(interrupt::SWI_IRQ_1);
     if board::TRANSPORT == "usb" {
@@ -71,17 +66,12 @@ fn main() -> ! {
     }
     // The Pico's LED (GPIO25): lit while the firmware works on a request.
     let led = Output::new(p.PIN_25, Level::Low);
-    info!("serving the protocol on {}", board::TRANSPORT);
     link::serve(
         link.serial_rx,
         link.serial_tx,
         ActivityLed::active_high(led),
-        reset,
+        link::reset_cortex_m,
     )
-}
-
-fn reset() -> Infallible {
-    cortex_m::peripheral::SCB::sys_reset()
 }
 
 /// Logs clk_sys and clk_peri as the HAL set them and the XIP cache state, beside what the board

@@ -19,8 +19,6 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
-use core::convert::Infallible;
-
 use defmt::{error, info};
 use embassy_executor::InterruptExecutor;
 use embassy_stm32::gpio::{Level, Output, Speed};
@@ -59,10 +57,7 @@ fn main() -> ! {
     core.SCB.enable_dcache(&mut core.CPUID);
     report_clocks(&p.RCC, &core.SCB);
 
-    let Some(link) = link::take() else {
-        error!("serial link taken twice");
-        panic!("serial link taken twice");
-    };
+    let link = link::take().expect("the serial link is taken once, here");
     interrupt::UART4.set_priority(Priority::P6);
     let spawner = EXECUTOR.start(interrupt::UART4);
     if board::TRANSPORT == "usb" {
@@ -77,17 +72,12 @@ fn main() -> ! {
     }
     // LD1 (green, PB0): lit while the firmware works on a request.
     let led = Output::new(p.PB0, Level::Low, Speed::Low);
-    info!("serving the protocol on {}", board::TRANSPORT);
     link::serve(
         link.serial_rx,
         link.serial_tx,
         ActivityLed::active_high(led),
-        reset,
+        link::reset_cortex_m,
     )
-}
-
-fn reset() -> Infallible {
-    cortex_m::peripheral::SCB::sys_reset()
 }
 
 /// 400 MHz from the HSI through PLL1 at VOS1; USB from HSI48 (see the crate docs).
