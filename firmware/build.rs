@@ -48,7 +48,7 @@ fn main() {
 }
 
 /// The UART drivers of `src/uart.rs`, the values of a board's `uart` key.
-const UART_DRIVERS: &[&str] = &["cmsdk-apb", "ns16550", "nrf51"];
+const UART_DRIVERS: &[&str] = &["cmsdk-apb", "ns16550", "nrf51", "stm32l4-usart1"];
 
 fn run() -> Result<(), String> {
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").map_err(|e| e.to_string())?);

@@ -28,7 +28,11 @@
 #     board keeps serving; and `loglinear serial --port /dev/pts/N`, the host client, talks to
 #     the UART through a QEMU pty chardev (`-serial pty`), ends a line cut short that a
 #     previous host left (its sync: a blank line and STATUS) and prints what `loglinear
-#     generate` prints;
+#     generate` prints. Requests go out once the board has printed READY (a UART drops what
+#     comes before its receiver is on);
+#   * sustained input (b-l475e-iot01a: `uart_sustained_bytes` in its board.toml): a 64 KiB
+#     prompt sent at full speed over the STM32L475's interrupt-driven USART, in `GEN n=0` lines,
+#     then a greedy GEN: every line answered, the token count and the tokens equal the host's;
 #   * the integer matvec kernels (scripts/kernel-check.sh, Arm boards): every kernel path the
 #     core runs equals the portable one bit for bit on random shapes, on the board's own CPU;
 #   * activations: a board with `activations = "q8"` under [firmware] runs its quantized
@@ -73,12 +77,34 @@ fail() {
 }
 
 # Runs "$elf" under "$runner" with the protocol script on stdin ($1, a printf format), output in
-# $2.out and $2.err; sets ms (wall time). Any exit code but 0 fails the test.
+# $2.out and $2.err; sets ms (wall time). Any exit code but 0 fails the test. With wait_ready=1
+# (set by uart_test) the script is sent only once the board has printed READY: a UART drops what
+# arrives before the firmware has enabled its receiver (the STM32L4 USART model, like the chip).
 qemu_run() {
-    local script="$1" base="$2" start rc=0
+    local script="$1" base="$2" start rc=0 fifo qpid fd
     start=$(date +%s%N)
-    # shellcheck disable=SC2086,SC2059 # the runner is a command line; the script a format
-    printf "$script" | timeout "$QEMU_TIMEOUT" $runner "$elf" >"$base.out" 2>"$base.err" || rc=$?
+    if [ "${wait_ready:-0}" -eq 1 ]; then
+        fifo="$base.in"
+        rm -f "$fifo"
+        mkfifo "$fifo"
+        # shellcheck disable=SC2086 # the runner is a command line
+        timeout "$QEMU_TIMEOUT" $runner "$elf" <"$fifo" >"$base.out" 2>"$base.err" &
+        qpid=$!
+        exec {fd}>"$fifo"
+        for _ in $(seq $((QEMU_TIMEOUT * 20))); do
+            grep -q '^READY ' "$base.out" 2>/dev/null && break
+            kill -0 "$qpid" 2>/dev/null || break
+            sleep 0.05
+        done
+        # shellcheck disable=SC2059 # the script is a format
+        printf "$script" >&"$fd" || true
+        exec {fd}>&-
+        wait "$qpid" || rc=$?
+        rm -f "$fifo"
+    else
+        # shellcheck disable=SC2086,SC2059 # the runner is a command line; the script a format
+        printf "$script" | timeout "$QEMU_TIMEOUT" $runner "$elf" >"$base.out" 2>"$base.err" || rc=$?
+    fi
     ms=$((($(date +%s%N) - start) / 1000000))
     [ "$rc" -eq 0 ] || {
         cat "$base.err" >&2
@@ -115,7 +141,8 @@ host_ids() {
 # uart_runner, toml): builds the UART image, runs the CASES, hostile input and the host client
 # over the emulated UART.
 uart_test() {
-    local uart_elf base i case request got want pty qpid rc pty_runner
+    local uart_elf base i case request got want pty qpid rc pty_runner line
+    local wait_ready=1
     echo "  -- UART transport ($(board_value "$toml" uart)): $uart_runner"
     LOGLINEAR_BOARD="$board" LOGLINEAR_MODEL="$MODEL" LOGLINEAR_LEVELS="" LOGLINEAR_STATE="" \
         LOGLINEAR_TRANSPORT=uart RUSTFLAGS="$(board_value "$toml" rustflags)" \
@@ -179,6 +206,51 @@ uart_test() {
     echo "  ok: UART hostile input answered with ERR, board kept serving (QEMU $(secs "$ms")):"
     grep '^ERR' "$base.out" | cut -c1-60 | sed 's/^/      /'
 
+    # Sustained input (board.toml `uart_sustained_bytes`, with `uart_sustained_model`): a prompt
+    # of that many bytes, sent at full speed as `GEN n=0` lines of 480 bytes, then a greedy GEN.
+    # Every byte must get through the interrupt-driven receive: a `DONE 0` per line, and the
+    # tokens and the token count equal the host's for the whole prompt. The prompt is printable
+    # ASCII from the repository's docs, without `\` and `%` (the protocol's and printf's escapes).
+    local sustained sustained_model chunk lines
+    sustained="$(board_value "$toml" uart_sustained_bytes)"
+    if [ -n "$sustained" ]; then
+        sustained_model="$(board_value "$toml" uart_sustained_model)"
+        sustained_model="${sustained_model:-$MODEL}"
+        base="$WORK/$board-uart-sustained"
+        # (`head` ends the pipe early: the SIGPIPE of the others is expected; the size is checked.)
+        cat docs/*.md ./*.md | tr '\n' ' ' | tr -cd ' -$&-[]-~' | head -c "$sustained" >"$base.prompt" ||
+            true
+        [ "$(stat -c %s "$base.prompt")" -eq "$sustained" ] ||
+            fail "$board: the docs hold fewer than $sustained bytes for the sustained-input prompt"
+        LOGLINEAR_BOARD="$board" LOGLINEAR_MODEL="$sustained_model" LOGLINEAR_LEVELS="" \
+            LOGLINEAR_STATE="" LOGLINEAR_TRANSPORT=uart RUSTFLAGS="$(board_value "$toml" rustflags)" \
+            cargo build --release -q --manifest-path firmware/Cargo.toml --target "$target" \
+            --target-dir "$FW_UART_TARGET_DIR-sustained"
+        elf="$WORK/$board-uart-sustained.elf"
+        cp "$FW_UART_TARGET_DIR-sustained/$target/release/loglinear-firmware" "$elf"
+        script=""
+        lines=0
+        while IFS= read -r chunk || [ -n "$chunk" ]; do
+            script+="GEN n=0 prompt=$chunk\n"
+            lines=$((lines + 1))
+        done < <(fold -b -w 480 "$base.prompt")
+        script+="GEN n=16 temperature=0\nSTATUS\nQUIT\n"
+        # 65 536 model steps: minutes under QEMU, not the per-request limit.
+        QEMU_TIMEOUT=$((QEMU_TIMEOUT * 8)) qemu_run "$script" "$base"
+        "$LOGLINEAR" generate --model "$sustained_model" --prompt "$(cat "$base.prompt")" -n 16 \
+            --temperature 0 --levels "$levels" --state "$state" --activations "$acts" \
+            >"$base.host.out" 2>/dev/null
+        [ "$(grep -cx 'DONE 0' "$base.out")" -eq "$lines" ] ||
+            fail "$board sustained input: $(grep -cx 'DONE 0' "$base.out") of $lines prompt lines answered DONE 0: $(grep -v '^TOK' "$base.out" | grep -v '^DONE 0$' | head -5)"
+        [ "$(tok_ids "$base.out" 1 16)" = "$(host_ids "$base.host.out" "$sustained")" ] ||
+            fail "$board sustained input: the tokens after the $sustained-byte prompt differ from the host's"
+        grep -q "^STATUS tokens=$((sustained + 16)) generated=16 " "$base.out" ||
+            fail "$board sustained input: bytes lost: $(grep '^STATUS' "$base.out")"
+        note_stack "$base.out"
+        echo "  ok: sustained input: $sustained B of prompt in $lines lines at full speed over the interrupt-driven UART, none lost, 16 tokens identical to the host ($(basename "$sustained_model"), QEMU $(secs "$ms"))"
+        elf="$uart_elf"
+    fi
+
     # The host client on a pty: QEMU's `-serial pty` chardev, `loglinear serial --port`.
     base="$WORK/$board-uart-client"
     "$LOGLINEAR" generate --model "$MODEL" --prompt 'JULIET:\n' -n 16 --temperature 0 \
@@ -202,6 +274,11 @@ uart_test() {
     # The pty stays open on fd 9 until QEMU has exited (QEMU polls a pty's connection, and
     # drops what a closed pty held).
     exec 9<>"$pty"
+    # The firmware's READY: its UART is on (what comes before it may be dropped).
+    for _ in $(seq 60); do
+        IFS= read -r -t 1 line <&9 || true
+        [ "${line#READY }" = "$line" ] || break
+    done
     printf 'GEN n=2 tempera' >&9
     start=$(date +%s%N)
     rc=0
@@ -234,8 +311,9 @@ echo "firmware: cargo fmt --check"
 cargo fmt --manifest-path firmware/Cargo.toml -- --check
 # thumbv6m has no default board (the shipped model fits none of its boards): microbit's.
 # thumbv8m.main has no default board either: mps3-an547's (the model in its own flash region).
+# thumbv7em once more as b-l475e-iot01a: its interrupt-driven USART driver.
 for tb in thumbv7em-none-eabihf: riscv32imac-unknown-none-elf: thumbv6m-none-eabi:microbit \
-    thumbv8m.main-none-eabihf:mps3-an547; do
+    thumbv8m.main-none-eabihf:mps3-an547 thumbv7em-none-eabihf:b-l475e-iot01a; do
     t="${tb%%:*}" b="${tb#*:}"
     m="$DEFAULT_MODEL"
     flags=""
