@@ -55,7 +55,7 @@ fn main() -> ! {
     let mut core = cortex_m::Peripherals::take().expect("core peripherals taken once, here");
     core.SCB.enable_icache();
     core.SCB.enable_dcache(&mut core.CPUID);
-    report_clocks(&p.RCC, &core.SCB);
+    report_clocks(&p.RCC);
 
     let link = link::take().expect("the serial link is taken once, here");
     interrupt::UART4.set_priority(Priority::P6);
@@ -111,7 +111,7 @@ fn clock_config() -> embassy_stm32::Config {
 
 /// Logs the clocks as the HAL set them, the flash wait states and the caches, beside what the
 /// board profile states; a SYSCLK other than board.toml's `clock_hz` is an error.
-fn report_clocks(rcc: &Peri<'_, embassy_stm32::peripherals::RCC>, scb: &cortex_m::peripheral::SCB) {
+fn report_clocks(rcc: &Peri<'_, embassy_stm32::peripherals::RCC>) {
     let clocks = embassy_stm32::rcc::clocks(rcc);
     let hz = |c: embassy_stm32::time::MaybeHertz| c.to_hertz().map_or(0, |h| h.0);
     let sys = hz(clocks.sys);
@@ -127,7 +127,6 @@ fn report_clocks(rcc: &Peri<'_, embassy_stm32::peripherals::RCC>, scb: &cortex_m
         cortex_m::peripheral::SCB::icache_enabled(),
         cortex_m::peripheral::SCB::dcache_enabled()
     );
-    let _ = scb;
     info!(
         "board.toml: clock_hz {}, {}",
         board::CLOCK_HZ,
