@@ -78,6 +78,14 @@ fi
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
 rustc --version
 cargo --version
+# A clean run writes about 9 GB (build caches, QEMU images, the board tools); a full disk shows up
+# later as a linker killed by SIGBUS, so say it here first.
+mkdir -p "$TARGET_DIR"
+free_kb="$(df -Pk "$TARGET_DIR" | awk 'NR == 2 { print $4 }')"
+echo "free disk space under $TARGET_DIR: $((free_kb / 1024 / 1024)) GiB"
+if [ "$free_kb" -lt $((10 * 1024 * 1024)) ]; then
+    echo "warning: less than 10 GiB free under $TARGET_DIR; the build may run out of disk" >&2
+fi
 
 # ---------------------------------------------------------------------------------------------
 section "cargo fmt --check"
