@@ -46,14 +46,35 @@ pub struct SnapshotRegion {
     pub slot_bytes: u64,
 }
 
+/// The sustained-input test of a UART board (`uart_sustained_bytes`, `uart_sustained_model`):
+/// a prompt of `bytes` sent at full speed over the UART.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SustainedInput {
+    /// Prompt bytes.
+    pub bytes: u64,
+    /// The model file of that test (a path from the repository root), if not the board's.
+    pub model: Option<PathBuf>,
+}
+
 /// A board profile, `boards/<name>/board.toml`: the one reader of that file, for the planner,
-/// the firmware's build script, the host client and the xtask checks.
+/// the firmware's build script, the host client and the xtask tasks.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BoardProfile {
     /// `name`.
     pub name: String,
-    /// `kind`: `qemu`, `hardware` (or `linux`, which has no firmware profile to read here).
+    /// `kind`: `qemu` or `hardware` (a `linux` board is a [`LinuxBoard`]).
     pub kind: String,
+    /// `core`: the CPU core (`cortex-m4f`, `rv32imac`, ...).
+    pub core: String,
+    /// `probe_rs_chip`: the chip as probe-rs names it; empty if probe-rs has no such target.
+    pub probe_rs_chip: String,
+    /// `rustflags`: the RUSTFLAGS of the board's firmware builds (a `target-cpu`); empty if none.
+    pub rustflags: String,
+    /// `uart_runner`: the command line that runs a UART image with the UART on QEMU's stdio
+    /// (the ELF path is appended), if the board has one.
+    pub uart_runner: Option<String>,
+    /// The sustained-input test over the UART, if the board runs it.
+    pub sustained_input: Option<SustainedInput>,
     /// `clock_hz`: the core clock the firmware runs at, which a HAL board checks against what its
     /// HAL reports at boot.
     pub clock_hz: u64,
@@ -108,34 +129,118 @@ fn default_boards_dir() -> PathBuf {
     }
 }
 
+/// A Linux board (`kind = "linux"`): a std build of the runtime and the CLI, no firmware, so no
+/// memory map or `[firmware]` settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LinuxBoard {
+    /// `name`.
+    pub name: String,
+    /// `core`.
+    pub core: String,
+    /// `target` (Rust target triple).
+    pub target: String,
+    /// `linker`: the C linker for `target`.
+    pub linker: String,
+    /// The `board.toml` read.
+    pub path: PathBuf,
+}
+
+/// Any board of `boards/`: a firmware board or a Linux board.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Board {
+    /// `kind = "qemu"` or `"hardware"`: firmware with a memory map.
+    Firmware(Box<BoardProfile>),
+    /// `kind = "linux"`.
+    Linux(LinuxBoard),
+}
+
+impl Board {
+    /// Finds a board as [`BoardProfile::find`] does, of any kind.
+    pub fn find(board: &str) -> Result<Self, PlanError> {
+        let toml = board_toml(board)?;
+        let text = crate::read_text(&toml)?;
+        let bad = |reason: String| PlanError::MalformedProfile {
+            path: toml.clone(),
+            reason,
+        };
+        let table: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| bad(e.to_string().trim_end().replace('\n', " ")))?;
+        if table.get("kind").and_then(|k| k.as_str()) != Some("linux") {
+            return BoardProfile::parse(&text, &toml).map(|b| Board::Firmware(Box::new(b)));
+        }
+        let string = |key: &str| -> Result<String, PlanError> {
+            table
+                .get(key)
+                .and_then(|v| v.as_str())
+                .map(str::to_string)
+                .ok_or_else(|| bad(format!("key {key} is missing or not a string")))
+        };
+        Ok(Board::Linux(LinuxBoard {
+            name: string("name")?,
+            core: string("core")?,
+            target: string("target")?,
+            linker: string("linker")?,
+            path: toml.clone(),
+        }))
+    }
+
+    /// The board's name.
+    pub fn name(&self) -> &str {
+        match self {
+            Board::Firmware(b) => &b.name,
+            Board::Linux(b) => &b.name,
+        }
+    }
+
+    /// The board's Rust target triple.
+    pub fn target(&self) -> &str {
+        match self {
+            Board::Firmware(b) => &b.target,
+            Board::Linux(b) => &b.target,
+        }
+    }
+
+    /// The names of the boards under `dir` (folders holding a `board.toml`), sorted; `None`
+    /// lists the default `boards/`.
+    pub fn list(dir: Option<&Path>) -> Vec<String> {
+        let dir = dir.map_or_else(default_boards_dir, Path::to_path_buf);
+        let mut known: Vec<String> = std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| e.path().join("board.toml").is_file())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .collect();
+        known.sort();
+        known
+    }
+}
+
+/// The `board.toml` of a board given by folder or by name (see [`BoardProfile::find`]).
+fn board_toml(board: &str) -> Result<PathBuf, PlanError> {
+    let as_path = Path::new(board);
+    let dir = if as_path.join("board.toml").is_file() {
+        as_path.to_path_buf()
+    } else {
+        default_boards_dir().join(board)
+    };
+    let toml = dir.join("board.toml");
+    if !toml.is_file() {
+        return Err(PlanError::UnknownBoard {
+            name: board.to_string(),
+            looked_at: toml,
+            known: Board::list(dir.parent()),
+        });
+    }
+    Ok(toml)
+}
+
 impl BoardProfile {
     /// Finds a board by folder (`boards/mps2-an386`, any folder holding a `board.toml`) or by
     /// name (a folder under `boards/` of the current folder or of this repository).
     pub fn find(board: &str) -> Result<Self, PlanError> {
-        let as_path = Path::new(board);
-        let dir = if as_path.join("board.toml").is_file() {
-            as_path.to_path_buf()
-        } else {
-            default_boards_dir().join(board)
-        };
-        let toml = dir.join("board.toml");
-        if !toml.is_file() {
-            let parent = dir.parent().unwrap_or(Path::new("."));
-            let mut known: Vec<String> = std::fs::read_dir(parent)
-                .into_iter()
-                .flatten()
-                .flatten()
-                .filter(|e| e.path().join("board.toml").is_file())
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect();
-            known.sort();
-            return Err(PlanError::UnknownBoard {
-                name: board.to_string(),
-                looked_at: toml,
-                known,
-            });
-        }
-        Self::read(&toml)
+        Self::read(&board_toml(board)?)
     }
 
     /// Reads and parses the `board.toml` at `path`.
@@ -244,12 +349,26 @@ impl BoardProfile {
             }
             _ => return Err(bad("[snapshot] needs both origin and slot_bytes".into())),
         };
+        let sustained_input = match get("uart_sustained_bytes") {
+            Err(_) => None,
+            Ok(_) => Some(SustainedInput {
+                bytes: int("uart_sustained_bytes")?,
+                model: optional_string("uart_sustained_model")?
+                    .filter(|m| !m.is_empty())
+                    .map(PathBuf::from),
+            }),
+        };
         Ok(Self {
             flash,
             ram,
             model_region,
             other_regions,
             kind: string("kind")?,
+            core: string("core")?,
+            probe_rs_chip: optional_string("probe_rs_chip")?.unwrap_or_default(),
+            rustflags: optional_string("rustflags")?.unwrap_or_default(),
+            uart_runner: optional_string("uart_runner")?.filter(|r| !r.is_empty()),
+            sustained_input,
             clock_hz: int("clock_hz")?,
             clocks: optional_string("clocks")?.unwrap_or_default(),
             runner: optional_string("runner")?.unwrap_or_default(),

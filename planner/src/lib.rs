@@ -24,7 +24,9 @@
 mod board;
 mod quality;
 
-pub use board::{BoardProfile, Region, SnapshotRegion, Transport};
+pub use board::{
+    Board, BoardProfile, LinuxBoard, Region, SnapshotRegion, SustainedInput, Transport,
+};
 pub use quality::{recommend, QualityRow, QualityTable, Recommendation};
 
 use loglinear_runtime::gguf::{GgufModel, ModelFileError};

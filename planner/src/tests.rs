@@ -4,6 +4,7 @@ use std::path::Path;
 const GOOD: &str = r#"
 name = "test-board"
 kind = "qemu"
+core = "cortex-m4f"
 clock_hz = 25_000_000
 target = "thumbv7em-none-eabihf"
 [memory.flash]
@@ -136,25 +137,33 @@ fn parses_usb_transport_and_clocks() {
     assert!(e.to_string().contains("clock_hz is missing"), "{e}");
 }
 
-/// Every firmware board in `boards/` reads with this one parser (the Linux board has no
-/// firmware profile).
+/// Every board in `boards/` reads with this one parser, the Linux board as a [`Board::Linux`].
 #[test]
 fn every_board_in_the_repository_parses() {
-    let mut read = 0;
-    for entry in std::fs::read_dir(repo("boards")).unwrap() {
-        let toml = entry.unwrap().path().join("board.toml");
-        if !toml.is_file()
-            || std::fs::read_to_string(&toml)
-                .unwrap()
-                .contains("kind = \"linux\"")
-        {
-            continue;
+    let (mut firmware, mut linux) = (0, 0);
+    for name in Board::list(Some(&repo("boards"))) {
+        let dir = repo("boards").join(&name);
+        match Board::find(dir.to_str().unwrap()).unwrap_or_else(|e| panic!("{e}")) {
+            Board::Firmware(b) => {
+                assert!(!b.runner.is_empty(), "{name}: no runner");
+                assert!(!b.core.is_empty(), "{name}: no core");
+                assert_eq!(b.name, name);
+                firmware += 1;
+            }
+            Board::Linux(b) => {
+                assert!(!b.linker.is_empty(), "{name}: no linker");
+                linux += 1;
+            }
         }
-        let b = BoardProfile::read(&toml).unwrap_or_else(|e| panic!("{e}"));
-        assert!(!b.runner.is_empty(), "{}: no runner", toml.display());
-        read += 1;
     }
-    assert!(read >= 10, "only {read} boards");
+    assert!(firmware >= 10, "only {firmware} firmware boards");
+    assert_eq!(linux, 1);
+    let l475 = BoardProfile::find(repo("boards/b-l475e-iot01a").to_str().unwrap()).unwrap();
+    let sustained = l475
+        .sustained_input
+        .expect("b-l475e-iot01a runs the sustained-input test");
+    assert_eq!(sustained.bytes, 65536);
+    assert!(l475.uart_runner.unwrap().contains("-serial stdio"));
 }
 
 #[test]
