@@ -181,6 +181,7 @@ mod tests {
     const BOARD: &str = r#"
 name = "esp32c3"
 kind = "hardware"
+core = "rv32imc"
 clock_hz = 160_000_000
 target = "riscv32imc-unknown-none-elf"
 [memory.flash]

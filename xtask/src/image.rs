@@ -247,6 +247,7 @@ mod tests {
     const BOARD: &str = r#"
 name = "t"
 kind = "hardware"
+core = "cortex-m4f"
 clock_hz = 64_000_000
 target = "thumbv7em-none-eabihf"
 [memory.flash]
