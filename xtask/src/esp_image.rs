@@ -16,8 +16,9 @@
 //! images, it does not read them back).
 
 use std::fmt::Write as _;
+use std::path::Path;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use loglinear_planner::BoardProfile;
 use sha2::{Digest, Sha256};
 
@@ -42,6 +43,24 @@ fn chip_id(board: &BoardProfile) -> Option<(u16, &'static str)> {
 fn u32_at(bytes: &[u8], at: usize) -> Option<u32> {
     let b = bytes.get(at..at + 4)?;
     Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+}
+
+/// `cargo xtask esp-image`: checks the app image file `image` against `board`, prints the
+/// report and fails if the bootloader would not boot it.
+pub fn check_file(board: &BoardProfile, image: &Path) -> Result<()> {
+    let bytes = std::fs::read(image).with_context(|| format!("reading {}", image.display()))?;
+    let report = check(board, &bytes)
+        .with_context(|| format!("{} is not a readable app image", image.display()))?;
+    print!("{report}");
+    if !report.problems.is_empty() {
+        bail!(
+            "{}: the bootloader would not boot it on {} ({} problems above)",
+            image.display(),
+            board.name,
+            report.problems.len()
+        );
+    }
+    Ok(())
 }
 
 /// Checks the app image `bytes` against `board`; see the module documentation.

@@ -12,7 +12,9 @@
 //!   equals the little-endian word in the last 4 (RP2040 datasheet, 2.8.1.3.1).
 
 use std::fmt;
+use std::path::Path;
 
+use anyhow::{bail, Context};
 use loglinear_planner::{BoardProfile, Region};
 use object::elf::{FileHeader32, PT_LOAD};
 use object::read::elf::{FileHeader, ProgramHeader};
@@ -121,6 +123,25 @@ fn region_of(board: &BoardProfile, start: u64, len: u64, non_volatile: bool) -> 
         .filter(|&(name, _)| !non_volatile || name != "ram")
         .find(|(_, r)| contains(r, start, len))
         .map(|(name, _)| name)
+}
+
+/// `cargo xtask image-check`: checks the ELF file `elf` against `board`, prints the report and
+/// fails if the image would not boot.
+pub fn check_elf_file(board: &BoardProfile, elf: &Path) -> anyhow::Result<()> {
+    let bytes = std::fs::read(elf).with_context(|| format!("reading {}", elf.display()))?;
+    let img = Image::from_elf32(&bytes)
+        .with_context(|| format!("{} is not a 32-bit ELF file", elf.display()))?;
+    let report = check(board, &img);
+    print!("{report}");
+    if !report.problems.is_empty() {
+        bail!(
+            "{}: the image would not boot on {} ({} problems above)",
+            elf.display(),
+            board.name,
+            report.problems.len()
+        );
+    }
+    Ok(())
 }
 
 /// Checks `image` against `board`; see the module documentation.

@@ -10,15 +10,49 @@
 //! * `uf2-check --board <board> <file.uf2>`: the same boot checks on the flash contents that
 //!   a UF2 file writes (`uf2.rs`): what a user drags onto the RP2040's BOOTSEL drive.
 //! * `size-by-crate <elf>`: code and read-only data of an image summed by crate (`size.rs`).
+//!
+//! The test and benchmark tasks, which build firmware and run it (`tasks.rs` holds what they
+//! share):
+//!
+//! * `qemu [BOARD...]`: the firmware under QEMU, token for token against the host (`qemu.rs`).
+//! * `kernel-check [--bench] [BOARD...]`: the integer kernels on the boards' own cores under
+//!   QEMU, bit for bit against the portable ones; `--bench` counts their instructions per MAC
+//!   (`kernel_check.rs`).
+//! * `count [BOARD...]`: instructions per generated token, counted under QEMU with its `insn`
+//!   plugin (`count.rs`).
+//! * `boards [--update] [BOARD...]`: the real-chip board crates and the Linux board build, their
+//!   flashable images check, their sizes match the snapshots (`boards.rs`).
+//! * `plan [--update] [BOARD...]`: the memory planner against the linked QEMU firmware (arena,
+//!   statics, code estimate), the size snapshots, and a model that does not fit failing the
+//!   build with the planner's report (`plan.rs`; the snapshots in `snapshot.rs`).
+//! * `session-snapshots [BOARD]`: session snapshots between a board under QEMU and the host,
+//!   and the board's A/B snapshot store (`session_snapshots.rs`).
+//! * `aarch64`: the NEON/sdot kernels of the runtime under qemu-user (`aarch64.rs`).
+//! * `ci`: every test, in order: what `bash scripts/test.sh` runs once it has installed the
+//!   system packages (`ci.rs`).
 
+mod aarch64;
+mod boards;
+mod ci;
+mod count;
 mod esp_image;
 mod image;
+mod insn;
+mod kernel_check;
+mod plan;
+mod process;
+mod qemu;
+mod reply;
+mod session_snapshots;
 mod size;
+mod snapshot;
+mod system;
+mod tasks;
 mod uf2;
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Context};
+use anyhow::Context;
 use clap::{Parser, Subcommand};
 use loglinear_planner::BoardProfile;
 
@@ -65,63 +99,40 @@ enum Command {
         /// The firmware ELF file.
         elf: PathBuf,
     },
+    /// The firmware under QEMU, token for token against the host runtime.
+    Qemu(qemu::Args),
+    /// The integer kernels under QEMU on the boards' own cores, against the portable ones.
+    KernelCheck(kernel_check::Args),
+    /// Instructions per generated token under QEMU (a benchmark).
+    Count(count::Args),
+    /// The real-chip and Linux board builds, their images and size snapshots.
+    Boards(boards::Args),
+    /// The memory planner against the linked QEMU firmware, and its size snapshots.
+    Plan(plan::Args),
+    /// Session snapshots between a board under QEMU and the host; the board's snapshot store.
+    SessionSnapshots(session_snapshots::Args),
+    /// The runtime's AArch64 kernels under qemu-user.
+    Aarch64(aarch64::Args),
+    /// Every test of the repository, in order.
+    Ci(ci::Args),
 }
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
+        Command::Qemu(args) => qemu::run(&tasks::Repo::enter()?, args),
+        Command::KernelCheck(args) => kernel_check::run(&tasks::Repo::enter()?, args),
+        Command::Count(args) => count::run(&tasks::Repo::enter()?, args),
+        Command::Boards(args) => boards::run(&tasks::Repo::enter()?, args),
+        Command::Plan(args) => plan::run(&tasks::Repo::enter()?, args),
+        Command::SessionSnapshots(args) => session_snapshots::run(&tasks::Repo::enter()?, args),
+        Command::Aarch64(args) => aarch64::run(&tasks::Repo::enter()?, args),
+        Command::Ci(args) => ci::run(&tasks::Repo::enter()?, args),
         Command::ImageCheck { board, elf } => {
-            let profile = BoardProfile::find(&board)?;
-            let bytes =
-                std::fs::read(&elf).with_context(|| format!("reading {}", elf.display()))?;
-            let img = image::Image::from_elf32(&bytes)
-                .with_context(|| format!("{} is not a 32-bit ELF file", elf.display()))?;
-            let report = image::check(&profile, &img);
-            print!("{report}");
-            if !report.problems.is_empty() {
-                bail!(
-                    "{}: the image would not boot on {} ({} problems above)",
-                    elf.display(),
-                    profile.name,
-                    report.problems.len()
-                );
-            }
-            Ok(())
+            image::check_elf_file(&BoardProfile::find(&board)?, &elf)
         }
-        Command::Uf2Check { board, uf2 } => {
-            let profile = BoardProfile::find(&board)?;
-            let bytes =
-                std::fs::read(&uf2).with_context(|| format!("reading {}", uf2.display()))?;
-            let origins: Vec<u64> = profile.regions().map(|(_, r)| r.origin).collect();
-            let img = uf2::read(&bytes, uf2::RP2040_FAMILY, &origins)
-                .with_context(|| format!("{} is not a valid RP2040 UF2 file", uf2.display()))?;
-            let report = image::check(&profile, &img);
-            print!("{report}");
-            if !report.problems.is_empty() {
-                bail!(
-                    "{}: the UF2 file would not boot on {} ({} problems above)",
-                    uf2.display(),
-                    profile.name,
-                    report.problems.len()
-                );
-            }
-            Ok(())
-        }
+        Command::Uf2Check { board, uf2 } => uf2::check_file(&BoardProfile::find(&board)?, &uf2),
         Command::EspImage { board, image } => {
-            let profile = BoardProfile::find(&board)?;
-            let bytes =
-                std::fs::read(&image).with_context(|| format!("reading {}", image.display()))?;
-            let report = esp_image::check(&profile, &bytes)
-                .with_context(|| format!("{} is not a readable app image", image.display()))?;
-            print!("{report}");
-            if !report.problems.is_empty() {
-                bail!(
-                    "{}: the bootloader would not boot it on {} ({} problems above)",
-                    image.display(),
-                    profile.name,
-                    report.problems.len()
-                );
-            }
-            Ok(())
+            esp_image::check_file(&BoardProfile::find(&board)?, &image)
         }
         Command::SizeByCrate { elf } => {
             let bytes =

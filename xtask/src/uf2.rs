@@ -7,9 +7,12 @@
 //! independent check of its output, a page of the specification, so it is written here rather
 //! than taken from the writer.
 
-use anyhow::{bail, ensure, Result};
+use std::path::Path;
 
-use crate::image::{Image, Segment};
+use anyhow::{bail, ensure, Context, Result};
+use loglinear_planner::BoardProfile;
+
+use crate::image::{self, Image, Segment};
 
 const BLOCK: usize = 512;
 const MAGIC_START0: u32 = 0x0A32_4655;
@@ -25,6 +28,26 @@ const MAX_PAYLOAD: usize = 476;
 
 fn word(block: &[u8], at: usize) -> u32 {
     u32::from_le_bytes([block[at], block[at + 1], block[at + 2], block[at + 3]])
+}
+
+/// `cargo xtask uf2-check`: checks the flash contents that the RP2040 UF2 file `uf2` writes
+/// against `board` (`image::check`), prints the report and fails if they would not boot.
+pub fn check_file(board: &BoardProfile, uf2: &Path) -> Result<()> {
+    let bytes = std::fs::read(uf2).with_context(|| format!("reading {}", uf2.display()))?;
+    let origins: Vec<u64> = board.regions().map(|(_, r)| r.origin).collect();
+    let img = read(&bytes, RP2040_FAMILY, &origins)
+        .with_context(|| format!("{} is not a valid RP2040 UF2 file", uf2.display()))?;
+    let report = image::check(board, &img);
+    print!("{report}");
+    if !report.problems.is_empty() {
+        bail!(
+            "{}: the UF2 file would not boot on {} ({} problems above)",
+            uf2.display(),
+            board.name,
+            report.problems.len()
+        );
+    }
+    Ok(())
 }
 
 /// The flash contents of a UF2 file for family `family`: one segment per run of contiguous
