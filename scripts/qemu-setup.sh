@@ -12,14 +12,7 @@ set -euo pipefail
 if command -v qemu-system-arm >/dev/null 2>&1 && command -v qemu-system-riscv32 >/dev/null 2>&1; then
     echo "qemu: $(qemu-system-arm --version | head -n1) (already installed)"
 else
-    src=/etc/apt/sources.list.d/bookworm-backports.sources
-    if ! grep -rqs 'bookworm-backports' /etc/apt/sources.list /etc/apt/sources.list.d/; then
-        uri="$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/debian.sources 2>/dev/null || true)"
-        uri="${uri:-http://deb.debian.org/debian}"
-        printf 'Types: deb deb-src\nURIs: %s\nSuites: bookworm-backports\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
-            "$uri" | as_root tee "$src" >/dev/null
-        echo "added $src ($uri)"
-    fi
+    ensure_backports
     as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q
     as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
         -t bookworm-backports qemu-system-arm qemu-system-misc

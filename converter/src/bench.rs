@@ -19,7 +19,7 @@
 //! `--curve` measures decode speed against context instead (the claim to show: per-token cost
 //! grows no faster than log T, since a token touches only the live Fenwick levels), and
 //! `--qemu` / `--qemu-table` fold in the firmware's instruction counts under QEMU from
-//! `scripts/count-instructions.sh`.
+//! `cargo xtask count`.
 
 use clap::ValueEnum;
 use loglinear_converter::model_source::ModelSource;
@@ -79,11 +79,11 @@ pub struct BenchArgs {
     /// Tokens decoded per `--curve` point.
     #[arg(long, default_value_t = 64, value_parser = clap::value_parser!(u32).range(1..))]
     curve_tokens: u32,
-    /// Also run `scripts/count-instructions.sh` (firmware under QEMU; minutes) and print its
+    /// Also run `cargo xtask count` (firmware under QEMU; minutes) and print its
     /// instructions per token and per weight-MAC per board. Run from the repository root.
     #[arg(long)]
     qemu: bool,
-    /// Fold in a saved `scripts/count-instructions.sh` output instead of running it.
+    /// Fold in a saved `cargo xtask count` output instead of running it.
     #[arg(long, value_name = "FILE")]
     qemu_table: Option<PathBuf>,
     /// Output format.
@@ -287,7 +287,7 @@ struct CurveRow {
     samples: Vec<f64>,
 }
 
-/// One board of a count-instructions.sh table.
+/// One board of a `cargo xtask count` table.
 struct QemuRow {
     model: String,
     board: String,
@@ -415,7 +415,7 @@ fn measure(args: &BenchArgs) -> Result<Report, BenchError> {
     }
     if !report.qemu.is_empty() {
         report.notes.push(
-            "QEMU: instructions counted exactly with a TCG plugin (scripts/count-instructions.sh): \
+            "QEMU: instructions counted exactly with a TCG plugin (`cargo xtask count`): \
              instructions, not cycles; per weight-MAC = per token / the model's matrix MACs"
                 .into(),
         );
@@ -879,18 +879,19 @@ mod gpu_backend {
     }
 }
 
-/// The script `--qemu` runs, relative to the repository root.
-const COUNT_INSTRUCTIONS: &str = "scripts/count-instructions.sh";
+/// The task `--qemu` runs (`cargo xtask count`), found by its crate relative to the
+/// repository root.
+const COUNT_INSTRUCTIONS: &str = "xtask/Cargo.toml";
 
-/// Runs `scripts/count-instructions.sh` (its progress goes to our stderr) and parses its table.
+/// Runs `cargo xtask count` (its progress goes to our stderr) and parses its table.
 fn run_count_instructions() -> Result<Vec<QemuRow>, BenchError> {
     let script = PathBuf::from(COUNT_INSTRUCTIONS);
     if !script.is_file() {
         return Err(BenchError::QemuScriptMissing { script });
     }
-    eprintln!("running {COUNT_INSTRUCTIONS} (builds firmware, runs QEMU; minutes)…");
-    let out = std::process::Command::new("bash")
-        .arg(&script)
+    eprintln!("running cargo xtask count (builds firmware, runs QEMU; minutes)…");
+    let out = std::process::Command::new("cargo")
+        .args(["xtask", "count"])
         .stderr(std::process::Stdio::inherit())
         .output()
         .map_err(|source| BenchError::QemuSpawn {
@@ -903,7 +904,7 @@ fn run_count_instructions() -> Result<Vec<QemuRow>, BenchError> {
             status: out.status,
         });
     }
-    parse_qemu_table(&String::from_utf8_lossy(&out.stdout), COUNT_INSTRUCTIONS)
+    parse_qemu_table(&String::from_utf8_lossy(&out.stdout), "cargo xtask count")
 }
 
 /// The cells of a markdown table line, trimmed; `None` for other lines.
@@ -922,7 +923,7 @@ fn parse_int(cell: &str) -> Option<u64> {
     cell.replace([',', '_', ' '], "").parse().ok()
 }
 
-/// Reads count-instructions.sh's markdown output (or a table with the same column names, as
+/// Reads `cargo xtask count`'s markdown output (or a table with the same column names, as
 /// in BENCHMARKS.md): columns are found by header name, so extra, missing or reordered ones
 /// are fine. The model is the row's `model` cell, else the `Model FILE: …` line of older
 /// outputs, else the script's default model.

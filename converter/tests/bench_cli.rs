@@ -1,6 +1,6 @@
 //! `loglinear bench` on the tiny model with tiny sizes: the llama-bench-style table has the
 //! right header, rows and numbers (markdown, CSV and JSON), `--curve` reports live levels,
-//! `--qemu-table` folds in a count-instructions.sh output, and bad arguments end in a clear
+//! `--qemu-table` folds in a `cargo xtask count` output, and bad arguments end in a clear
 //! message and a nonzero exit, never a panic.
 
 use loglinear_runtime::quant::KernelPath;
@@ -192,7 +192,7 @@ fn curve_reports_live_levels_per_context() {
     assert!(t[1..].iter().all(|r| r[7].parse::<f64>().unwrap() > 0.0));
 }
 
-/// `scripts/count-instructions.sh`'s first output format.
+/// `cargo xtask count`'s first output format.
 const SCRIPT_OUTPUT: &str = "
 Model models/ll-gdn-mcu-q8_0.gguf: 1369088 weight MACs per token. Runs: `GEN n=0` and `GEN n=16`, temperature 0, prompt \"X\".
 

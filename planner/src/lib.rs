@@ -38,10 +38,10 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 /// RAM for statics other than the session arena. Measured on the linked firmware of the QEMU
-/// boards (`scripts/plan-test.sh`), `.bss + .data` exceeds the arena by 3-9 B: the arena's
+/// boards (`cargo xtask plan`), `.bss + .data` exceeds the arena by 3-9 B: the arena's
 /// guard flag and the rounding of `ArenaCell` up to its 32-byte alignment (at most 32 B). 64 B
 /// also covers up to 31 B of padding before the 32-byte-aligned arena and a few bytes of other
-/// statics; `scripts/plan-test.sh` fails if the ELF ever needs more.
+/// statics; `cargo xtask plan` fails if the ELF ever needs more.
 pub const OTHER_STATICS: u64 = 64;
 
 /// State storage type.

@@ -3,7 +3,7 @@
 //! * Boot: the ROM loads the ESP-IDF second-stage bootloader, which checks this app image (the
 //!   app descriptor below, `esp_app_desc!`) and maps its flash segments; esp-hal's start-up
 //!   (`linkall.x`) then runs `main`. `espflash save-image --chip esp32c3` makes the image that
-//!   the tests read back (scripts/boards-build.sh).
+//!   the tests read back (`cargo xtask boards`).
 //! * Clocks: the 40 MHz crystal and the PLL, CPU at **160 MHz** (`CpuClock::_160MHz`); the HAL
 //!   turns the watchdogs off. Code and the model run from flash through the 16 KiB cache.
 //! * Serial (board.toml's `transport`): the chip's USB-Serial-JTAG (a CDC-ACM port on the

@@ -1,4 +1,4 @@
-//! Integer-kernel check and microbenchmark for the board (`scripts/kernel-check.sh` runs it
+//! Integer-kernel check and microbenchmark for the board (`cargo xtask kernel-check` runs it
 //! under QEMU; built only with `--features kernel-check`).
 //!
 //! Reads one request line on semihosting stdin:

@@ -26,7 +26,7 @@
 //!
 //! Around that: 10-13 instructions per pair of rows (storing the two sums, the next pair's
 //! pointers; all inside the asm) and ~36 per block to widen the activations, once per matvec.
-//! Measured kernel-only under QEMU (`scripts/kernel-check.sh --bench`, 128 × 512): 1.58
+//! Measured kernel-only under QEMU (`cargo xtask kernel-check --bench`, 128 × 512): 1.58
 //! (Q8_0) and 1.50 (Q4_0) instructions per MAC; `portable` takes 3.97 and 4.47. Q8_0 cannot
 //! reach 1.5 this way: its two SXTB16 + two SMLAD + one LDR per weight word are 1.25 per MAC
 //! before the scales (per row and block: LDRH, VCVTB, VMUL, VCVT, VMLA and half a VMOV pair

@@ -4,7 +4,7 @@
 //! Thumb-1 has LDRSB only with a register offset, 8 low registers and no DSP, so a fully
 //! unrolled block dot spends a MOVS on almost every load to materialize its offset, and
 //! spills. Here two rows run at once over one activation block (the activation loads
-//! shared). Measured under QEMU (scripts/kernel-check.sh --bench microbit): 19.6 instructions
+//! shared). Measured under QEMU (`cargo xtask kernel-check --bench microbit`): 19.6 instructions
 //! per MAC for Q8_0 and 19.1 for Q4_0 against `portable`'s 20.2 and 19.5: the float part,
 //! soft float on this core (two FMULs, an I2F and an FADD per row and block, ~14 instructions
 //! per MAC), dominates and is fixed by bit-identity with `portable`; LLVM unrolls and spills

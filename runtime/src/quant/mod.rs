@@ -659,7 +659,7 @@ mod tests {
 
     /// The paths named in `LOGLINEAR_EXPECT_KERNELS` (comma-separated [`KernelPath::name`]s,
     /// `!name` for one that must be absent) match this CPU's, so that a detection bug cannot
-    /// silently skip a kernel in the cross-checks above. Set by scripts/aarch64-test.sh, which
+    /// silently skip a kernel in the cross-checks above. Set by `cargo xtask aarch64`, which
     /// runs the tests on emulated cores with and without `sdot`.
     #[cfg(feature = "std")]
     #[test]
