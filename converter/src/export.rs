@@ -12,6 +12,7 @@
 use crate::checkpoint::Checkpoint;
 use crate::gguf_writer::{GgufWriter, OwnedTensorData, Value, WriterError};
 use crate::vocab::Vocabulary;
+use loglinear_runtime::gguf::format::general;
 use loglinear_runtime::gguf::names::{self, key};
 use loglinear_runtime::quant::QK;
 use loglinear_runtime::{
@@ -459,12 +460,9 @@ pub fn metadata(config: &ModelConfig, name: &str) -> Result<Vec<(String, Value)>
     let k = |s: &str| format!("{arch}.{s}");
     let c = config;
     let mut kv = vec![
-        ("general.architecture".to_string(), Value::string(arch)),
-        ("general.name".to_string(), Value::string(name)),
-        (
-            "general.alignment".to_string(),
-            Value::U32(names::ALIGNMENT),
-        ),
+        (general::ARCHITECTURE.to_string(), Value::string(arch)),
+        (general::NAME.to_string(), Value::string(name)),
+        (general::ALIGNMENT.to_string(), Value::U32(names::ALIGNMENT)),
     ];
     for (key, v) in [
         (key::VOCAB_SIZE, c.vocab_size),

@@ -10,14 +10,8 @@ use loglinear_runtime::quant::{BlockQ4_0, BlockQ8_0, QK};
 use loglinear_runtime::{DType, TensorData};
 use std::collections::HashSet;
 
-/// `GGUF` in file order.
-pub const MAGIC: [u8; 4] = *b"GGUF";
-/// The version written.
-pub const VERSION: u32 = 3;
-/// The metadata key that holds the alignment.
-pub const ALIGNMENT_KEY: &str = "general.alignment";
-/// ggml's `GGML_MAX_NAME`: tensor names must be shorter than this.
-pub const MAX_TENSOR_NAME: usize = 64;
+use loglinear_runtime::gguf::format::general;
+pub use loglinear_runtime::gguf::format::{ValueType, MAGIC, MAX_TENSOR_NAME, VERSION};
 
 /// Why a GGUF file could not be written. Every variant names the key or tensor.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -84,46 +78,6 @@ pub enum WriterError {
         /// The row length.
         cols: usize,
     },
-}
-
-/// GGUF metadata value types, with their ids.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[allow(missing_docs)]
-pub enum ValueType {
-    U8,
-    I8,
-    U16,
-    I16,
-    U32,
-    I32,
-    F32,
-    Bool,
-    String,
-    Array,
-    U64,
-    I64,
-    F64,
-}
-
-impl ValueType {
-    /// The GGUF id (`gguf_metadata_value_type`).
-    pub const fn id(self) -> u32 {
-        match self {
-            ValueType::U8 => 0,
-            ValueType::I8 => 1,
-            ValueType::U16 => 2,
-            ValueType::I16 => 3,
-            ValueType::U32 => 4,
-            ValueType::I32 => 5,
-            ValueType::F32 => 6,
-            ValueType::Bool => 7,
-            ValueType::String => 8,
-            ValueType::Array => 9,
-            ValueType::U64 => 10,
-            ValueType::I64 => 11,
-            ValueType::F64 => 12,
-        }
-    }
 }
 
 /// A typed metadata value.
@@ -411,7 +365,7 @@ impl GgufWriter {
         if self.keys.contains(&key) {
             return Err(WriterError::DuplicateKey(key));
         }
-        if key == ALIGNMENT_KEY && value != Value::U32(self.alignment) {
+        if key == general::ALIGNMENT && value != Value::U32(self.alignment) {
             return Err(WriterError::Alignment {
                 expected: self.alignment,
             });
@@ -484,8 +438,8 @@ impl GgufWriter {
     /// The whole file.
     pub fn to_bytes(&self) -> Vec<u8> {
         let mut kv: Vec<(&str, Value)> = Vec::with_capacity(self.kv.len() + 1);
-        if !self.keys.contains(ALIGNMENT_KEY) {
-            kv.push((ALIGNMENT_KEY, Value::U32(self.alignment)));
+        if !self.keys.contains(general::ALIGNMENT) {
+            kv.push((general::ALIGNMENT, Value::U32(self.alignment)));
         }
         kv.extend(self.kv.iter().map(|(k, v)| (k.as_str(), v.clone())));
 

@@ -12,6 +12,7 @@ use loglinear_converter::export::{expected_tensors, parse_dtype, ExportedModel, 
 use loglinear_converter::model_source::{AlignedBytes, IndexedGguf, LoadError, ModelSource};
 use loglinear_converter::vocab::Vocabulary;
 use loglinear_converter::{Checkpoint, ExportOptions, TypeOverride};
+use loglinear_runtime::gguf::format::{self, ValueType};
 use loglinear_runtime::gguf::{GgufFile, GgufModel, MetaArray, MetaValue};
 use loglinear_runtime::quant::Activations;
 use loglinear_runtime::sampler::{Sampler, SamplerConfig};
@@ -786,7 +787,7 @@ fn quantize(input: &Path, output: &Path, types: TypeArgs, quality: &QualityArgs)
     let name = types.name.or_else(|| {
         src.gguf()
             .file()
-            .get("general.name")
+            .get(format::general::NAME)
             .and_then(|v| v.as_str().map(str::to_string))
     });
     let opts = ExportOptions {
@@ -810,40 +811,14 @@ fn quantize(input: &Path, output: &Path, types: TypeArgs, quality: &QualityArgs)
     finish_export(&exported, output, &reference, "input", lossless, quality)
 }
 
-fn type_name(id: u32) -> &'static str {
-    match id {
-        0 => "u8",
-        1 => "i8",
-        2 => "u16",
-        3 => "i16",
-        4 => "u32",
-        5 => "i32",
-        6 => "f32",
-        7 => "bool",
-        8 => "string",
-        9 => "array",
-        10 => "u64",
-        11 => "i64",
-        12 => "f64",
-        _ => "?",
-    }
-}
-
 fn meta_type(v: &MetaValue<'_>) -> String {
     match v {
-        MetaValue::U8(_) => "u8".into(),
-        MetaValue::I8(_) => "i8".into(),
-        MetaValue::U16(_) => "u16".into(),
-        MetaValue::I16(_) => "i16".into(),
-        MetaValue::U32(_) => "u32".into(),
-        MetaValue::I32(_) => "i32".into(),
-        MetaValue::F32(_) => "f32".into(),
-        MetaValue::Bool(_) => "bool".into(),
-        MetaValue::Str(_) => "string".into(),
-        MetaValue::Array(a) => format!("[{}; {}]", type_name(a.elem_type), a.len),
-        MetaValue::U64(_) => "u64".into(),
-        MetaValue::I64(_) => "i64".into(),
-        MetaValue::F64(_) => "f64".into(),
+        MetaValue::Array(a) => format!(
+            "[{}; {}]",
+            ValueType::from_id(a.elem_type).map_or("?", ValueType::name),
+            a.len
+        ),
+        v => v.value_type().name().into(),
     }
 }
 
@@ -920,7 +895,7 @@ fn inspect(path: &Path) -> Res {
             outln!(
                 "\nmodel: ok: {} ({}), {} blocks, width {}, {} heads ({}x{}), vocab {}",
                 c.arch.name(),
-                file.get("general.name")
+                file.get(format::general::NAME)
                     .and_then(|v| v.as_str())
                     .unwrap_or("unnamed"),
                 c.num_layers,

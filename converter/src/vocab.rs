@@ -4,6 +4,7 @@
 
 use crate::checkpoint::ImportError;
 use crate::gguf_writer::Value;
+use loglinear_runtime::gguf::format::tokenizer;
 use loglinear_runtime::gguf::{names, GgufFile, MetaValue};
 use serde_json::Value as Json;
 use std::path::Path;
@@ -139,10 +140,10 @@ impl Vocabulary {
                 _ => None,
             }
         };
-        match file.get("tokenizer.ggml.model")?.as_str()? {
+        match file.get(tokenizer::MODEL)?.as_str()? {
             names::TOKENIZER_BYTES => Some(Vocabulary::Bytes),
             "gpt2" => {
-                let token_types = match file.get("tokenizer.ggml.token_type")? {
+                let token_types = match file.get(tokenizer::TOKEN_TYPE)? {
                     MetaValue::Array(a) => a
                         .iter()
                         .map(|v| match v {
@@ -153,9 +154,9 @@ impl Vocabulary {
                     _ => return None,
                 };
                 Some(Vocabulary::Bpe {
-                    tokens: strings("tokenizer.ggml.tokens")?,
+                    tokens: strings(tokenizer::TOKENS)?,
                     token_types,
-                    merges: strings("tokenizer.ggml.merges").unwrap_or_default(),
+                    merges: strings(tokenizer::MERGES).unwrap_or_default(),
                 })
             }
             _ => None,
@@ -164,16 +165,16 @@ impl Vocabulary {
 
     /// The `tokenizer.ggml.*` metadata pairs.
     pub fn metadata(&self) -> Vec<(String, Value)> {
-        let kv = |k: &str, v: Value| (format!("tokenizer.ggml.{k}"), v);
+        let kv = |k: &str, v: Value| (k.to_string(), v);
         match self {
             Vocabulary::Bytes => vec![
-                kv("model", Value::string(names::TOKENIZER_BYTES)),
+                kv(tokenizer::MODEL, Value::string(names::TOKENIZER_BYTES)),
                 kv(
-                    "tokens",
+                    tokenizer::TOKENS,
                     Value::strings((0..256).map(|b| format!("<0x{b:02X}>"))),
                 ),
                 kv(
-                    "token_type",
+                    tokenizer::TOKEN_TYPE,
                     Value::i32s(std::iter::repeat_n(token_type::BYTE, 256)),
                 ),
             ],
@@ -182,10 +183,13 @@ impl Vocabulary {
                 token_types,
                 merges,
             } => vec![
-                kv("model", Value::string("gpt2")),
-                kv("tokens", Value::strings(tokens.iter().cloned())),
-                kv("token_type", Value::i32s(token_types.iter().copied())),
-                kv("merges", Value::strings(merges.iter().cloned())),
+                kv(tokenizer::MODEL, Value::string("gpt2")),
+                kv(tokenizer::TOKENS, Value::strings(tokens.iter().cloned())),
+                kv(
+                    tokenizer::TOKEN_TYPE,
+                    Value::i32s(token_types.iter().copied()),
+                ),
+                kv(tokenizer::MERGES, Value::strings(merges.iter().cloned())),
             ],
         }
     }

@@ -1,6 +1,7 @@
-//! The GGUF v3 model file: naming conventions ([`names`]), the `no_std` zero-copy reader
+//! The GGUF v3 model file: the container's definitions ([`format`]), naming conventions ([`names`]), the `no_std` zero-copy reader
 //! ([`reader`]) and the model built from it ([`model_file`]). Format: `docs/model-file.md`.
 
+pub mod format;
 pub mod model_file;
 pub mod names;
 pub mod reader;

@@ -83,7 +83,7 @@ impl<'a> GgufModel<'a> {
     pub fn parse(bytes: &'a [u8]) -> Result<Self, ModelFileError> {
         let file = GgufFile::parse(bytes)?;
         let arch = file
-            .get("general.architecture")
+            .get(super::format::general::ARCHITECTURE)
             .and_then(|v| v.as_str())
             .and_then(names::arch_from_name)
             .ok_or(ModelFileError::UnknownArchitecture)?;

@@ -6,6 +6,7 @@
 //! accessors re-walk the validated header without copying anything; tensor data are borrowed
 //! straight from the input (flash or a mapped file).
 
+use super::format::{self, ValueType};
 use crate::quant::{BlockQ4_0, BlockQ8_0};
 use crate::tensor::{DType, TensorData, TensorView};
 use half::f16;
@@ -200,6 +201,25 @@ pub enum MetaValue<'a> {
 }
 
 impl<'a> MetaValue<'a> {
+    /// The value's type.
+    pub fn value_type(&self) -> ValueType {
+        match self {
+            MetaValue::U8(_) => ValueType::U8,
+            MetaValue::I8(_) => ValueType::I8,
+            MetaValue::U16(_) => ValueType::U16,
+            MetaValue::I16(_) => ValueType::I16,
+            MetaValue::U32(_) => ValueType::U32,
+            MetaValue::I32(_) => ValueType::I32,
+            MetaValue::F32(_) => ValueType::F32,
+            MetaValue::Bool(_) => ValueType::Bool,
+            MetaValue::Str(_) => ValueType::String,
+            MetaValue::Array(_) => ValueType::Array,
+            MetaValue::U64(_) => ValueType::U64,
+            MetaValue::I64(_) => ValueType::I64,
+            MetaValue::F64(_) => ValueType::F64,
+        }
+    }
+
     /// The value as an unsigned integer, if it is one of the integer types and not negative.
     pub fn as_u64(&self) -> Option<u64> {
         match *self {
@@ -261,30 +281,30 @@ impl<'a> MetaArray<'a> {
     }
 }
 
-/// Fixed byte size of a scalar value type, `None` for strings and arrays.
+/// Fixed byte size of a scalar value type id, `None` for strings, arrays and unknown ids.
 fn scalar_size(ty: u32) -> Option<usize> {
-    Some(match ty {
-        0 | 1 | 7 => 1,
-        2 | 3 => 2,
-        4..=6 => 4,
-        10..=12 => 8,
-        _ => return None,
-    })
+    ValueType::from_id(ty)?.scalar_size()
 }
 
 fn read_value<'a>(c: &mut Cursor<'a>, ty: u32, depth: u32) -> Result<MetaValue<'a>, GgufError> {
     const W: &str = "metadata value";
-    Ok(match ty {
-        0 => MetaValue::U8(c.array::<1>(W)?[0]),
-        1 => MetaValue::I8(c.array::<1>(W)?[0] as i8),
-        2 => MetaValue::U16(u16::from_le_bytes(c.array(W)?)),
-        3 => MetaValue::I16(i16::from_le_bytes(c.array(W)?)),
-        4 => MetaValue::U32(u32::from_le_bytes(c.array(W)?)),
-        5 => MetaValue::I32(i32::from_le_bytes(c.array(W)?)),
-        6 => MetaValue::F32(f32::from_le_bytes(c.array(W)?)),
-        7 => MetaValue::Bool(c.array::<1>(W)?[0] != 0),
-        8 => MetaValue::Str(c.string(W)?),
-        9 => {
+    let Some(value_type) = ValueType::from_id(ty) else {
+        return Err(GgufError::UnknownValueType {
+            ty,
+            at: c.pos.saturating_sub(4),
+        });
+    };
+    Ok(match value_type {
+        ValueType::U8 => MetaValue::U8(c.array::<1>(W)?[0]),
+        ValueType::I8 => MetaValue::I8(c.array::<1>(W)?[0] as i8),
+        ValueType::U16 => MetaValue::U16(u16::from_le_bytes(c.array(W)?)),
+        ValueType::I16 => MetaValue::I16(i16::from_le_bytes(c.array(W)?)),
+        ValueType::U32 => MetaValue::U32(u32::from_le_bytes(c.array(W)?)),
+        ValueType::I32 => MetaValue::I32(i32::from_le_bytes(c.array(W)?)),
+        ValueType::F32 => MetaValue::F32(f32::from_le_bytes(c.array(W)?)),
+        ValueType::Bool => MetaValue::Bool(c.array::<1>(W)?[0] != 0),
+        ValueType::String => MetaValue::Str(c.string(W)?),
+        ValueType::Array => {
             let at = c.pos;
             if depth >= MAX_ARRAY_DEPTH {
                 return Err(GgufError::ArrayTooDeep { at });
@@ -300,7 +320,9 @@ fn read_value<'a>(c: &mut Cursor<'a>, ty: u32, depth: u32) -> Result<MetaValue<'
                         .ok_or(GgufError::Overflow { at })?;
                     c.take(n, "array elements")?;
                 }
-                None if elem_type == 8 || elem_type == 9 => {
+                None if elem_type == ValueType::String.id()
+                    || elem_type == ValueType::Array.id() =>
+                {
                     // Each element takes at least 8 bytes, so the loop is bounded by the file.
                     for _ in 0..len {
                         read_value(c, elem_type, depth + 1)?;
@@ -314,15 +336,9 @@ fn read_value<'a>(c: &mut Cursor<'a>, ty: u32, depth: u32) -> Result<MetaValue<'
                 raw: c.bytes.get(start..c.pos).unwrap_or(&[]),
             })
         }
-        10 => MetaValue::U64(u64::from_le_bytes(c.array(W)?)),
-        11 => MetaValue::I64(i64::from_le_bytes(c.array(W)?)),
-        12 => MetaValue::F64(f64::from_le_bytes(c.array(W)?)),
-        _ => {
-            return Err(GgufError::UnknownValueType {
-                ty,
-                at: c.pos.saturating_sub(4),
-            })
-        }
+        ValueType::U64 => MetaValue::U64(u64::from_le_bytes(c.array(W)?)),
+        ValueType::I64 => MetaValue::I64(i64::from_le_bytes(c.array(W)?)),
+        ValueType::F64 => MetaValue::F64(f64::from_le_bytes(c.array(W)?)),
     })
 }
 
@@ -394,11 +410,11 @@ impl<'a> GgufFile<'a> {
     /// aligned to 32 bytes (or at least 4); a misaligned one is an error, not a copy.
     pub fn parse(bytes: &'a [u8]) -> Result<Self, GgufError> {
         let mut c = Cursor { bytes, pos: 0 };
-        if c.take(4, "magic")? != b"GGUF" {
+        if c.take(4, "magic")? != format::MAGIC {
             return Err(GgufError::BadMagic);
         }
         let version = c.u32("version")?;
-        if version != 3 {
+        if version != format::VERSION {
             return Err(GgufError::UnsupportedVersion(version));
         }
         let n_tensors = c.u64("tensor count")?;
@@ -412,7 +428,7 @@ impl<'a> GgufFile<'a> {
             let key = c.string("metadata key")?;
             let ty = c.u32("metadata type")?;
             let value = read_value(&mut c, ty, 0)?;
-            if key == "general.alignment" {
+            if key == format::general::ALIGNMENT {
                 alignment = match value {
                     MetaValue::U32(a) if a.is_power_of_two() && a <= 65536 => a as usize,
                     _ => return Err(GgufError::BadAlignment),
