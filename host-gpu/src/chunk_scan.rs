@@ -49,6 +49,7 @@
 //! took the GDN scan from 792 / 835 ms (tree 865d655) to 437 / 419 ms (`chunk_scan_bench --t 2048
 //! --heads 4 --dk 128 --dv 64 --levels 15 --forms gdn --breakdown --strategy walk`).
 
+use crate::gpu::MAX_GROUPS;
 use crate::gpu::{Gpu, GpuError, Kernel};
 
 /// Chunk size of the kernels (the official one; intra-chunk levels 0..=6).
@@ -65,8 +66,6 @@ const C0P1: usize = 7;
 const NEEDED_WORKGROUP_BYTES: u32 = 32768;
 /// Storage buffers the GDN intra kernel binds.
 const NEEDED_STORAGE_BUFFERS: u32 = 11;
-/// Largest workgroup count per dispatch dimension that every adapter allows.
-const MAX_GROUPS: usize = 65535;
 
 /// Which operator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -7,6 +7,10 @@
 use std::fmt;
 use std::sync::mpsc;
 
+/// Workgroups in one grid dimension, at most: WebGPU's guaranteed
+/// `maxComputeWorkgroupsPerDimension`, which every adapter allows.
+pub const MAX_GROUPS: usize = 65535;
+
 /// What can go wrong on the GPU side.
 #[derive(Debug)]
 pub enum GpuError {

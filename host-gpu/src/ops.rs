@@ -5,6 +5,7 @@
 //! Layouts are row-major and token-major (`[T][…]`), as in the CPU runtime. Kernel parameters
 //! are small uniform blocks of eight 32-bit words (floats as their bits).
 
+use crate::gpu::MAX_GROUPS;
 use crate::gpu::{dispatch, CoopMatmul, Gpu, GpuError, Kernel};
 use crate::weights::GpuMatrix;
 use loglinear_runtime::DType;
@@ -15,8 +16,6 @@ const MATMUL: &str = include_str!("shaders/matmul.wgsl");
 const MATMUL_COOP: &str = include_str!("shaders/matmul_coop.wgsl");
 const GATHER: &str = include_str!("shaders/gather.wgsl");
 
-/// Workgroups in one grid dimension, at most (WebGPU's guaranteed limit).
-const MAX_GROUPS: usize = 65535;
 /// Output tile of the fp32 matmul kernel (rows and columns).
 const MATMUL_TILE: usize = 64;
 

@@ -37,6 +37,7 @@
 
 use super::{check_training_shape, OpGradIo, OpGrads};
 use crate::chunk_scan::{Form, ScanShape, CHUNK};
+use crate::gpu::MAX_GROUPS;
 use crate::gpu::{Gpu, GpuError, Kernel};
 
 /// Token level of chunk level 0 (c0 + 1 with C = 2^c0).
@@ -49,8 +50,6 @@ const PER_CH: usize = 12 * CHUNK * CHUNK + 2 * CHUNK;
 const KB_COLS: usize = 32;
 /// dk columns per workgroup of grad_gdn_lvl (`LB` in grad_gdn_common.wgsl).
 const LB_COLS: usize = 64;
-/// Largest workgroup count per dispatch dimension that every adapter allows.
-const MAX_GROUPS: usize = 65535;
 
 const COMMON: &str = include_str!("../shaders/chunk_common.wgsl");
 const GRAD_COMMON: &str = include_str!("../shaders/grad_gdn_common.wgsl");

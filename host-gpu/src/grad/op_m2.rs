@@ -31,6 +31,7 @@
 
 use super::{check_training_shape, OpGradIo, OpGrads};
 use crate::chunk_scan::{Form, ScanShape, CHUNK};
+use crate::gpu::MAX_GROUPS;
 use crate::gpu::{Gpu, GpuError, Kernel};
 
 /// Token level of chunk level 0 (c0 + 1 with C = 64).
@@ -43,8 +44,6 @@ const NEEDED_STORAGE_BUFFERS: u32 = 10;
 const NEEDED_WORKGROUP_BYTES: u32 = (64 * 64 + 64 + 2 * 16 * 64) * 4;
 /// Tokens per block of the dg reverse cumsum (`grad_m2_dg`).
 const DG_BLOCK: usize = 256;
-/// Largest workgroup count per dispatch dimension that every adapter allows.
-const MAX_GROUPS: usize = 65535;
 
 /// The uniform block (`Params` in chunk_common.wgsl; same layout as the forward's).
 #[repr(C)]

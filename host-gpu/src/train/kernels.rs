@@ -6,12 +6,11 @@
 //! Every builder checks nothing about buffer sizes beyond what wgpu checks: the model that
 //! calls them sizes its buffers from one config.
 
+use crate::gpu::MAX_GROUPS;
 use crate::gpu::{Gpu, GpuError, Kernel};
 
 const COMMON: &str = include_str!("../shaders/common.wgsl");
 
-/// Workgroups in one grid dimension, at most.
-const MAX_GROUPS: usize = 65535;
 /// Output tile of the training matmul.
 const TILE: usize = 64;
 /// Split-k matmuls: split when there are fewer output tiles than this (and aim for about

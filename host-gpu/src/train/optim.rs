@@ -12,6 +12,7 @@
 //! f64 from the step count this optimizer keeps.
 
 use super::Param;
+use crate::gpu::MAX_GROUPS;
 use crate::gpu::{dispatch, Gpu, GpuError, Kernel};
 use bytemuck::Zeroable;
 
@@ -23,8 +24,6 @@ const ADAMW: &str = include_str!("../shaders/train_adamw.wgsl");
 const NORM_CHUNK: usize = 4096;
 /// Threads per workgroup of every kernel here.
 const WORKGROUP: usize = 256;
-/// Workgroups in one grid dimension, at most (WebGPU's guaranteed limit).
-const MAX_GROUPS: usize = 65535;
 
 /// AdamW's hyper-parameters other than the learning rate (which changes per step).
 #[derive(Clone, Copy, Debug, PartialEq)]
