@@ -4,12 +4,13 @@
 //! to the reduced-precision tolerances of tests/golden/README.md §7: 3e-2 for f16 inputs
 //! (as bf16 matmuls), 3e-3 for f32 inputs (as TF32). The fp32 kernel, which every other test
 //! checks, keeps the fp32 tolerances. lavapipe has no cooperative matrices: there these tests
-//! say so and check nothing, the one case where skipping is right (the feature is absent).
+//! report as ignored, with the reason (libtest-mimic: libtest can ignore only at compile time).
 //!
 //! On a GPU that has them, `Gpu::new()` takes this path unless `LOGLINEAR_GPU_NO_COOP=1`; the
 //! fp32-tolerance suites build their device with `Gpu::new_fp32()`, so they check the fp32 path
 //! on every adapter.
 
+use libtest_mimic::Trial;
 use loglinear_converter::Checkpoint;
 use loglinear_host_gpu::gpu::{CoopMatmul, GpuOptions};
 use loglinear_host_gpu::ops::{Kernels, MatmulPath};
@@ -19,22 +20,55 @@ use loglinear_runtime::quant::{BlockQ4_0, BlockQ8_0, QK};
 use loglinear_runtime::{DType, Session, SessionConfig};
 use loglinear_tests::*;
 
-/// A device with cooperative matrices on, or None (with the reason printed) when the adapter
-/// has none the kernel can use.
+/// A device with cooperative matrices on, or None when the adapter has none the kernel can
+/// use.
 fn coop_gpu() -> Option<(Gpu, CoopMatmul)> {
     let gpu = Gpu::new_with(GpuOptions {
         cooperative_matrix: true,
     })
     .expect("GPU adapter");
-    eprintln!("GPU: {}", gpu.describe());
-    eprintln!("adapter cooperative-matrix configurations: {:?}", gpu.coop);
-    match gpu.coop_matmul() {
-        Some(cfg) => Some((gpu, cfg)),
-        None => {
-            eprintln!("SKIPPED: the adapter has no cooperative matrices the matmul can use");
-            None
-        }
+    let cfg = gpu.coop_matmul()?;
+    Some((gpu, cfg))
+}
+
+fn main() {
+    let args = libtest_mimic::Arguments::from_args();
+    let probe = Gpu::new_with(GpuOptions {
+        cooperative_matrix: true,
+    })
+    .expect("GPU adapter");
+    let absent = probe.coop_matmul().is_none();
+    eprintln!(
+        "GPU: {}; cooperative-matrix configurations: {:?}",
+        probe.describe(),
+        probe.coop
+    );
+    drop(probe);
+    if absent {
+        eprintln!(
+            "coop_matmul: the adapter has no cooperative matrices the matmul can use: both tests \
+             are ignored"
+        );
     }
+    let trial = |name: &str, test: fn(Gpu, CoopMatmul)| {
+        Trial::test(name, move || {
+            let (gpu, cfg) = coop_gpu().ok_or("the adapter has no cooperative matrices")?;
+            test(gpu, cfg);
+            Ok(())
+        })
+        .with_ignored_flag(absent)
+    };
+    let trials = vec![
+        trial(
+            "coop_matmul_matches_the_exact_product",
+            coop_matmul_matches_the_exact_product,
+        ),
+        trial(
+            "coop_prefill_matches_golden_models",
+            coop_prefill_matches_golden_models,
+        ),
+    ];
+    libtest_mimic::run(&args, trials).exit();
 }
 
 /// README §7: "GPU with TF32 / bf16 matmuls 3e-3 / 3e-2".
@@ -92,11 +126,7 @@ fn stored(dtype: DType, w: &[f32]) -> (Vec<u8>, Vec<f32>) {
 /// Every weight type, with row counts and K that are not multiples of the tiles, and X / Y as
 /// column slices of wider rows: the coop kernel against an f64 product of the same
 /// (dequantized) weights.
-#[test]
-fn coop_matmul_matches_the_exact_product() {
-    let Some((gpu, cfg)) = coop_gpu() else {
-        return;
-    };
+fn coop_matmul_matches_the_exact_product(gpu: Gpu, cfg: CoopMatmul) {
     let coop = Kernels::new_with(&gpu, true).unwrap();
     assert_eq!(
         coop.matmul_path(),
@@ -189,11 +219,7 @@ fn session_for<'m>(
 /// The golden stress models prefilled with the coop matmuls: logits at every position and
 /// hidden states against golden/model, then the hand-off: the GPU state continued on the CPU
 /// against the golden decode trace.
-#[test]
-fn coop_prefill_matches_golden_models() {
-    let Some((gpu, cfg)) = coop_gpu() else {
-        return;
-    };
+fn coop_prefill_matches_golden_models(gpu: Gpu, cfg: CoopMatmul) {
     let tol = tolerance(&cfg);
     let m = manifest();
     let mut checked = 0;
