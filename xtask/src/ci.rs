@@ -15,7 +15,8 @@
 //!     flashable images (`boards`)
 //!  7. the AArch64 NEON/sdot kernels under qemu-user (`aarch64`)
 
-use std::process::Command;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use anyhow::{bail, Context};
@@ -97,7 +98,11 @@ pub fn run(repo: &Repo, _args: Args) -> anyhow::Result<()> {
     }
 
     section("cargo test --workspace --release");
-    tasks::run(&mut cargo(&["test", "--workspace", "--release"]))?;
+    let ignored = run_tests(&mut cargo(&["test", "--workspace", "--release"]))?;
+    println!("\n{} tests ignored, each with its reason:", ignored.len());
+    for line in &ignored {
+        println!("  {line}");
+    }
 
     section("gguf-py reads our model files (every tensor type)");
     gguf_py(repo)?;
@@ -136,6 +141,36 @@ pub fn run(repo: &Repo, _args: Args) -> anyhow::Result<()> {
 
 fn section(title: &str) {
     println!("\n==== {title} ====");
+}
+
+/// Runs a `cargo test` command with its output passed through, and returns the lines of the
+/// tests it ignored (`test NAME ... ignored, REASON`), so that a run says what it skipped.
+fn run_tests(cmd: &mut Command) -> anyhow::Result<Vec<String>> {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("starting {}", tasks::describe(cmd)))?;
+    let stdout = child.stdout.take().context("the test run's stdout")?;
+    let mut ignored = Vec::new();
+    for line in BufReader::new(stdout).lines() {
+        let line = line.context("reading the test run's output")?;
+        println!("{line}");
+        if let Some(test) = ignored_test(&line) {
+            ignored.push(test.to_string());
+        }
+    }
+    let status = child.wait().context("waiting for the test run")?;
+    if !status.success() {
+        bail!("{} failed ({status})", tasks::describe(cmd));
+    }
+    Ok(ignored)
+}
+
+/// `NAME ... ignored[, REASON]` of a libtest result line for an ignored test.
+fn ignored_test(line: &str) -> Option<&str> {
+    let rest = line.strip_prefix("test ")?;
+    let (_, verdict) = rest.split_once(" ... ")?;
+    (verdict == "ignored" || verdict.starts_with("ignored, ")).then_some(rest)
 }
 
 /// A `no_std` build of the runtime for `target`, and the proof that it links no `alloc`.
@@ -255,6 +290,21 @@ fn gguf_py(repo: &Repo) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ignored_tests_are_picked_from_the_output() {
+        assert_eq!(
+            ignored_test("test a::b ... ignored, needs a GPU"),
+            Some("a::b ... ignored, needs a GPU")
+        );
+        assert_eq!(
+            ignored_test("test coop ... ignored"),
+            Some("coop ... ignored")
+        );
+        assert_eq!(ignored_test("test a ... ok"), None);
+        assert_eq!(ignored_test("test result: ok. 2 passed; 0 ignored"), None);
+        assert_eq!(ignored_test("running 2 tests"), None);
+    }
 
     #[test]
     fn std_or_alloc_features_are_named() {
