@@ -434,7 +434,7 @@ fn gdn_backward_in_head_groups_equals_all_heads_at_once() {
 /// Wall time of one backward at a training-like shape (lavapipe figures are only indicative).
 /// `cargo test --release --test grad_operator_gdn -- --ignored --nocapture`
 #[test]
-#[ignore]
+#[ignore = "timing, not a check: run with --ignored --nocapture"]
 fn gdn_backward_timing() {
     let gpu = Gpu::new().expect("GPU adapter (lavapipe in CI)");
     let (t, h, dk, dv, cols) = (1024, 2, 64, 128, 15);

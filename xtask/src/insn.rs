@@ -444,7 +444,7 @@ mod tests {
     /// the QEMU source download (~40 MB) and gcc, so it runs only on request
     /// (`cargo test -p xtask -- --ignored`).
     #[test]
-    #[ignore]
+    #[ignore = "needs root, the network and a 40 MB download: run with --ignored"]
     fn the_plugin_builds_into_an_empty_folder() {
         let dir = std::env::temp_dir().join(format!("xtask-plugin-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
