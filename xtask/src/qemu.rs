@@ -68,6 +68,12 @@ use crate::tasks::{self, FirmwareBuild, Repo};
 pub struct Args {
     /// Board names (folders under boards/); default: every QEMU board (`kind = "qemu"`).
     boards: Vec<String>,
+    /// The model of every board whose board.toml names none (a fine-tune, say).
+    #[arg(long, env = "QEMU_TEST_MODEL", default_value = tasks::DEFAULT_MODEL)]
+    model: PathBuf,
+    /// Seconds one QEMU run may take before it counts as hung.
+    #[arg(long, env = "QEMU_TIMEOUT", default_value_t = 120)]
+    qemu_timeout: u64,
 }
 
 /// Requests: the `GEN` parameters and the host CLI's arguments (split at spaces). Their `\n`
@@ -129,17 +135,8 @@ struct Hostile {
 
 /// Runs the task.
 pub fn run(repo: &Repo, args: Args) -> anyhow::Result<()> {
-    let default_model = match std::env::var("QEMU_TEST_MODEL") {
-        Ok(m) if !m.is_empty() => PathBuf::from(m),
-        _ => PathBuf::from(tasks::DEFAULT_MODEL),
-    };
-    let limit = match std::env::var("QEMU_TIMEOUT") {
-        Ok(s) if !s.is_empty() => s
-            .parse()
-            .map(Duration::from_secs)
-            .with_context(|| format!("QEMU_TIMEOUT={s} is not a whole number of seconds"))?,
-        _ => Duration::from_secs(120),
-    };
+    let default_model = args.model;
+    let limit = Duration::from_secs(args.qemu_timeout);
     let boards = if args.boards.is_empty() {
         tasks::qemu_boards()?
     } else {
