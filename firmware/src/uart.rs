@@ -202,7 +202,7 @@ mod driver {
 /// Receive is interrupt-driven: the handler moves each byte from RDR into a `heapless` SPSC
 /// queue, which `read_byte` drains. When the queue is full the handler masks the receive
 /// interrupt and leaves the byte in RDR until `read_byte` makes room; a byte that arrives
-/// meanwhile overruns (ORE), which the handler counts ([`overruns`]). QEMU's model holds input
+/// meanwhile overruns (ORE), which the handler clears; that byte is lost. QEMU's model holds input
 /// back while RDR is full, so under QEMU nothing overruns; on the chip at 115200 baud the queue
 /// covers `RX_QUEUE` byte times (0.36 s) of decoding.
 #[cfg(uart = "stm32l4-usart1")]
@@ -211,7 +211,7 @@ mod driver {
 
     use cortex_m::interrupt::{self, Mutex};
     use heapless::spsc::{Consumer, Producer, Queue};
-    use portable_atomic::{AtomicBool, AtomicU32, Ordering};
+    use portable_atomic::{AtomicBool, Ordering};
     use static_cell::ConstStaticCell;
 
     use super::{Block, BAUD};
@@ -253,7 +253,6 @@ mod driver {
     /// `read_byte`'s end.
     static CONSUMER: Mutex<RefCell<Option<Consumer<'static, u8>>>> = Mutex::new(RefCell::new(None));
     static STARTED: AtomicBool = AtomicBool::new(false);
-    static OVERRUNS: AtomicU32 = AtomicU32::new(0);
 
     /// USART1's interrupt number, for the NVIC.
     #[derive(Clone, Copy)]
@@ -265,12 +264,6 @@ mod driver {
         fn number(self) -> u16 {
             USART1_IRQ
         }
-    }
-
-    /// Bytes lost to overruns since boot.
-    #[allow(dead_code)]
-    pub fn overruns() -> u32 {
-        OVERRUNS.load(Ordering::Relaxed)
     }
 
     pub fn init() {
@@ -328,7 +321,6 @@ mod driver {
         }
         let isr = USART1.read(ISR);
         if isr & ISR_ORE != 0 {
-            OVERRUNS.fetch_add(1, Ordering::Relaxed);
             USART1.write(ICR, ICR_ORECF);
         }
         if isr & ISR_RXNE == 0 {
