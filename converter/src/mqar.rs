@@ -26,6 +26,8 @@
 //! without replacement for the gaps, uniform fill. Integers in `0..m` are taken as the high
 //! 64 bits of `u64 × m` (bias below m/2^64, far under any measurable level).
 
+use loglinear_runtime::rng::SplitMix64;
+
 /// Zoology's vocabulary for MQAR.
 pub const ZOOLOGY_VOCAB: usize = 8192;
 /// The sequence length of these runs.
@@ -160,44 +162,25 @@ impl MqarBatch {
     }
 }
 
-/// SplitMix64 (Steele, Lea, Flood 2014): small, fast, and good enough for data generation.
-#[derive(Clone, Debug)]
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Integer in `0..m` (`m > 0`).
-    fn below(&mut self, m: usize) -> usize {
-        ((u128::from(self.next_u64()) * m as u128) >> 64) as usize
-    }
-
-    /// Uniform in `[0, 1)` with 53 random bits.
-    fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 * (1.0 / (1u64 << 53) as f64)
-    }
+/// Uniform in `0..m` (`m > 0`).
+fn below(rng: &mut SplitMix64, m: usize) -> usize {
+    rng.below(m as u64) as usize
 }
 
 /// The stream of example `index` of `seed`: the two are mixed through one SplitMix64 step
 /// each, so neighbouring seeds and indices give unrelated streams.
 fn example_rng(seed: u64, index: u64) -> SplitMix64 {
-    let mut s = SplitMix64(seed);
+    let mut s = SplitMix64::new(seed);
     let a = s.next_u64();
-    let mut i = SplitMix64(index ^ 0xD1B5_4A32_D192_ED03);
-    SplitMix64(a ^ i.next_u64())
+    let mut i = SplitMix64::new(index ^ 0xD1B5_4A32_D192_ED03);
+    SplitMix64::new(a ^ i.next_u64())
 }
 
 /// `count` distinct integers from `lo..hi`, uniformly, in draw order.
 fn distinct(rng: &mut SplitMix64, lo: usize, hi: usize, count: usize) -> Vec<usize> {
     let mut out: Vec<usize> = Vec::with_capacity(count);
     while out.len() < count {
-        let x = lo + rng.below(hi - lo);
+        let x = lo + below(rng, hi - lo);
         if !out.contains(&x) {
             out.push(x);
         }
@@ -212,7 +195,7 @@ fn weighted_distinct(rng: &mut SplitMix64, weights: &[f64], count: usize) -> Vec
     let mut out = Vec::with_capacity(count);
     for _ in 0..count {
         let total: f64 = left.iter().sum();
-        let mut u = rng.unit() * total;
+        let mut u = rng.unit_f64() * total;
         // Falls back to the last positive weight if rounding runs past the end.
         let mut pick = left.iter().rposition(|&w| w > 0.0).unwrap_or(0);
         for (i, &w) in left.iter().enumerate() {
@@ -265,7 +248,7 @@ fn write_example(
     }
     for (x, _) in inputs.iter_mut().zip(&filled).filter(|(_, &f)| !f) {
         *x = if cfg.random_non_queries {
-            rng.below(cfg.vocab_size) as u32
+            below(&mut rng, cfg.vocab_size) as u32
         } else {
             0
         };
@@ -391,18 +374,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn splitmix64_reference_values() {
-        // First outputs of SplitMix64 seeded with 0 (the reference C implementation).
-        let mut r = SplitMix64(0);
-        assert_eq!(r.next_u64(), 0xE220_A839_7B1D_CDAF);
-        assert_eq!(r.next_u64(), 0x6E78_9E6A_A1B9_65F4);
-    }
-
-    #[test]
     fn weighted_draws_follow_the_weights() {
         // Two of weights [1, 3]: both are always drawn; the first draw is index 1 three times
         // in four.
-        let mut rng = SplitMix64(7);
+        let mut rng = SplitMix64::new(7);
         let (mut first_is_1, n) = (0, 20_000);
         for _ in 0..n {
             let d = weighted_distinct(&mut rng, &[1.0, 3.0], 2);

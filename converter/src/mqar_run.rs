@@ -876,6 +876,7 @@ mod gpu_run {
     use loglinear_host_gpu::train::optim::{AdamW, AdamWConfig};
     use loglinear_host_gpu::train::schedule::{Decay, LrSchedule};
     use loglinear_host_gpu::{wgpu, Gpu, GpuError};
+    use loglinear_runtime::rng::SplitMix64;
     use std::time::Instant;
 
     type Res<T> = Result<T, Box<dyn std::error::Error>>;
@@ -950,21 +951,6 @@ mod gpu_run {
             test.push((kv, Examples::from_batch(&te)));
         }
         Ok(Data { train, test })
-    }
-
-    /// SplitMix64 for the epoch shuffles.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-            let mut z = self.0;
-            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-            z ^ (z >> 31)
-        }
-        fn below(&mut self, n: usize) -> usize {
-            ((self.next() as u128 * n as u128) >> 64) as usize
-        }
     }
 
     /// A graph of `batch` (the micro-batch) examples with one pair of upload buffers per
@@ -1293,10 +1279,10 @@ mod gpu_run {
     }
 
     /// The epoch's order: the training examples shuffled by `rng`.
-    fn shuffled(rng: &mut Rng, n: usize) -> Vec<usize> {
+    fn shuffled(rng: &mut SplitMix64, n: usize) -> Vec<usize> {
         let mut order: Vec<usize> = (0..n).collect();
         for i in (1..order.len()).rev() {
-            order.swap(i, rng.below(i + 1));
+            order.swap(i, rng.below(i as u64 + 1) as usize);
         }
         order
     }
@@ -1432,7 +1418,7 @@ mod gpu_run {
         };
         // The epoch's order is regenerated from the generator's state before its shuffle, so
         // a resumed run sees the same batches (a fresh run shuffles at its first step).
-        let mut rng = Rng(st.epoch_rng);
+        let mut rng = SplitMix64::new(st.epoch_rng);
         let mut order: Vec<usize> = if st.step > 0 {
             shuffled(&mut rng, n_train)
         } else {
@@ -1442,7 +1428,7 @@ mod gpu_run {
         while st.step < st.steps {
             // The next batch of the epoch's order; a new shuffle when it runs out.
             if st.epoch_pos >= order.len() {
-                st.epoch_rng = rng.0;
+                st.epoch_rng = rng.state;
                 order = shuffled(&mut rng, n_train);
                 st.epoch_pos = 0;
             }

@@ -29,6 +29,7 @@ pub mod level;
 pub mod math;
 pub mod model;
 pub mod quant;
+pub mod rng;
 pub mod sampler;
 pub mod session;
 pub mod slot_store;

@@ -6,6 +6,7 @@
 //! logits, seed and settings pick the same tokens.
 
 use crate::math::exp;
+use crate::rng::SplitMix64;
 
 /// Sampling settings.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -36,7 +37,7 @@ impl Default for SamplerConfig {
 #[derive(Clone, Debug)]
 pub struct Sampler {
     cfg: SamplerConfig,
-    rng: u64,
+    rng: SplitMix64,
 }
 
 /// Why sampling could not proceed.
@@ -52,7 +53,10 @@ pub enum SampleError {
 impl Sampler {
     /// A sampler seeded from `cfg.seed`.
     pub fn new(cfg: SamplerConfig) -> Self {
-        Self { cfg, rng: cfg.seed }
+        Self {
+            cfg,
+            rng: SplitMix64::new(cfg.seed),
+        }
     }
 
     /// The settings.
@@ -62,26 +66,12 @@ impl Sampler {
 
     /// The PRNG state (to save and restore a stream).
     pub fn rng_state(&self) -> u64 {
-        self.rng
+        self.rng.state
     }
 
     /// Restores a PRNG state from [`Sampler::rng_state`].
     pub fn set_rng_state(&mut self, s: u64) {
-        self.rng = s;
-    }
-
-    /// SplitMix64 (Steele, Lea, Flood 2014): one 64-bit output per call.
-    fn next_u64(&mut self) -> u64 {
-        self.rng = self.rng.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.rng;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [0, 1) with 24 bits.
-    fn next_unit(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 * (1.0 / (1u32 << 24) as f32)
+        self.rng.state = s;
     }
 
     /// Picks a token from `logits`. `scratch` needs `logits.len()` entries (it holds the
@@ -134,7 +124,7 @@ impl Sampler {
             .iter()
             .map(|&i| exp((logits[i as usize] - max) * inv_t))
             .sum();
-        let target = self.next_unit() * mass;
+        let target = self.rng.unit_f32() * mass;
         let mut acc = 0.0;
         for &i in cand {
             acc += exp((logits[i as usize] - max) * inv_t);

@@ -7,6 +7,7 @@
 //! * `*.u32`: little-endian u32 token ids (4 bytes per token);
 //! * anything else: raw bytes, one token per byte (the byte-level vocabulary of 256).
 
+use loglinear_runtime::rng::SplitMix64;
 use std::path::{Path, PathBuf};
 
 /// Why training data could not be used. Every variant names the file or setting.
@@ -144,41 +145,13 @@ pub fn check_len(what: &str, tokens: &[u32], seq_len: usize) -> Result<(), DataE
     Ok(())
 }
 
-/// SplitMix64: a 64-bit state, one multiply-xorshift output per step. Small, fast, and its
-/// state is a single number to save.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Rng {
-    pub state: u64,
-}
-
-impl Rng {
-    /// A generator whose first outputs depend on all of `seed`.
-    pub fn new(seed: u64) -> Self {
-        Self { state: seed }
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (`n ≥ 1`), by the multiply-high map (bias below 2⁻³² for any n that
-    /// fits memory).
-    pub fn below(&mut self, n: u64) -> u64 {
-        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
-    }
-}
-
 /// Appends `batch` uniformly random windows of `seq_len + 1` tokens of `tokens` to `out`
 /// (window starts drawn from `rng`, one draw per window).
 pub fn sample_windows(
     tokens: &[u32],
     seq_len: usize,
     batch: usize,
-    rng: &mut Rng,
+    rng: &mut SplitMix64,
     out: &mut Vec<u32>,
 ) -> Result<(), DataError> {
     check_len("the training data", tokens, seq_len)?;
@@ -259,7 +232,7 @@ mod tests {
     #[test]
     fn windows_are_in_range_reproducible_and_resumable() {
         let tokens: Vec<u32> = (0..50).collect();
-        let mut a = Rng::new(7);
+        let mut a = SplitMix64::new(7);
         let mut out = Vec::new();
         sample_windows(&tokens, 9, 1000, &mut a, &mut out).unwrap();
         assert_eq!(out.len(), 1000 * 10);
@@ -272,10 +245,10 @@ mod tests {
         }
         assert_eq!(starts.len(), 41, "every start 0..=40 is drawn");
         // Resuming from a saved state continues the same sequence.
-        let mut b = Rng::new(7);
+        let mut b = SplitMix64::new(7);
         let mut first = Vec::new();
         sample_windows(&tokens, 9, 600, &mut b, &mut first).unwrap();
-        let mut resumed = Rng::new(b.state);
+        let mut resumed = SplitMix64::new(b.state);
         sample_windows(&tokens, 9, 400, &mut resumed, &mut first).unwrap();
         assert_eq!(first, out);
         let e = sample_windows(&tokens[..5], 9, 1, &mut a, &mut out).unwrap_err();

@@ -3,7 +3,7 @@
 //! one read-back of the losses and the gradient norm.
 
 use super::checkpoint_dir::{self, CheckpointData, TrainerState};
-use super::data::{self, Rng};
+use super::data;
 use super::{ScheduleArg, TrainArgs};
 use crate::checkpoint::Checkpoint;
 use crate::config_json::{parse_config, parse_lenient_json};
@@ -15,6 +15,7 @@ use loglinear_host_gpu::train::graph::{new_train_graph, TrainGraph};
 use loglinear_host_gpu::train::optim::{AdamW, AdamWConfig};
 use loglinear_host_gpu::train::schedule::{Decay, LrSchedule};
 use loglinear_host_gpu::Gpu;
+use loglinear_runtime::rng::SplitMix64;
 use loglinear_runtime::{ModelConfig, WeightSource};
 use serde_json::{json, Value};
 use std::io::Write;
@@ -237,7 +238,7 @@ impl Trainer<'_> {
     fn step(
         &mut self,
         train: &[u32],
-        rng: &mut Rng,
+        rng: &mut SplitMix64,
         lr: f64,
         clip: Option<f32>,
     ) -> Res<(f64, f32)> {
@@ -458,7 +459,7 @@ pub fn train(args: &TrainArgs) -> Res {
         args.out.join("train_log.csv"),
         args.resume.then_some(state.step),
     )?;
-    let mut rng = Rng::new(state.rng_state);
+    let mut rng = SplitMix64::new(state.rng_state);
     let pb = progress_bar(args.steps, state.step);
     let started = Instant::now();
     let first_step = state.step;

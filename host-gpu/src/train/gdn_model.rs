@@ -992,7 +992,7 @@ impl GdnTrainModel {
     /// kaiming-uniform(a = √5) = U(±1/√fan_in), divided by √(2·layers). The weights follow
     /// the graph's [`InitScheme`](crate::train::InitScheme) (official unless the graph was built otherwise).
     pub fn init_params(&self, gpu: &Gpu, seed: u64) -> Result<(), GpuError> {
-        let mut rng = InitRng(seed ^ 0x6764_6e5f_696e_6974);
+        let mut rng = InitRng::new(seed ^ 0x6764_6e5f_696e_6974);
         let outputs: Vec<usize> = self
             .blocks
             .iter()

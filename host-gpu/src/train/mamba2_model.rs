@@ -890,7 +890,7 @@ impl Mamba2TrainModel {
     /// √(2·layers). The weights and conv bias follow the graph's [`InitScheme`](crate::train::InitScheme) (official
     /// unless the graph was built otherwise).
     pub fn init_params(&self, gpu: &Gpu, seed: u64) -> Result<(), GpuError> {
-        let mut rng = InitRng(seed ^ 0x6d61_6d62_615f_696e);
+        let mut rng = InitRng::new(seed ^ 0x6d61_6d62_615f_696e);
         let outputs: Vec<usize> = self
             .blocks
             .iter()

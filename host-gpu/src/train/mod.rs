@@ -18,6 +18,7 @@ pub struct Param {
 }
 
 use crate::gpu::{Gpu, GpuError};
+use loglinear_runtime::rng::SplitMix64;
 
 /// Training-only choices of a graph; the model file records neither.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -53,21 +54,17 @@ pub enum InitScheme {
     Zoology,
 }
 
-/// The initialisation's random numbers (deterministic for a seed): SplitMix64 words, uniform
+/// The initialisation's random numbers (deterministic for a seed): SplitMix64 uniform
 /// doubles in [0, 1), and normals by Box–Muller.
-pub(crate) struct InitRng(pub(crate) u64);
+pub(crate) struct InitRng(pub(crate) SplitMix64);
 
 impl InitRng {
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
+    pub(crate) fn new(seed: u64) -> Self {
+        Self(SplitMix64::new(seed))
     }
 
     pub(crate) fn uniform(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+        self.0.unit_f64()
     }
 
     pub(crate) fn normal(&mut self) -> f64 {
