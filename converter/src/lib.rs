@@ -1,28 +1,18 @@
-//! Host-side (std) tools for loglinear:
+//! Importing the official checkpoints and writing GGUF model files:
 //!
-//! * [`checkpoint`]: importing the official checkpoints (`config.json` + `model.safetensors`)
-//!   into a [`Checkpoint`] that the runtime reads through its
-//!   [`WeightSource`](loglinear_runtime::WeightSource) trait;
-//! * [`gguf_writer`], [`export`]: writing GGUF v3 model files (`docs/model-file.md`) with
+//! * [`checkpoint`]: `config.json` + `model.safetensors` into a [`Checkpoint`] that the runtime
+//!   reads through its [`WeightSource`](loglinear_runtime::WeightSource) trait;
+//! * [`gguf_writer`], [`export`]: GGUF v3 model files (`docs/model-file.md`) with
 //!   f32/f16/Q8_0/Q4_0 weights;
-//! * [`eval`]: bits per byte on text, and a quantized model's distance from the f32 one;
-//!   [`per_position`]: the loss at each position of the windows; [`plot`]: its PNG chart;
-//! * [`mqar`]: multi-query associative recall data (Zoology's synthetic task); [`mqar_run`]:
-//!   `loglinear mqar`, the paper's MQAR sweep on the GPU trainer.
+//! * [`model_source`]: a model from either a GGUF file or a checkpoint folder;
+//! * [`vocab`]: the tokenizer a model file carries.
 
 pub mod checkpoint;
 pub mod config_json;
-pub mod eval;
 pub mod export;
 pub mod gguf_writer;
 pub mod layout;
 pub mod model_source;
-pub mod mqar;
-pub mod mqar_run;
-pub mod per_position;
-pub mod plan;
-pub mod plot;
-pub mod train;
 pub mod vocab;
 
 pub use checkpoint::{Checkpoint, ImportError, Tensor, TensorStore};

@@ -5,8 +5,10 @@
 use loglinear_host_gpu::train::kernels::{ConvShape, GateIo, GateShape, Step, TrainKernels};
 use loglinear_host_gpu::Gpu;
 
-mod common;
-use common::gpu;
+/// The f32 adapter the tests run on (lavapipe in CI).
+fn gpu() -> Gpu {
+    Gpu::new_fp32().expect("GPU adapter (lavapipe)")
+}
 
 struct Rng(u64);
 impl Rng {

@@ -460,7 +460,7 @@ fn linux(repo: &Repo, board: &LinuxBoard, work: &Path) -> Result<String> {
     );
     tasks::run(
         Command::new("cargo")
-            .args(["build", "--release", "-q", "-p", "loglinear-converter"])
+            .args(["build", "--release", "-q", "-p", "loglinear-cli"])
             .args(["--bin", "loglinear", "--target", target])
             .env(linker_var, linker),
     )

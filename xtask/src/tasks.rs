@@ -44,7 +44,7 @@ impl Repo {
             "--release",
             "-q",
             "-p",
-            "loglinear-converter",
+            "loglinear-cli",
             "--bin",
             "loglinear",
         ]))?;

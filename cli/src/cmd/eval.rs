@@ -1,0 +1,245 @@
+//! `loglinear eval`: bits per byte of a model on a text, and optionally the loss at each
+//! position of the windows (CSV) and its chart against a baseline model (PNG).
+
+use crate::plot::{self, Curve, PlotOptions};
+use crate::{progress_bar, read_file, ActivationsArg, CliError, Res};
+use clap::ValueEnum;
+use loglinear_converter::model_source::ModelSource;
+use loglinear_runtime::quant::Activations;
+use loglinear_train::eval;
+use loglinear_train::per_position::{per_position_loss, PerPosition, StepState, WindowRunner};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Arguments of `loglinear eval`.
+#[derive(clap::Args)]
+pub struct EvalArgs {
+    /// GGUF model file or checkpoint folder.
+    model: PathBuf,
+    /// The text (raw bytes; one token per byte).
+    #[arg(long)]
+    text: PathBuf,
+    /// Predictions per window; windows do not overlap and each starts from an empty state,
+    /// feeding ctx + 1 bytes and predicting ctx.
+    #[arg(long, default_value_t = 512)]
+    ctx: usize,
+    /// Use only the first this many bytes of the text.
+    #[arg(long)]
+    bytes: Option<usize>,
+    /// Inputs of quantized matvecs: f32, or Q8 through the integer kernels.
+    #[arg(long, value_enum, default_value = "f32")]
+    activations: ActivationsArg,
+    /// How each window is run: `step` (token by token through the decoder, as a board does),
+    /// `chunkwise` (the §7 chunk algorithm on all CPU cores with logits at every position,
+    /// much faster; f32 activations only), or `auto`: chunkwise with f32 activations and the
+    /// model's full f32 state, step otherwise.
+    #[arg(long, value_enum, default_value = "auto")]
+    prefill: RunnerArg,
+    /// State levels of the decoder, as a board with little RAM keeps them (default: the
+    /// model's, 15 log-linear, 1 plain): the top level saturates at 2^(levels − 1) tokens.
+    /// Runs the windows step by step.
+    #[arg(long)]
+    levels: Option<usize>,
+    /// Element type of the decoder state: f32, or f16 as the boards keep it (half the RAM).
+    /// f16 runs the windows step by step.
+    #[arg(long, value_enum, default_value = "f32")]
+    state: crate::StateDtype,
+    /// Write the mean loss at each position 0..ctx-1 over all windows to this CSV file
+    /// (columns position,val_loss_nats,val_loss_bits, as the models' per_position_loss.csv).
+    #[arg(long, value_name = "FILE.csv")]
+    per_position: Option<PathBuf>,
+    /// Draw bits per byte against position (log-scale position axis, power-of-two bucket
+    /// means over the per-position curve) to this PNG file.
+    #[arg(long, value_name = "FILE.png")]
+    plot: Option<PathBuf>,
+    /// A second model evaluated on the same windows and drawn as a second curve (e.g. plain
+    /// GDN against log-linear GDN); its bits per byte are printed too.
+    #[arg(long, value_name = "MODEL")]
+    baseline: Option<PathBuf>,
+    /// Size of the plot in pixels, WIDTHxHEIGHT.
+    #[arg(long, value_name = "WxH", default_value = "960x600", value_parser = parse_size)]
+    plot_size: (u32, u32),
+}
+
+/// `--prefill` of `eval`.
+#[derive(Clone, Copy, ValueEnum)]
+enum RunnerArg {
+    Auto,
+    Step,
+    Chunkwise,
+}
+
+fn parse_size(s: &str) -> Result<(u32, u32), String> {
+    let bad = || format!("expected WIDTHxHEIGHT in pixels (e.g. 960x600), got {s:?}");
+    let (w, h) = s.split_once(['x', 'X']).ok_or_else(bad)?;
+    let w = w.trim().parse().map_err(|_| bad())?;
+    let h = h.trim().parse().map_err(|_| bad())?;
+    if !plot::SIZE_RANGE.contains(&w) || !plot::SIZE_RANGE.contains(&h) {
+        return Err(format!(
+            "plot size {w}x{h}: width and height must be in {}..={} pixels",
+            plot::SIZE_RANGE.start(),
+            plot::SIZE_RANGE.end()
+        ));
+    }
+    Ok((w, h))
+}
+
+/// Refuses, before a long evaluation, an output file whose folder does not exist.
+fn check_output_folder(path: &Path) -> Result<(), String> {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() && !dir.is_dir() => Err(format!(
+            "cannot write {}: no such folder {}",
+            path.display(),
+            dir.display()
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Runs `loglinear eval`.
+pub fn run(args: &EvalArgs) -> Res {
+    if let Some(csv) = &args.per_position {
+        check_output_folder(csv)?;
+    }
+    if let Some(png) = &args.plot {
+        plot::check_png_path(png)?;
+    }
+    let activations = args.activations.mode();
+    let state = StepState {
+        levels: args.levels,
+        f16: matches!(args.state, crate::StateDtype::F16),
+    };
+    // The chunk algorithm computes the model's full f32 state with f32 activations; anything
+    // else is what the step decoder (a board's) computes.
+    let exact_chunkwise = activations == Activations::F32 && state == StepState::default();
+    let runner = match (args.prefill, exact_chunkwise) {
+        (RunnerArg::Step, _) | (RunnerArg::Auto, false) => WindowRunner::Step(state),
+        (RunnerArg::Chunkwise | RunnerArg::Auto, true) => WindowRunner::Chunkwise,
+        (RunnerArg::Chunkwise, false) => {
+            return Err(
+                "--prefill chunkwise computes with f32 activations and the model's full \
+                        f32 state: use --prefill step with --activations q8, --levels or \
+                        --state f16"
+                    .into(),
+            )
+        }
+    };
+    let mut bytes = read_file(&args.text)?;
+    if let Some(n) = args.bytes {
+        bytes.truncate(n);
+    }
+    // Both models are opened before either is evaluated, so a bad baseline fails at once.
+    let source = open_model(&args.model)?;
+    let baseline_source = match &args.baseline {
+        Some(path) => Some((path, open_model(path)?)),
+        None => None,
+    };
+
+    let model = evaluate(&args.model, &source, "", args, &bytes, runner, activations)?;
+    if let Some(csv) = &args.per_position {
+        std::fs::write(csv, model.to_csv()).map_err(|source| CliError::Write {
+            path: csv.clone(),
+            source,
+        })?;
+        eprintln!("wrote {} ({} positions)", csv.display(), model.ctx());
+    }
+    let baseline = match &baseline_source {
+        Some((path, src)) => Some(evaluate(
+            path,
+            src,
+            "baseline ",
+            args,
+            &bytes,
+            runner,
+            activations,
+        )?),
+        None => None,
+    };
+    if let Some(png) = &args.plot {
+        let mut curves = vec![Curve {
+            label: model_name(&args.model),
+            mean_bits: model.mean_bits(),
+        }];
+        if let (Some(path), Some(b)) = (&args.baseline, &baseline) {
+            curves.push(Curve {
+                label: model_name(path),
+                mean_bits: b.mean_bits(),
+            });
+        }
+        let opts = PlotOptions {
+            width: args.plot_size.0,
+            height: args.plot_size.1,
+            title: format!(
+                "Loss by position: {} windows of {} bytes of {}",
+                model.windows,
+                args.ctx,
+                model_name(&args.text)
+            ),
+        };
+        plot::draw_png(png, &curves, &opts)?;
+        eprintln!("wrote {}", png.display());
+    }
+    Ok(())
+}
+
+/// The last component of a path, for legends and titles.
+fn model_name(path: &Path) -> String {
+    path.file_name()
+        .unwrap_or(path.as_os_str())
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// A byte-level model.
+fn open_model(path: &Path) -> Res<ModelSource> {
+    let source = ModelSource::open(path)?;
+    source.require_byte_tokenizer(path)?;
+    Ok(source)
+}
+
+/// Evaluates one model on the windows and prints its bits per byte (after `what`).
+fn evaluate(
+    path: &Path,
+    source: &ModelSource,
+    what: &str,
+    args: &EvalArgs,
+    bytes: &[u8],
+    runner: WindowRunner,
+    activations: Activations,
+) -> Res<PerPosition> {
+    let ctx = args.ctx;
+    let windows = eval::window_count(bytes.len(), ctx);
+    let r = source.with_model(path, |m| {
+        let m = &m.with_activations(activations);
+        eprintln!(
+            "{}: {} {}, {} activations, {} windows of {ctx} predictions over {} bytes of {}, {}",
+            path.display(),
+            source.kind(),
+            m.config().arch.name(),
+            activations.name(),
+            windows,
+            bytes.len(),
+            args.text.display(),
+            runner.name()
+        );
+        let pb = progress_bar(windows, "evaluating");
+        let start = Instant::now();
+        let r = per_position_loss(m, bytes, ctx, runner, &mut |w| pb.set_position(w as u64));
+        pb.finish_and_clear();
+        r.map(|r| (r, start.elapsed()))
+    })??;
+    let (r, took): (PerPosition, Duration) = r;
+    let total = r.total();
+    writeln!(
+        std::io::stdout().lock(),
+        "{what}bits per byte: {:.5} ({:.5} nats/byte; {} windows x {ctx} = {} predictions; {:.1} s, {:.0} tokens/s)",
+        total.bpb(),
+        total.bpb() * std::f64::consts::LN_2,
+        total.windows,
+        total.predictions,
+        took.as_secs_f64(),
+        total.predictions as f64 / took.as_secs_f64()
+    )?;
+    Ok(r)
+}

@@ -1,0 +1,325 @@
+//! `loglinear eval --per-position FILE.csv --plot FILE.png [--baseline MODEL]` on a small slice
+//! of text with the shipped models: the CSV has one row per position with the reference
+//! columns, its mean is the plain bits per byte of the same windows, the chunkwise windows give
+//! the stepped ones' losses, the PNG is a valid PNG of the requested size, and bad paths are
+//! refused with errors that name them.
+
+use loglinear_converter::model_source::ModelSource;
+use loglinear_train::eval::bits_per_byte;
+use loglinear_train::per_position::{per_position_loss, PerPosition, StepState, WindowRunner};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// Predictions per window, and windows: small, so that stepping is quick on two cores.
+const CTX: usize = 24;
+const WINDOWS: usize = 4;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The text the tests read: the built-in held-out text (Hamlet), 5 windows and a bit, so the
+/// `--bytes` cut decides the windows.
+fn text_path() -> PathBuf {
+    repo().join("cli/src/eval_text.txt")
+}
+
+fn text() -> Vec<u8> {
+    let mut t = std::fs::read(text_path()).unwrap();
+    t.truncate(WINDOWS * CTX + 1);
+    t
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("loglinear-eval-pp-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+fn loglinear(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_loglinear"))
+        .current_dir(repo())
+        .arg("eval")
+        .args(args)
+        .output()
+        .expect("run loglinear")
+}
+
+fn rel(a: f64, b: f64) -> f64 {
+    (a - b).abs() / b.abs()
+}
+
+/// `f` on the model at `path` (relative to the repository).
+fn with_model<R>(path: &str, f: impl FnOnce(&loglinear_runtime::Model<'_>) -> R) -> R {
+    let path = repo().join(path);
+    let source = ModelSource::open(&path).unwrap();
+    source.with_model(&path, f).unwrap()
+}
+
+fn per_position(model: &loglinear_runtime::Model<'_>, runner: WindowRunner) -> PerPosition {
+    per_position_loss(model, &text(), CTX, runner, &mut |_| {}).unwrap()
+}
+
+#[test]
+fn per_position_mean_is_the_plain_bits_per_byte() {
+    with_model("models/ll-gdn-mcu-q8_0.gguf", |m| {
+        let plain = bits_per_byte(m, &text(), CTX, &mut |_| {}).unwrap();
+        let step = per_position(m, WindowRunner::Step(StepState::default()));
+        assert_eq!(step.ctx(), CTX);
+        assert_eq!(step.windows, WINDOWS);
+        let means = step.mean_bits();
+        let mean = means.iter().sum::<f64>() / CTX as f64;
+        let e = rel(mean, plain.bpb());
+        println!(
+            "plain {:.9} bits/byte, per-position mean {mean:.9}: rel {e:.1e}",
+            plain.bpb()
+        );
+        assert!(e < 1e-9, "rel {e:e}");
+        assert_eq!(step.total().predictions, plain.predictions);
+        assert!(rel(step.total().bpb(), plain.bpb()) < 1e-9);
+
+        // The chunkwise windows: same losses up to f32 rounding of the logits.
+        let chunk = per_position(m, WindowRunner::Chunkwise);
+        let worst = chunk
+            .mean_bits()
+            .iter()
+            .zip(&means)
+            .map(|(&c, &s)| rel(c, s))
+            .fold(0.0, f64::max);
+        println!("chunkwise vs step, worst per-position relative difference {worst:.1e}");
+        assert!(worst < 1e-4, "chunkwise vs step: {worst:e}");
+    });
+}
+
+/// `--levels` / `--state`: the board's decoder state. Levels that hold the whole window exactly
+/// give the full state's losses bit for bit; fewer saturate and change them; f16 changes them
+/// slightly. Chunkwise refuses both (it computes the full f32 state).
+#[test]
+fn levels_and_state_run_the_boards_decoder() {
+    with_model("models/ll-gdn-mcu16k-q8_0.gguf", |m| {
+        let step = |levels, f16| {
+            per_position(m, WindowRunner::Step(StepState { levels, f16 }))
+                .total()
+                .bpb()
+        };
+        let full = step(None, false);
+        // 6 levels are exact up to 2^5 = 32 tokens, more than a window of CTX + 1 = 25.
+        assert_eq!(step(Some(6), false), full);
+        let saturated = step(Some(3), false);
+        let f16 = step(None, true);
+        println!("bits per byte: full {full:.6}, 3 levels {saturated:.6}, f16 state {f16:.6}");
+        assert_ne!(saturated, full);
+        assert_ne!(f16, full);
+        assert!(rel(f16, full) < 1e-2, "f16 state {f16} vs f32 {full}");
+    });
+    let bytes = (WINDOWS * CTX + 1).to_string();
+    let text = text_path();
+    let common = [
+        "models/ll-gdn-mcu16k-q8_0.gguf",
+        "--text",
+        text.to_str().unwrap(),
+        "--ctx",
+        "24",
+        "--bytes",
+        &bytes,
+    ];
+    let out = loglinear(&[&common[..], &["--levels", "3", "--state", "f16"]].concat());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains(", step"), "{err}");
+    let out = loglinear(&[&common[..], &["--levels", "3", "--prefill", "chunkwise"]].concat());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("--prefill chunkwise") && err.contains("--levels"),
+        "{err}"
+    );
+}
+
+/// (width, height) of a PNG, after checking its signature, every chunk's CRC, and that it
+/// starts with IHDR and ends with IEND.
+fn png_size(bytes: &[u8]) -> (u32, u32) {
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "PNG signature");
+    let be = |b: &[u8]| u32::from_be_bytes([b[0], b[1], b[2], b[3]]);
+    let (mut at, mut kinds) = (8, Vec::new());
+    while at < bytes.len() {
+        let len = be(&bytes[at..]) as usize;
+        let body = &bytes[at + 4..at + 8 + len];
+        assert_eq!(crc32(body), be(&bytes[at + 8 + len..]), "chunk CRC");
+        kinds.push(body[..4].to_vec());
+        at += 12 + len;
+    }
+    assert_eq!(at, bytes.len());
+    assert_eq!(kinds.first().map(Vec::as_slice), Some(&b"IHDR"[..]));
+    assert_eq!(kinds.last().map(Vec::as_slice), Some(&b"IEND"[..]));
+    assert!(kinds.iter().any(|k| k == b"IDAT"));
+    (be(&bytes[16..]), be(&bytes[20..]))
+}
+
+/// CRC-32 (IEEE, reflected), as PNG chunks use.
+fn crc32(data: &[u8]) -> u32 {
+    let mut c = !0u32;
+    for &b in data {
+        c ^= u32::from(b);
+        for _ in 0..8 {
+            c = if c & 1 != 0 {
+                0xEDB8_8320 ^ (c >> 1)
+            } else {
+                c >> 1
+            };
+        }
+    }
+    !c
+}
+
+/// The CSV's rows as (position, nats, bits), after checking the header.
+fn read_csv(path: &Path) -> Vec<(usize, f64, f64)> {
+    let csv = std::fs::read_to_string(path).unwrap();
+    let mut lines = csv.lines();
+    assert_eq!(lines.next(), Some("position,val_loss_nats,val_loss_bits"));
+    lines
+        .map(|l| {
+            let f: Vec<&str> = l.split(',').collect();
+            assert_eq!(f.len(), 3, "{l}");
+            (
+                f[0].parse().unwrap(),
+                f[1].parse().unwrap(),
+                f[2].parse().unwrap(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn cli_writes_csv_and_png_with_a_baseline() {
+    let csv = scratch("ll.csv");
+    let png = scratch("ll.png");
+    let bytes = (WINDOWS * CTX + 1).to_string();
+    let ctx = CTX.to_string();
+    let text_file = text_path();
+    let out = loglinear(&[
+        "models/ll-gdn-mcu-q8_0.gguf",
+        "--text",
+        text_file.to_str().unwrap(),
+        "--ctx",
+        &ctx,
+        "--bytes",
+        &bytes,
+        "--prefill",
+        "step",
+        "--per-position",
+        csv.to_str().unwrap(),
+        "--plot",
+        png.to_str().unwrap(),
+        "--plot-size",
+        "480x320",
+        "--baseline",
+        "models/gdn-mcu",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.starts_with("bits per byte: "), "{stdout}");
+    assert!(stdout.contains("\nbaseline bits per byte: "), "{stdout}");
+
+    let rows = read_csv(&csv);
+    assert_eq!(rows.len(), CTX);
+    for (p, &(pos, nats, bits)) in rows.iter().enumerate() {
+        assert_eq!(pos, p);
+        assert!(bits > 0.0 && bits.is_finite());
+        assert!(
+            (nats - bits * std::f64::consts::LN_2).abs() < 2e-9,
+            "{nats} {bits}"
+        );
+    }
+    let mean = rows.iter().map(|r| r.2).sum::<f64>() / CTX as f64;
+    let plain = with_model("models/ll-gdn-mcu-q8_0.gguf", |m| {
+        bits_per_byte(m, &text(), CTX, &mut |_| {}).unwrap()
+    });
+    let e = rel(mean, plain.bpb());
+    println!(
+        "CSV mean {mean:.9} vs plain eval {:.9}: rel {e:.1e}",
+        plain.bpb()
+    );
+    assert!(e < 1e-9, "rel {e:e}");
+
+    assert_eq!(png_size(&std::fs::read(&png).unwrap()), (480, 320));
+}
+
+#[test]
+fn cli_default_runs_windows_chunkwise() {
+    let csv = scratch("chunkwise.csv");
+    let bytes = (WINDOWS * CTX + 1).to_string();
+    let ctx = CTX.to_string();
+    let text_file = text_path();
+    let out = loglinear(&[
+        "models/gdn-mcu",
+        "--text",
+        text_file.to_str().unwrap(),
+        "--ctx",
+        &ctx,
+        "--bytes",
+        &bytes,
+        "--per-position",
+        csv.to_str().unwrap(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("chunkwise"), "{stderr}");
+    let rows = read_csv(&csv);
+    assert_eq!(rows.len(), CTX);
+    let lib = with_model("models/gdn-mcu", |m| {
+        per_position(m, WindowRunner::Chunkwise)
+    });
+    for (&(_, _, bits), want) in rows.iter().zip(lib.mean_bits()) {
+        assert!((bits - want).abs() < 1e-9, "{bits} vs {want}");
+    }
+}
+
+/// A run that must fail fast, with an error naming `needle`.
+fn refused(args: &[&str], needle: &str) {
+    let text = text_path();
+    let mut all = vec![
+        "models/ll-gdn-mcu-q8_0.gguf",
+        "--text",
+        text.to_str().unwrap(),
+        "--ctx",
+        "8",
+        "--bytes",
+        "9",
+    ];
+    all.extend_from_slice(args);
+    let out = loglinear(&all);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{args:?} succeeded");
+    assert!(stderr.contains("error: "), "{args:?}: {stderr}");
+    assert!(stderr.contains(needle), "{args:?}: {stderr}");
+    // Refused before evaluating anything.
+    assert!(out.stdout.is_empty(), "{args:?}");
+}
+
+#[test]
+fn bad_paths_are_refused_with_clear_errors() {
+    let missing = scratch("no-such-folder");
+    let in_missing = |f: &str| missing.join(f).to_str().unwrap().to_string();
+    let csv = in_missing("x.csv");
+    refused(&["--per-position", &csv], "no such folder");
+    let png = in_missing("x.png");
+    refused(&["--plot", &png], "no such folder");
+    let jpg = scratch("x.jpg");
+    refused(&["--plot", jpg.to_str().unwrap()], "ending in .png");
+    refused(
+        &["--baseline", "models/no-such-model"],
+        "models/no-such-model",
+    );
+    refused(&["--plot-size", "12"], "WIDTHxHEIGHT");
+    refused(&["--plot-size", "20x9000"], "64..=8192");
+    refused(&["--activations", "q8", "--prefill", "chunkwise"], "f32");
+    // A text that is not there.
+    let out = loglinear(&["models/ll-gdn-mcu-q8_0.gguf", "--text", "no-such-text.txt"]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no-such-text.txt"));
+}

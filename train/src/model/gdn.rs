@@ -1,0 +1,1157 @@
+//! The training graph of a whole Gated DeltaNet language model (log-linear, official
+//! `h_gated_deltanet`, or plain, fla `gated_deltanet`) on the GPU: the forward with every
+//! activation its backward needs kept, the cross-entropy against the next token, and the
+//! backward of every op, adding parameter gradients.
+//!
+//! The maths is the runtime's (`loglinear_runtime::layers::gdn`, spec §6.2): embedding → per
+//! layer [attn_norm → q/k/v projections → short causal conv (no bias) + SiLU → q, k l2norm,
+//! q·dk^-½ → β = sigmoid(b_proj x), g = −exp(A_log)·softplus(a_proj x + dt_bias),
+//! λ = softplus(L ⊙ l_proj x)·√dk (plain: λ = 1) → operator → per-head RMSNorm(o)·o_norm ⊙
+//! SiLU(g_proj x) → o_proj → residual; mlp_norm → SwiGLU → residual] → norm → lm_head.
+//!
+//! Batching: B windows of T tokens are laid out in (t, b) row order (token-major, batch-minor),
+//! row r = t·B + b. The operator then sees B·H heads `[T][B·H][d]` with no copies, and the short
+//! conv's previous token of row r is row r − B. The operator runs with exact levels
+//! (bitlen(T − 1) + 1, no saturated top level) so that its backward is exact; plain models pass
+//! λ = 1 in as many columns.
+//!
+//! Memory: every block keeps its activations (about N·(5D + 3·conv channels + 2·key_dim +
+//! 6·value_dim + 3·I) floats for N = B·T rows); one forward scan and one operator backward, with
+//! their scratch, serve all blocks (the block's operator inputs are copied into shared buffers
+//! first). Gradient scratch is shared by all blocks. Everything is recorded once in
+//! [`GdnTrainModel::new`]; encoding only records dispatches and copies.
+
+use crate::model::{init_weight, GraphOptions, InitRng};
+use crate::model::{Stage, StageMark};
+use loglinear_host_gpu::chunk_scan::{ChunkScan, Form, ScanIo, ScanKernels, ScanShape};
+use loglinear_host_gpu::gpu::{Gpu, GpuError};
+use loglinear_host_gpu::grad::OpGradIo;
+use loglinear_host_gpu::train::head::{head_capacity, Head, HeadIo, HeadShape};
+use loglinear_host_gpu::train::kernels::{
+    encode_all, ConvShape, GateIo, GateShape, Step, TrainKernels,
+};
+use loglinear_host_gpu::train::Param;
+use loglinear_host_gpu::wgpu;
+use loglinear_runtime::{Arch, ModelConfig, LAMBDA_LEVELS};
+
+/// Where each parameter of one block sits in [`GdnTrainModel::params`].
+#[derive(Clone, Copy, Debug)]
+struct BlockParams {
+    attn_norm: usize,
+    q_proj: usize,
+    k_proj: usize,
+    v_proj: usize,
+    a_proj: usize,
+    b_proj: usize,
+    l_proj: Option<usize>,
+    g_proj: usize,
+    o_proj: usize,
+    q_conv: usize,
+    k_conv: usize,
+    v_conv: usize,
+    a_log: usize,
+    dt_bias: usize,
+    l_scale: Option<usize>,
+    o_norm: usize,
+    mlp_norm: usize,
+    gate: usize,
+    up: usize,
+    down: usize,
+}
+
+/// Activations one block keeps from its forward for its backward. Rows (t, b).
+struct BlockActs {
+    /// attn_norm: 1/rms per row, and the normed input `[N][D]`.
+    rstd1: wgpu::Buffer,
+    h1: wgpu::Buffer,
+    /// q|k|v projections before the conv `[N][ch]`, conv sums before SiLU, conv outputs.
+    proj: wgpu::Buffer,
+    conv_pre: wgpu::Buffer,
+    conv_out: wgpu::Buffer,
+    /// Operator inputs: q_used, k_used `[N][H][dk]`, v `[N][H][dv]`, β, g `[N][H]`,
+    /// λ `[N][H][lambda_cols]`.
+    q: wgpu::Buffer,
+    k: wgpu::Buffer,
+    v: wgpu::Buffer,
+    beta: wgpu::Buffer,
+    g: wgpu::Buffer,
+    lam: wgpu::Buffer,
+    /// `[N][a (H) | b (H) | l (15H, log-linear)]`.
+    abl: wgpu::Buffer,
+    /// g_proj x `[N][vd]`.
+    gp: wgpu::Buffer,
+    /// Operator output, its per-head 1/rms, normed, gated.
+    o: wgpu::Buffer,
+    rstd_o: wgpu::Buffer,
+    y: wgpu::Buffer,
+    yg: wgpu::Buffer,
+    /// Residual after the mixer `[N][D]`, mlp_norm's 1/rms and output.
+    x_mid: wgpu::Buffer,
+    rstd2: wgpu::Buffer,
+    h2: wgpu::Buffer,
+    /// SwiGLU gate and up projections, and SiLU(gate)·up `[N][I]`.
+    mg: wgpu::Buffer,
+    mu: wgpu::Buffer,
+    act: wgpu::Buffer,
+}
+
+/// Gradient scratch shared by all blocks (each block's backward overwrites it).
+struct GradScratch {
+    /// dL/d(residual) `[N][D]`, carried down the layers.
+    dx: wgpu::Buffer,
+    /// dL/d(normed input) `[N][D]`.
+    dh: wgpu::Buffer,
+    dact: wgpu::Buffer,
+    dmg: wgpu::Buffer,
+    dmu: wgpu::Buffer,
+    dyg: wgpu::Buffer,
+    dy: wgpu::Buffer,
+    dgp: wgpu::Buffer,
+    d_o: wgpu::Buffer,
+    dq: wgpu::Buffer,
+    dk: wgpu::Buffer,
+    dv: wgpu::Buffer,
+    dg: wgpu::Buffer,
+    dbeta: wgpu::Buffer,
+    dlam: wgpu::Buffer,
+    dabl: wgpu::Buffer,
+    dconv_out: wgpu::Buffer,
+    dproj: wgpu::Buffer,
+    /// Per-row shares of norm-weight gradients `[N][max(D, vd)]`.
+    wrow: wgpu::Buffer,
+    /// Per-row shares of the gate parameters' gradients `[N][17H]`.
+    prow: wgpu::Buffer,
+}
+
+/// One block's recorded work.
+struct BlockSteps {
+    before_scan: Vec<Step>,
+    after_scan: Vec<Step>,
+    /// Backward, top down: MLP and output side, then the operator, then the input side.
+    bwd_after: Vec<Step>,
+    bwd_before: Vec<Step>,
+}
+
+/// The operator's inputs and output, shared by all blocks: one forward scan and one backward
+/// (and their scratch, which grows with T·B·H·dk·dv per level) serve every layer; each block's
+/// saved q, k, v, g, β, λ are copied in before its scan and its backward, o out after the scan.
+struct OperatorIo {
+    q: wgpu::Buffer,
+    k: wgpu::Buffer,
+    v: wgpu::Buffer,
+    g: wgpu::Buffer,
+    beta: wgpu::Buffer,
+    lam: wgpu::Buffer,
+    o: wgpu::Buffer,
+}
+
+impl OperatorIo {
+    /// Records copying a block's saved operator inputs into the shared ones.
+    fn load(&self, enc: &mut wgpu::CommandEncoder, a: &BlockActs) {
+        for (src, dst) in [
+            (&a.q, &self.q),
+            (&a.k, &self.k),
+            (&a.v, &self.v),
+            (&a.g, &self.g),
+            (&a.beta, &self.beta),
+            (&a.lam, &self.lam),
+        ] {
+            enc.copy_buffer_to_buffer(src, 0, dst, 0, src.size());
+        }
+    }
+}
+
+/// The GDN operator's backward for one block (`grad::op_gdn`).
+struct OpBackward {
+    inner: loglinear_host_gpu::grad::op_gdn::GdnBackward,
+}
+
+impl OpBackward {
+    fn new(gpu: &Gpu, shape: ScanShape, io: OpGradIo<'_>) -> Result<Self, GpuError> {
+        Ok(Self {
+            inner: loglinear_host_gpu::grad::op_gdn::GdnBackward::new(gpu, shape, io)?,
+        })
+    }
+
+    fn encode(&self, enc: &mut wgpu::CommandEncoder) {
+        self.inner.encode(enc);
+    }
+}
+
+/// A GDN language model set up for training on B windows of T tokens.
+pub struct GdnTrainModel {
+    config: ModelConfig,
+    options: GraphOptions,
+    batch: usize,
+    seq_len: usize,
+    levels: usize,
+    lambda_cols: usize,
+    device: wgpu::Device,
+    params: Vec<Param>,
+    blocks: Vec<BlockParams>,
+    embedding: usize,
+    final_norm: usize,
+    lm_head: usize,
+    /// The windows `[B][T+1]` (u32), copied from the caller's buffer by `encode_forward` (or
+    /// packed from explicit inputs by `encode_forward_targets`); the embedding reads them.
+    tokens: wgpu::Buffer,
+    /// Targets `[B][T]` (u32, `u32::MAX` = ignored), which the loss reads: the windows'
+    /// next tokens, or the caller's explicit targets.
+    targets: wgpu::Buffer,
+    /// Explicit inputs `[B][T]`, copied from the caller before packing into `tokens`.
+    inputs: wgpu::Buffer,
+    /// Per-token 1.0 / 0.0: argmax(logits) = target (0 where ignored) `[B][T]`.
+    correct: wgpu::Buffer,
+    shift: Step,
+    pack: Step,
+    /// The loss scale of the backward (one f32, written inside the encoder).
+    scale: wgpu::Buffer,
+    losses: wgpu::Buffer,
+    embed: Step,
+    steps: Vec<BlockSteps>,
+    head: Head,
+    embed_bwd: Step,
+    // Kept alive for the bind groups.
+    acts: Vec<BlockActs>,
+    op: OperatorIo,
+    scan: ChunkScan,
+    op_bwd: OpBackward,
+    _xs: Vec<wgpu::Buffer>,
+    _grads: GradScratch,
+    _other: Vec<wgpu::Buffer>,
+}
+
+pub use loglinear_host_gpu::train::NamedTensor;
+
+/// Records copying the caller's explicit `inputs` and `targets` (`n` u32 each) into a model's
+/// own buffers, after checking their sizes.
+pub(crate) fn copy_targets(
+    enc: &mut wgpu::CommandEncoder,
+    inputs: &wgpu::Buffer,
+    targets: &wgpu::Buffer,
+    own_inputs: &wgpu::Buffer,
+    own_targets: &wgpu::Buffer,
+    n: usize,
+) -> Result<(), GpuError> {
+    let bytes = f32_bytes(n);
+    for (what, b) in [("inputs", inputs), ("targets", targets)] {
+        if b.size() < bytes {
+            return Err(GpuError::Invalid(format!(
+                "{what} buffer has {} bytes, [batch][seq_len] u32 needs {bytes}",
+                b.size()
+            )));
+        }
+    }
+    enc.copy_buffer_to_buffer(inputs, 0, own_inputs, 0, bytes);
+    enc.copy_buffer_to_buffer(targets, 0, own_targets, 0, bytes);
+    Ok(())
+}
+
+/// Exact levels for T tokens: bitlen(T − 1) + 1.
+pub fn exact_levels(t: usize) -> usize {
+    (usize::BITS - (t.max(1) - 1).leading_zeros()) as usize + 1
+}
+
+fn f32_bytes(n: usize) -> u64 {
+    4 * n as u64
+}
+
+impl GdnTrainModel {
+    /// Allocates parameters (uninitialised: call [`GdnTrainModel::init_params`] or
+    /// [`GdnTrainModel::load_params`]), activations and gradient scratch for `batch` windows of
+    /// `seq_len` tokens, and records every step. GDN architectures only.
+    pub fn new(
+        gpu: &Gpu,
+        config: &ModelConfig,
+        batch: usize,
+        seq_len: usize,
+    ) -> Result<Self, GpuError> {
+        Self::with_options(gpu, config, batch, seq_len, GraphOptions::default())
+    }
+
+    /// [`GdnTrainModel::new`] with training-only choices (a tied LM head, the initialisation).
+    pub fn with_options(
+        gpu: &Gpu,
+        config: &ModelConfig,
+        batch: usize,
+        seq_len: usize,
+        options: GraphOptions,
+    ) -> Result<Self, GpuError> {
+        let c = *config;
+        if !matches!(c.arch, Arch::LogLinearGatedDeltaNet | Arch::GatedDeltaNet) {
+            return Err(GpuError::Invalid(format!(
+                "GdnTrainModel trains Gated DeltaNet models, not {}",
+                c.arch.name()
+            )));
+        }
+        c.validate()
+            .map_err(|e| GpuError::Invalid(format!("model config: {e}")))?;
+        if batch == 0 || seq_len == 0 {
+            return Err(GpuError::Invalid("batch and seq_len must be ≥ 1".into()));
+        }
+        let ll = c.arch.is_log_linear();
+        let levels = exact_levels(seq_len);
+        if ll && levels > LAMBDA_LEVELS {
+            return Err(GpuError::Invalid(format!(
+                "seq_len {seq_len} needs {levels} levels, over the model's {LAMBDA_LEVELS}"
+            )));
+        }
+        let lambda_cols = if ll { LAMBDA_LEVELS } else { levels };
+        let (d, h, dk, dv) = (c.hidden_size, c.num_heads, c.head_k_dim, c.head_v_dim);
+        let (kd, vd, ch, im, w) = (
+            c.key_dim(),
+            c.d_inner(),
+            c.conv_channels(),
+            c.intermediate_size,
+            c.conv_kernel,
+        );
+        let vocab = c.vocab_size;
+        let n = batch * seq_len;
+        // Before allocating anything: a bad head capacity fails fast.
+        head_capacity(options.head_rows, n)?;
+        let abl_stride = 2 * h + if ll { LAMBDA_LEVELS * h } else { 0 };
+        let pw = 2 * h + LAMBDA_LEVELS * h;
+
+        // Parameters, official keys and shapes.
+        let mut params = Vec::new();
+        let mut add = |name: String, shape: Vec<usize>, decay: bool| -> Result<usize, GpuError> {
+            let len: usize = shape.iter().product();
+            params.push(Param {
+                value: gpu.storage_zeroed(&name, f32_bytes(len))?,
+                grad: gpu.storage_zeroed(&format!("{name}.grad"), f32_bytes(len))?,
+                name,
+                shape,
+                len,
+                decay,
+            });
+            Ok(params.len() - 1)
+        };
+        let embedding = add("model.embeddings.weight".into(), vec![vocab, d], true)?;
+        let mut blocks = Vec::with_capacity(c.num_layers);
+        for l in 0..c.num_layers {
+            let p = |s: &str| format!("model.layers.{l}.{s}");
+            blocks.push(BlockParams {
+                attn_norm: add(p("attn_norm.weight"), vec![d], false)?,
+                q_proj: add(p("attn.q_proj.weight"), vec![kd, d], true)?,
+                k_proj: add(p("attn.k_proj.weight"), vec![kd, d], true)?,
+                v_proj: add(p("attn.v_proj.weight"), vec![vd, d], true)?,
+                a_proj: add(p("attn.a_proj.weight"), vec![h, d], true)?,
+                b_proj: add(p("attn.b_proj.weight"), vec![h, d], true)?,
+                l_proj: if ll {
+                    Some(add(
+                        p("attn.l_proj.weight"),
+                        vec![LAMBDA_LEVELS * h, d],
+                        true,
+                    )?)
+                } else {
+                    None
+                },
+                g_proj: add(p("attn.g_proj.weight"), vec![vd, d], true)?,
+                o_proj: add(p("attn.o_proj.weight"), vec![d, vd], true)?,
+                q_conv: add(p("attn.q_conv1d.weight"), vec![kd, 1, w], true)?,
+                k_conv: add(p("attn.k_conv1d.weight"), vec![kd, 1, w], true)?,
+                v_conv: add(p("attn.v_conv1d.weight"), vec![vd, 1, w], true)?,
+                a_log: add(p("attn.A_log"), vec![h], false)?,
+                dt_bias: add(p("attn.dt_bias"), vec![h], false)?,
+                l_scale: if ll {
+                    Some(add(p("attn.L"), vec![h, LAMBDA_LEVELS], false)?)
+                } else {
+                    None
+                },
+                o_norm: add(p("attn.o_norm.weight"), vec![dv], false)?,
+                mlp_norm: add(p("mlp_norm.weight"), vec![d], false)?,
+                gate: add(p("mlp.gate_proj.weight"), vec![im, d], true)?,
+                up: add(p("mlp.up_proj.weight"), vec![im, d], true)?,
+                down: add(p("mlp.down_proj.weight"), vec![d, im], true)?,
+            });
+        }
+        let final_norm = add("model.norm.weight".into(), vec![d], false)?;
+        // A tied head reads (and adds its gradient into) the embedding.
+        let lm_head = if options.tie_embeddings {
+            embedding
+        } else {
+            add("lm_head.weight".into(), vec![vocab, d], true)?
+        };
+
+        let z = |label: &str, len: usize| gpu.storage_zeroed(label, f32_bytes(len));
+        let tokens = z("train tokens", batch * (seq_len + 1))?;
+        let scale = z("train loss scale", 1)?;
+        let losses = z("train losses", n)?;
+        let targets = z("train targets", n)?;
+        let inputs = z("train inputs", n)?;
+        let correct = z("train correct", n)?;
+        let xs: Vec<wgpu::Buffer> = (0..=c.num_layers)
+            .map(|l| z(&format!("x{l}"), n * d))
+            .collect::<Result<_, _>>()?;
+        let mut acts = Vec::with_capacity(c.num_layers);
+        for _ in 0..c.num_layers {
+            acts.push(BlockActs {
+                rstd1: z("rstd1", n)?,
+                h1: z("h1", n * d)?,
+                proj: z("proj", n * ch)?,
+                conv_pre: z("conv_pre", n * ch)?,
+                conv_out: z("conv_out", n * ch)?,
+                q: z("q", n * kd)?,
+                k: z("k", n * kd)?,
+                v: z("v", n * vd)?,
+                beta: z("beta", n * h)?,
+                g: z("g", n * h)?,
+                lam: z("lam", n * h * lambda_cols)?,
+                abl: z("abl", n * abl_stride)?,
+                gp: z("gp", n * vd)?,
+                o: z("o", n * vd)?,
+                rstd_o: z("rstd_o", n * h)?,
+                y: z("y", n * vd)?,
+                yg: z("yg", n * vd)?,
+                x_mid: z("x_mid", n * d)?,
+                rstd2: z("rstd2", n)?,
+                h2: z("h2", n * d)?,
+                mg: z("mg", n * im)?,
+                mu: z("mu", n * im)?,
+                act: z("act", n * im)?,
+            });
+        }
+        let gs = GradScratch {
+            dx: z("dx", n * d)?,
+            dh: z("dh", n * d)?,
+            dact: z("dact", n * im)?,
+            dmg: z("dmg", n * im)?,
+            dmu: z("dmu", n * im)?,
+            dyg: z("dyg", n * vd)?,
+            dy: z("dy", n * vd)?,
+            dgp: z("dgp", n * vd)?,
+            d_o: z("d_o", n * vd)?,
+            dq: z("dq", n * kd)?,
+            dk: z("dk", n * kd)?,
+            dv: z("dv", n * vd)?,
+            dg: z("dg", n * h)?,
+            dbeta: z("dbeta", n * h)?,
+            dlam: z("dlam", n * h * lambda_cols)?,
+            dabl: z("dabl", n * abl_stride)?,
+            dconv_out: z("dconv_out", n * ch)?,
+            dproj: z("dproj", n * ch)?,
+            wrow: z("wrow", n * d.max(vd))?,
+            prow: z("prow", n * pw)?,
+        };
+        let mix_out = z("mixer out", n * d)?;
+        let mlp_out = z("mlp out", n * d)?;
+        let state = z("scan state", levels * batch * h * dk * dv)?;
+        let unused = z("unused", 1)?;
+
+        let k = TrainKernels::new(gpu)?;
+        let scan_kernels = ScanKernels::new(gpu, Form::Gdn)?;
+        let shape = ScanShape {
+            form: Form::Gdn,
+            t: seq_len,
+            heads: batch * h,
+            qk_heads: batch * h,
+            dk,
+            dv,
+            lambda_cols,
+            levels,
+        };
+        let op = OperatorIo {
+            q: z("op q", n * kd)?,
+            k: z("op k", n * kd)?,
+            v: z("op v", n * vd)?,
+            g: z("op g", n * h)?,
+            beta: z("op beta", n * h)?,
+            lam: z("op lam", n * h * lambda_cols)?,
+            o: z("op o", n * vd)?,
+        };
+        let scan = ChunkScan::new(
+            gpu,
+            &scan_kernels,
+            shape,
+            ScanIo {
+                q: &op.q,
+                k: &op.k,
+                v: &op.v,
+                g: &op.g,
+                beta: &op.beta,
+                lam: &op.lam,
+                o: &op.o,
+                state: &state,
+            },
+        )?;
+        let op_bwd = OpBackward::new(
+            gpu,
+            shape,
+            OpGradIo {
+                q: &op.q,
+                k: &op.k,
+                v: &op.v,
+                g: &op.g,
+                beta: &op.beta,
+                lam: &op.lam,
+                d_o: &gs.d_o,
+                dq: &gs.dq,
+                dk: &gs.dk,
+                dv: &gs.dv,
+                dg: &gs.dg,
+                dbeta: &gs.dbeta,
+                dlam: &gs.dlam,
+            },
+        )?;
+        let eps = c.norm_eps;
+        let pv = |i: usize| &params[i].value;
+        let pg = |i: usize| &params[i].grad;
+
+        let embed = k.embed(
+            gpu,
+            &tokens,
+            pv(embedding),
+            &xs[0],
+            seq_len,
+            batch,
+            d,
+            vocab,
+        )?;
+        let mut steps = Vec::with_capacity(c.num_layers);
+        for (l, (bp, a)) in blocks.iter().zip(&acts).enumerate() {
+            let (x_in, x_out) = (&xs[l], &xs[l + 1]);
+            let conv_shape = |c0: usize, channels: usize| ConvShape {
+                rows: n,
+                batch,
+                stride: ch,
+                c0,
+                channels,
+                width: w,
+            };
+            let convs = [
+                (bp.q_conv, 0, kd),
+                (bp.k_conv, kd, kd),
+                (bp.v_conv, 2 * kd, vd),
+            ];
+            let gate_shape = GateShape {
+                rows: n,
+                heads: h,
+                lambda_cols,
+                abl_stride,
+                log_linear: ll,
+                dk,
+                levels,
+            };
+            let l_scale = bp.l_scale.map_or(&unused, |i| pv(i));
+            // Forward, before the operator.
+            let mut before = vec![
+                k.rmsnorm(gpu, x_in, pv(bp.attn_norm), &a.h1, &a.rstd1, n, d, eps)?,
+                k.linear(gpu, n, d, kd, &a.h1, 0, d, pv(bp.q_proj), &a.proj, 0, ch)?,
+                k.linear(gpu, n, d, kd, &a.h1, 0, d, pv(bp.k_proj), &a.proj, kd, ch)?,
+                k.linear(
+                    gpu,
+                    n,
+                    d,
+                    vd,
+                    &a.h1,
+                    0,
+                    d,
+                    pv(bp.v_proj),
+                    &a.proj,
+                    2 * kd,
+                    ch,
+                )?,
+            ];
+            for &(wi, c0, cn) in &convs {
+                before.push(k.conv(
+                    gpu,
+                    &a.proj,
+                    pv(wi),
+                    &a.conv_pre,
+                    &a.conv_out,
+                    conv_shape(c0, cn),
+                )?);
+            }
+            before.push(k.qkv(
+                gpu,
+                &a.conv_out,
+                &gs.dconv_out,
+                &a.q,
+                &a.k,
+                &a.v,
+                n,
+                h,
+                dk,
+                dv,
+                false,
+            )?);
+            before.push(k.linear(
+                gpu,
+                n,
+                d,
+                h,
+                &a.h1,
+                0,
+                d,
+                pv(bp.a_proj),
+                &a.abl,
+                0,
+                abl_stride,
+            )?);
+            before.push(k.linear(
+                gpu,
+                n,
+                d,
+                h,
+                &a.h1,
+                0,
+                d,
+                pv(bp.b_proj),
+                &a.abl,
+                h,
+                abl_stride,
+            )?);
+            if let Some(lp) = bp.l_proj {
+                before.push(k.linear(
+                    gpu,
+                    n,
+                    d,
+                    LAMBDA_LEVELS * h,
+                    &a.h1,
+                    0,
+                    d,
+                    pv(lp),
+                    &a.abl,
+                    2 * h,
+                    abl_stride,
+                )?);
+            }
+            before.push(k.gates(
+                gpu,
+                GateIo {
+                    abl: &a.abl,
+                    dt_bias: pv(bp.dt_bias),
+                    a_log: pv(bp.a_log),
+                    l_scale,
+                    beta: &a.beta,
+                    g: &a.g,
+                    lam: &a.lam,
+                    dabl: &gs.dabl,
+                    prow: &gs.prow,
+                },
+                gate_shape,
+                false,
+            )?);
+            before.push(k.linear(gpu, n, d, vd, &a.h1, 0, d, pv(bp.g_proj), &a.gp, 0, vd)?);
+            // Forward, after the operator: output norm and gate, o_proj, residual, MLP.
+            let after = vec![
+                k.rmsnorm(gpu, &a.o, pv(bp.o_norm), &a.y, &a.rstd_o, n * h, dv, eps)?,
+                k.gate_silu(gpu, &a.y, &a.gp, &a.yg, &unused, &unused, n * vd, false)?,
+                k.linear(gpu, n, vd, d, &a.yg, 0, vd, pv(bp.o_proj), &mix_out, 0, d)?,
+                k.add(gpu, x_in, &mix_out, &a.x_mid, n * d)?,
+                k.rmsnorm(gpu, &a.x_mid, pv(bp.mlp_norm), &a.h2, &a.rstd2, n, d, eps)?,
+                k.linear(gpu, n, d, im, &a.h2, 0, d, pv(bp.gate), &a.mg, 0, im)?,
+                k.linear(gpu, n, d, im, &a.h2, 0, d, pv(bp.up), &a.mu, 0, im)?,
+                k.gate_silu(gpu, &a.mu, &a.mg, &a.act, &unused, &unused, n * im, false)?,
+                k.linear(gpu, n, im, d, &a.act, 0, im, pv(bp.down), &mlp_out, 0, d)?,
+                k.add(gpu, &a.x_mid, &mlp_out, x_out, n * d)?,
+            ];
+
+            // Backward, top down. gs.dx holds dL/d x_out on entry.
+            let mut bwd_after = Vec::new();
+            bwd_after.extend(k.linear_backward(
+                gpu,
+                n,
+                im,
+                d,
+                &a.act,
+                0,
+                im,
+                pv(bp.down),
+                pg(bp.down),
+                &gs.dx,
+                0,
+                d,
+                &gs.dact,
+                0,
+                im,
+                false,
+            )?);
+            bwd_after.push(k.gate_silu(
+                gpu,
+                &a.mu,
+                &a.mg,
+                &gs.dact,
+                &gs.dmu,
+                &gs.dmg,
+                n * im,
+                true,
+            )?);
+            bwd_after.extend(k.linear_backward(
+                gpu,
+                n,
+                d,
+                im,
+                &a.h2,
+                0,
+                d,
+                pv(bp.gate),
+                pg(bp.gate),
+                &gs.dmg,
+                0,
+                im,
+                &gs.dh,
+                0,
+                d,
+                false,
+            )?);
+            bwd_after.extend(k.linear_backward(
+                gpu,
+                n,
+                d,
+                im,
+                &a.h2,
+                0,
+                d,
+                pv(bp.up),
+                pg(bp.up),
+                &gs.dmu,
+                0,
+                im,
+                &gs.dh,
+                0,
+                d,
+                true,
+            )?);
+            bwd_after.push(k.rmsnorm_backward(
+                gpu,
+                &a.x_mid,
+                pv(bp.mlp_norm),
+                &a.rstd2,
+                &gs.dh,
+                &gs.dx,
+                &gs.wrow,
+                n,
+                d,
+                true,
+            )?);
+            bwd_after.push(k.colsum(gpu, &gs.wrow, 0, d, n, d, pg(bp.mlp_norm))?);
+            // gs.dx now holds dL/d x_mid.
+            bwd_after.extend(k.linear_backward(
+                gpu,
+                n,
+                vd,
+                d,
+                &a.yg,
+                0,
+                vd,
+                pv(bp.o_proj),
+                pg(bp.o_proj),
+                &gs.dx,
+                0,
+                d,
+                &gs.dyg,
+                0,
+                vd,
+                false,
+            )?);
+            bwd_after.push(k.gate_silu(
+                gpu,
+                &a.y,
+                &a.gp,
+                &gs.dyg,
+                &gs.dy,
+                &gs.dgp,
+                n * vd,
+                true,
+            )?);
+            bwd_after.push(k.rmsnorm_backward(
+                gpu,
+                &a.o,
+                pv(bp.o_norm),
+                &a.rstd_o,
+                &gs.dy,
+                &gs.d_o,
+                &gs.wrow,
+                n * h,
+                dv,
+                false,
+            )?);
+            bwd_after.push(k.colsum(gpu, &gs.wrow, 0, dv, n * h, dv, pg(bp.o_norm))?);
+            let mut bwd_before = vec![k.gates(
+                gpu,
+                GateIo {
+                    abl: &a.abl,
+                    dt_bias: pv(bp.dt_bias),
+                    a_log: pv(bp.a_log),
+                    l_scale,
+                    beta: &gs.dbeta,
+                    g: &gs.dg,
+                    lam: &gs.dlam,
+                    dabl: &gs.dabl,
+                    prow: &gs.prow,
+                },
+                gate_shape,
+                true,
+            )?];
+            bwd_before.push(k.colsum(gpu, &gs.prow, 0, pw, n, h, pg(bp.a_log))?);
+            bwd_before.push(k.colsum(gpu, &gs.prow, h, pw, n, h, pg(bp.dt_bias))?);
+            if let Some(li) = bp.l_scale {
+                bwd_before.push(k.colsum(
+                    gpu,
+                    &gs.prow,
+                    2 * h,
+                    pw,
+                    n,
+                    LAMBDA_LEVELS * h,
+                    pg(li),
+                )?);
+            }
+            bwd_before.push(k.qkv(
+                gpu,
+                &a.conv_out,
+                &gs.dconv_out,
+                &gs.dq,
+                &gs.dk,
+                &gs.dv,
+                n,
+                h,
+                dk,
+                dv,
+                true,
+            )?);
+            for &(wi, c0, cn) in &convs {
+                let s = conv_shape(c0, cn);
+                bwd_before.push(k.conv_backward(
+                    gpu,
+                    &a.conv_pre,
+                    &gs.dconv_out,
+                    pv(wi),
+                    &gs.dproj,
+                    s,
+                )?);
+                bwd_before.push(k.conv_backward_w(
+                    gpu,
+                    &a.conv_pre,
+                    &gs.dconv_out,
+                    &a.proj,
+                    pg(wi),
+                    s,
+                )?);
+            }
+            // The seven projections of h1, their input gradients summed into dh.
+            let mut projections = vec![
+                (bp.q_proj, kd, &gs.dproj, 0, ch),
+                (bp.k_proj, kd, &gs.dproj, kd, ch),
+                (bp.v_proj, vd, &gs.dproj, 2 * kd, ch),
+                (bp.a_proj, h, &gs.dabl, 0, abl_stride),
+                (bp.b_proj, h, &gs.dabl, h, abl_stride),
+                (bp.g_proj, vd, &gs.dgp, 0, vd),
+            ];
+            if let Some(lp) = bp.l_proj {
+                projections.push((lp, LAMBDA_LEVELS * h, &gs.dabl, 2 * h, abl_stride));
+            }
+            for (i, &(wi, out_dim, dy, off, stride)) in projections.iter().enumerate() {
+                bwd_before.extend(k.linear_backward(
+                    gpu,
+                    n,
+                    d,
+                    out_dim,
+                    &a.h1,
+                    0,
+                    d,
+                    pv(wi),
+                    pg(wi),
+                    dy,
+                    off,
+                    stride,
+                    &gs.dh,
+                    0,
+                    d,
+                    i > 0,
+                )?);
+            }
+            bwd_before.push(k.rmsnorm_backward(
+                gpu,
+                x_in,
+                pv(bp.attn_norm),
+                &a.rstd1,
+                &gs.dh,
+                &gs.dx,
+                &gs.wrow,
+                n,
+                d,
+                true,
+            )?);
+            bwd_before.push(k.colsum(gpu, &gs.wrow, 0, d, n, d, pg(bp.attn_norm))?);
+            steps.push(BlockSteps {
+                before_scan: before,
+                after_scan: after,
+                bwd_after,
+                bwd_before,
+            });
+        }
+        let head = Head::new(
+            gpu,
+            &k,
+            &HeadIo {
+                x_last: &xs[c.num_layers],
+                norm_w: pv(final_norm),
+                norm_g: pg(final_norm),
+                lm_head_w: pv(lm_head),
+                lm_head_g: pg(lm_head),
+                targets: &targets,
+                losses: &losses,
+                correct: &correct,
+                scale: &scale,
+                dx: &gs.dx,
+            },
+            HeadShape {
+                seq_len,
+                batch,
+                d,
+                vocab,
+                eps,
+            },
+            options.head_rows,
+        )?;
+        let embed_bwd = k.embed_backward(
+            gpu,
+            &tokens,
+            &gs.dx,
+            pg(embedding),
+            seq_len,
+            batch,
+            d,
+            vocab,
+        )?;
+
+        let shift = k.shift_targets(gpu, &tokens, &targets, seq_len, batch)?;
+        let pack = k.pack_inputs(gpu, &inputs, &tokens, seq_len, batch)?;
+        Ok(Self {
+            config: c,
+            options,
+            batch,
+            seq_len,
+            levels,
+            lambda_cols,
+            device: gpu.device.clone(),
+            params,
+            blocks,
+            embedding,
+            final_norm,
+            lm_head,
+            tokens,
+            targets,
+            inputs,
+            correct,
+            shift,
+            pack,
+            scale,
+            losses,
+            embed,
+            steps,
+            head,
+            embed_bwd,
+            acts,
+            op,
+            scan,
+            op_bwd,
+            _xs: xs,
+            _grads: gs,
+            _other: vec![mix_out, mlp_out, state, unused],
+        })
+    }
+
+    /// The model's config.
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// Windows per step.
+    pub fn batch(&self) -> usize {
+        self.batch
+    }
+
+    /// Predicted tokens per window.
+    pub fn seq_len(&self) -> usize {
+        self.seq_len
+    }
+
+    /// Operator levels (exact: bitlen(T − 1) + 1) and λ columns of the operator's inputs.
+    pub fn levels(&self) -> (usize, usize) {
+        (self.levels, self.lambda_cols)
+    }
+
+    /// Every trainable tensor, official keys and shapes; `decay` false for the official
+    /// no-decay group (A_log, dt_bias, L, norms).
+    pub fn params(&self) -> &[Param] {
+        &self.params
+    }
+
+    /// Per-token losses `[batch][seq_len]` (nats) of the last forward.
+    pub fn losses(&self) -> &wgpu::Buffer {
+        &self.losses
+    }
+
+    /// Per-token correctness `[batch][seq_len]` (f32) of the last forward: 1.0 where the first
+    /// largest logit is the target, 0.0 elsewhere and at ignored positions.
+    pub fn correct(&self) -> &wgpu::Buffer {
+        &self.correct
+    }
+
+    /// Mirror of the official `_init_weights` (spec §6.2; deterministic for `seed`): Linear,
+    /// conv and embedding weights N(0, 0.006); A_log = log U[0, 16]; dt_bias = softplus⁻¹(dt),
+    /// dt = exp(U[ln 1e-3, ln 1e-1]) floored at 1e-4; L = 1; norms 1; o_proj and down_proj
+    /// kaiming-uniform(a = √5) = U(±1/√fan_in), divided by √(2·layers). The weights follow
+    /// the graph's [`InitScheme`](crate::model::InitScheme) (official unless the graph was built otherwise).
+    pub fn init_params(&self, gpu: &Gpu, seed: u64) -> Result<(), GpuError> {
+        let mut rng = InitRng::new(seed ^ 0x6764_6e5f_696e_6974);
+        let outputs: Vec<usize> = self
+            .blocks
+            .iter()
+            .flat_map(|b| [b.o_proj, b.down])
+            .collect();
+        for (i, p) in self.params.iter().enumerate() {
+            let name = p.name.as_str();
+            let data: Vec<f32> = if name.ends_with("norm.weight") || name.ends_with(".L") {
+                vec![1.0; p.len]
+            } else if name.ends_with(".A_log") {
+                (0..p.len)
+                    .map(|_| (16.0 * rng.uniform()).max(1e-30).ln() as f32)
+                    .collect()
+            } else if name.ends_with(".dt_bias") {
+                rng.dt_bias(p.len)
+            } else {
+                init_weight(
+                    &mut rng,
+                    p,
+                    outputs.contains(&i),
+                    self.config.num_layers,
+                    self.config.conv_kernel,
+                    self.options.init,
+                )
+            };
+            gpu.write(&p.value, &data);
+        }
+        Ok(())
+    }
+
+    /// Loads every parameter by its official key. A missing or mis-sized tensor is an error
+    /// that names it (nothing is half-loaded: all are checked before any is written).
+    pub fn load_params(
+        &self,
+        gpu: &Gpu,
+        get: &dyn Fn(&str) -> Option<Vec<f32>>,
+    ) -> Result<(), GpuError> {
+        loglinear_host_gpu::train::load_params(gpu, &self.params, get)
+    }
+
+    /// Every parameter's key, shape and values.
+    pub fn read_params(&self, gpu: &Gpu) -> Result<Vec<NamedTensor>, GpuError> {
+        loglinear_host_gpu::train::read_params(gpu, &self.params)
+    }
+
+    /// Every parameter's gradient, in [`GdnTrainModel::params`] order.
+    pub fn read_grads(&self, gpu: &Gpu) -> Result<Vec<Vec<f32>>, GpuError> {
+        loglinear_host_gpu::train::read_grads(gpu, &self.params)
+    }
+
+    /// Records the forward over `tokens` (u32 `[batch][seq_len + 1]` windows: inputs are the
+    /// first seq_len of each, targets the last seq_len), ending in [`GdnTrainModel::losses`].
+    /// `tokens` needs COPY_SRC usage (any buffer from [`Gpu::storage_from`] has it); it is
+    /// copied, so the caller may reuse it after encoding.
+    pub fn encode_forward(&self, enc: &mut wgpu::CommandEncoder, tokens: &wgpu::Buffer) {
+        self.encode_forward_marked(enc, tokens, &mut |_, _| {});
+    }
+
+    /// [`GdnTrainModel::encode_forward`], calling `mark` after each [`Stage`] (for profiling).
+    pub fn encode_forward_marked(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        tokens: &wgpu::Buffer,
+        mark: StageMark,
+    ) {
+        let bytes = f32_bytes(self.batch * (self.seq_len + 1));
+        enc.copy_buffer_to_buffer(tokens, 0, &self.tokens, 0, bytes);
+        self.shift.encode(enc);
+        self.encode_body(enc, mark);
+    }
+
+    /// Records the forward over explicit `inputs` and `targets` (u32 `[batch][seq_len]` each;
+    /// a target of `u32::MAX` is ignored: loss 0, no gradient, correct 0), ending in
+    /// [`GdnTrainModel::losses`] and [`GdnTrainModel::correct`]. Both are copied (COPY_SRC
+    /// usage needed); a buffer smaller than `[batch][seq_len]` is an error.
+    pub fn encode_forward_targets(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        inputs: &wgpu::Buffer,
+        targets: &wgpu::Buffer,
+    ) -> Result<(), GpuError> {
+        copy_targets(
+            enc,
+            inputs,
+            targets,
+            &self.inputs,
+            &self.targets,
+            self.batch * self.seq_len,
+        )?;
+        self.pack.encode(enc);
+        self.encode_body(enc, &mut |_, _| {});
+        Ok(())
+    }
+
+    /// The forward from the packed windows and targets on.
+    fn encode_body(&self, enc: &mut wgpu::CommandEncoder, mark: StageMark) {
+        self.embed.encode(enc);
+        mark(enc, Stage::Embed);
+        for (s, a) in self.steps.iter().zip(&self.acts) {
+            encode_all(enc, &s.before_scan);
+            mark(enc, Stage::MixerIn);
+            self.op.load(enc, a);
+            self.scan.encode(enc);
+            enc.copy_buffer_to_buffer(&self.op.o, 0, &a.o, 0, a.o.size());
+            mark(enc, Stage::Operator);
+            encode_all(enc, &s.after_scan);
+            mark(enc, Stage::MixerOut);
+        }
+        self.head.encode_forward(enc);
+        mark(enc, Stage::Head);
+    }
+
+    /// Records the backward of the last recorded forward: every parameter's gradient
+    /// += ∂(loss_scale · Σ losses)/∂param. The scale is written into the encoder (not through
+    /// the queue), so several backwards with different scales in one encoder each get theirs.
+    pub fn encode_backward(&self, enc: &mut wgpu::CommandEncoder, loss_scale: f32) {
+        self.encode_backward_marked(enc, loss_scale, &mut |_, _| {});
+    }
+
+    /// [`GdnTrainModel::encode_backward`], calling `mark` after each [`Stage`].
+    pub fn encode_backward_marked(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        loss_scale: f32,
+        mark: StageMark,
+    ) {
+        loglinear_host_gpu::train::encode_loss_scale(&self.device, enc, &self.scale, loss_scale);
+        self.head.encode_backward(enc);
+        mark(enc, Stage::HeadBwd);
+        for (s, a) in self.steps.iter().zip(&self.acts).rev() {
+            encode_all(enc, &s.bwd_after);
+            mark(enc, Stage::MixerOutBwd);
+            self.op.load(enc, a);
+            self.op_bwd.encode(enc);
+            mark(enc, Stage::OperatorBwd);
+            encode_all(enc, &s.bwd_before);
+            mark(enc, Stage::MixerInBwd);
+        }
+        self.embed_bwd.encode(enc);
+        mark(enc, Stage::EmbedBwd);
+    }
+
+    /// Records zeroing every gradient.
+    pub fn encode_zero_grads(&self, enc: &mut wgpu::CommandEncoder) {
+        loglinear_host_gpu::train::encode_zero_grads(enc, &self.params);
+    }
+
+    /// Index of a parameter by key.
+    pub fn param_index(&self, name: &str) -> Option<usize> {
+        self.params.iter().position(|p| p.name == name)
+    }
+
+    /// Indices of the embedding, final norm and LM head in [`GdnTrainModel::params`] (a tied
+    /// head's is the embedding's).
+    pub fn global_params(&self) -> [usize; 3] {
+        [self.embedding, self.final_norm, self.lm_head]
+    }
+}

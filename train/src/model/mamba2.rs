@@ -1,0 +1,1053 @@
+//! The training graph of a whole Mamba-2 language model (log-linear, official `hattention` /
+//! fla `log_linear_mamba2`, or plain, official `mamba2mlp`) on the GPU: the forward with every
+//! activation its backward needs kept, the cross-entropy against the next token, and the
+//! backward of every op, adding parameter gradients. The API and its semantics are those of
+//! [`crate::model::gdn::GdnTrainModel`].
+//!
+//! The maths is the runtime's (`loglinear_runtime::layers::mamba2`, spec §6.1): embedding →
+//! per layer [mixer_norm → in_proj, split z | xBC | dt | dl → causal conv (+ bias) + SiLU,
+//! split x | B | C → dt = softplus(dt + dt_bias), g = −exp(A_log)·dt, λ = softplus(L ⊙ dl)
+//! (plain: λ = 1) → operator with q = C, k = B (copied per head), v = x·dt → y = o + D·x →
+//! RMSNorm(y ⊙ SiLU(z))·w → out_proj → residual; mlp_norm → SwiGLU → residual] → norm_f →
+//! lm_head.
+//!
+//! Batching: B windows of T tokens in (t, b) row order (row r = t·B + b), so the operator sees
+//! B·H heads `[T][B·H][d]` with no copies. The operator runs with exact levels
+//! (bitlen(T − 1) + 1) so that its backward is exact; plain models pass λ = 1 in as many
+//! columns. The gated norm's group must be the whole d_inner (official; fla with one group).
+
+use crate::model::gdn::{exact_levels, NamedTensor};
+use crate::model::{init_weight, GraphOptions, InitRng};
+use crate::model::{Stage, StageMark};
+use loglinear_host_gpu::chunk_scan::{ChunkScan, Form, ScanIo, ScanKernels, ScanShape};
+use loglinear_host_gpu::gpu::{Gpu, GpuError};
+use loglinear_host_gpu::grad::op_m2::{M2Backward, M2Kernels};
+use loglinear_host_gpu::grad::OpGradIo;
+use loglinear_host_gpu::train::head::{head_capacity, Head, HeadIo, HeadShape};
+use loglinear_host_gpu::train::kernels::{encode_all, ConvShape, Operand, Step, TrainKernels};
+use loglinear_host_gpu::train::mamba2_kernels::{M2GateIo, M2Shape, M2TrainKernels};
+use loglinear_host_gpu::train::Param;
+use loglinear_host_gpu::wgpu;
+use loglinear_runtime::{ModelConfig, LAMBDA_LEVELS};
+
+/// Where each parameter of one block sits in [`Mamba2TrainModel::params`].
+#[derive(Clone, Copy, Debug)]
+struct BlockParams {
+    mixer_norm: usize,
+    in_proj: usize,
+    conv: usize,
+    conv_bias: Option<usize>,
+    a_log: usize,
+    dt_bias: usize,
+    d_skip: usize,
+    l_scale: Option<usize>,
+    norm: usize,
+    out_proj: usize,
+    mlp_norm: usize,
+    gate: usize,
+    up: usize,
+    down: usize,
+}
+
+/// Activations one block keeps from its forward for its backward. Rows (t, b).
+struct BlockActs {
+    /// mixer_norm: 1/rms per row, and the normed input `[N][D]`.
+    rstd1: wgpu::Buffer,
+    h1: wgpu::Buffer,
+    /// in_proj parts: z `[N][di]`, xBC before the conv `[N][ch]`, dt | dl `[N][H (+15H)]`.
+    z: wgpu::Buffer,
+    proj: wgpu::Buffer,
+    dtl: wgpu::Buffer,
+    /// Conv sums before SiLU and the conv output (x | B | C) `[N][ch]`.
+    conv_pre: wgpu::Buffer,
+    xbc: wgpu::Buffer,
+    /// y = o + D·x, y ⊙ SiLU(z), its 1/rms per norm group, normed `[N][di]`.
+    y: wgpu::Buffer,
+    yg: wgpu::Buffer,
+    rstd_n: wgpu::Buffer,
+    yn: wgpu::Buffer,
+    /// Residual after the mixer `[N][D]`, mlp_norm's 1/rms and output.
+    x_mid: wgpu::Buffer,
+    rstd2: wgpu::Buffer,
+    h2: wgpu::Buffer,
+    /// SwiGLU gate and up projections, and SiLU(gate)·up `[N][I]`.
+    mg: wgpu::Buffer,
+    mu: wgpu::Buffer,
+    act: wgpu::Buffer,
+}
+
+/// The operator's inputs and output, shared by all blocks: cheap to recompute from the kept
+/// conv output and dt | dl rows, so the backward recomputes them instead of every block
+/// keeping its own (q and k are per-head copies of B and C, H times their size).
+struct OpInputs {
+    /// q, k `[N][H][N_state]`, v `[N][H][P]`, g, dt `[N][H]`, λ `[N][H][lambda_cols]`,
+    /// o `[N][H][P]`.
+    q: wgpu::Buffer,
+    k: wgpu::Buffer,
+    v: wgpu::Buffer,
+    g: wgpu::Buffer,
+    dt: wgpu::Buffer,
+    lam: wgpu::Buffer,
+    o: wgpu::Buffer,
+}
+
+/// Gradient scratch shared by all blocks (each block's backward overwrites it).
+struct GradScratch {
+    /// dL/d(residual) `[N][D]`, carried down the layers.
+    dx: wgpu::Buffer,
+    /// dL/d(normed input) `[N][D]`.
+    dh: wgpu::Buffer,
+    dact: wgpu::Buffer,
+    dmg: wgpu::Buffer,
+    dmu: wgpu::Buffer,
+    dyn_: wgpu::Buffer,
+    dyg: wgpu::Buffer,
+    dy: wgpu::Buffer,
+    dz: wgpu::Buffer,
+    dq: wgpu::Buffer,
+    dk: wgpu::Buffer,
+    dv: wgpu::Buffer,
+    dg: wgpu::Buffer,
+    dlam: wgpu::Buffer,
+    sdt: wgpu::Buffer,
+    ddtl: wgpu::Buffer,
+    dxbc: wgpu::Buffer,
+    dproj: wgpu::Buffer,
+    /// Per-row shares of norm-weight gradients `[N][max(D, di)]`.
+    wrow: wgpu::Buffer,
+    /// Per-row shares of A_log, dt_bias, D, L gradients `[N][prow_stride]`.
+    prow: wgpu::Buffer,
+}
+
+/// One block's recorded work.
+struct BlockSteps {
+    before_scan: Vec<Step>,
+    scan: ChunkScan,
+    after_scan: Vec<Step>,
+    /// Backward, top down: MLP and output side, the operator's inputs recomputed, the
+    /// operator, then the input side.
+    bwd_after: Vec<Step>,
+    recompute: Vec<Step>,
+    op_bwd: M2Backward,
+    bwd_before: Vec<Step>,
+}
+
+/// A Mamba-2 language model set up for training on B windows of T tokens.
+pub struct Mamba2TrainModel {
+    config: ModelConfig,
+    options: GraphOptions,
+    batch: usize,
+    seq_len: usize,
+    levels: usize,
+    lambda_cols: usize,
+    device: wgpu::Device,
+    params: Vec<Param>,
+    blocks: Vec<BlockParams>,
+    embedding: usize,
+    final_norm: usize,
+    lm_head: usize,
+    /// The windows `[B][T+1]` (u32), copied from the caller's buffer by `encode_forward` (or
+    /// packed from explicit inputs by `encode_forward_targets`); the embedding reads them.
+    tokens: wgpu::Buffer,
+    /// Targets `[B][T]` (u32, `u32::MAX` = ignored), explicit inputs `[B][T]`, per-token
+    /// correctness `[B][T]` (f32), and the steps filling them: as in `GdnTrainModel`.
+    targets: wgpu::Buffer,
+    inputs: wgpu::Buffer,
+    correct: wgpu::Buffer,
+    shift: Step,
+    pack: Step,
+    /// The loss scale of the backward (one f32, written inside the encoder).
+    scale: wgpu::Buffer,
+    losses: wgpu::Buffer,
+    embed: Step,
+    steps: Vec<BlockSteps>,
+    head: Head,
+    embed_bwd: Step,
+    // Kept alive for the bind groups.
+    _acts: Vec<BlockActs>,
+    _xs: Vec<wgpu::Buffer>,
+    _grads: GradScratch,
+    _op_inputs: OpInputs,
+    _other: Vec<wgpu::Buffer>,
+}
+
+fn f32_bytes(n: usize) -> u64 {
+    4 * n as u64
+}
+
+/// A slice of rows of a linear layer's weight: rows `[row0, row0 + out_dim)` of W
+/// `[rows][in_dim]` (in_proj's z, xBC and dt | dl parts).
+#[derive(Clone, Copy)]
+struct WeightRows<'a> {
+    w: &'a wgpu::Buffer,
+    dw: &'a wgpu::Buffer,
+    row0: usize,
+    out_dim: usize,
+    in_dim: usize,
+}
+
+/// `Y[rows][out_dim] = X·W[row0..]ᵀ` (Y contiguous).
+fn linear_rows(
+    k: &TrainKernels,
+    gpu: &Gpu,
+    rows: usize,
+    x: &wgpu::Buffer,
+    w: WeightRows<'_>,
+    y: &wgpu::Buffer,
+) -> Result<Step, GpuError> {
+    k.matmul(
+        gpu,
+        rows,
+        w.out_dim,
+        w.in_dim,
+        Operand::rows(x, 0, w.in_dim),
+        Operand::cols(w.w, w.row0 * w.in_dim, w.in_dim),
+        y,
+        0,
+        w.out_dim,
+        false,
+    )
+}
+
+/// Backward of [`linear_rows`]: `dX (+)= dY·W[row0..]` and `dW[row0..] += dYᵀ·X`.
+#[allow(clippy::too_many_arguments)]
+fn linear_rows_backward(
+    k: &TrainKernels,
+    gpu: &Gpu,
+    rows: usize,
+    x: &wgpu::Buffer,
+    w: WeightRows<'_>,
+    dy: &wgpu::Buffer,
+    dx: &wgpu::Buffer,
+    acc_dx: bool,
+) -> Result<[Step; 2], GpuError> {
+    let dx_step = k.matmul(
+        gpu,
+        rows,
+        w.in_dim,
+        w.out_dim,
+        Operand::rows(dy, 0, w.out_dim),
+        Operand::rows(w.w, w.row0 * w.in_dim, w.in_dim),
+        dx,
+        0,
+        w.in_dim,
+        acc_dx,
+    )?;
+    let dw_step = k.matmul(
+        gpu,
+        w.out_dim,
+        w.in_dim,
+        rows,
+        Operand::cols(dy, 0, w.out_dim),
+        Operand::rows(x, 0, w.in_dim),
+        w.dw,
+        w.row0 * w.in_dim,
+        w.in_dim,
+        true,
+    )?;
+    Ok([dx_step, dw_step])
+}
+
+impl Mamba2TrainModel {
+    /// Allocates parameters (uninitialised: call [`Mamba2TrainModel::init_params`] or
+    /// [`Mamba2TrainModel::load_params`]), activations and gradient scratch for `batch` windows
+    /// of `seq_len` tokens, and records every step. Mamba-2 architectures only.
+    pub fn new(
+        gpu: &Gpu,
+        config: &ModelConfig,
+        batch: usize,
+        seq_len: usize,
+    ) -> Result<Self, GpuError> {
+        Self::with_options(gpu, config, batch, seq_len, GraphOptions::default())
+    }
+
+    /// [`Mamba2TrainModel::new`] with training-only choices (a tied LM head, the initialisation).
+    pub fn with_options(
+        gpu: &Gpu,
+        config: &ModelConfig,
+        batch: usize,
+        seq_len: usize,
+        options: GraphOptions,
+    ) -> Result<Self, GpuError> {
+        let c = *config;
+        if !c.arch.is_mamba2() {
+            return Err(GpuError::Invalid(format!(
+                "Mamba2TrainModel trains Mamba-2 models, not {}",
+                c.arch.name()
+            )));
+        }
+        c.validate()
+            .map_err(|e| GpuError::Invalid(format!("model config: {e}")))?;
+        if batch == 0 || seq_len == 0 {
+            return Err(GpuError::Invalid("batch and seq_len must be ≥ 1".into()));
+        }
+        let ll = c.arch.is_log_linear();
+        let levels = exact_levels(seq_len);
+        if ll && levels > LAMBDA_LEVELS {
+            return Err(GpuError::Invalid(format!(
+                "seq_len {seq_len} needs {levels} levels, over the model's {LAMBDA_LEVELS}"
+            )));
+        }
+        let lambda_cols = if ll { LAMBDA_LEVELS } else { levels };
+        let (d, h, ns, hp, groups) = (
+            c.hidden_size,
+            c.num_heads,
+            c.head_k_dim,
+            c.head_v_dim,
+            c.num_groups,
+        );
+        let (di, ch, im, w) = (
+            c.d_inner(),
+            c.conv_channels(),
+            c.intermediate_size,
+            c.conv_kernel,
+        );
+        // Gated-norm groups per token and their size.
+        let (ngroups, gsize) = (di / c.norm_group_size, c.norm_group_size);
+        let vocab = c.vocab_size;
+        let n = batch * seq_len;
+        // Before allocating anything: a bad head capacity fails fast.
+        head_capacity(options.head_rows, n)?;
+        let rows_in = c.in_proj_rows();
+        let ms = M2Shape {
+            rows: n,
+            batch,
+            heads: h,
+            head_dim: hp,
+            groups,
+            state: ns,
+            lambda_cols,
+            levels,
+            log_linear: ll,
+            conv_width: w,
+        };
+        let dtl_stride = ms.dtl_stride();
+        let pw = ms.prow_stride();
+
+        // Parameters, official keys and shapes.
+        let mut params = Vec::new();
+        let mut add = |name: String, shape: Vec<usize>, decay: bool| -> Result<usize, GpuError> {
+            let len: usize = shape.iter().product();
+            params.push(Param {
+                value: gpu.storage_zeroed(&name, f32_bytes(len))?,
+                grad: gpu.storage_zeroed(&format!("{name}.grad"), f32_bytes(len))?,
+                name,
+                shape,
+                len,
+                decay,
+            });
+            Ok(params.len() - 1)
+        };
+        let embedding = add("backbone.embeddings.weight".into(), vec![vocab, d], true)?;
+        let mut blocks = Vec::with_capacity(c.num_layers);
+        for l in 0..c.num_layers {
+            let p = |s: &str| format!("backbone.layers.{l}.{s}");
+            blocks.push(BlockParams {
+                mixer_norm: add(p("mixer_norm.weight"), vec![d], false)?,
+                in_proj: add(p("mixer.in_proj.weight"), vec![rows_in, d], true)?,
+                conv: add(p("mixer.conv1d.weight"), vec![ch, 1, w], true)?,
+                conv_bias: if c.conv_bias {
+                    Some(add(p("mixer.conv1d.bias"), vec![ch], false)?)
+                } else {
+                    None
+                },
+                a_log: add(p("mixer.A_log"), vec![h], false)?,
+                dt_bias: add(p("mixer.dt_bias"), vec![h], false)?,
+                d_skip: add(p("mixer.D"), vec![h], false)?,
+                l_scale: if ll {
+                    Some(add(p("mixer.L"), vec![h, LAMBDA_LEVELS], false)?)
+                } else {
+                    None
+                },
+                norm: add(p("mixer.norm.weight"), vec![di], false)?,
+                out_proj: add(p("mixer.out_proj.weight"), vec![d, di], true)?,
+                mlp_norm: add(p("mlp_norm.weight"), vec![d], false)?,
+                gate: add(p("mlp.gate_proj.weight"), vec![im, d], true)?,
+                up: add(p("mlp.up_proj.weight"), vec![im, d], true)?,
+                down: add(p("mlp.down_proj.weight"), vec![d, im], true)?,
+            });
+        }
+        let final_norm = add("backbone.norm_f.weight".into(), vec![d], false)?;
+        // A tied head reads (and adds its gradient into) the embedding.
+        let lm_head = if options.tie_embeddings {
+            embedding
+        } else {
+            add("lm_head.weight".into(), vec![vocab, d], true)?
+        };
+
+        let z = |label: &str, len: usize| gpu.storage_zeroed(label, f32_bytes(len));
+        let tokens = z("train tokens", batch * (seq_len + 1))?;
+        let scale = z("train loss scale", 1)?;
+        let losses = z("train losses", n)?;
+        let targets = z("train targets", n)?;
+        let inputs = z("train inputs", n)?;
+        let correct = z("train correct", n)?;
+        let xs: Vec<wgpu::Buffer> = (0..=c.num_layers)
+            .map(|l| z(&format!("x{l}"), n * d))
+            .collect::<Result<_, _>>()?;
+        let mut acts = Vec::with_capacity(c.num_layers);
+        for _ in 0..c.num_layers {
+            acts.push(BlockActs {
+                rstd1: z("rstd1", n)?,
+                h1: z("h1", n * d)?,
+                z: z("z", n * di)?,
+                proj: z("proj", n * ch)?,
+                dtl: z("dtl", n * dtl_stride)?,
+                conv_pre: z("conv_pre", n * ch)?,
+                xbc: z("xbc", n * ch)?,
+                y: z("y", n * di)?,
+                yg: z("yg", n * di)?,
+                rstd_n: z("rstd_n", n * ngroups)?,
+                yn: z("yn", n * di)?,
+                x_mid: z("x_mid", n * d)?,
+                rstd2: z("rstd2", n)?,
+                h2: z("h2", n * d)?,
+                mg: z("mg", n * im)?,
+                mu: z("mu", n * im)?,
+                act: z("act", n * im)?,
+            });
+        }
+        let oi = OpInputs {
+            q: z("q", n * h * ns)?,
+            k: z("k", n * h * ns)?,
+            v: z("v", n * di)?,
+            g: z("g", n * h)?,
+            dt: z("dt", n * h)?,
+            lam: z("lam", n * h * lambda_cols)?,
+            o: z("o", n * di)?,
+        };
+        let gs = GradScratch {
+            dx: z("dx", n * d)?,
+            dh: z("dh", n * d)?,
+            dact: z("dact", n * im)?,
+            dmg: z("dmg", n * im)?,
+            dmu: z("dmu", n * im)?,
+            dyn_: z("dyn", n * di)?,
+            dyg: z("dyg", n * di)?,
+            dy: z("dy", n * di)?,
+            dz: z("dz", n * di)?,
+            dq: z("dq", n * h * ns)?,
+            dk: z("dk", n * h * ns)?,
+            dv: z("dv", n * di)?,
+            dg: z("dg", n * h)?,
+            dlam: z("dlam", n * h * lambda_cols)?,
+            sdt: z("sdt", n * h)?,
+            ddtl: z("ddtl", n * dtl_stride)?,
+            dxbc: z("dxbc", n * ch)?,
+            dproj: z("dproj", n * ch)?,
+            wrow: z("wrow", n * d.max(di))?,
+            prow: z("prow", n * pw)?,
+        };
+        let mix_out = z("mixer out", n * d)?;
+        let mlp_out = z("mlp out", n * d)?;
+        let state = z("scan state", levels * batch * h * ns * hp)?;
+        let unused = z("unused", 1)?;
+        // The operator's β (Mamba-2 ignores it) and the conv bias of models without one.
+        let no_beta = z("no beta", 1)?;
+        let no_bias = z("no conv bias", ch)?;
+
+        let k = TrainKernels::new(gpu)?;
+        let mk = M2TrainKernels::new(gpu)?;
+        let scan_kernels = ScanKernels::new(gpu, Form::Mamba2)?;
+        let bwd_kernels = M2Kernels::new(gpu)?;
+        let shape = ScanShape {
+            form: Form::Mamba2,
+            t: seq_len,
+            heads: batch * h,
+            qk_heads: batch * h,
+            dk: ns,
+            dv: hp,
+            lambda_cols,
+            levels,
+        };
+        let eps = c.norm_eps;
+        let pv = |i: usize| &params[i].value;
+        let pg = |i: usize| &params[i].grad;
+
+        let embed = k.embed(
+            gpu,
+            &tokens,
+            pv(embedding),
+            &xs[0],
+            seq_len,
+            batch,
+            d,
+            vocab,
+        )?;
+        let mut steps = Vec::with_capacity(c.num_layers);
+        for (l, (bp, a)) in blocks.iter().zip(&acts).enumerate() {
+            let (x_in, x_out) = (&xs[l], &xs[l + 1]);
+            let in_rows = |row0: usize, out_dim: usize| WeightRows {
+                w: pv(bp.in_proj),
+                dw: pg(bp.in_proj),
+                row0,
+                out_dim,
+                in_dim: d,
+            };
+            let (w_z, w_xbc, w_dtl) = (
+                in_rows(0, di),
+                in_rows(di, ch),
+                in_rows(di + ch, dtl_stride),
+            );
+            let gate_io = M2GateIo {
+                dtl: &a.dtl,
+                dt_bias: pv(bp.dt_bias),
+                a_log: pv(bp.a_log),
+                l_scale: bp.l_scale.map_or(&unused, |i| pv(i)),
+            };
+            let conv_bias = bp.conv_bias.map_or(&no_bias, |i| pv(i));
+            let conv_shape = ConvShape {
+                rows: n,
+                batch,
+                stride: ch,
+                c0: 0,
+                channels: ch,
+                width: w,
+            };
+            // Forward, before the operator.
+            let before = vec![
+                k.rmsnorm(gpu, x_in, pv(bp.mixer_norm), &a.h1, &a.rstd1, n, d, eps)?,
+                linear_rows(&k, gpu, n, &a.h1, w_z, &a.z)?,
+                linear_rows(&k, gpu, n, &a.h1, w_xbc, &a.proj)?,
+                linear_rows(&k, gpu, n, &a.h1, w_dtl, &a.dtl)?,
+                mk.conv(
+                    gpu,
+                    ms,
+                    &a.proj,
+                    pv(bp.conv),
+                    conv_bias,
+                    &a.conv_pre,
+                    &a.xbc,
+                )?,
+                mk.gates(gpu, ms, &gate_io, &oi.g, &oi.lam, &oi.dt)?,
+                mk.qkv(gpu, ms, &a.xbc, &oi.dt, &oi.q, &oi.k, &oi.v)?,
+            ];
+            let recompute = vec![
+                mk.gates(gpu, ms, &gate_io, &oi.g, &oi.lam, &oi.dt)?,
+                mk.qkv(gpu, ms, &a.xbc, &oi.dt, &oi.q, &oi.k, &oi.v)?,
+            ];
+            let scan = ChunkScan::new(
+                gpu,
+                &scan_kernels,
+                shape,
+                ScanIo {
+                    q: &oi.q,
+                    k: &oi.k,
+                    v: &oi.v,
+                    g: &oi.g,
+                    beta: &no_beta,
+                    lam: &oi.lam,
+                    o: &oi.o,
+                    state: &state,
+                },
+            )?;
+            // Forward, after the operator: skip, gated norm, out_proj, residual, MLP.
+            let after = vec![
+                mk.skip(gpu, ms, &oi.o, &a.xbc, pv(bp.d_skip), &a.y)?,
+                k.gate_silu(gpu, &a.y, &a.z, &a.yg, &unused, &unused, n * di, false)?,
+                mk.group_norm(
+                    gpu,
+                    &a.yg,
+                    pv(bp.norm),
+                    &a.yn,
+                    &a.rstd_n,
+                    n * ngroups,
+                    gsize,
+                    ngroups,
+                    eps,
+                )?,
+                k.linear(gpu, n, di, d, &a.yn, 0, di, pv(bp.out_proj), &mix_out, 0, d)?,
+                k.add(gpu, x_in, &mix_out, &a.x_mid, n * d)?,
+                k.rmsnorm(gpu, &a.x_mid, pv(bp.mlp_norm), &a.h2, &a.rstd2, n, d, eps)?,
+                k.linear(gpu, n, d, im, &a.h2, 0, d, pv(bp.gate), &a.mg, 0, im)?,
+                k.linear(gpu, n, d, im, &a.h2, 0, d, pv(bp.up), &a.mu, 0, im)?,
+                k.gate_silu(gpu, &a.mu, &a.mg, &a.act, &unused, &unused, n * im, false)?,
+                k.linear(gpu, n, im, d, &a.act, 0, im, pv(bp.down), &mlp_out, 0, d)?,
+                k.add(gpu, &a.x_mid, &mlp_out, x_out, n * d)?,
+            ];
+
+            // Backward, top down. gs.dx holds dL/d x_out on entry.
+            let mut bwd_after: Vec<Step> = Vec::new();
+            let shared = |v: &mut Vec<Step>, s: [Step; 2]| v.extend(s);
+            shared(
+                &mut bwd_after,
+                k.linear_backward(
+                    gpu,
+                    n,
+                    im,
+                    d,
+                    &a.act,
+                    0,
+                    im,
+                    pv(bp.down),
+                    pg(bp.down),
+                    &gs.dx,
+                    0,
+                    d,
+                    &gs.dact,
+                    0,
+                    im,
+                    false,
+                )?,
+            );
+            bwd_after.push(k.gate_silu(
+                gpu,
+                &a.mu,
+                &a.mg,
+                &gs.dact,
+                &gs.dmu,
+                &gs.dmg,
+                n * im,
+                true,
+            )?);
+            for (wi, dy, acc) in [(bp.gate, &gs.dmg, false), (bp.up, &gs.dmu, true)] {
+                shared(
+                    &mut bwd_after,
+                    k.linear_backward(
+                        gpu,
+                        n,
+                        d,
+                        im,
+                        &a.h2,
+                        0,
+                        d,
+                        pv(wi),
+                        pg(wi),
+                        dy,
+                        0,
+                        im,
+                        &gs.dh,
+                        0,
+                        d,
+                        acc,
+                    )?,
+                );
+            }
+            bwd_after.push(k.rmsnorm_backward(
+                gpu,
+                &a.x_mid,
+                pv(bp.mlp_norm),
+                &a.rstd2,
+                &gs.dh,
+                &gs.dx,
+                &gs.wrow,
+                n,
+                d,
+                true,
+            )?);
+            bwd_after.push(k.colsum(gpu, &gs.wrow, 0, d, n, d, pg(bp.mlp_norm))?);
+            // gs.dx now holds dL/d x_mid.
+            shared(
+                &mut bwd_after,
+                k.linear_backward(
+                    gpu,
+                    n,
+                    di,
+                    d,
+                    &a.yn,
+                    0,
+                    di,
+                    pv(bp.out_proj),
+                    pg(bp.out_proj),
+                    &gs.dx,
+                    0,
+                    d,
+                    &gs.dyn_,
+                    0,
+                    di,
+                    false,
+                )?,
+            );
+            bwd_after.push(mk.group_norm_backward(
+                gpu,
+                &a.yg,
+                pv(bp.norm),
+                &a.rstd_n,
+                &gs.dyn_,
+                &gs.dyg,
+                &gs.wrow,
+                n * ngroups,
+                gsize,
+                ngroups,
+            )?);
+            bwd_after.push(k.colsum(gpu, &gs.wrow, 0, di, n, di, pg(bp.norm))?);
+            bwd_after.push(k.gate_silu(gpu, &a.y, &a.z, &gs.dyg, &gs.dy, &gs.dz, n * di, true)?);
+            // d_o = dy (y = o + D·x).
+            let op_bwd = M2Backward::with_kernels(
+                gpu,
+                &bwd_kernels,
+                shape,
+                OpGradIo {
+                    q: &oi.q,
+                    k: &oi.k,
+                    v: &oi.v,
+                    g: &oi.g,
+                    beta: &no_beta,
+                    lam: &oi.lam,
+                    d_o: &gs.dy,
+                    dq: &gs.dq,
+                    dk: &gs.dk,
+                    dv: &gs.dv,
+                    dg: &gs.dg,
+                    dbeta: &no_beta,
+                    dlam: &gs.dlam,
+                },
+            )?;
+            let mut bwd_before = vec![
+                mk.x_backward(
+                    gpu,
+                    ms,
+                    &a.xbc,
+                    &oi.dt,
+                    pv(bp.d_skip),
+                    &gs.dy,
+                    &gs.dv,
+                    &gs.dxbc,
+                    &gs.sdt,
+                    &gs.prow,
+                )?,
+                mk.gates_backward(
+                    gpu, ms, &gate_io, &gs.dg, &gs.dlam, &gs.sdt, &gs.ddtl, &gs.prow,
+                )?,
+                mk.bc_backward(gpu, ms, &gs.dq, &gs.dk, &gs.dxbc)?,
+                k.colsum(gpu, &gs.prow, 0, pw, n, h, pg(bp.a_log))?,
+                k.colsum(gpu, &gs.prow, h, pw, n, h, pg(bp.dt_bias))?,
+                k.colsum(gpu, &gs.prow, 2 * h, pw, n, h, pg(bp.d_skip))?,
+            ];
+            if let Some(li) = bp.l_scale {
+                bwd_before.push(k.colsum(
+                    gpu,
+                    &gs.prow,
+                    3 * h,
+                    pw,
+                    n,
+                    LAMBDA_LEVELS * h,
+                    pg(li),
+                )?);
+            }
+            bwd_before.push(k.conv_backward(
+                gpu,
+                &a.conv_pre,
+                &gs.dxbc,
+                pv(bp.conv),
+                &gs.dproj,
+                conv_shape,
+            )?);
+            bwd_before.push(k.conv_backward_w(
+                gpu,
+                &a.conv_pre,
+                &gs.dxbc,
+                &a.proj,
+                pg(bp.conv),
+                conv_shape,
+            )?);
+            if let Some(bi) = bp.conv_bias {
+                bwd_before.push(mk.conv_bias_backward(gpu, ms, &a.conv_pre, &gs.dxbc, pg(bi))?);
+            }
+            // in_proj's three row blocks, their input gradients summed into dh.
+            for (i, (wr, dy)) in [(w_z, &gs.dz), (w_xbc, &gs.dproj), (w_dtl, &gs.ddtl)]
+                .into_iter()
+                .enumerate()
+            {
+                shared(
+                    &mut bwd_before,
+                    linear_rows_backward(&k, gpu, n, &a.h1, wr, dy, &gs.dh, i > 0)?,
+                );
+            }
+            bwd_before.push(k.rmsnorm_backward(
+                gpu,
+                x_in,
+                pv(bp.mixer_norm),
+                &a.rstd1,
+                &gs.dh,
+                &gs.dx,
+                &gs.wrow,
+                n,
+                d,
+                true,
+            )?);
+            bwd_before.push(k.colsum(gpu, &gs.wrow, 0, d, n, d, pg(bp.mixer_norm))?);
+            steps.push(BlockSteps {
+                before_scan: before,
+                scan,
+                after_scan: after,
+                bwd_after,
+                recompute,
+                op_bwd,
+                bwd_before,
+            });
+        }
+        let head = Head::new(
+            gpu,
+            &k,
+            &HeadIo {
+                x_last: &xs[c.num_layers],
+                norm_w: pv(final_norm),
+                norm_g: pg(final_norm),
+                lm_head_w: pv(lm_head),
+                lm_head_g: pg(lm_head),
+                targets: &targets,
+                losses: &losses,
+                correct: &correct,
+                scale: &scale,
+                dx: &gs.dx,
+            },
+            HeadShape {
+                seq_len,
+                batch,
+                d,
+                vocab,
+                eps,
+            },
+            options.head_rows,
+        )?;
+        let embed_bwd = k.embed_backward(
+            gpu,
+            &tokens,
+            &gs.dx,
+            pg(embedding),
+            seq_len,
+            batch,
+            d,
+            vocab,
+        )?;
+
+        let shift = k.shift_targets(gpu, &tokens, &targets, seq_len, batch)?;
+        let pack = k.pack_inputs(gpu, &inputs, &tokens, seq_len, batch)?;
+        Ok(Self {
+            config: c,
+            options,
+            batch,
+            seq_len,
+            levels,
+            lambda_cols,
+            device: gpu.device.clone(),
+            params,
+            blocks,
+            embedding,
+            final_norm,
+            lm_head,
+            tokens,
+            targets,
+            inputs,
+            correct,
+            shift,
+            pack,
+            scale,
+            losses,
+            embed,
+            steps,
+            head,
+            embed_bwd,
+            _acts: acts,
+            _xs: xs,
+            _grads: gs,
+            _op_inputs: oi,
+            _other: vec![mix_out, mlp_out, state, unused, no_beta, no_bias],
+        })
+    }
+
+    /// The model's config.
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// Windows per step.
+    pub fn batch(&self) -> usize {
+        self.batch
+    }
+
+    /// Predicted tokens per window.
+    pub fn seq_len(&self) -> usize {
+        self.seq_len
+    }
+
+    /// Operator levels (exact: bitlen(T − 1) + 1) and λ columns of the operator's inputs.
+    pub fn levels(&self) -> (usize, usize) {
+        (self.levels, self.lambda_cols)
+    }
+
+    /// Every trainable tensor, official keys and shapes; `decay` false for the official
+    /// no-decay group (A_log, dt_bias, D, L, norms, the conv bias).
+    pub fn params(&self) -> &[Param] {
+        &self.params
+    }
+
+    /// Per-token losses `[batch][seq_len]` (nats) of the last forward.
+    pub fn losses(&self) -> &wgpu::Buffer {
+        &self.losses
+    }
+
+    /// Per-token correctness `[batch][seq_len]` (f32) of the last forward: 1.0 where the first
+    /// largest logit is the target, 0.0 elsewhere and at ignored positions.
+    pub fn correct(&self) -> &wgpu::Buffer {
+        &self.correct
+    }
+
+    /// Mirror of the official `_init_weights` (spec §6.1; deterministic for `seed`): Linear,
+    /// conv and embedding weights N(0, 0.006), conv bias 0; A_log = log(1, 2, …, H) (fla
+    /// `Mamba2PreTrainedModel`, which `hattention` and `mamba2mlp` inherit); dt_bias =
+    /// softplus⁻¹(dt), dt = exp(U[ln 1e-3, ln 1e-1]) floored at 1e-4; D = 1; L = 1; norms 1;
+    /// out_proj and down_proj kaiming-uniform(a = √5) = U(±1/√fan_in), divided by
+    /// √(2·layers). The weights and conv bias follow the graph's [`InitScheme`](crate::model::InitScheme) (official
+    /// unless the graph was built otherwise).
+    pub fn init_params(&self, gpu: &Gpu, seed: u64) -> Result<(), GpuError> {
+        let mut rng = InitRng::new(seed ^ 0x6d61_6d62_615f_696e);
+        let outputs: Vec<usize> = self
+            .blocks
+            .iter()
+            .flat_map(|b| [b.out_proj, b.down])
+            .collect();
+        for (i, p) in self.params.iter().enumerate() {
+            let name = p.name.as_str();
+            let data: Vec<f32> = if name.ends_with("norm.weight")
+                || name.ends_with("norm_f.weight")
+                || name.ends_with(".L")
+                || name.ends_with(".D")
+            {
+                vec![1.0; p.len]
+            } else if name.ends_with(".A_log") {
+                (1..=p.len).map(|a| (a as f64).ln() as f32).collect()
+            } else if name.ends_with(".dt_bias") {
+                rng.dt_bias(p.len)
+            } else {
+                init_weight(
+                    &mut rng,
+                    p,
+                    outputs.contains(&i),
+                    self.config.num_layers,
+                    self.config.conv_kernel,
+                    self.options.init,
+                )
+            };
+            gpu.write(&p.value, &data);
+        }
+        Ok(())
+    }
+
+    /// Loads every parameter by its official key. A missing or mis-sized tensor is an error
+    /// that names it (nothing is half-loaded: all are checked before any is written).
+    pub fn load_params(
+        &self,
+        gpu: &Gpu,
+        get: &dyn Fn(&str) -> Option<Vec<f32>>,
+    ) -> Result<(), GpuError> {
+        loglinear_host_gpu::train::load_params(gpu, &self.params, get)
+    }
+
+    /// Every parameter's key, shape and values.
+    pub fn read_params(&self, gpu: &Gpu) -> Result<Vec<NamedTensor>, GpuError> {
+        loglinear_host_gpu::train::read_params(gpu, &self.params)
+    }
+
+    /// Every parameter's gradient, in [`Mamba2TrainModel::params`] order.
+    pub fn read_grads(&self, gpu: &Gpu) -> Result<Vec<Vec<f32>>, GpuError> {
+        loglinear_host_gpu::train::read_grads(gpu, &self.params)
+    }
+
+    /// Records the forward over `tokens` (u32 `[batch][seq_len + 1]` windows: inputs are the
+    /// first seq_len of each, targets the last seq_len), ending in
+    /// [`Mamba2TrainModel::losses`]. `tokens` needs COPY_SRC usage (any buffer from
+    /// [`Gpu::storage_from`] has it); it is copied, so the caller may reuse it after encoding.
+    pub fn encode_forward(&self, enc: &mut wgpu::CommandEncoder, tokens: &wgpu::Buffer) {
+        self.encode_forward_marked(enc, tokens, &mut |_, _| {});
+    }
+
+    /// [`Mamba2TrainModel::encode_forward`], calling `mark` after each [`Stage`].
+    pub fn encode_forward_marked(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        tokens: &wgpu::Buffer,
+        mark: StageMark,
+    ) {
+        let bytes = f32_bytes(self.batch * (self.seq_len + 1));
+        enc.copy_buffer_to_buffer(tokens, 0, &self.tokens, 0, bytes);
+        self.shift.encode(enc);
+        self.encode_body(enc, mark);
+    }
+
+    /// Records the forward over explicit `inputs` and `targets` (u32 `[batch][seq_len]` each;
+    /// a target of `u32::MAX` is ignored: loss 0, no gradient, correct 0), ending in
+    /// [`Mamba2TrainModel::losses`] and [`Mamba2TrainModel::correct`]. Both are copied
+    /// (COPY_SRC usage needed); a buffer smaller than `[batch][seq_len]` is an error.
+    pub fn encode_forward_targets(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        inputs: &wgpu::Buffer,
+        targets: &wgpu::Buffer,
+    ) -> Result<(), GpuError> {
+        crate::model::gdn::copy_targets(
+            enc,
+            inputs,
+            targets,
+            &self.inputs,
+            &self.targets,
+            self.batch * self.seq_len,
+        )?;
+        self.pack.encode(enc);
+        self.encode_body(enc, &mut |_, _| {});
+        Ok(())
+    }
+
+    /// The forward from the packed windows and targets on.
+    fn encode_body(&self, enc: &mut wgpu::CommandEncoder, mark: StageMark) {
+        self.embed.encode(enc);
+        mark(enc, Stage::Embed);
+        for s in &self.steps {
+            encode_all(enc, &s.before_scan);
+            mark(enc, Stage::MixerIn);
+            s.scan.encode(enc);
+            mark(enc, Stage::Operator);
+            encode_all(enc, &s.after_scan);
+            mark(enc, Stage::MixerOut);
+        }
+        self.head.encode_forward(enc);
+        mark(enc, Stage::Head);
+    }
+
+    /// Records the backward of the last recorded forward: every parameter's gradient
+    /// += ∂(loss_scale · Σ losses)/∂param. The scale is written into the encoder (not through
+    /// the queue), so several backwards with different scales in one encoder each get theirs.
+    pub fn encode_backward(&self, enc: &mut wgpu::CommandEncoder, loss_scale: f32) {
+        self.encode_backward_marked(enc, loss_scale, &mut |_, _| {});
+    }
+
+    /// [`Mamba2TrainModel::encode_backward`], calling `mark` after each [`Stage`].
+    pub fn encode_backward_marked(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        loss_scale: f32,
+        mark: StageMark,
+    ) {
+        loglinear_host_gpu::train::encode_loss_scale(&self.device, enc, &self.scale, loss_scale);
+        self.head.encode_backward(enc);
+        mark(enc, Stage::HeadBwd);
+        for s in self.steps.iter().rev() {
+            encode_all(enc, &s.bwd_after);
+            mark(enc, Stage::MixerOutBwd);
+            encode_all(enc, &s.recompute);
+            s.op_bwd.encode(enc);
+            mark(enc, Stage::OperatorBwd);
+            encode_all(enc, &s.bwd_before);
+            mark(enc, Stage::MixerInBwd);
+        }
+        self.embed_bwd.encode(enc);
+        mark(enc, Stage::EmbedBwd);
+    }
+
+    /// Records zeroing every gradient.
+    pub fn encode_zero_grads(&self, enc: &mut wgpu::CommandEncoder) {
+        loglinear_host_gpu::train::encode_zero_grads(enc, &self.params);
+    }
+
+    /// Index of a parameter by key.
+    pub fn param_index(&self, name: &str) -> Option<usize> {
+        self.params.iter().position(|p| p.name == name)
+    }
+
+    /// Indices of the embedding, final norm and LM head in [`Mamba2TrainModel::params`] (a tied
+    /// head's is the embedding's).
+    pub fn global_params(&self) -> [usize; 3] {
+        [self.embedding, self.final_norm, self.lm_head]
+    }
+}

@@ -1,0 +1,237 @@
+//! The training graphs: [`TrainGraph`], the API every model graph shares (Gated DeltaNet in
+//! [`gdn`] and Mamba-2 in [`mamba2`], log-linear or plain), so that trainers hold a
+//! `Box<dyn TrainGraph>` picked by architecture; [`init`]: the options and initialisation.
+
+pub mod gdn;
+mod init;
+pub mod mamba2;
+
+pub(crate) use init::{init_weight, InitRng};
+pub use init::{GraphOptions, InitScheme};
+
+use crate::model::gdn::{GdnTrainModel, NamedTensor};
+use crate::model::mamba2::Mamba2TrainModel;
+use loglinear_host_gpu::gpu::{Gpu, GpuError};
+use loglinear_host_gpu::train::Param;
+use loglinear_host_gpu::wgpu;
+use loglinear_runtime::{Arch, ModelConfig};
+
+/// A part of a training step, in recording order. The `_marked` encoders call a mark after
+/// each part (per layer for the block parts), so a profiler can put a GPU timestamp there.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stage {
+    /// The embedding lookup (and the windows' packing before it).
+    Embed,
+    /// A block up to the operator: norm, projections, short convs, gates.
+    MixerIn,
+    /// The chunkwise operator (with the copies in and out of its shared buffers).
+    Operator,
+    /// A block after the operator: output norm and gate, output projection, residual, MLP.
+    MixerOut,
+    /// Final norm, LM head and loss.
+    Head,
+    /// The head's backward.
+    HeadBwd,
+    /// [`Stage::MixerOut`]'s backward.
+    MixerOutBwd,
+    /// The operator's backward (Mamba-2: with its inputs recomputed).
+    OperatorBwd,
+    /// [`Stage::MixerIn`]'s backward.
+    MixerInBwd,
+    /// The embedding's backward.
+    EmbedBwd,
+}
+
+impl Stage {
+    /// Whether the stage is part of the backward.
+    pub fn is_backward(self) -> bool {
+        matches!(
+            self,
+            Stage::HeadBwd
+                | Stage::MixerOutBwd
+                | Stage::OperatorBwd
+                | Stage::MixerInBwd
+                | Stage::EmbedBwd
+        )
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Stage::Embed => "embedding",
+            Stage::MixerIn => "mixer in (norm, projections, convs, gates)",
+            Stage::Operator => "operator",
+            Stage::MixerOut => "mixer out + MLP",
+            Stage::Head => "head (norm, LM head, loss)",
+            Stage::HeadBwd => "head backward",
+            Stage::MixerOutBwd => "mixer out + MLP backward",
+            Stage::OperatorBwd => "operator backward",
+            Stage::MixerInBwd => "mixer in backward",
+            Stage::EmbedBwd => "embedding backward",
+        }
+    }
+}
+
+/// Called after each [`Stage`] is recorded.
+pub type StageMark<'a> = &'a mut dyn FnMut(&mut wgpu::CommandEncoder, Stage);
+
+/// A model's training graph on B windows of T tokens. See [`GdnTrainModel`] for what each
+/// method does; every implementation behaves the same.
+pub trait TrainGraph {
+    /// The model's config.
+    fn config(&self) -> &ModelConfig;
+    /// Windows per step.
+    fn batch(&self) -> usize;
+    /// Predicted tokens per window.
+    fn seq_len(&self) -> usize;
+    /// Every trainable tensor (official keys and shapes, decay flags).
+    fn params(&self) -> &[Param];
+    /// The official initialisation, deterministic for `seed`.
+    fn init_params(&self, gpu: &Gpu, seed: u64) -> Result<(), GpuError>;
+    /// Loads every parameter by its official key (all checked before any is written).
+    fn load_params(
+        &self,
+        gpu: &Gpu,
+        get: &dyn Fn(&str) -> Option<Vec<f32>>,
+    ) -> Result<(), GpuError>;
+    /// Every parameter's key, shape and values.
+    fn read_params(&self, gpu: &Gpu) -> Result<Vec<NamedTensor>, GpuError>;
+    /// Every parameter's gradient, in [`TrainGraph::params`] order.
+    fn read_grads(&self, gpu: &Gpu) -> Result<Vec<Vec<f32>>, GpuError>;
+    /// The forward over windows `[batch][seq_len + 1]` (next-token targets).
+    fn encode_forward(&self, enc: &mut wgpu::CommandEncoder, tokens: &wgpu::Buffer);
+    /// The forward over explicit inputs and targets `[batch][seq_len]` (`u32::MAX` ignored).
+    fn encode_forward_targets(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        inputs: &wgpu::Buffer,
+        targets: &wgpu::Buffer,
+    ) -> Result<(), GpuError>;
+    /// Gradients += ∂(loss_scale · Σ losses)/∂param of the last forward.
+    fn encode_backward(&self, enc: &mut wgpu::CommandEncoder, loss_scale: f32);
+    /// [`TrainGraph::encode_forward`], calling `mark` after each stage.
+    fn encode_forward_marked(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        tokens: &wgpu::Buffer,
+        mark: StageMark,
+    );
+    /// [`TrainGraph::encode_backward`], calling `mark` after each stage.
+    fn encode_backward_marked(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        loss_scale: f32,
+        mark: StageMark,
+    );
+    /// Zeroes every gradient.
+    fn encode_zero_grads(&self, enc: &mut wgpu::CommandEncoder);
+    /// Per-token losses `[batch][seq_len]` (f32) of the last forward.
+    fn losses(&self) -> &wgpu::Buffer;
+    /// Per-token 1.0 / 0.0 argmax = target `[batch][seq_len]` (f32) of the last forward.
+    fn correct(&self) -> &wgpu::Buffer;
+}
+
+macro_rules! impl_train_graph {
+    ($model:ty) => {
+        impl TrainGraph for $model {
+            fn config(&self) -> &ModelConfig {
+                <$model>::config(self)
+            }
+            fn batch(&self) -> usize {
+                <$model>::batch(self)
+            }
+            fn seq_len(&self) -> usize {
+                <$model>::seq_len(self)
+            }
+            fn params(&self) -> &[Param] {
+                <$model>::params(self)
+            }
+            fn init_params(&self, gpu: &Gpu, seed: u64) -> Result<(), GpuError> {
+                <$model>::init_params(self, gpu, seed)
+            }
+            fn load_params(
+                &self,
+                gpu: &Gpu,
+                get: &dyn Fn(&str) -> Option<Vec<f32>>,
+            ) -> Result<(), GpuError> {
+                <$model>::load_params(self, gpu, get)
+            }
+            fn read_params(&self, gpu: &Gpu) -> Result<Vec<NamedTensor>, GpuError> {
+                <$model>::read_params(self, gpu)
+            }
+            fn read_grads(&self, gpu: &Gpu) -> Result<Vec<Vec<f32>>, GpuError> {
+                <$model>::read_grads(self, gpu)
+            }
+            fn encode_forward(&self, enc: &mut wgpu::CommandEncoder, tokens: &wgpu::Buffer) {
+                <$model>::encode_forward(self, enc, tokens)
+            }
+            fn encode_forward_targets(
+                &self,
+                enc: &mut wgpu::CommandEncoder,
+                inputs: &wgpu::Buffer,
+                targets: &wgpu::Buffer,
+            ) -> Result<(), GpuError> {
+                <$model>::encode_forward_targets(self, enc, inputs, targets)
+            }
+            fn encode_backward(&self, enc: &mut wgpu::CommandEncoder, loss_scale: f32) {
+                <$model>::encode_backward(self, enc, loss_scale)
+            }
+            fn encode_forward_marked(
+                &self,
+                enc: &mut wgpu::CommandEncoder,
+                tokens: &wgpu::Buffer,
+                mark: StageMark,
+            ) {
+                <$model>::encode_forward_marked(self, enc, tokens, mark)
+            }
+            fn encode_backward_marked(
+                &self,
+                enc: &mut wgpu::CommandEncoder,
+                loss_scale: f32,
+                mark: StageMark,
+            ) {
+                <$model>::encode_backward_marked(self, enc, loss_scale, mark)
+            }
+            fn encode_zero_grads(&self, enc: &mut wgpu::CommandEncoder) {
+                <$model>::encode_zero_grads(self, enc)
+            }
+            fn losses(&self) -> &wgpu::Buffer {
+                <$model>::losses(self)
+            }
+            fn correct(&self) -> &wgpu::Buffer {
+                <$model>::correct(self)
+            }
+        }
+    };
+}
+
+impl_train_graph!(GdnTrainModel);
+impl_train_graph!(Mamba2TrainModel);
+
+/// The training graph for `config`'s architecture: [`GdnTrainModel`] for (log-linear) Gated
+/// DeltaNet, [`Mamba2TrainModel`] for (log-linear) Mamba-2.
+pub fn new_train_graph(
+    gpu: &Gpu,
+    config: &ModelConfig,
+    batch: usize,
+    seq_len: usize,
+) -> Result<Box<dyn TrainGraph>, GpuError> {
+    new_train_graph_with(gpu, config, batch, seq_len, GraphOptions::default())
+}
+
+/// [`new_train_graph`] with training-only choices (a tied LM head, the initialisation).
+pub fn new_train_graph_with(
+    gpu: &Gpu,
+    config: &ModelConfig,
+    batch: usize,
+    seq_len: usize,
+    options: GraphOptions,
+) -> Result<Box<dyn TrainGraph>, GpuError> {
+    match config.arch {
+        Arch::LogLinearGatedDeltaNet | Arch::GatedDeltaNet => Ok(Box::new(
+            GdnTrainModel::with_options(gpu, config, batch, seq_len, options)?,
+        )),
+        Arch::LogLinearMamba2 | Arch::Mamba2 => Ok(Box::new(Mamba2TrainModel::with_options(
+            gpu, config, batch, seq_len, options,
+        )?)),
+    }
+}
