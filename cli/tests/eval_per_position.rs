@@ -21,7 +21,7 @@ fn repo() -> PathBuf {
 /// The text the tests read: the built-in held-out text (Hamlet), 5 windows and a bit, so the
 /// `--bytes` cut decides the windows.
 fn text_path() -> PathBuf {
-    repo().join("cli/src/eval_text.txt")
+    repo().join("cli/src/cmd/eval_text.txt")
 }
 
 fn text() -> Vec<u8> {

@@ -36,7 +36,7 @@ fn scratch(name: &str) -> PathBuf {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(dir.join("tiny.json"), CONFIG).unwrap();
-    let text = include_str!("../src/eval_text.txt").as_bytes();
+    let text = include_str!("../src/cmd/eval_text.txt").as_bytes();
     let (train, val) = text.split_at(text.len() - 8 * SEQ_LEN - 1);
     std::fs::write(dir.join("train.txt"), train).unwrap();
     std::fs::write(dir.join("val.txt"), val).unwrap();

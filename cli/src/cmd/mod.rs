@@ -1,4 +1,10 @@
-//! One module per subcommand whose logic does not fit beside the clap top level in `main.rs`.
+//! One module per subcommand; `main.rs` holds the clap top level and what several share.
 
 pub mod bench;
+pub mod convert;
 pub mod eval;
+pub mod generate;
+pub mod inspect;
+pub mod plan;
+pub mod serial;
+mod table;

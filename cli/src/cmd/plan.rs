@@ -150,6 +150,19 @@ pub fn recommendations(args: &PlanArgs, plan: &Plan) -> Result<Option<String>, P
     Ok(Some(out))
 }
 
+/// Runs `loglinear plan`: prints the plan and any advice; fails when the model does not fit.
+pub(crate) fn run(args: &PlanArgs) -> crate::Res {
+    let plan = plan(args)?;
+    outln!("{plan}");
+    if let Some(advice) = recommendations(args, &plan)? {
+        outln!("{advice}");
+    }
+    if !plan.fits() {
+        return Err(format!("the model does not fit board {}", plan.board.name).into());
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

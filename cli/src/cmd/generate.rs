@@ -1,0 +1,266 @@
+//! `loglinear generate`: text from a prompt, streamed to stdout, with the prompt fed token by
+//! token, chunkwise on the CPU or on a GPU, and sessions saved and resumed as snapshots.
+
+use crate::{snapshot_file, ActivationsArg, CliError, Res, SamplingArgs, StateDtype};
+use clap::ValueEnum;
+use loglinear_converter::model_source::ModelSource;
+use loglinear_runtime::sampler::{Sampler, SamplerConfig};
+use loglinear_runtime::session::{Session, SessionConfig};
+use loglinear_runtime::{tokenizer, Model, StateElem};
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+/// `loglinear generate`'s arguments.
+#[derive(clap::Args)]
+pub(crate) struct GenerateArgs {
+    /// GGUF model file or checkpoint folder (config.json + model.safetensors). The default
+    /// is the shipped model: ll-gdn-mcu (Shakespeare, 1.4M parameters) in Q8_0.
+    #[arg(long, default_value = "models/ll-gdn-mcu-q8_0.gguf")]
+    pub model: PathBuf,
+    /// Prompt text; `\n` escapes are honoured.
+    #[arg(long, default_value = "ROMEO:\\n")]
+    pub prompt: String,
+    /// Tokens to generate.
+    #[arg(short = 'n', long, default_value_t = 300)]
+    pub tokens: usize,
+    #[command(flatten)]
+    pub sampling: SamplingArgs,
+    /// State levels (default: the model's: 15 log-linear, 1 plain).
+    #[arg(long)]
+    pub levels: Option<usize>,
+    /// State storage type.
+    #[arg(long, value_enum, default_value = "f32")]
+    pub state: StateDtype,
+    /// Inputs of quantized matvecs: f32, or Q8 through the integer kernels.
+    #[arg(long, value_enum, default_value = "f32")]
+    pub activations: ActivationsArg,
+    /// How the prompt is fed: `step` (token by token through the decoder, exactly what a
+    /// board does), `chunkwise` (the §7 chunk algorithm on all CPU cores, much faster for
+    /// long prompts; same state up to f32 rounding) or `gpu` (one chunk-scan pass on a GPU
+    /// through wgpu: Vulkan, Metal or DX12; lavapipe without a GPU). Decoding is on the CPU.
+    #[arg(long, value_enum, default_value = "step")]
+    pub prefill: PrefillArg,
+    /// Same as `--prefill gpu`.
+    #[arg(long)]
+    pub gpu: bool,
+    /// After generating, save the session (state, t, conv states, last logits, sampler
+    /// PRNG, model fingerprint) to FILE, atomically, for `--resume` here or on a board.
+    #[arg(long, value_name = "FILE")]
+    pub save_snapshot: Option<PathBuf>,
+    /// Resume a saved session (from `--save-snapshot` or a board's `SNAP`) instead of
+    /// feeding the prompt: state type and levels come from the snapshot; pass the same
+    /// sampling settings to continue the same stream bit-identically.
+    #[arg(long, value_name = "FILE")]
+    pub resume: Option<PathBuf>,
+}
+
+/// Runs `loglinear generate`.
+pub(crate) fn run(args: GenerateArgs) -> Res {
+    let GenerateArgs {
+        model,
+        prompt,
+        tokens,
+        sampling,
+        levels,
+        state,
+        activations,
+        prefill,
+        gpu,
+        save_snapshot,
+        resume,
+    } = args;
+    let source = ModelSource::open(&model)?;
+    source.require_byte_tokenizer(&model)?;
+    let prompt = prompt.replace("\\n", "\n");
+    let sampler = sampling.config();
+    let mut cfg = SessionConfig {
+        levels,
+        activations: Some(activations.mode()),
+    };
+    let mut state = state;
+    let prefill = if gpu { Prefill::Gpu } else { prefill.into() };
+    let mut snap = Snapshots {
+        save: save_snapshot,
+        resume: None,
+        fingerprint: 0,
+    };
+    if snap.save.is_some() || resume.is_some() {
+        snap.fingerprint = snapshot_file::fingerprint(&model, &source)?;
+    }
+    if let Some(path) = &resume {
+        let (bytes, h) = snapshot_file::read(path)?;
+        cfg.levels = Some(h.levels);
+        state = match h.dtype {
+            loglinear_runtime::snapshot::StateDtype::F32 => StateDtype::F32,
+            loglinear_runtime::snapshot::StateDtype::F16 => StateDtype::F16,
+        };
+        snap.resume = Some((path.clone(), bytes));
+    }
+    source.with_model(&model, |m| match state {
+        StateDtype::F32 => generate::<f32>(m, &prompt, tokens, sampler, cfg, prefill, &snap),
+        StateDtype::F16 => generate::<half::f16>(m, &prompt, tokens, sampler, cfg, prefill, &snap),
+    })?
+}
+
+/// `generate`'s snapshot options.
+struct Snapshots {
+    /// Save the session here at the end.
+    save: Option<PathBuf>,
+    /// Restore this snapshot (path, bytes) instead of feeding the prompt.
+    resume: Option<(PathBuf, Vec<u8>)>,
+    /// The model file's fingerprint.
+    fingerprint: u64,
+}
+
+/// `--prefill`.
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum PrefillArg {
+    Step,
+    Chunkwise,
+    Gpu,
+}
+
+impl From<PrefillArg> for Prefill {
+    fn from(p: PrefillArg) -> Self {
+        match p {
+            PrefillArg::Step => Prefill::Cpu,
+            PrefillArg::Chunkwise => Prefill::Chunkwise,
+            PrefillArg::Gpu => Prefill::Gpu,
+        }
+    }
+}
+
+/// Where `generate` runs the prompt.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Prefill {
+    /// Token by token through the CPU decoder.
+    Cpu,
+    /// The chunk algorithm on the CPU's cores (`loglinear-cpu-prefill`).
+    Chunkwise,
+    /// One chunk-scan pass on the GPU, handing the state to the CPU decoder.
+    Gpu,
+}
+
+/// Feeds the prompt into `session` on the GPU; returns a note for the summary line.
+fn gpu_prefill<E: StateElem>(
+    model: &Model<'_>,
+    prompt: &[u32],
+    session: &mut Session<'_, E>,
+) -> Res<String> {
+    use loglinear_host_gpu::{Gpu, GpuModel};
+    let start = Instant::now();
+    let gpu = Gpu::new()?;
+    let gpu_model = GpuModel::new(&gpu, model)?;
+    let setup = start.elapsed();
+    let start = Instant::now();
+    gpu_model.prefill_into(prompt, session)?;
+    let run = start.elapsed();
+    Ok(format!(
+        "GPU prefill on {}: setup {:.0} ms, {} tokens in {:.1} ms = {:.0} tokens/s",
+        gpu.describe(),
+        setup.as_secs_f64() * 1e3,
+        prompt.len(),
+        run.as_secs_f64() * 1e3,
+        prompt.len() as f64 / run.as_secs_f64()
+    ))
+}
+
+fn generate<E: StateElem>(
+    model: &Model<'_>,
+    prompt: &str,
+    tokens: usize,
+    sampler: SamplerConfig,
+    cfg: SessionConfig,
+    prefill_on: Prefill,
+    snap: &Snapshots,
+) -> Res {
+    let mut arena = vec![0u8; Session::<E>::arena_bytes(model, &cfg)?];
+    let mut session = Session::<E>::new(model, &mut arena, cfg)?;
+    let mut sampler = Sampler::new(sampler);
+    let mut scratch = vec![0u32; model.config().vocab_size];
+    if let Some((path, bytes)) = &snap.resume {
+        loglinear_runtime::snapshot::restore(bytes, &mut session, &mut sampler, snap.fingerprint)
+            .map_err(|error| snapshot_file::SnapshotFileError::Invalid {
+            path: path.clone(),
+            error,
+        })?;
+    } else if prompt.is_empty() {
+        return Err(CliError::EmptyPrompt.into());
+    }
+    // Resuming: the snapshot holds the prompt already.
+    let prompt = if snap.resume.is_some() { "" } else { prompt };
+    let prompt_tokens: Vec<u32> = tokenizer::encode(prompt.as_bytes()).collect();
+    let start = Instant::now();
+    let gpu_note = match prefill_on {
+        Prefill::Gpu if !prompt_tokens.is_empty() => {
+            Some(gpu_prefill(model, &prompt_tokens, &mut session)?)
+        }
+        Prefill::Chunkwise if !prompt_tokens.is_empty() => {
+            let p = loglinear_cpu_prefill::prefill_into(
+                model,
+                &prompt_tokens,
+                &mut session,
+                &loglinear_cpu_prefill::PrefillOptions::default(),
+            )?;
+            Some(format!(
+                "chunkwise CPU prefill on {} threads: {:.1} ms",
+                p.timing.threads,
+                p.timing.seconds * 1e3
+            ))
+        }
+        Prefill::Gpu | Prefill::Cpu | Prefill::Chunkwise => {
+            for &tok in &prompt_tokens {
+                session.step(tok)?;
+            }
+            None
+        }
+    };
+    let prefill = start.elapsed();
+    let out = std::io::stdout();
+    let mut out = out.lock();
+    out.write_all(prompt.as_bytes())?;
+    let start = Instant::now();
+    for _ in 0..tokens {
+        let next = sampler
+            .sample(session.logits(), &mut scratch)
+            .map_err(|e| format!("{e:?}"))?;
+        if let Some(b) = tokenizer::decode(next) {
+            out.write_all(&[b])?;
+            out.flush()?;
+        }
+        session.step(next)?;
+    }
+    let decode = start.elapsed();
+    writeln!(out)?;
+    if let Some(path) = &snap.save {
+        let mut bytes = Vec::with_capacity(loglinear_runtime::snapshot::encoded_len(&session)?);
+        loglinear_runtime::snapshot::write(&session, &sampler, snap.fingerprint, &mut |b| {
+            bytes.extend_from_slice(b);
+            Ok(())
+        })?;
+        snapshot_file::write_atomic(path, &bytes)?;
+        eprintln!(
+            "[snapshot at t = {}: {} bytes to {}]",
+            session.t(),
+            bytes.len(),
+            path.display()
+        );
+    }
+    eprintln!(
+        "[{} · {} state · prompt {} tokens in {:.1} ms ({:.0} tokens/s) · {} tokens at {:.1} tokens/s · state {} B live / {} B allocated]",
+        model.config().arch.name(),
+        E::NAME,
+        prompt_tokens.len(),
+        prefill.as_secs_f64() * 1e3,
+        prompt_tokens.len() as f64 / prefill.as_secs_f64(),
+        tokens,
+        tokens as f64 / decode.as_secs_f64(),
+        session.live_state_bytes(),
+        session.allocated_state_bytes()
+    );
+    if let Some(note) = gpu_note {
+        eprintln!("[{note}]");
+    }
+    Ok(())
+}
