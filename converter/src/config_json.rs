@@ -5,7 +5,7 @@
 //! newer configs write `{"__float__": "Infinity"}` instead. [`parse_lenient_json`] rewrites the
 //! bare tokens (outside strings) into that tagged form before parsing, so both read the same.
 
-use crate::checkpoint::ImportError;
+use crate::error::ImportError;
 use crate::layout::Layout;
 use loglinear_runtime::{ModelConfig, LAMBDA_LEVELS};
 use serde_json::Value;

@@ -9,6 +9,7 @@
 
 pub mod checkpoint;
 pub mod config_json;
+pub mod error;
 pub mod export;
 pub mod gguf_writer;
 pub mod layout;

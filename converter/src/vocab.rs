@@ -2,7 +2,7 @@
 //! of the shipped models, or a BPE vocabulary read from a checkpoint's `tokenizer.json`
 //! (Hugging Face `tokenizers` format), written the way llama.cpp writes GPT-2-style BPE.
 
-use crate::checkpoint::ImportError;
+use crate::error::ImportError;
 use crate::gguf_writer::Value;
 use loglinear_runtime::gguf::format::tokenizer;
 use loglinear_runtime::gguf::{names, GgufFile, MetaValue};
