@@ -107,7 +107,7 @@ impl ScanShape {
     /// Inter-chunk scans that can be non-empty: levels m ≤ m_top with 2^m ≤ NT − 1.
     pub fn scans(&self) -> usize {
         let nt1 = (self.chunks() - 1) as u64;
-        let needed = (u64::BITS - nt1.leading_zeros()) as usize;
+        let needed = loglinear_runtime::bitlen(nt1) as usize;
         needed.min(self.m_top() + 1)
     }
 

@@ -10,6 +10,13 @@ pub const fn bitlen(x: u64) -> u32 {
     u64::BITS - x.leading_zeros()
 }
 
+/// Levels that a sequence of `t` tokens reaches with no saturated top level: bitlen(t − 1) + 1
+/// (1 for t ≤ 1). Training uses exactly these, one λ column each.
+#[inline]
+pub const fn exact_levels(t: u64) -> usize {
+    bitlen(t.saturating_sub(1)) as usize + 1
+}
+
 /// Level of key `s` for query `t` (s ≤ t): 0 on the diagonal, else bitlen(t XOR s) (spec §2.1).
 /// This is the unbounded rule; [`LevelPolicy`] says how a fixed number of levels saturates.
 #[inline]

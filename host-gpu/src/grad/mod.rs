@@ -51,7 +51,7 @@ pub struct OpGrads {
 /// and k are per head.
 pub fn check_training_shape(shape: &ScanShape) -> Result<(), GpuError> {
     shape.validate()?;
-    let needed_levels = (usize::BITS - (shape.t - 1).leading_zeros()) as usize + 1;
+    let needed_levels = loglinear_runtime::exact_levels(shape.t as u64);
     if shape.levels < needed_levels || shape.lambda_cols < needed_levels {
         return Err(GpuError::Invalid(format!(
             "operator backward: T = {} needs {needed_levels} exact levels and λ columns \

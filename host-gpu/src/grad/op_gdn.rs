@@ -116,7 +116,7 @@ fn check_buffer(name: &str, buf: &wgpu::Buffer, floats: usize) -> Result<(), Gpu
 
 /// Number of bits of x (0 for 0).
 fn bitlen(x: usize) -> usize {
-    (usize::BITS - x.leading_zeros()) as usize
+    loglinear_runtime::bitlen(x as u64) as usize
 }
 
 impl GdnBackward {

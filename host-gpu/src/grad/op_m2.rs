@@ -81,7 +81,7 @@ const DG_CARRY: &str = include_str!("../shaders/grad_m2_dg_carry.wgsl");
 
 /// Inter-chunk levels with at least one reader chunk: bitlen(NT − 1).
 fn inter_levels(nt: usize) -> usize {
-    (usize::BITS - (nt - 1).leading_zeros()) as usize
+    loglinear_runtime::bitlen(nt as u64 - 1) as usize
 }
 
 /// (Level, group) pairs with a non-empty reader half, over all levels (`total_pairs` in

@@ -21,6 +21,7 @@
 //! first). Gradient scratch is shared by all blocks. Everything is recorded once in
 //! [`GdnTrainModel::new`]; encoding only records dispatches and copies.
 
+use crate::model::shared::{copy_targets, f32_bytes};
 use crate::model::{init_weight, GraphOptions, InitRng};
 use crate::model::{Stage, StageMark};
 use loglinear_host_gpu::chunk_scan::{ChunkScan, Form, ScanIo, ScanKernels, ScanShape};
@@ -32,7 +33,7 @@ use loglinear_host_gpu::train::kernels::{
 };
 use loglinear_host_gpu::train::Param;
 use loglinear_host_gpu::wgpu;
-use loglinear_runtime::{Arch, ModelConfig, LAMBDA_LEVELS};
+use loglinear_runtime::{exact_levels, Arch, ModelConfig, LAMBDA_LEVELS};
 
 /// Where each parameter of one block sits in [`GdnTrainModel::params`].
 #[derive(Clone, Copy, Debug)]
@@ -223,39 +224,6 @@ pub struct GdnTrainModel {
 
 pub use loglinear_host_gpu::train::NamedTensor;
 
-/// Records copying the caller's explicit `inputs` and `targets` (`n` u32 each) into a model's
-/// own buffers, after checking their sizes.
-pub(crate) fn copy_targets(
-    enc: &mut wgpu::CommandEncoder,
-    inputs: &wgpu::Buffer,
-    targets: &wgpu::Buffer,
-    own_inputs: &wgpu::Buffer,
-    own_targets: &wgpu::Buffer,
-    n: usize,
-) -> Result<(), GpuError> {
-    let bytes = f32_bytes(n);
-    for (what, b) in [("inputs", inputs), ("targets", targets)] {
-        if b.size() < bytes {
-            return Err(GpuError::Invalid(format!(
-                "{what} buffer has {} bytes, [batch][seq_len] u32 needs {bytes}",
-                b.size()
-            )));
-        }
-    }
-    enc.copy_buffer_to_buffer(inputs, 0, own_inputs, 0, bytes);
-    enc.copy_buffer_to_buffer(targets, 0, own_targets, 0, bytes);
-    Ok(())
-}
-
-/// Exact levels for T tokens: bitlen(T − 1) + 1.
-pub fn exact_levels(t: usize) -> usize {
-    (usize::BITS - (t.max(1) - 1).leading_zeros()) as usize + 1
-}
-
-fn f32_bytes(n: usize) -> u64 {
-    4 * n as u64
-}
-
 impl GdnTrainModel {
     /// Allocates parameters (uninitialised: call [`GdnTrainModel::init_params`] or
     /// [`GdnTrainModel::load_params`]), activations and gradient scratch for `batch` windows of
@@ -290,7 +258,7 @@ impl GdnTrainModel {
             return Err(GpuError::Invalid("batch and seq_len must be ≥ 1".into()));
         }
         let ll = c.arch.is_log_linear();
-        let levels = exact_levels(seq_len);
+        let levels = exact_levels(seq_len as u64);
         if ll && levels > LAMBDA_LEVELS {
             return Err(GpuError::Invalid(format!(
                 "seq_len {seq_len} needs {levels} levels, over the model's {LAMBDA_LEVELS}"

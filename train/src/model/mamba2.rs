@@ -16,7 +16,7 @@
 //! (bitlen(T − 1) + 1) so that its backward is exact; plain models pass λ = 1 in as many
 //! columns. The gated norm's group must be the whole d_inner (official; fla with one group).
 
-use crate::model::gdn::{exact_levels, NamedTensor};
+use crate::model::shared::{copy_targets, f32_bytes};
 use crate::model::{init_weight, GraphOptions, InitRng};
 use crate::model::{Stage, StageMark};
 use loglinear_host_gpu::chunk_scan::{ChunkScan, Form, ScanIo, ScanKernels, ScanShape};
@@ -26,9 +26,10 @@ use loglinear_host_gpu::grad::OpGradIo;
 use loglinear_host_gpu::train::head::{head_capacity, Head, HeadIo, HeadShape};
 use loglinear_host_gpu::train::kernels::{encode_all, ConvShape, Operand, Step, TrainKernels};
 use loglinear_host_gpu::train::mamba2_kernels::{M2GateIo, M2Shape, M2TrainKernels};
+use loglinear_host_gpu::train::NamedTensor;
 use loglinear_host_gpu::train::Param;
 use loglinear_host_gpu::wgpu;
-use loglinear_runtime::{ModelConfig, LAMBDA_LEVELS};
+use loglinear_runtime::{exact_levels, ModelConfig, LAMBDA_LEVELS};
 
 /// Where each parameter of one block sits in [`Mamba2TrainModel::params`].
 #[derive(Clone, Copy, Debug)]
@@ -171,10 +172,6 @@ pub struct Mamba2TrainModel {
     _other: Vec<wgpu::Buffer>,
 }
 
-fn f32_bytes(n: usize) -> u64 {
-    4 * n as u64
-}
-
 /// A slice of rows of a linear layer's weight: rows `[row0, row0 + out_dim)` of W
 /// `[rows][in_dim]` (in_proj's z, xBC and dt | dl parts).
 #[derive(Clone, Copy)]
@@ -282,7 +279,7 @@ impl Mamba2TrainModel {
             return Err(GpuError::Invalid("batch and seq_len must be ≥ 1".into()));
         }
         let ll = c.arch.is_log_linear();
-        let levels = exact_levels(seq_len);
+        let levels = exact_levels(seq_len as u64);
         if ll && levels > LAMBDA_LEVELS {
             return Err(GpuError::Invalid(format!(
                 "seq_len {seq_len} needs {levels} levels, over the model's {LAMBDA_LEVELS}"
@@ -976,7 +973,7 @@ impl Mamba2TrainModel {
         inputs: &wgpu::Buffer,
         targets: &wgpu::Buffer,
     ) -> Result<(), GpuError> {
-        crate::model::gdn::copy_targets(
+        copy_targets(
             enc,
             inputs,
             targets,

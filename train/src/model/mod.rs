@@ -5,74 +5,19 @@
 pub mod gdn;
 mod init;
 pub mod mamba2;
+mod shared;
 
 pub(crate) use init::{init_weight, InitRng};
 pub use init::{GraphOptions, InitScheme};
+pub use shared::{Stage, StageMark};
 
-use crate::model::gdn::{GdnTrainModel, NamedTensor};
+use crate::model::gdn::GdnTrainModel;
 use crate::model::mamba2::Mamba2TrainModel;
 use loglinear_host_gpu::gpu::{Gpu, GpuError};
+use loglinear_host_gpu::train::NamedTensor;
 use loglinear_host_gpu::train::Param;
 use loglinear_host_gpu::wgpu;
 use loglinear_runtime::{Arch, ModelConfig};
-
-/// A part of a training step, in recording order. The `_marked` encoders call a mark after
-/// each part (per layer for the block parts), so a profiler can put a GPU timestamp there.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Stage {
-    /// The embedding lookup (and the windows' packing before it).
-    Embed,
-    /// A block up to the operator: norm, projections, short convs, gates.
-    MixerIn,
-    /// The chunkwise operator (with the copies in and out of its shared buffers).
-    Operator,
-    /// A block after the operator: output norm and gate, output projection, residual, MLP.
-    MixerOut,
-    /// Final norm, LM head and loss.
-    Head,
-    /// The head's backward.
-    HeadBwd,
-    /// [`Stage::MixerOut`]'s backward.
-    MixerOutBwd,
-    /// The operator's backward (Mamba-2: with its inputs recomputed).
-    OperatorBwd,
-    /// [`Stage::MixerIn`]'s backward.
-    MixerInBwd,
-    /// The embedding's backward.
-    EmbedBwd,
-}
-
-impl Stage {
-    /// Whether the stage is part of the backward.
-    pub fn is_backward(self) -> bool {
-        matches!(
-            self,
-            Stage::HeadBwd
-                | Stage::MixerOutBwd
-                | Stage::OperatorBwd
-                | Stage::MixerInBwd
-                | Stage::EmbedBwd
-        )
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Stage::Embed => "embedding",
-            Stage::MixerIn => "mixer in (norm, projections, convs, gates)",
-            Stage::Operator => "operator",
-            Stage::MixerOut => "mixer out + MLP",
-            Stage::Head => "head (norm, LM head, loss)",
-            Stage::HeadBwd => "head backward",
-            Stage::MixerOutBwd => "mixer out + MLP backward",
-            Stage::OperatorBwd => "operator backward",
-            Stage::MixerInBwd => "mixer in backward",
-            Stage::EmbedBwd => "embedding backward",
-        }
-    }
-}
-
-/// Called after each [`Stage`] is recorded.
-pub type StageMark<'a> = &'a mut dyn FnMut(&mut wgpu::CommandEncoder, Stage);
 
 /// A model's training graph on B windows of T tokens. See [`GdnTrainModel`] for what each
 /// method does; every implementation behaves the same.
