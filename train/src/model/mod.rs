@@ -1,15 +1,19 @@
-//! The training graphs: [`TrainGraph`], the API every model graph shares (Gated DeltaNet in
-//! [`gdn`] and Mamba-2 in [`mamba2`], log-linear or plain), so that trainers hold a
-//! `Box<dyn TrainGraph>` picked by architecture; [`init`]: the options and initialisation.
+//! The training graphs: [`TrainGraph`], the API every model graph shares, so that trainers
+//! hold a `Box<dyn TrainGraph>` picked by architecture. One skeleton ([`TrainModel`]:
+//! embedding, blocks, final norm, head, loss) serves both architectures; their blocks are a
+//! [`Blocks`]: Gated DeltaNet in [`gdn`], Mamba-2 in [`mamba2`], log-linear or plain.
+//! [`init`]: the options and initialisation.
 
 pub mod gdn;
 mod init;
 pub mod mamba2;
 mod shared;
+mod skeleton;
 
 pub(crate) use init::{init_weight, InitRng};
 pub use init::{GraphOptions, InitScheme};
 pub use shared::{Stage, StageMark};
+pub use skeleton::{Blocks, TrainModel};
 
 use crate::model::gdn::GdnTrainModel;
 use crate::model::mamba2::Mamba2TrainModel;
@@ -74,83 +78,6 @@ pub trait TrainGraph {
     /// Per-token 1.0 / 0.0 argmax = target `[batch][seq_len]` (f32) of the last forward.
     fn correct(&self) -> &wgpu::Buffer;
 }
-
-macro_rules! impl_train_graph {
-    ($model:ty) => {
-        impl TrainGraph for $model {
-            fn config(&self) -> &ModelConfig {
-                <$model>::config(self)
-            }
-            fn batch(&self) -> usize {
-                <$model>::batch(self)
-            }
-            fn seq_len(&self) -> usize {
-                <$model>::seq_len(self)
-            }
-            fn params(&self) -> &[Param] {
-                <$model>::params(self)
-            }
-            fn init_params(&self, gpu: &Gpu, seed: u64) -> Result<(), GpuError> {
-                <$model>::init_params(self, gpu, seed)
-            }
-            fn load_params(
-                &self,
-                gpu: &Gpu,
-                get: &dyn Fn(&str) -> Option<Vec<f32>>,
-            ) -> Result<(), GpuError> {
-                <$model>::load_params(self, gpu, get)
-            }
-            fn read_params(&self, gpu: &Gpu) -> Result<Vec<NamedTensor>, GpuError> {
-                <$model>::read_params(self, gpu)
-            }
-            fn read_grads(&self, gpu: &Gpu) -> Result<Vec<Vec<f32>>, GpuError> {
-                <$model>::read_grads(self, gpu)
-            }
-            fn encode_forward(&self, enc: &mut wgpu::CommandEncoder, tokens: &wgpu::Buffer) {
-                <$model>::encode_forward(self, enc, tokens)
-            }
-            fn encode_forward_targets(
-                &self,
-                enc: &mut wgpu::CommandEncoder,
-                inputs: &wgpu::Buffer,
-                targets: &wgpu::Buffer,
-            ) -> Result<(), GpuError> {
-                <$model>::encode_forward_targets(self, enc, inputs, targets)
-            }
-            fn encode_backward(&self, enc: &mut wgpu::CommandEncoder, loss_scale: f32) {
-                <$model>::encode_backward(self, enc, loss_scale)
-            }
-            fn encode_forward_marked(
-                &self,
-                enc: &mut wgpu::CommandEncoder,
-                tokens: &wgpu::Buffer,
-                mark: StageMark,
-            ) {
-                <$model>::encode_forward_marked(self, enc, tokens, mark)
-            }
-            fn encode_backward_marked(
-                &self,
-                enc: &mut wgpu::CommandEncoder,
-                loss_scale: f32,
-                mark: StageMark,
-            ) {
-                <$model>::encode_backward_marked(self, enc, loss_scale, mark)
-            }
-            fn encode_zero_grads(&self, enc: &mut wgpu::CommandEncoder) {
-                <$model>::encode_zero_grads(self, enc)
-            }
-            fn losses(&self) -> &wgpu::Buffer {
-                <$model>::losses(self)
-            }
-            fn correct(&self) -> &wgpu::Buffer {
-                <$model>::correct(self)
-            }
-        }
-    };
-}
-
-impl_train_graph!(GdnTrainModel);
-impl_train_graph!(Mamba2TrainModel);
 
 /// The training graph for `config`'s architecture: [`GdnTrainModel`] for (log-linear) Gated
 /// DeltaNet, [`Mamba2TrainModel`] for (log-linear) Mamba-2.

@@ -21,9 +21,9 @@
 //! first). Gradient scratch is shared by all blocks. Everything is recorded once in
 //! [`GdnTrainModel::new`]; encoding only records dispatches and copies.
 
-use crate::model::shared::{copy_targets, f32_bytes};
-use crate::model::{init_weight, GraphOptions, InitRng};
-use crate::model::{Stage, StageMark};
+use crate::model::shared::f32_bytes;
+use crate::model::{Blocks, Stage, StageMark, TrainModel};
+use crate::model::{GraphOptions, InitRng};
 use loglinear_host_gpu::chunk_scan::{ChunkScan, Form, ScanIo, ScanKernels, ScanShape};
 use loglinear_host_gpu::gpu::{Gpu, GpuError};
 use loglinear_host_gpu::grad::OpGradIo;
@@ -35,183 +35,14 @@ use loglinear_host_gpu::train::Param;
 use loglinear_host_gpu::wgpu;
 use loglinear_runtime::{exact_levels, Arch, ModelConfig, LAMBDA_LEVELS};
 
-/// Where each parameter of one block sits in [`GdnTrainModel::params`].
-#[derive(Clone, Copy, Debug)]
-struct BlockParams {
-    attn_norm: usize,
-    q_proj: usize,
-    k_proj: usize,
-    v_proj: usize,
-    a_proj: usize,
-    b_proj: usize,
-    l_proj: Option<usize>,
-    g_proj: usize,
-    o_proj: usize,
-    q_conv: usize,
-    k_conv: usize,
-    v_conv: usize,
-    a_log: usize,
-    dt_bias: usize,
-    l_scale: Option<usize>,
-    o_norm: usize,
-    mlp_norm: usize,
-    gate: usize,
-    up: usize,
-    down: usize,
-}
+mod blocks;
+use blocks::*;
 
-/// Activations one block keeps from its forward for its backward. Rows (t, b).
-struct BlockActs {
-    /// attn_norm: 1/rms per row, and the normed input `[N][D]`.
-    rstd1: wgpu::Buffer,
-    h1: wgpu::Buffer,
-    /// q|k|v projections before the conv `[N][ch]`, conv sums before SiLU, conv outputs.
-    proj: wgpu::Buffer,
-    conv_pre: wgpu::Buffer,
-    conv_out: wgpu::Buffer,
-    /// Operator inputs: q_used, k_used `[N][H][dk]`, v `[N][H][dv]`, β, g `[N][H]`,
-    /// λ `[N][H][lambda_cols]`.
-    q: wgpu::Buffer,
-    k: wgpu::Buffer,
-    v: wgpu::Buffer,
-    beta: wgpu::Buffer,
-    g: wgpu::Buffer,
-    lam: wgpu::Buffer,
-    /// `[N][a (H) | b (H) | l (15H, log-linear)]`.
-    abl: wgpu::Buffer,
-    /// g_proj x `[N][vd]`.
-    gp: wgpu::Buffer,
-    /// Operator output, its per-head 1/rms, normed, gated.
-    o: wgpu::Buffer,
-    rstd_o: wgpu::Buffer,
-    y: wgpu::Buffer,
-    yg: wgpu::Buffer,
-    /// Residual after the mixer `[N][D]`, mlp_norm's 1/rms and output.
-    x_mid: wgpu::Buffer,
-    rstd2: wgpu::Buffer,
-    h2: wgpu::Buffer,
-    /// SwiGLU gate and up projections, and SiLU(gate)·up `[N][I]`.
-    mg: wgpu::Buffer,
-    mu: wgpu::Buffer,
-    act: wgpu::Buffer,
-}
-
-/// Gradient scratch shared by all blocks (each block's backward overwrites it).
-struct GradScratch {
-    /// dL/d(residual) `[N][D]`, carried down the layers.
-    dx: wgpu::Buffer,
-    /// dL/d(normed input) `[N][D]`.
-    dh: wgpu::Buffer,
-    dact: wgpu::Buffer,
-    dmg: wgpu::Buffer,
-    dmu: wgpu::Buffer,
-    dyg: wgpu::Buffer,
-    dy: wgpu::Buffer,
-    dgp: wgpu::Buffer,
-    d_o: wgpu::Buffer,
-    dq: wgpu::Buffer,
-    dk: wgpu::Buffer,
-    dv: wgpu::Buffer,
-    dg: wgpu::Buffer,
-    dbeta: wgpu::Buffer,
-    dlam: wgpu::Buffer,
-    dabl: wgpu::Buffer,
-    dconv_out: wgpu::Buffer,
-    dproj: wgpu::Buffer,
-    /// Per-row shares of norm-weight gradients `[N][max(D, vd)]`.
-    wrow: wgpu::Buffer,
-    /// Per-row shares of the gate parameters' gradients `[N][17H]`.
-    prow: wgpu::Buffer,
-}
-
-/// One block's recorded work.
-struct BlockSteps {
-    before_scan: Vec<Step>,
-    after_scan: Vec<Step>,
-    /// Backward, top down: MLP and output side, then the operator, then the input side.
-    bwd_after: Vec<Step>,
-    bwd_before: Vec<Step>,
-}
-
-/// The operator's inputs and output, shared by all blocks: one forward scan and one backward
-/// (and their scratch, which grows with T·B·H·dk·dv per level) serve every layer; each block's
-/// saved q, k, v, g, β, λ are copied in before its scan and its backward, o out after the scan.
-struct OperatorIo {
-    q: wgpu::Buffer,
-    k: wgpu::Buffer,
-    v: wgpu::Buffer,
-    g: wgpu::Buffer,
-    beta: wgpu::Buffer,
-    lam: wgpu::Buffer,
-    o: wgpu::Buffer,
-}
-
-impl OperatorIo {
-    /// Records copying a block's saved operator inputs into the shared ones.
-    fn load(&self, enc: &mut wgpu::CommandEncoder, a: &BlockActs) {
-        for (src, dst) in [
-            (&a.q, &self.q),
-            (&a.k, &self.k),
-            (&a.v, &self.v),
-            (&a.g, &self.g),
-            (&a.beta, &self.beta),
-            (&a.lam, &self.lam),
-        ] {
-            enc.copy_buffer_to_buffer(src, 0, dst, 0, src.size());
-        }
-    }
-}
-
-/// The GDN operator's backward for one block (`grad::op_gdn`).
-struct OpBackward {
-    inner: loglinear_host_gpu::grad::op_gdn::GdnBackward,
-}
-
-impl OpBackward {
-    fn new(gpu: &Gpu, shape: ScanShape, io: OpGradIo<'_>) -> Result<Self, GpuError> {
-        Ok(Self {
-            inner: loglinear_host_gpu::grad::op_gdn::GdnBackward::new(gpu, shape, io)?,
-        })
-    }
-
-    fn encode(&self, enc: &mut wgpu::CommandEncoder) {
-        self.inner.encode(enc);
-    }
-}
-
-/// A GDN language model set up for training on B windows of T tokens.
-pub struct GdnTrainModel {
-    config: ModelConfig,
-    options: GraphOptions,
-    batch: usize,
-    seq_len: usize,
-    levels: usize,
-    lambda_cols: usize,
-    device: wgpu::Device,
-    params: Vec<Param>,
+/// The Gated DeltaNet blocks of a [`GdnTrainModel`]: their parameters, activations, recorded
+/// steps, and the operator's forward scan and backward that all blocks share.
+pub struct GdnBlocks {
     blocks: Vec<BlockParams>,
-    embedding: usize,
-    final_norm: usize,
-    lm_head: usize,
-    /// The windows `[B][T+1]` (u32), copied from the caller's buffer by `encode_forward` (or
-    /// packed from explicit inputs by `encode_forward_targets`); the embedding reads them.
-    tokens: wgpu::Buffer,
-    /// Targets `[B][T]` (u32, `u32::MAX` = ignored), which the loss reads: the windows'
-    /// next tokens, or the caller's explicit targets.
-    targets: wgpu::Buffer,
-    /// Explicit inputs `[B][T]`, copied from the caller before packing into `tokens`.
-    inputs: wgpu::Buffer,
-    /// Per-token 1.0 / 0.0: argmax(logits) = target (0 where ignored) `[B][T]`.
-    correct: wgpu::Buffer,
-    shift: Step,
-    pack: Step,
-    /// The loss scale of the backward (one f32, written inside the encoder).
-    scale: wgpu::Buffer,
-    losses: wgpu::Buffer,
-    embed: Step,
     steps: Vec<BlockSteps>,
-    head: Head,
-    embed_bwd: Step,
     // Kept alive for the bind groups.
     acts: Vec<BlockActs>,
     op: OperatorIo,
@@ -222,7 +53,8 @@ pub struct GdnTrainModel {
     _other: Vec<wgpu::Buffer>,
 }
 
-pub use loglinear_host_gpu::train::NamedTensor;
+/// A GDN language model set up for training on B windows of T tokens.
+pub type GdnTrainModel = TrainModel<GdnBlocks>;
 
 impl GdnTrainModel {
     /// Allocates parameters (uninitialised: call [`GdnTrainModel::init_params`] or
@@ -895,7 +727,6 @@ impl GdnTrainModel {
             lambda_cols,
             device: gpu.device.clone(),
             params,
-            blocks,
             embedding,
             final_norm,
             lm_head,
@@ -908,218 +739,19 @@ impl GdnTrainModel {
             scale,
             losses,
             embed,
-            steps,
             head,
             embed_bwd,
-            acts,
-            op,
-            scan,
-            op_bwd,
-            _xs: xs,
-            _grads: gs,
-            _other: vec![mix_out, mlp_out, state, unused],
+            mixer: GdnBlocks {
+                blocks,
+                steps,
+                acts,
+                op,
+                scan,
+                op_bwd,
+                _xs: xs,
+                _grads: gs,
+                _other: vec![mix_out, mlp_out, state, unused],
+            },
         })
-    }
-
-    /// The model's config.
-    pub fn config(&self) -> &ModelConfig {
-        &self.config
-    }
-
-    /// Windows per step.
-    pub fn batch(&self) -> usize {
-        self.batch
-    }
-
-    /// Predicted tokens per window.
-    pub fn seq_len(&self) -> usize {
-        self.seq_len
-    }
-
-    /// Operator levels (exact: bitlen(T − 1) + 1) and λ columns of the operator's inputs.
-    pub fn levels(&self) -> (usize, usize) {
-        (self.levels, self.lambda_cols)
-    }
-
-    /// Every trainable tensor, official keys and shapes; `decay` false for the official
-    /// no-decay group (A_log, dt_bias, L, norms).
-    pub fn params(&self) -> &[Param] {
-        &self.params
-    }
-
-    /// Per-token losses `[batch][seq_len]` (nats) of the last forward.
-    pub fn losses(&self) -> &wgpu::Buffer {
-        &self.losses
-    }
-
-    /// Per-token correctness `[batch][seq_len]` (f32) of the last forward: 1.0 where the first
-    /// largest logit is the target, 0.0 elsewhere and at ignored positions.
-    pub fn correct(&self) -> &wgpu::Buffer {
-        &self.correct
-    }
-
-    /// Mirror of the official `_init_weights` (spec §6.2; deterministic for `seed`): Linear,
-    /// conv and embedding weights N(0, 0.006); A_log = log U[0, 16]; dt_bias = softplus⁻¹(dt),
-    /// dt = exp(U[ln 1e-3, ln 1e-1]) floored at 1e-4; L = 1; norms 1; o_proj and down_proj
-    /// kaiming-uniform(a = √5) = U(±1/√fan_in), divided by √(2·layers). The weights follow
-    /// the graph's [`InitScheme`](crate::model::InitScheme) (official unless the graph was built otherwise).
-    pub fn init_params(&self, gpu: &Gpu, seed: u64) -> Result<(), GpuError> {
-        let mut rng = InitRng::new(seed ^ 0x6764_6e5f_696e_6974);
-        let outputs: Vec<usize> = self
-            .blocks
-            .iter()
-            .flat_map(|b| [b.o_proj, b.down])
-            .collect();
-        for (i, p) in self.params.iter().enumerate() {
-            let name = p.name.as_str();
-            let data: Vec<f32> = if name.ends_with("norm.weight") || name.ends_with(".L") {
-                vec![1.0; p.len]
-            } else if name.ends_with(".A_log") {
-                (0..p.len)
-                    .map(|_| (16.0 * rng.uniform()).max(1e-30).ln() as f32)
-                    .collect()
-            } else if name.ends_with(".dt_bias") {
-                rng.dt_bias(p.len)
-            } else {
-                init_weight(
-                    &mut rng,
-                    p,
-                    outputs.contains(&i),
-                    self.config.num_layers,
-                    self.config.conv_kernel,
-                    self.options.init,
-                )
-            };
-            gpu.write(&p.value, &data);
-        }
-        Ok(())
-    }
-
-    /// Loads every parameter by its official key. A missing or mis-sized tensor is an error
-    /// that names it (nothing is half-loaded: all are checked before any is written).
-    pub fn load_params(
-        &self,
-        gpu: &Gpu,
-        get: &dyn Fn(&str) -> Option<Vec<f32>>,
-    ) -> Result<(), GpuError> {
-        loglinear_host_gpu::train::load_params(gpu, &self.params, get)
-    }
-
-    /// Every parameter's key, shape and values.
-    pub fn read_params(&self, gpu: &Gpu) -> Result<Vec<NamedTensor>, GpuError> {
-        loglinear_host_gpu::train::read_params(gpu, &self.params)
-    }
-
-    /// Every parameter's gradient, in [`GdnTrainModel::params`] order.
-    pub fn read_grads(&self, gpu: &Gpu) -> Result<Vec<Vec<f32>>, GpuError> {
-        loglinear_host_gpu::train::read_grads(gpu, &self.params)
-    }
-
-    /// Records the forward over `tokens` (u32 `[batch][seq_len + 1]` windows: inputs are the
-    /// first seq_len of each, targets the last seq_len), ending in [`GdnTrainModel::losses`].
-    /// `tokens` needs COPY_SRC usage (any buffer from [`Gpu::storage_from`] has it); it is
-    /// copied, so the caller may reuse it after encoding.
-    pub fn encode_forward(&self, enc: &mut wgpu::CommandEncoder, tokens: &wgpu::Buffer) {
-        self.encode_forward_marked(enc, tokens, &mut |_, _| {});
-    }
-
-    /// [`GdnTrainModel::encode_forward`], calling `mark` after each [`Stage`] (for profiling).
-    pub fn encode_forward_marked(
-        &self,
-        enc: &mut wgpu::CommandEncoder,
-        tokens: &wgpu::Buffer,
-        mark: StageMark,
-    ) {
-        let bytes = f32_bytes(self.batch * (self.seq_len + 1));
-        enc.copy_buffer_to_buffer(tokens, 0, &self.tokens, 0, bytes);
-        self.shift.encode(enc);
-        self.encode_body(enc, mark);
-    }
-
-    /// Records the forward over explicit `inputs` and `targets` (u32 `[batch][seq_len]` each;
-    /// a target of `u32::MAX` is ignored: loss 0, no gradient, correct 0), ending in
-    /// [`GdnTrainModel::losses`] and [`GdnTrainModel::correct`]. Both are copied (COPY_SRC
-    /// usage needed); a buffer smaller than `[batch][seq_len]` is an error.
-    pub fn encode_forward_targets(
-        &self,
-        enc: &mut wgpu::CommandEncoder,
-        inputs: &wgpu::Buffer,
-        targets: &wgpu::Buffer,
-    ) -> Result<(), GpuError> {
-        copy_targets(
-            enc,
-            inputs,
-            targets,
-            &self.inputs,
-            &self.targets,
-            self.batch * self.seq_len,
-        )?;
-        self.pack.encode(enc);
-        self.encode_body(enc, &mut |_, _| {});
-        Ok(())
-    }
-
-    /// The forward from the packed windows and targets on.
-    fn encode_body(&self, enc: &mut wgpu::CommandEncoder, mark: StageMark) {
-        self.embed.encode(enc);
-        mark(enc, Stage::Embed);
-        for (s, a) in self.steps.iter().zip(&self.acts) {
-            encode_all(enc, &s.before_scan);
-            mark(enc, Stage::MixerIn);
-            self.op.load(enc, a);
-            self.scan.encode(enc);
-            enc.copy_buffer_to_buffer(&self.op.o, 0, &a.o, 0, a.o.size());
-            mark(enc, Stage::Operator);
-            encode_all(enc, &s.after_scan);
-            mark(enc, Stage::MixerOut);
-        }
-        self.head.encode_forward(enc);
-        mark(enc, Stage::Head);
-    }
-
-    /// Records the backward of the last recorded forward: every parameter's gradient
-    /// += ∂(loss_scale · Σ losses)/∂param. The scale is written into the encoder (not through
-    /// the queue), so several backwards with different scales in one encoder each get theirs.
-    pub fn encode_backward(&self, enc: &mut wgpu::CommandEncoder, loss_scale: f32) {
-        self.encode_backward_marked(enc, loss_scale, &mut |_, _| {});
-    }
-
-    /// [`GdnTrainModel::encode_backward`], calling `mark` after each [`Stage`].
-    pub fn encode_backward_marked(
-        &self,
-        enc: &mut wgpu::CommandEncoder,
-        loss_scale: f32,
-        mark: StageMark,
-    ) {
-        loglinear_host_gpu::train::encode_loss_scale(&self.device, enc, &self.scale, loss_scale);
-        self.head.encode_backward(enc);
-        mark(enc, Stage::HeadBwd);
-        for (s, a) in self.steps.iter().zip(&self.acts).rev() {
-            encode_all(enc, &s.bwd_after);
-            mark(enc, Stage::MixerOutBwd);
-            self.op.load(enc, a);
-            self.op_bwd.encode(enc);
-            mark(enc, Stage::OperatorBwd);
-            encode_all(enc, &s.bwd_before);
-            mark(enc, Stage::MixerInBwd);
-        }
-        self.embed_bwd.encode(enc);
-        mark(enc, Stage::EmbedBwd);
-    }
-
-    /// Records zeroing every gradient.
-    pub fn encode_zero_grads(&self, enc: &mut wgpu::CommandEncoder) {
-        loglinear_host_gpu::train::encode_zero_grads(enc, &self.params);
-    }
-
-    /// Index of a parameter by key.
-    pub fn param_index(&self, name: &str) -> Option<usize> {
-        self.params.iter().position(|p| p.name == name)
-    }
-
-    /// Indices of the embedding, final norm and LM head in [`GdnTrainModel::params`] (a tied
-    /// head's is the embedding's).
-    pub fn global_params(&self) -> [usize; 3] {
-        [self.embedding, self.final_norm, self.lm_head]
     }
 }

@@ -16,9 +16,9 @@
 //! (bitlen(T − 1) + 1) so that its backward is exact; plain models pass λ = 1 in as many
 //! columns. The gated norm's group must be the whole d_inner (official; fla with one group).
 
-use crate::model::shared::{copy_targets, f32_bytes};
-use crate::model::{init_weight, GraphOptions, InitRng};
-use crate::model::{Stage, StageMark};
+use crate::model::shared::f32_bytes;
+use crate::model::{Blocks, Stage, StageMark, TrainModel};
+use crate::model::{GraphOptions, InitRng};
 use loglinear_host_gpu::chunk_scan::{ChunkScan, Form, ScanIo, ScanKernels, ScanShape};
 use loglinear_host_gpu::gpu::{Gpu, GpuError};
 use loglinear_host_gpu::grad::op_m2::{M2Backward, M2Kernels};
@@ -26,144 +26,18 @@ use loglinear_host_gpu::grad::OpGradIo;
 use loglinear_host_gpu::train::head::{head_capacity, Head, HeadIo, HeadShape};
 use loglinear_host_gpu::train::kernels::{encode_all, ConvShape, Operand, Step, TrainKernels};
 use loglinear_host_gpu::train::mamba2_kernels::{M2GateIo, M2Shape, M2TrainKernels};
-use loglinear_host_gpu::train::NamedTensor;
 use loglinear_host_gpu::train::Param;
 use loglinear_host_gpu::wgpu;
 use loglinear_runtime::{exact_levels, ModelConfig, LAMBDA_LEVELS};
 
-/// Where each parameter of one block sits in [`Mamba2TrainModel::params`].
-#[derive(Clone, Copy, Debug)]
-struct BlockParams {
-    mixer_norm: usize,
-    in_proj: usize,
-    conv: usize,
-    conv_bias: Option<usize>,
-    a_log: usize,
-    dt_bias: usize,
-    d_skip: usize,
-    l_scale: Option<usize>,
-    norm: usize,
-    out_proj: usize,
-    mlp_norm: usize,
-    gate: usize,
-    up: usize,
-    down: usize,
-}
+mod blocks;
+use blocks::*;
 
-/// Activations one block keeps from its forward for its backward. Rows (t, b).
-struct BlockActs {
-    /// mixer_norm: 1/rms per row, and the normed input `[N][D]`.
-    rstd1: wgpu::Buffer,
-    h1: wgpu::Buffer,
-    /// in_proj parts: z `[N][di]`, xBC before the conv `[N][ch]`, dt | dl `[N][H (+15H)]`.
-    z: wgpu::Buffer,
-    proj: wgpu::Buffer,
-    dtl: wgpu::Buffer,
-    /// Conv sums before SiLU and the conv output (x | B | C) `[N][ch]`.
-    conv_pre: wgpu::Buffer,
-    xbc: wgpu::Buffer,
-    /// y = o + D·x, y ⊙ SiLU(z), its 1/rms per norm group, normed `[N][di]`.
-    y: wgpu::Buffer,
-    yg: wgpu::Buffer,
-    rstd_n: wgpu::Buffer,
-    yn: wgpu::Buffer,
-    /// Residual after the mixer `[N][D]`, mlp_norm's 1/rms and output.
-    x_mid: wgpu::Buffer,
-    rstd2: wgpu::Buffer,
-    h2: wgpu::Buffer,
-    /// SwiGLU gate and up projections, and SiLU(gate)·up `[N][I]`.
-    mg: wgpu::Buffer,
-    mu: wgpu::Buffer,
-    act: wgpu::Buffer,
-}
-
-/// The operator's inputs and output, shared by all blocks: cheap to recompute from the kept
-/// conv output and dt | dl rows, so the backward recomputes them instead of every block
-/// keeping its own (q and k are per-head copies of B and C, H times their size).
-struct OpInputs {
-    /// q, k `[N][H][N_state]`, v `[N][H][P]`, g, dt `[N][H]`, λ `[N][H][lambda_cols]`,
-    /// o `[N][H][P]`.
-    q: wgpu::Buffer,
-    k: wgpu::Buffer,
-    v: wgpu::Buffer,
-    g: wgpu::Buffer,
-    dt: wgpu::Buffer,
-    lam: wgpu::Buffer,
-    o: wgpu::Buffer,
-}
-
-/// Gradient scratch shared by all blocks (each block's backward overwrites it).
-struct GradScratch {
-    /// dL/d(residual) `[N][D]`, carried down the layers.
-    dx: wgpu::Buffer,
-    /// dL/d(normed input) `[N][D]`.
-    dh: wgpu::Buffer,
-    dact: wgpu::Buffer,
-    dmg: wgpu::Buffer,
-    dmu: wgpu::Buffer,
-    dyn_: wgpu::Buffer,
-    dyg: wgpu::Buffer,
-    dy: wgpu::Buffer,
-    dz: wgpu::Buffer,
-    dq: wgpu::Buffer,
-    dk: wgpu::Buffer,
-    dv: wgpu::Buffer,
-    dg: wgpu::Buffer,
-    dlam: wgpu::Buffer,
-    sdt: wgpu::Buffer,
-    ddtl: wgpu::Buffer,
-    dxbc: wgpu::Buffer,
-    dproj: wgpu::Buffer,
-    /// Per-row shares of norm-weight gradients `[N][max(D, di)]`.
-    wrow: wgpu::Buffer,
-    /// Per-row shares of A_log, dt_bias, D, L gradients `[N][prow_stride]`.
-    prow: wgpu::Buffer,
-}
-
-/// One block's recorded work.
-struct BlockSteps {
-    before_scan: Vec<Step>,
-    scan: ChunkScan,
-    after_scan: Vec<Step>,
-    /// Backward, top down: MLP and output side, the operator's inputs recomputed, the
-    /// operator, then the input side.
-    bwd_after: Vec<Step>,
-    recompute: Vec<Step>,
-    op_bwd: M2Backward,
-    bwd_before: Vec<Step>,
-}
-
-/// A Mamba-2 language model set up for training on B windows of T tokens.
-pub struct Mamba2TrainModel {
-    config: ModelConfig,
-    options: GraphOptions,
-    batch: usize,
-    seq_len: usize,
-    levels: usize,
-    lambda_cols: usize,
-    device: wgpu::Device,
-    params: Vec<Param>,
+/// The Mamba-2 blocks of a [`Mamba2TrainModel`]: their parameters, activations and recorded
+/// steps, each block with its own forward scan and operator backward.
+pub struct Mamba2Blocks {
     blocks: Vec<BlockParams>,
-    embedding: usize,
-    final_norm: usize,
-    lm_head: usize,
-    /// The windows `[B][T+1]` (u32), copied from the caller's buffer by `encode_forward` (or
-    /// packed from explicit inputs by `encode_forward_targets`); the embedding reads them.
-    tokens: wgpu::Buffer,
-    /// Targets `[B][T]` (u32, `u32::MAX` = ignored), explicit inputs `[B][T]`, per-token
-    /// correctness `[B][T]` (f32), and the steps filling them: as in `GdnTrainModel`.
-    targets: wgpu::Buffer,
-    inputs: wgpu::Buffer,
-    correct: wgpu::Buffer,
-    shift: Step,
-    pack: Step,
-    /// The loss scale of the backward (one f32, written inside the encoder).
-    scale: wgpu::Buffer,
-    losses: wgpu::Buffer,
-    embed: Step,
     steps: Vec<BlockSteps>,
-    head: Head,
-    embed_bwd: Step,
     // Kept alive for the bind groups.
     _acts: Vec<BlockActs>,
     _xs: Vec<wgpu::Buffer>,
@@ -171,6 +45,9 @@ pub struct Mamba2TrainModel {
     _op_inputs: OpInputs,
     _other: Vec<wgpu::Buffer>,
 }
+
+/// A Mamba-2 language model set up for training on B windows of T tokens.
+pub type Mamba2TrainModel = TrainModel<Mamba2Blocks>;
 
 /// A slice of rows of a linear layer's weight: rows `[row0, row0 + out_dim)` of W
 /// `[rows][in_dim]` (in_proj's z, xBC and dt | dl parts).
@@ -820,7 +697,6 @@ impl Mamba2TrainModel {
             lambda_cols,
             device: gpu.device.clone(),
             params,
-            blocks,
             embedding,
             final_norm,
             lm_head,
@@ -833,218 +709,17 @@ impl Mamba2TrainModel {
             scale,
             losses,
             embed,
-            steps,
             head,
             embed_bwd,
-            _acts: acts,
-            _xs: xs,
-            _grads: gs,
-            _op_inputs: oi,
-            _other: vec![mix_out, mlp_out, state, unused, no_beta, no_bias],
+            mixer: Mamba2Blocks {
+                blocks,
+                steps,
+                _acts: acts,
+                _xs: xs,
+                _grads: gs,
+                _op_inputs: oi,
+                _other: vec![mix_out, mlp_out, state, unused, no_beta, no_bias],
+            },
         })
-    }
-
-    /// The model's config.
-    pub fn config(&self) -> &ModelConfig {
-        &self.config
-    }
-
-    /// Windows per step.
-    pub fn batch(&self) -> usize {
-        self.batch
-    }
-
-    /// Predicted tokens per window.
-    pub fn seq_len(&self) -> usize {
-        self.seq_len
-    }
-
-    /// Operator levels (exact: bitlen(T − 1) + 1) and λ columns of the operator's inputs.
-    pub fn levels(&self) -> (usize, usize) {
-        (self.levels, self.lambda_cols)
-    }
-
-    /// Every trainable tensor, official keys and shapes; `decay` false for the official
-    /// no-decay group (A_log, dt_bias, D, L, norms, the conv bias).
-    pub fn params(&self) -> &[Param] {
-        &self.params
-    }
-
-    /// Per-token losses `[batch][seq_len]` (nats) of the last forward.
-    pub fn losses(&self) -> &wgpu::Buffer {
-        &self.losses
-    }
-
-    /// Per-token correctness `[batch][seq_len]` (f32) of the last forward: 1.0 where the first
-    /// largest logit is the target, 0.0 elsewhere and at ignored positions.
-    pub fn correct(&self) -> &wgpu::Buffer {
-        &self.correct
-    }
-
-    /// Mirror of the official `_init_weights` (spec §6.1; deterministic for `seed`): Linear,
-    /// conv and embedding weights N(0, 0.006), conv bias 0; A_log = log(1, 2, …, H) (fla
-    /// `Mamba2PreTrainedModel`, which `hattention` and `mamba2mlp` inherit); dt_bias =
-    /// softplus⁻¹(dt), dt = exp(U[ln 1e-3, ln 1e-1]) floored at 1e-4; D = 1; L = 1; norms 1;
-    /// out_proj and down_proj kaiming-uniform(a = √5) = U(±1/√fan_in), divided by
-    /// √(2·layers). The weights and conv bias follow the graph's [`InitScheme`](crate::model::InitScheme) (official
-    /// unless the graph was built otherwise).
-    pub fn init_params(&self, gpu: &Gpu, seed: u64) -> Result<(), GpuError> {
-        let mut rng = InitRng::new(seed ^ 0x6d61_6d62_615f_696e);
-        let outputs: Vec<usize> = self
-            .blocks
-            .iter()
-            .flat_map(|b| [b.out_proj, b.down])
-            .collect();
-        for (i, p) in self.params.iter().enumerate() {
-            let name = p.name.as_str();
-            let data: Vec<f32> = if name.ends_with("norm.weight")
-                || name.ends_with("norm_f.weight")
-                || name.ends_with(".L")
-                || name.ends_with(".D")
-            {
-                vec![1.0; p.len]
-            } else if name.ends_with(".A_log") {
-                (1..=p.len).map(|a| (a as f64).ln() as f32).collect()
-            } else if name.ends_with(".dt_bias") {
-                rng.dt_bias(p.len)
-            } else {
-                init_weight(
-                    &mut rng,
-                    p,
-                    outputs.contains(&i),
-                    self.config.num_layers,
-                    self.config.conv_kernel,
-                    self.options.init,
-                )
-            };
-            gpu.write(&p.value, &data);
-        }
-        Ok(())
-    }
-
-    /// Loads every parameter by its official key. A missing or mis-sized tensor is an error
-    /// that names it (nothing is half-loaded: all are checked before any is written).
-    pub fn load_params(
-        &self,
-        gpu: &Gpu,
-        get: &dyn Fn(&str) -> Option<Vec<f32>>,
-    ) -> Result<(), GpuError> {
-        loglinear_host_gpu::train::load_params(gpu, &self.params, get)
-    }
-
-    /// Every parameter's key, shape and values.
-    pub fn read_params(&self, gpu: &Gpu) -> Result<Vec<NamedTensor>, GpuError> {
-        loglinear_host_gpu::train::read_params(gpu, &self.params)
-    }
-
-    /// Every parameter's gradient, in [`Mamba2TrainModel::params`] order.
-    pub fn read_grads(&self, gpu: &Gpu) -> Result<Vec<Vec<f32>>, GpuError> {
-        loglinear_host_gpu::train::read_grads(gpu, &self.params)
-    }
-
-    /// Records the forward over `tokens` (u32 `[batch][seq_len + 1]` windows: inputs are the
-    /// first seq_len of each, targets the last seq_len), ending in
-    /// [`Mamba2TrainModel::losses`]. `tokens` needs COPY_SRC usage (any buffer from
-    /// [`Gpu::storage_from`] has it); it is copied, so the caller may reuse it after encoding.
-    pub fn encode_forward(&self, enc: &mut wgpu::CommandEncoder, tokens: &wgpu::Buffer) {
-        self.encode_forward_marked(enc, tokens, &mut |_, _| {});
-    }
-
-    /// [`Mamba2TrainModel::encode_forward`], calling `mark` after each [`Stage`].
-    pub fn encode_forward_marked(
-        &self,
-        enc: &mut wgpu::CommandEncoder,
-        tokens: &wgpu::Buffer,
-        mark: StageMark,
-    ) {
-        let bytes = f32_bytes(self.batch * (self.seq_len + 1));
-        enc.copy_buffer_to_buffer(tokens, 0, &self.tokens, 0, bytes);
-        self.shift.encode(enc);
-        self.encode_body(enc, mark);
-    }
-
-    /// Records the forward over explicit `inputs` and `targets` (u32 `[batch][seq_len]` each;
-    /// a target of `u32::MAX` is ignored: loss 0, no gradient, correct 0), ending in
-    /// [`Mamba2TrainModel::losses`] and [`Mamba2TrainModel::correct`]. Both are copied
-    /// (COPY_SRC usage needed); a buffer smaller than `[batch][seq_len]` is an error.
-    pub fn encode_forward_targets(
-        &self,
-        enc: &mut wgpu::CommandEncoder,
-        inputs: &wgpu::Buffer,
-        targets: &wgpu::Buffer,
-    ) -> Result<(), GpuError> {
-        copy_targets(
-            enc,
-            inputs,
-            targets,
-            &self.inputs,
-            &self.targets,
-            self.batch * self.seq_len,
-        )?;
-        self.pack.encode(enc);
-        self.encode_body(enc, &mut |_, _| {});
-        Ok(())
-    }
-
-    /// The forward from the packed windows and targets on.
-    fn encode_body(&self, enc: &mut wgpu::CommandEncoder, mark: StageMark) {
-        self.embed.encode(enc);
-        mark(enc, Stage::Embed);
-        for s in &self.steps {
-            encode_all(enc, &s.before_scan);
-            mark(enc, Stage::MixerIn);
-            s.scan.encode(enc);
-            mark(enc, Stage::Operator);
-            encode_all(enc, &s.after_scan);
-            mark(enc, Stage::MixerOut);
-        }
-        self.head.encode_forward(enc);
-        mark(enc, Stage::Head);
-    }
-
-    /// Records the backward of the last recorded forward: every parameter's gradient
-    /// += ∂(loss_scale · Σ losses)/∂param. The scale is written into the encoder (not through
-    /// the queue), so several backwards with different scales in one encoder each get theirs.
-    pub fn encode_backward(&self, enc: &mut wgpu::CommandEncoder, loss_scale: f32) {
-        self.encode_backward_marked(enc, loss_scale, &mut |_, _| {});
-    }
-
-    /// [`Mamba2TrainModel::encode_backward`], calling `mark` after each [`Stage`].
-    pub fn encode_backward_marked(
-        &self,
-        enc: &mut wgpu::CommandEncoder,
-        loss_scale: f32,
-        mark: StageMark,
-    ) {
-        loglinear_host_gpu::train::encode_loss_scale(&self.device, enc, &self.scale, loss_scale);
-        self.head.encode_backward(enc);
-        mark(enc, Stage::HeadBwd);
-        for s in self.steps.iter().rev() {
-            encode_all(enc, &s.bwd_after);
-            mark(enc, Stage::MixerOutBwd);
-            encode_all(enc, &s.recompute);
-            s.op_bwd.encode(enc);
-            mark(enc, Stage::OperatorBwd);
-            encode_all(enc, &s.bwd_before);
-            mark(enc, Stage::MixerInBwd);
-        }
-        self.embed_bwd.encode(enc);
-        mark(enc, Stage::EmbedBwd);
-    }
-
-    /// Records zeroing every gradient.
-    pub fn encode_zero_grads(&self, enc: &mut wgpu::CommandEncoder) {
-        loglinear_host_gpu::train::encode_zero_grads(enc, &self.params);
-    }
-
-    /// Index of a parameter by key.
-    pub fn param_index(&self, name: &str) -> Option<usize> {
-        self.params.iter().position(|p| p.name == name)
-    }
-
-    /// Indices of the embedding, final norm and LM head in [`Mamba2TrainModel::params`] (a tied
-    /// head's is the embedding's).
-    pub fn global_params(&self) -> [usize; 3] {
-        [self.embedding, self.final_norm, self.lm_head]
     }
 }

@@ -1,0 +1,311 @@
+//! The language-model skeleton both training graphs share: parameters, the windows and
+//! targets, the embedding, the head and loss, and the API ([`TrainModel`]); the
+//! architecture's blocks in between are a [`Blocks`] (Gated DeltaNet in `gdn`, Mamba-2 in
+//! `mamba2`).
+
+use crate::model::shared::{copy_targets, f32_bytes};
+use crate::model::{init_weight, GraphOptions, InitRng, Stage, StageMark, TrainGraph};
+use loglinear_host_gpu::gpu::{Gpu, GpuError};
+use loglinear_host_gpu::train::head::Head;
+use loglinear_host_gpu::train::kernels::Step;
+use loglinear_host_gpu::train::{NamedTensor, Param};
+use loglinear_host_gpu::wgpu;
+use loglinear_runtime::ModelConfig;
+
+/// An architecture's blocks: what a training graph records between the embedding and the head.
+pub trait Blocks {
+    /// Mixed into the initialisation seed, so the two architectures draw different streams.
+    const INIT_SALT: u64;
+    /// Records every block's forward, calling `mark` after each block stage.
+    fn encode_forward(&self, enc: &mut wgpu::CommandEncoder, mark: StageMark);
+    /// Records every block's backward (last block first), calling `mark` after each stage.
+    fn encode_backward(&self, enc: &mut wgpu::CommandEncoder, mark: StageMark);
+    /// Indices in the parameter list of the output projections (scaled at initialisation).
+    fn output_params(&self) -> Vec<usize>;
+    /// The official initial value of `p` when the architecture has its own rule for it
+    /// (A_log, dt_bias, norms, L, D); `None` for the weights the [`InitScheme`] initialises.
+    ///
+    /// [`InitScheme`]: crate::model::InitScheme
+    fn init_special(&self, p: &Param, rng: &mut InitRng) -> Option<Vec<f32>>;
+}
+
+/// A language model set up for training on B windows of T tokens: the embedding, the blocks
+/// `B`, the final norm, the LM head and the cross-entropy, each with its backward.
+pub struct TrainModel<B> {
+    pub(super) config: ModelConfig,
+    pub(super) options: GraphOptions,
+    pub(super) batch: usize,
+    pub(super) seq_len: usize,
+    pub(super) levels: usize,
+    pub(super) lambda_cols: usize,
+    pub(super) device: wgpu::Device,
+    pub(super) params: Vec<Param>,
+    pub(super) embedding: usize,
+    pub(super) final_norm: usize,
+    pub(super) lm_head: usize,
+    /// The windows `[B][T+1]` (u32), copied from the caller's buffer by `encode_forward` (or
+    /// packed from explicit inputs by `encode_forward_targets`); the embedding reads them.
+    pub(super) tokens: wgpu::Buffer,
+    /// Targets `[B][T]` (u32, `u32::MAX` = ignored), which the loss reads: the windows'
+    /// next tokens, or the caller's explicit targets.
+    pub(super) targets: wgpu::Buffer,
+    /// Explicit inputs `[B][T]`, copied from the caller before packing into `tokens`.
+    pub(super) inputs: wgpu::Buffer,
+    /// Per-token 1.0 / 0.0: argmax(logits) = target (0 where ignored) `[B][T]`.
+    pub(super) correct: wgpu::Buffer,
+    pub(super) shift: Step,
+    pub(super) pack: Step,
+    /// The loss scale of the backward (one f32, written inside the encoder).
+    pub(super) scale: wgpu::Buffer,
+    pub(super) losses: wgpu::Buffer,
+    pub(super) embed: Step,
+    pub(super) head: Head,
+    pub(super) embed_bwd: Step,
+    /// The blocks between the embedding and the head.
+    pub(super) mixer: B,
+}
+
+impl<B: Blocks> TrainModel<B> {
+    /// The model's config.
+    pub fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    /// Windows per step.
+    pub fn batch(&self) -> usize {
+        self.batch
+    }
+
+    /// Predicted tokens per window.
+    pub fn seq_len(&self) -> usize {
+        self.seq_len
+    }
+
+    /// Operator levels (exact: bitlen(T − 1) + 1) and λ columns of the operator's inputs.
+    pub fn levels(&self) -> (usize, usize) {
+        (self.levels, self.lambda_cols)
+    }
+
+    /// Every trainable tensor, official keys and shapes; `decay` false for the official
+    /// no-decay group (A_log, dt_bias, L, norms).
+    pub fn params(&self) -> &[Param] {
+        &self.params
+    }
+
+    /// Per-token losses `[batch][seq_len]` (nats) of the last forward.
+    pub fn losses(&self) -> &wgpu::Buffer {
+        &self.losses
+    }
+
+    /// Per-token correctness `[batch][seq_len]` (f32) of the last forward: 1.0 where the first
+    /// largest logit is the target, 0.0 elsewhere and at ignored positions.
+    pub fn correct(&self) -> &wgpu::Buffer {
+        &self.correct
+    }
+
+    /// Initialises every parameter as the official `_init_weights` does (deterministic for
+    /// `seed`): the architecture's own rules for its gates, norms and skips
+    /// ([`Blocks::init_special`]); the other weights by the graph's
+    /// [`InitScheme`](crate::model::InitScheme) (official unless the graph was built
+    /// otherwise), the output projections scaled down by √(2·layers).
+    pub fn init_params(&self, gpu: &Gpu, seed: u64) -> Result<(), GpuError> {
+        let mut rng = InitRng::new(seed ^ B::INIT_SALT);
+        let outputs = self.mixer.output_params();
+        for (i, p) in self.params.iter().enumerate() {
+            let data = match self.mixer.init_special(p, &mut rng) {
+                Some(data) => data,
+                None => init_weight(
+                    &mut rng,
+                    p,
+                    outputs.contains(&i),
+                    self.config.num_layers,
+                    self.config.conv_kernel,
+                    self.options.init,
+                ),
+            };
+            gpu.write(&p.value, &data);
+        }
+        Ok(())
+    }
+
+    /// Loads every parameter by its official key. A missing or mis-sized tensor is an error
+    /// that names it (nothing is half-loaded: all are checked before any is written).
+    pub fn load_params(
+        &self,
+        gpu: &Gpu,
+        get: &dyn Fn(&str) -> Option<Vec<f32>>,
+    ) -> Result<(), GpuError> {
+        loglinear_host_gpu::train::load_params(gpu, &self.params, get)
+    }
+
+    /// Every parameter's key, shape and values.
+    pub fn read_params(&self, gpu: &Gpu) -> Result<Vec<NamedTensor>, GpuError> {
+        loglinear_host_gpu::train::read_params(gpu, &self.params)
+    }
+
+    /// Every parameter's gradient, in [`Self::params`] order.
+    pub fn read_grads(&self, gpu: &Gpu) -> Result<Vec<Vec<f32>>, GpuError> {
+        loglinear_host_gpu::train::read_grads(gpu, &self.params)
+    }
+
+    /// Records the forward over `tokens` (u32 `[batch][seq_len + 1]` windows: inputs are the
+    /// first seq_len of each, targets the last seq_len), ending in [`Self::losses`].
+    /// `tokens` needs COPY_SRC usage (any buffer from [`Gpu::storage_from`] has it); it is
+    /// copied, so the caller may reuse it after encoding.
+    pub fn encode_forward(&self, enc: &mut wgpu::CommandEncoder, tokens: &wgpu::Buffer) {
+        self.encode_forward_marked(enc, tokens, &mut |_, _| {});
+    }
+
+    /// [`Self::encode_forward`], calling `mark` after each [`Stage`] (for profiling).
+    pub fn encode_forward_marked(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        tokens: &wgpu::Buffer,
+        mark: StageMark,
+    ) {
+        let bytes = f32_bytes(self.batch * (self.seq_len + 1));
+        enc.copy_buffer_to_buffer(tokens, 0, &self.tokens, 0, bytes);
+        self.shift.encode(enc);
+        self.encode_body(enc, mark);
+    }
+
+    /// Records the forward over explicit `inputs` and `targets` (u32 `[batch][seq_len]` each;
+    /// a target of `u32::MAX` is ignored: loss 0, no gradient, correct 0), ending in
+    /// [`Self::losses`] and [`Self::correct`]. Both are copied (COPY_SRC
+    /// usage needed); a buffer smaller than `[batch][seq_len]` is an error.
+    pub fn encode_forward_targets(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        inputs: &wgpu::Buffer,
+        targets: &wgpu::Buffer,
+    ) -> Result<(), GpuError> {
+        copy_targets(
+            enc,
+            inputs,
+            targets,
+            &self.inputs,
+            &self.targets,
+            self.batch * self.seq_len,
+        )?;
+        self.pack.encode(enc);
+        self.encode_body(enc, &mut |_, _| {});
+        Ok(())
+    }
+
+    /// The forward from the packed windows and targets on.
+    fn encode_body(&self, enc: &mut wgpu::CommandEncoder, mark: StageMark) {
+        self.embed.encode(enc);
+        mark(enc, Stage::Embed);
+        self.mixer.encode_forward(enc, mark);
+        self.head.encode_forward(enc);
+        mark(enc, Stage::Head);
+    }
+
+    /// Records the backward of the last recorded forward: every parameter's gradient
+    /// += ∂(loss_scale · Σ losses)/∂param. The scale is written into the encoder (not through
+    /// the queue), so several backwards with different scales in one encoder each get theirs.
+    pub fn encode_backward(&self, enc: &mut wgpu::CommandEncoder, loss_scale: f32) {
+        self.encode_backward_marked(enc, loss_scale, &mut |_, _| {});
+    }
+
+    /// [`Self::encode_backward`], calling `mark` after each [`Stage`].
+    pub fn encode_backward_marked(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        loss_scale: f32,
+        mark: StageMark,
+    ) {
+        loglinear_host_gpu::train::encode_loss_scale(&self.device, enc, &self.scale, loss_scale);
+        self.head.encode_backward(enc);
+        mark(enc, Stage::HeadBwd);
+        self.mixer.encode_backward(enc, mark);
+        self.embed_bwd.encode(enc);
+        mark(enc, Stage::EmbedBwd);
+    }
+
+    /// Records zeroing every gradient.
+    pub fn encode_zero_grads(&self, enc: &mut wgpu::CommandEncoder) {
+        loglinear_host_gpu::train::encode_zero_grads(enc, &self.params);
+    }
+
+    /// Index of a parameter by key.
+    pub fn param_index(&self, name: &str) -> Option<usize> {
+        self.params.iter().position(|p| p.name == name)
+    }
+
+    /// Indices of the embedding, final norm and LM head in [`Self::params`] (a tied
+    /// head's is the embedding's).
+    pub fn global_params(&self) -> [usize; 3] {
+        [self.embedding, self.final_norm, self.lm_head]
+    }
+}
+
+impl<B: Blocks> TrainGraph for TrainModel<B> {
+    fn config(&self) -> &ModelConfig {
+        TrainModel::config(self)
+    }
+    fn batch(&self) -> usize {
+        TrainModel::batch(self)
+    }
+    fn seq_len(&self) -> usize {
+        TrainModel::seq_len(self)
+    }
+    fn params(&self) -> &[Param] {
+        TrainModel::params(self)
+    }
+    fn init_params(&self, gpu: &Gpu, seed: u64) -> Result<(), GpuError> {
+        TrainModel::init_params(self, gpu, seed)
+    }
+    fn load_params(
+        &self,
+        gpu: &Gpu,
+        get: &dyn Fn(&str) -> Option<Vec<f32>>,
+    ) -> Result<(), GpuError> {
+        TrainModel::load_params(self, gpu, get)
+    }
+    fn read_params(&self, gpu: &Gpu) -> Result<Vec<NamedTensor>, GpuError> {
+        TrainModel::read_params(self, gpu)
+    }
+    fn read_grads(&self, gpu: &Gpu) -> Result<Vec<Vec<f32>>, GpuError> {
+        TrainModel::read_grads(self, gpu)
+    }
+    fn encode_forward(&self, enc: &mut wgpu::CommandEncoder, tokens: &wgpu::Buffer) {
+        TrainModel::encode_forward(self, enc, tokens)
+    }
+    fn encode_forward_targets(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        inputs: &wgpu::Buffer,
+        targets: &wgpu::Buffer,
+    ) -> Result<(), GpuError> {
+        TrainModel::encode_forward_targets(self, enc, inputs, targets)
+    }
+    fn encode_backward(&self, enc: &mut wgpu::CommandEncoder, loss_scale: f32) {
+        TrainModel::encode_backward(self, enc, loss_scale)
+    }
+    fn encode_forward_marked(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        tokens: &wgpu::Buffer,
+        mark: StageMark,
+    ) {
+        TrainModel::encode_forward_marked(self, enc, tokens, mark)
+    }
+    fn encode_backward_marked(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        loss_scale: f32,
+        mark: StageMark,
+    ) {
+        TrainModel::encode_backward_marked(self, enc, loss_scale, mark)
+    }
+    fn encode_zero_grads(&self, enc: &mut wgpu::CommandEncoder) {
+        TrainModel::encode_zero_grads(self, enc)
+    }
+    fn losses(&self) -> &wgpu::Buffer {
+        TrainModel::losses(self)
+    }
+    fn correct(&self) -> &wgpu::Buffer {
+        TrainModel::correct(self)
+    }
+}
