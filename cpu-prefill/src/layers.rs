@@ -240,7 +240,7 @@ pub fn mamba2(
         dk: n,
         dv: p,
         lambda_cols: cols,
-        policy,
+        levels: policy.levels(),
     };
     let y = sized(&mut work.o, t_len * di);
     let fenwick = chunk_scan(
@@ -390,7 +390,7 @@ pub fn gdn(
         dk,
         dv,
         lambda_cols: cols,
-        policy,
+        levels: policy.levels(),
     };
     let o = sized(&mut work.o, t_len * vd);
     let fenwick = chunk_scan(

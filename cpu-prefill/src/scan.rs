@@ -23,82 +23,14 @@
 
 use crate::linalg::{gemm, mat, mat_mut};
 use crate::par;
+use loglinear_runtime::bitlen;
+use loglinear_runtime::chunk::C0P1;
+pub use loglinear_runtime::chunk::{Form, ScanShape, CHUNK};
 use loglinear_runtime::math::exp;
-use loglinear_runtime::{bitlen, LevelPolicy};
 use ndarray::{ArrayView2, Axis, Slice};
 
-/// Chunk size (the official one; intra-chunk levels 0..=6).
-pub const CHUNK: usize = 64;
-/// Token level of chunk level 0: c0 + 1 with C = 2^c0.
-const C0P1: usize = 7;
 /// Value columns per inter-chunk job.
 pub const BV: usize = 64;
-
-/// Which recurrence.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Form {
-    /// Scalar decay per token: S ← α S + k vᵀ.
-    Mamba2,
-    /// Decay times the delta rule: S ← α (I − β k kᵀ) S + β k vᵀ.
-    Gdn,
-}
-
-/// Sizes of one scan.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ScanShape {
-    /// The recurrence.
-    pub form: Form,
-    /// Tokens (≥ 1).
-    pub t: usize,
-    /// Heads.
-    pub heads: usize,
-    /// Heads with their own q and k (Mamba-2 B/C groups; `heads` for GDN); head h reads q/k
-    /// row h / (heads / qk_heads). Must divide `heads`.
-    pub qk_heads: usize,
-    /// Key size.
-    pub dk: usize,
-    /// Value size.
-    pub dv: usize,
-    /// λ columns per (token, head) in the λ input (≥ levels).
-    pub lambda_cols: usize,
-    /// The hand-off's capacity policy (its levels; 1 level = plain single state).
-    pub policy: LevelPolicy,
-}
-
-impl ScanShape {
-    /// Chunks: ⌈T / 64⌉.
-    pub fn chunks(&self) -> usize {
-        self.t.div_ceil(CHUNK)
-    }
-
-    fn levels(&self) -> usize {
-        self.policy.levels()
-    }
-
-    fn top(&self) -> usize {
-        self.policy.top() as usize
-    }
-
-    /// Chunk level of the saturated (top) state.
-    fn m_top(&self) -> usize {
-        self.top().saturating_sub(C0P1)
-    }
-
-    /// Chunk-level states the cascade can fill: levels m ≤ m_top with 2^m ≤ NT − 1.
-    fn scans(&self) -> usize {
-        let nt1 = (self.chunks() - 1) as u64;
-        (bitlen(nt1) as usize).min(self.m_top() + 1)
-    }
-
-    fn qk_head(&self, h: usize) -> usize {
-        h / (self.heads / self.qk_heads)
-    }
-
-    /// λ column of a pair at token level `level`: saturated at the top level.
-    fn col(&self, level: usize) -> usize {
-        level.min(self.top())
-    }
-}
 
 /// The scan's inputs, token-major f32.
 pub struct ScanInputs<'a> {
@@ -272,7 +204,7 @@ pub fn chunk_scan(
     });
 
     // Merge: o = intra + inter, states scattered into `[levels][heads][dk][dv]`.
-    let mut state = vec![0.0f32; s.levels() * h_count * dk * dv];
+    let mut state = vec![0.0f32; s.levels * h_count * dk * dv];
     for (j, part_state) in states.iter().enumerate() {
         let (h, v0) = (j / blocks, (j % blocks) * BV);
         let bw = BV.min(dv - v0);
@@ -288,7 +220,7 @@ pub fn chunk_scan(
                 }
             }
         }
-        for lvl in 0..s.levels() {
+        for lvl in 0..s.levels {
             for kk in 0..dk {
                 let dst = &mut state[((lvl * h_count + h) * dk + kk) * dv + v0..][..bw];
                 dst.copy_from_slice(&part_state[(lvl * dk + kk) * bw..][..bw]);
@@ -337,7 +269,8 @@ fn intra_chunk<'a>(
     }
     let gam = &*gam;
     let g_last = gam[n - 1];
-    let lam = |i: usize, j: usize| x.lam[((t0 + i) * hc + h) * s.lambda_cols + s.col(level(i, j))];
+    let lam =
+        |i: usize, j: usize| x.lam[((t0 + i) * hc + h) * s.lambda_cols + s.lambda_col(level(i, j))];
 
     // S1 = Q Kᵀ (n × n); only its lower triangle is used.
     let mut s1 = vec![0.0f32; n * n];
@@ -526,7 +459,7 @@ fn inter_chunk(
         let qr = mat(d.qr, n, dk);
         // 1. Readout of every live level: o_i += λ_i[col(7 + m)] e^{γ_i} qr_iᵀ h_m.
         for m in (0..scans).filter(|&m| live[m]) {
-            let col = s.col(C0P1 + m);
+            let col = s.lambda_col(C0P1 + m);
             gemm(
                 1.0,
                 &qr,
@@ -623,9 +556,10 @@ fn hand_off(
     let last = s.t - 1;
     let s0 = (nt - 1) * CHUNK;
     let d = &chunks[nt - 1];
-    let mut state = vec![0.0f32; s.levels() * dk * bw];
+    let mut state = vec![0.0f32; s.levels * dk * bw];
+    let policy = s.policy();
     for (j, dst) in state.chunks_exact_mut(dk * bw).enumerate() {
-        if !s.policy.is_live(last as u64, j as u32) {
+        if !policy.is_some_and(|p| p.is_live(last as u64, j as u32)) {
             continue; // a dead level is zero
         }
         // The chunk level whose cascade state feeds this level, if it holds anything.

@@ -51,68 +51,27 @@
 
 use crate::gpu::MAX_GROUPS;
 use crate::gpu::{Gpu, GpuError, Kernel};
+pub use loglinear_runtime::chunk::{Form, ScanShape, CHUNK};
 
-/// Chunk size of the kernels (the official one; intra-chunk levels 0..=6).
-pub const CHUNK: usize = 64;
 /// Largest key dimension the kernels support.
 pub const MAX_DK: usize = 256;
 /// Columns of v per scan workgroup (must match `BV` in chunk_scan_body.wgsl).
 const SCAN_BV: usize = 8;
 /// Columns of v per GDN scan workgroup (`BV` of chunk_scan_gdn.wgsl).
 const GDN_SCAN_BV: usize = 16;
-/// Token level of chunk level 0: c0 + 1 with C = 2^c0.
-const C0P1: usize = 7;
 /// Workgroup memory the kernels need (the GDN intra kernel: two 64×64 f32 tiles).
 const NEEDED_WORKGROUP_BYTES: u32 = 32768;
 /// Storage buffers the GDN intra kernel binds.
 const NEEDED_STORAGE_BUFFERS: u32 = 11;
 
-/// Which operator.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Form {
-    /// Log-Linear Mamba-2: scalar decay per token.
-    Mamba2,
-    /// Log-Linear Gated DeltaNet: decay times the delta-rule transition (I − β k kᵀ).
-    Gdn,
+/// What the kernels add to a [`ScanShape`]: their size limits and scratch layout.
+pub trait ScanLimits {
+    /// Checks the sizes against what the kernels support.
+    fn validate(&self) -> Result<(), GpuError>;
+    fn level_output_slots(&self) -> usize;
 }
 
-/// Sizes of one scan.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ScanShape {
-    pub form: Form,
-    /// Tokens, any T ≥ 1 (partial last chunk and T < 64 handled).
-    pub t: usize,
-    pub heads: usize,
-    /// 1 (q, k shared by all heads) or `heads`.
-    pub qk_heads: usize,
-    pub dk: usize,
-    pub dv: usize,
-    /// Columns of λ per head in the lam buffer (15 in every model; 1 allowed for plain).
-    pub lambda_cols: usize,
-    /// Levels of the output state = runtime `LevelPolicy` levels (top = levels − 1); 1 = plain.
-    pub levels: usize,
-}
-
-impl ScanShape {
-    /// Chunks: ⌈T / 64⌉.
-    pub fn chunks(&self) -> usize {
-        self.t.div_ceil(CHUNK)
-    }
-
-    /// Chunk level of the saturated (top) scan.
-    fn m_top(&self) -> usize {
-        (self.levels - 1).saturating_sub(C0P1)
-    }
-
-    /// Inter-chunk scans that can be non-empty: levels m ≤ m_top with 2^m ≤ NT − 1.
-    pub fn scans(&self) -> usize {
-        let nt1 = (self.chunks() - 1) as u64;
-        let needed = loglinear_runtime::bitlen(nt1) as usize;
-        needed.min(self.m_top() + 1)
-    }
-
-    /// Chunk slots of the inter-chunk output scratch (see `olvl_slot` in chunk_common.wgsl):
-    /// ⌈NT/2⌉ per regular level, NT − 2^m_top for the saturated one.
+impl ScanLimits for ScanShape {
     fn level_output_slots(&self) -> usize {
         let (scans, nt, m_top) = (self.scans(), self.chunks(), self.m_top());
         if scans == 0 {
@@ -124,8 +83,7 @@ impl ScanShape {
         }
     }
 
-    /// Checks the sizes against what the kernels support.
-    pub fn validate(&self) -> Result<(), GpuError> {
+    fn validate(&self) -> Result<(), GpuError> {
         let bad = |m: String| Err(GpuError::Invalid(format!("chunk scan: {m}")));
         if self.t == 0 || self.heads == 0 || self.dk == 0 || self.dv == 0 {
             return bad(format!("T, heads, dk and dv must be ≥ 1 (got {self:?})"));

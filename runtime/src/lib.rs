@@ -21,6 +21,7 @@
 mod fmt;
 
 pub mod arena;
+pub mod chunk;
 pub mod config;
 pub mod fenwick;
 pub mod gguf;

@@ -6,7 +6,7 @@
 //! between its forward and its backward. dλ is accumulated per row and level (no float atomics),
 //! so results are deterministic.
 
-use crate::chunk_scan::ScanShape;
+use crate::chunk_scan::{ScanLimits, ScanShape};
 use crate::gpu::GpuError;
 
 pub mod op_gdn;

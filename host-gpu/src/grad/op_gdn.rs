@@ -39,9 +39,8 @@ use super::{check_training_shape, OpGradIo, OpGrads};
 use crate::chunk_scan::{Form, ScanShape, CHUNK};
 use crate::gpu::MAX_GROUPS;
 use crate::gpu::{Gpu, GpuError, Kernel};
+use loglinear_runtime::chunk::C0P1;
 
-/// Token level of chunk level 0 (c0 + 1 with C = 2^c0).
-const C0P1: usize = 7;
 /// dv columns per scan workgroup (`BV` in grad_gdn_hscan / grad_gdn_dhscan).
 const SCAN_BV: usize = 8;
 /// Floats of the per-chunk tile block (`PER_CH` in grad_gdn_common.wgsl).

@@ -33,9 +33,8 @@ use super::{check_training_shape, OpGradIo, OpGrads};
 use crate::chunk_scan::{Form, ScanShape, CHUNK};
 use crate::gpu::MAX_GROUPS;
 use crate::gpu::{Gpu, GpuError, Kernel};
+use loglinear_runtime::chunk::C0P1;
 
-/// Token level of chunk level 0 (c0 + 1 with C = 64).
-const C0P1: usize = 7;
 /// Output tile edge of `grad_m2_xy` and column tile of `grad_m2_apply`.
 const TILE: usize = 64;
 /// Storage buffers the intra kernel binds (the most of any stage).
