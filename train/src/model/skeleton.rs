@@ -6,8 +6,8 @@
 use crate::model::shared::{copy_targets, f32_bytes};
 use crate::model::{init_weight, GraphOptions, InitRng, Stage, StageMark, TrainGraph};
 use loglinear_host_gpu::gpu::{Gpu, GpuError};
-use loglinear_host_gpu::train::head::Head;
-use loglinear_host_gpu::train::kernels::Step;
+use loglinear_host_gpu::train::head::{Head, HeadIo, HeadShape};
+use loglinear_host_gpu::train::kernels::{Step, TrainKernels};
 use loglinear_host_gpu::train::{NamedTensor, Param};
 use loglinear_host_gpu::wgpu;
 use loglinear_runtime::ModelConfig;
@@ -65,7 +65,132 @@ pub struct TrainModel<B> {
     pub(super) mixer: B,
 }
 
+/// What a model's constructor makes for the skeleton before its blocks: the sizes, the
+/// parameters and where the embedding, final norm and LM head sit in them, the window,
+/// target and loss buffers, and the embedding's step.
+pub(super) struct SkeletonParts {
+    pub config: ModelConfig,
+    pub options: GraphOptions,
+    pub batch: usize,
+    pub seq_len: usize,
+    pub levels: usize,
+    pub lambda_cols: usize,
+    pub params: Vec<Param>,
+    pub embedding: usize,
+    pub final_norm: usize,
+    pub lm_head: usize,
+    pub tokens: wgpu::Buffer,
+    pub targets: wgpu::Buffer,
+    pub inputs: wgpu::Buffer,
+    pub correct: wgpu::Buffer,
+    pub scale: wgpu::Buffer,
+    pub losses: wgpu::Buffer,
+    pub embed: Step,
+}
+
+/// The skeleton's steps after the blocks: the head and loss with their backward, the
+/// embedding's backward, and filling the windows and targets.
+pub(super) struct SkeletonSteps {
+    head: Head,
+    embed_bwd: Step,
+    shift: Step,
+    pack: Step,
+}
+
+impl SkeletonSteps {
+    /// Records the steps over `x_last` (the last block's output), with `dx` the gradient
+    /// scratch the head writes and the embedding's backward reads.
+    pub(super) fn record(
+        gpu: &Gpu,
+        k: &TrainKernels,
+        parts: &SkeletonParts,
+        x_last: &wgpu::Buffer,
+        dx: &wgpu::Buffer,
+    ) -> Result<Self, GpuError> {
+        let c = &parts.config;
+        let (d, vocab) = (c.hidden_size, c.vocab_size);
+        let (batch, seq_len) = (parts.batch, parts.seq_len);
+        let p = &parts.params;
+        let head = Head::new(
+            gpu,
+            k,
+            &HeadIo {
+                x_last,
+                norm_w: &p[parts.final_norm].value,
+                norm_g: &p[parts.final_norm].grad,
+                lm_head_w: &p[parts.lm_head].value,
+                lm_head_g: &p[parts.lm_head].grad,
+                targets: &parts.targets,
+                losses: &parts.losses,
+                correct: &parts.correct,
+                scale: &parts.scale,
+                dx,
+            },
+            HeadShape {
+                seq_len,
+                batch,
+                d,
+                vocab,
+                eps: c.norm_eps,
+            },
+            parts.options.head_rows,
+        )?;
+        let embed_bwd = k.embed_backward(
+            gpu,
+            &parts.tokens,
+            dx,
+            &p[parts.embedding].grad,
+            seq_len,
+            batch,
+            d,
+            vocab,
+        )?;
+        let shift = k.shift_targets(gpu, &parts.tokens, &parts.targets, seq_len, batch)?;
+        let pack = k.pack_inputs(gpu, &parts.inputs, &parts.tokens, seq_len, batch)?;
+        Ok(Self {
+            head,
+            embed_bwd,
+            shift,
+            pack,
+        })
+    }
+}
+
 impl<B: Blocks> TrainModel<B> {
+    /// The model of the skeleton's parts and steps around `mixer`.
+    pub(super) fn assemble(
+        gpu: &Gpu,
+        parts: SkeletonParts,
+        steps: SkeletonSteps,
+        mixer: B,
+    ) -> Self {
+        Self {
+            config: parts.config,
+            options: parts.options,
+            batch: parts.batch,
+            seq_len: parts.seq_len,
+            levels: parts.levels,
+            lambda_cols: parts.lambda_cols,
+            device: gpu.device.clone(),
+            params: parts.params,
+            embedding: parts.embedding,
+            final_norm: parts.final_norm,
+            lm_head: parts.lm_head,
+            tokens: parts.tokens,
+            targets: parts.targets,
+            inputs: parts.inputs,
+            correct: parts.correct,
+            shift: steps.shift,
+            pack: steps.pack,
+            scale: parts.scale,
+            losses: parts.losses,
+            embed: parts.embed,
+            head: steps.head,
+            embed_bwd: steps.embed_bwd,
+            mixer,
+        }
+    }
+
     /// The model's config.
     pub fn config(&self) -> &ModelConfig {
         &self.config

@@ -22,12 +22,13 @@
 //! [`GdnTrainModel::new`]; encoding only records dispatches and copies.
 
 use crate::model::shared::f32_bytes;
+use crate::model::skeleton::{SkeletonParts, SkeletonSteps};
 use crate::model::{Blocks, Stage, StageMark, TrainModel};
 use crate::model::{GraphOptions, InitRng};
 use loglinear_host_gpu::chunk_scan::{ChunkScan, Form, ScanIo, ScanKernels, ScanShape};
 use loglinear_host_gpu::gpu::{Gpu, GpuError};
 use loglinear_host_gpu::grad::OpGradIo;
-use loglinear_host_gpu::train::head::{head_capacity, Head, HeadIo, HeadShape};
+use loglinear_host_gpu::train::head::head_capacity;
 use loglinear_host_gpu::train::kernels::{
     encode_all, ConvShape, GateIo, GateShape, Step, TrainKernels,
 };
@@ -681,51 +682,13 @@ impl GdnTrainModel {
                 bwd_before,
             });
         }
-        let head = Head::new(
-            gpu,
-            &k,
-            &HeadIo {
-                x_last: &xs[c.num_layers],
-                norm_w: pv(final_norm),
-                norm_g: pg(final_norm),
-                lm_head_w: pv(lm_head),
-                lm_head_g: pg(lm_head),
-                targets: &targets,
-                losses: &losses,
-                correct: &correct,
-                scale: &scale,
-                dx: &gs.dx,
-            },
-            HeadShape {
-                seq_len,
-                batch,
-                d,
-                vocab,
-                eps,
-            },
-            options.head_rows,
-        )?;
-        let embed_bwd = k.embed_backward(
-            gpu,
-            &tokens,
-            &gs.dx,
-            pg(embedding),
-            seq_len,
-            batch,
-            d,
-            vocab,
-        )?;
-
-        let shift = k.shift_targets(gpu, &tokens, &targets, seq_len, batch)?;
-        let pack = k.pack_inputs(gpu, &inputs, &tokens, seq_len, batch)?;
-        Ok(Self {
+        let parts = SkeletonParts {
             config: c,
             options,
             batch,
             seq_len,
             levels,
             lambda_cols,
-            device: gpu.device.clone(),
             params,
             embedding,
             final_norm,
@@ -734,24 +697,22 @@ impl GdnTrainModel {
             targets,
             inputs,
             correct,
-            shift,
-            pack,
             scale,
             losses,
             embed,
-            head,
-            embed_bwd,
-            mixer: GdnBlocks {
-                blocks,
-                steps,
-                acts,
-                op,
-                scan,
-                op_bwd,
-                _xs: xs,
-                _grads: gs,
-                _other: vec![mix_out, mlp_out, state, unused],
-            },
-        })
+        };
+        let skeleton_steps = SkeletonSteps::record(gpu, &k, &parts, &xs[c.num_layers], &gs.dx)?;
+        let mixer = GdnBlocks {
+            blocks,
+            steps,
+            acts,
+            op,
+            scan,
+            op_bwd,
+            _xs: xs,
+            _grads: gs,
+            _other: vec![mix_out, mlp_out, state, unused],
+        };
+        Ok(Self::assemble(gpu, parts, skeleton_steps, mixer))
     }
 }

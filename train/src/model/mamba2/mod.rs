@@ -17,13 +17,14 @@
 //! columns. The gated norm's group must be the whole d_inner (official; fla with one group).
 
 use crate::model::shared::f32_bytes;
+use crate::model::skeleton::{SkeletonParts, SkeletonSteps};
 use crate::model::{Blocks, Stage, StageMark, TrainModel};
 use crate::model::{GraphOptions, InitRng};
 use loglinear_host_gpu::chunk_scan::{ChunkScan, Form, ScanIo, ScanKernels, ScanShape};
 use loglinear_host_gpu::gpu::{Gpu, GpuError};
 use loglinear_host_gpu::grad::op_m2::{M2Backward, M2Kernels};
 use loglinear_host_gpu::grad::OpGradIo;
-use loglinear_host_gpu::train::head::{head_capacity, Head, HeadIo, HeadShape};
+use loglinear_host_gpu::train::head::head_capacity;
 use loglinear_host_gpu::train::kernels::{encode_all, ConvShape, Operand, Step, TrainKernels};
 use loglinear_host_gpu::train::mamba2_kernels::{M2GateIo, M2Shape, M2TrainKernels};
 use loglinear_host_gpu::train::Param;
@@ -651,51 +652,13 @@ impl Mamba2TrainModel {
                 bwd_before,
             });
         }
-        let head = Head::new(
-            gpu,
-            &k,
-            &HeadIo {
-                x_last: &xs[c.num_layers],
-                norm_w: pv(final_norm),
-                norm_g: pg(final_norm),
-                lm_head_w: pv(lm_head),
-                lm_head_g: pg(lm_head),
-                targets: &targets,
-                losses: &losses,
-                correct: &correct,
-                scale: &scale,
-                dx: &gs.dx,
-            },
-            HeadShape {
-                seq_len,
-                batch,
-                d,
-                vocab,
-                eps,
-            },
-            options.head_rows,
-        )?;
-        let embed_bwd = k.embed_backward(
-            gpu,
-            &tokens,
-            &gs.dx,
-            pg(embedding),
-            seq_len,
-            batch,
-            d,
-            vocab,
-        )?;
-
-        let shift = k.shift_targets(gpu, &tokens, &targets, seq_len, batch)?;
-        let pack = k.pack_inputs(gpu, &inputs, &tokens, seq_len, batch)?;
-        Ok(Self {
+        let parts = SkeletonParts {
             config: c,
             options,
             batch,
             seq_len,
             levels,
             lambda_cols,
-            device: gpu.device.clone(),
             params,
             embedding,
             final_norm,
@@ -704,22 +667,20 @@ impl Mamba2TrainModel {
             targets,
             inputs,
             correct,
-            shift,
-            pack,
             scale,
             losses,
             embed,
-            head,
-            embed_bwd,
-            mixer: Mamba2Blocks {
-                blocks,
-                steps,
-                _acts: acts,
-                _xs: xs,
-                _grads: gs,
-                _op_inputs: oi,
-                _other: vec![mix_out, mlp_out, state, unused, no_beta, no_bias],
-            },
-        })
+        };
+        let skeleton_steps = SkeletonSteps::record(gpu, &k, &parts, &xs[c.num_layers], &gs.dx)?;
+        let mixer = Mamba2Blocks {
+            blocks,
+            steps,
+            _acts: acts,
+            _xs: xs,
+            _grads: gs,
+            _op_inputs: oi,
+            _other: vec![mix_out, mlp_out, state, unused, no_beta, no_bias],
+        };
+        Ok(Self::assemble(gpu, parts, skeleton_steps, mixer))
     }
 }
