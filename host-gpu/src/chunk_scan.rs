@@ -41,13 +41,8 @@
 //! that does not fit the binding limit), for GDN q̃, K̃, W̃ (T·H·dk each) and U (T·H·dv); every
 //! buffer must fit the adapter's binding limit ([`GpuError::TooLarge`] otherwise).
 //!
-//! Measured on an NVIDIA H200 (Vulkan, fp32, 48 heads, dk 128, dv 64, 15 levels, GPU timestamps):
-//! Mamba-2 (q, k shared) T = 2048 / 8192 / 16384 in 2.7 / 14.1 / 32.0 ms, GDN in 13.9 / 64.3 /
-//! 145 ms; the inter-chunk scan is 65-85 % of it (`chunk_scan_bench --breakdown`). Those GDN
-//! numbers predate the current GDN scan (16 columns, coalesced blocked inputs, skipped zero and
-//! unused products); on lavapipe (not the H200; idle 2-core machine, two runs each) that change
-//! took the GDN scan from 792 / 835 ms (tree 865d655) to 437 / 419 ms (`chunk_scan_bench --t 2048
-//! --heads 4 --dk 128 --dv 64 --levels 15 --forms gdn --breakdown --strategy walk`).
+//! Timings per dispatch (`chunk_scan_bench --breakdown`), on an H200 and on lavapipe, are in
+//! BENCHMARKS.md ("GPU prefill").
 
 use crate::gpu::MAX_GROUPS;
 use crate::gpu::{Gpu, GpuError, Kernel};
