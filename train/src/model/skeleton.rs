@@ -79,13 +79,35 @@ pub(super) struct SkeletonParts {
     pub embedding: usize,
     pub final_norm: usize,
     pub lm_head: usize,
+    pub windows: WindowBuffers,
+    pub embed: Step,
+}
+
+/// The buffers every graph of `batch` windows of `seq_len` tokens has: the windows, the
+/// explicit inputs and targets, the loss scale, the per-token losses and correctness.
+pub(super) struct WindowBuffers {
     pub tokens: wgpu::Buffer,
     pub targets: wgpu::Buffer,
     pub inputs: wgpu::Buffer,
     pub correct: wgpu::Buffer,
     pub scale: wgpu::Buffer,
     pub losses: wgpu::Buffer,
-    pub embed: Step,
+}
+
+impl WindowBuffers {
+    /// Allocates them, zeroed.
+    pub(super) fn new(gpu: &Gpu, batch: usize, seq_len: usize) -> Result<Self, GpuError> {
+        let n = batch * seq_len;
+        let z = |label: &str, len: usize| gpu.storage_zeroed(label, f32_bytes(len));
+        Ok(Self {
+            tokens: z("train tokens", batch * (seq_len + 1))?,
+            scale: z("train loss scale", 1)?,
+            losses: z("train losses", n)?,
+            targets: z("train targets", n)?,
+            inputs: z("train inputs", n)?,
+            correct: z("train correct", n)?,
+        })
+    }
 }
 
 /// The skeleton's steps after the blocks: the head and loss with their backward, the
@@ -120,10 +142,10 @@ impl SkeletonSteps {
                 norm_g: &p[parts.final_norm].grad,
                 lm_head_w: &p[parts.lm_head].value,
                 lm_head_g: &p[parts.lm_head].grad,
-                targets: &parts.targets,
-                losses: &parts.losses,
-                correct: &parts.correct,
-                scale: &parts.scale,
+                targets: &parts.windows.targets,
+                losses: &parts.windows.losses,
+                correct: &parts.windows.correct,
+                scale: &parts.windows.scale,
                 dx,
             },
             HeadShape {
@@ -137,7 +159,7 @@ impl SkeletonSteps {
         )?;
         let embed_bwd = k.embed_backward(
             gpu,
-            &parts.tokens,
+            &parts.windows.tokens,
             dx,
             &p[parts.embedding].grad,
             seq_len,
@@ -145,8 +167,20 @@ impl SkeletonSteps {
             d,
             vocab,
         )?;
-        let shift = k.shift_targets(gpu, &parts.tokens, &parts.targets, seq_len, batch)?;
-        let pack = k.pack_inputs(gpu, &parts.inputs, &parts.tokens, seq_len, batch)?;
+        let shift = k.shift_targets(
+            gpu,
+            &parts.windows.tokens,
+            &parts.windows.targets,
+            seq_len,
+            batch,
+        )?;
+        let pack = k.pack_inputs(
+            gpu,
+            &parts.windows.inputs,
+            &parts.windows.tokens,
+            seq_len,
+            batch,
+        )?;
         Ok(Self {
             head,
             embed_bwd,
@@ -176,14 +210,14 @@ impl<B: Blocks> TrainModel<B> {
             embedding: parts.embedding,
             final_norm: parts.final_norm,
             lm_head: parts.lm_head,
-            tokens: parts.tokens,
-            targets: parts.targets,
-            inputs: parts.inputs,
-            correct: parts.correct,
+            tokens: parts.windows.tokens,
+            targets: parts.windows.targets,
+            inputs: parts.windows.inputs,
+            correct: parts.windows.correct,
             shift: steps.shift,
             pack: steps.pack,
-            scale: parts.scale,
-            losses: parts.losses,
+            scale: parts.windows.scale,
+            losses: parts.windows.losses,
             embed: parts.embed,
             head: steps.head,
             embed_bwd: steps.embed_bwd,

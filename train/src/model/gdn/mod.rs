@@ -22,7 +22,7 @@
 //! [`GdnTrainModel::new`]; encoding only records dispatches and copies.
 
 use crate::model::shared::f32_bytes;
-use crate::model::skeleton::{SkeletonParts, SkeletonSteps};
+use crate::model::skeleton::{SkeletonParts, SkeletonSteps, WindowBuffers};
 use crate::model::{Blocks, Stage, StageMark, TrainModel};
 use crate::model::{GraphOptions, InitRng};
 use loglinear_host_gpu::chunk_scan::{ChunkScan, Form, ScanIo, ScanKernels, ScanShape};
@@ -175,12 +175,7 @@ impl GdnTrainModel {
         };
 
         let z = |label: &str, len: usize| gpu.storage_zeroed(label, f32_bytes(len));
-        let tokens = z("train tokens", batch * (seq_len + 1))?;
-        let scale = z("train loss scale", 1)?;
-        let losses = z("train losses", n)?;
-        let targets = z("train targets", n)?;
-        let inputs = z("train inputs", n)?;
-        let correct = z("train correct", n)?;
+        let windows = WindowBuffers::new(gpu, batch, seq_len)?;
         let xs: Vec<wgpu::Buffer> = (0..=c.num_layers)
             .map(|l| z(&format!("x{l}"), n * d))
             .collect::<Result<_, _>>()?;
@@ -300,7 +295,7 @@ impl GdnTrainModel {
 
         let embed = k.embed(
             gpu,
-            &tokens,
+            &windows.tokens,
             pv(embedding),
             &xs[0],
             seq_len,
@@ -693,12 +688,7 @@ impl GdnTrainModel {
             embedding,
             final_norm,
             lm_head,
-            tokens,
-            targets,
-            inputs,
-            correct,
-            scale,
-            losses,
+            windows,
             embed,
         };
         let skeleton_steps = SkeletonSteps::record(gpu, &k, &parts, &xs[c.num_layers], &gs.dx)?;

@@ -17,7 +17,7 @@
 //! columns. The gated norm's group must be the whole d_inner (official; fla with one group).
 
 use crate::model::shared::f32_bytes;
-use crate::model::skeleton::{SkeletonParts, SkeletonSteps};
+use crate::model::skeleton::{SkeletonParts, SkeletonSteps, WindowBuffers};
 use crate::model::{Blocks, Stage, StageMark, TrainModel};
 use crate::model::{GraphOptions, InitRng};
 use loglinear_host_gpu::chunk_scan::{ChunkScan, Form, ScanIo, ScanKernels, ScanShape};
@@ -251,12 +251,7 @@ impl Mamba2TrainModel {
         };
 
         let z = |label: &str, len: usize| gpu.storage_zeroed(label, f32_bytes(len));
-        let tokens = z("train tokens", batch * (seq_len + 1))?;
-        let scale = z("train loss scale", 1)?;
-        let losses = z("train losses", n)?;
-        let targets = z("train targets", n)?;
-        let inputs = z("train inputs", n)?;
-        let correct = z("train correct", n)?;
+        let windows = WindowBuffers::new(gpu, batch, seq_len)?;
         let xs: Vec<wgpu::Buffer> = (0..=c.num_layers)
             .map(|l| z(&format!("x{l}"), n * d))
             .collect::<Result<_, _>>()?;
@@ -341,7 +336,7 @@ impl Mamba2TrainModel {
 
         let embed = k.embed(
             gpu,
-            &tokens,
+            &windows.tokens,
             pv(embedding),
             &xs[0],
             seq_len,
@@ -663,12 +658,7 @@ impl Mamba2TrainModel {
             embedding,
             final_norm,
             lm_head,
-            tokens,
-            targets,
-            inputs,
-            correct,
-            scale,
-            losses,
+            windows,
             embed,
         };
         let skeleton_steps = SkeletonSteps::record(gpu, &k, &parts, &xs[c.num_layers], &gs.dx)?;
