@@ -14,6 +14,7 @@
 
 use embedded_io::{Read, Write};
 
+pub mod decimal;
 pub mod request;
 
 /// Longest request line: bytes before its newline (a `\r` included). Longer lines are discarded

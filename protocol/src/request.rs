@@ -18,6 +18,8 @@
 
 use core::fmt;
 
+use crate::decimal;
+
 /// Default prompt on a fresh session (the host CLI's default, `ROMEO:\n`).
 pub const DEFAULT_PROMPT: &[u8] = b"ROMEO:\n";
 /// At most this many tokens per `GEN`.
@@ -98,18 +100,13 @@ pub fn parse_gen(args: &mut [u8]) -> Result<GenParams<'_>, ParamError<'_>> {
                     .ok_or(ParamError::BadValue("n"))?
             }
             "temperature" => {
-                req.temperature = v
-                    .parse()
-                    .ok()
-                    .filter(|t: &f32| t.is_finite() && *t >= 0.0)
-                    .ok_or(ParamError::BadValue("temperature"))?
+                req.temperature =
+                    decimal::parse_f32(v).ok_or(ParamError::BadValue("temperature"))?
             }
             "top_k" => req.top_k = v.parse().map_err(|_| ParamError::BadValue("top_k"))?,
             "top_p" => {
-                req.top_p = v
-                    .parse()
-                    .ok()
-                    .filter(|p: &f32| *p > 0.0 && *p <= 1.0)
+                req.top_p = decimal::parse_f32(v)
+                    .filter(|p| *p > 0.0 && *p <= 1.0)
                     .ok_or(ParamError::BadValue("top_p"))?
             }
             "seed" => req.seed = v.parse().map_err(|_| ParamError::BadValue("seed"))?,

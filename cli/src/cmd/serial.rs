@@ -51,8 +51,34 @@ pub struct SerialArgs {
     snap: Option<PathBuf>,
 }
 
+/// The `GEN` parameters of `args` as the board reads them, refused here with the board's own
+/// parser (a value it would not take, such as a temperature with more than 9 digits) before
+/// any port is opened.
+fn gen_params(args: &SerialArgs) -> Res<String> {
+    let line = format!(
+        "n={} temperature={} top_k={} top_p={} seed={}",
+        args.tokens,
+        args.sampling.temperature,
+        args.sampling.top_k,
+        args.sampling.top_p,
+        args.sampling.seed,
+    );
+    let mut bytes = line.clone().into_bytes();
+    if let Err(e) = loglinear_protocol::request::parse_gen(&mut bytes) {
+        return Err(format!(
+            "the board would refuse `GEN {line}`: {e} (-n at most {}; --temperature and \
+             --top-p plain decimals of at most {} digits, with --top-p in (0, 1])",
+            loglinear_protocol::request::MAX_TOKENS,
+            loglinear_protocol::decimal::MAX_DIGITS,
+        )
+        .into());
+    }
+    Ok(line)
+}
+
 /// Runs `loglinear serial`.
 pub fn run(args: &SerialArgs) -> Res {
+    let gen = gen_params(args)?;
     let (mut tx, rx, child): (Box<dyn Write>, Box<dyn Read>, Option<Child>) =
         match (&args.port, &args.qemu_board) {
             (Some(port), _) => {
@@ -97,15 +123,7 @@ pub fn run(args: &SerialArgs) -> Res {
     if let Some(path) = &args.restore {
         upload(&mut tx, &mut rx, path)?;
     }
-    write!(
-        tx,
-        "GEN n={} temperature={} top_k={} top_p={} seed={}",
-        args.tokens,
-        args.sampling.temperature,
-        args.sampling.top_k,
-        args.sampling.top_p,
-        args.sampling.seed,
-    )?;
+    write!(tx, "GEN {gen}")?;
     if !prompt.is_empty() {
         write!(tx, " prompt={}", escape(prompt.as_bytes()))?;
     }
