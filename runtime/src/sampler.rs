@@ -88,19 +88,12 @@ impl Sampler {
         for (i, s) in idx.iter_mut().enumerate() {
             *s = i as u32;
         }
-        // Descending by logit, ties by id: a total order, so the result is unique.
-        let key = |i: &u32| logits[*i as usize];
-        let cmp = |a: &u32, b: &u32| key(b).total_cmp(&key(a)).then(a.cmp(b));
         let k = if self.cfg.top_k == 0 {
             n
         } else {
             self.cfg.top_k.min(n)
         };
-        if k < n {
-            idx.select_nth_unstable_by(k - 1, cmp);
-        }
-        let cand = &mut idx[..k];
-        cand.sort_unstable_by(cmp);
+        let cand = top_k(idx, k, logits);
         let inv_t = 1.0 / self.cfg.temperature;
         let max = logits[cand[0] as usize];
         let total: f32 = cand
@@ -134,6 +127,54 @@ impl Sampler {
         }
         Ok(cand[cand.len() - 1])
     }
+}
+
+/// Moves the `k` most likely of the token ids `idx` to its front, most likely first, and
+/// returns them. The order is descending by logit and ascending by id on ties: a strict total
+/// order, so the result is unique and equals that of any correct sort.
+///
+/// A heap written here rather than core's `select_nth_unstable` and `sort_unstable`: those
+/// link about 4 KB of pattern-defeating quicksort into the firmware (a 64 KiB budget), for
+/// vocabularies of a few hundred tokens that a heap orders as fast. Keeps the `k` best in a
+/// heap whose root is the least likely of them, then sorts the heap in place.
+fn top_k<'a>(idx: &'a mut [u32], k: usize, logits: &[f32]) -> &'a mut [u32] {
+    let before = |a: u32, b: u32| {
+        let (la, lb) = (logits[a as usize], logits[b as usize]);
+        lb.total_cmp(&la).then(a.cmp(&b)).is_lt()
+    };
+    // Sifts `heap[i]` down until no child comes after it.
+    let sift_down = |heap: &mut [u32], mut i: usize| loop {
+        let left = 2 * i + 1;
+        if left >= heap.len() {
+            break;
+        }
+        let right = left + 1;
+        let last = if right < heap.len() && before(heap[left], heap[right]) {
+            right
+        } else {
+            left
+        };
+        if !before(heap[i], heap[last]) {
+            break;
+        }
+        heap.swap(i, last);
+        i = last;
+    };
+    let k = k.min(idx.len());
+    for i in (0..k / 2).rev() {
+        sift_down(&mut idx[..k], i);
+    }
+    for j in k..idx.len() {
+        if k > 0 && before(idx[j], idx[0]) {
+            idx.swap(0, j);
+            sift_down(&mut idx[..k], 0);
+        }
+    }
+    for end in (1..k).rev() {
+        idx.swap(0, end);
+        sift_down(&mut idx[..end], 0);
+    }
+    &mut idx[..k]
 }
 
 /// Index of the largest logit, the lowest index on ties (NaN never wins).
@@ -223,6 +264,28 @@ mod tests {
         }
         for (i, p) in [1.0 / 6.0, 2.0 / 6.0, 3.0 / 6.0].iter().enumerate() {
             assert!((seen[i] / n as f32 - p).abs() < 0.01, "{seen:?}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn top_k_equals_a_full_sort(
+            logits in proptest::collection::vec(-4i8..4, 1..300),
+            k in 0usize..310,
+            nan_at in proptest::option::of(0usize..300),
+        ) {
+            // Few distinct values, so ties are common; a NaN sorts as the largest value.
+            let mut logits: Vec<f32> = logits.iter().map(|&v| f32::from(v) * 0.5).collect();
+            if let Some(i) = nan_at.filter(|&i| i < logits.len()) {
+                logits[i] = f32::NAN;
+            }
+            let mut idx: Vec<u32> = (0..logits.len() as u32).collect();
+            let mut sorted = idx.clone();
+            sorted.sort_by(|&a, &b| {
+                logits[b as usize].total_cmp(&logits[a as usize]).then(a.cmp(&b))
+            });
+            let k = k.min(logits.len());
+            proptest::prop_assert_eq!(top_k(&mut idx, k, &logits), &sorted[..k]);
         }
     }
 
