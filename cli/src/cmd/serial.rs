@@ -85,7 +85,8 @@ pub fn run(args: &SerialArgs) -> Res {
                 let f = std::fs::OpenOptions::new()
                     .read(true)
                     .write(true)
-                    .open(port)?;
+                    .open(port)
+                    .map_err(|e| format!("opening the serial port {}: {e}", port.display()))?;
                 let r = f.try_clone()?;
                 (Box::new(f), Box::new(r), None)
             }
