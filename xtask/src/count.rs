@@ -10,6 +10,7 @@
 //!     build, f32 or q8 activations and a pinned integer kernel path; default: the board's
 //!     activations, the fastest path)
 //! cargo xtask count --model target/ll-gdn-mcu-q4_0.gguf   (env MODEL: another model file)
+//! cargo xtask count --profile release-small    (env PROFILE: the firmware's cargo profile)
 //! cargo xtask count --plugin-only              (only build the plugin)
 //! ```
 //!
@@ -60,6 +61,9 @@ pub struct Args {
     /// The model file; default: the board's own, else the project's default model.
     #[arg(long, env = "MODEL")]
     model: Option<PathBuf>,
+    /// The firmware's cargo profile: `release` (speed) or `release-small` (flash).
+    #[arg(long, env = "PROFILE", default_value = tasks::RELEASE)]
+    profile: String,
     /// Time limit of one QEMU run, in seconds.
     #[arg(long, env = "QEMU_TIMEOUT", default_value_t = 300)]
     qemu_timeout: u64,
@@ -114,6 +118,7 @@ pub fn run(repo: &Repo, args: Args) -> anyhow::Result<()> {
         let elf = FirmwareBuild {
             activations,
             kernel,
+            profile: &args.profile,
             ..FirmwareBuild::new(board, &model, &fw_target_dir)
         }
         .build(&work.join(format!("{name}.elf")))?;

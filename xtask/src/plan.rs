@@ -27,8 +27,12 @@
 //!    up to its verdict (the first line, which names the board.toml path as each found it, by
 //!    its start; the levels recommendation after the verdict is the CLI's alone).
 //!
-//! Checks 0 to 2 of every board run even after one fails; the task fails at the end, listing
-//! what failed.
+//! 4. the footprint goals: `b-l475e-iot01a` built with the flash-first profile
+//!    (`release-small`) holds at most 48 KiB of runtime code and constants and at most 64 KiB
+//!    of code and constants besides the model, summed by crate (`size.rs`).
+//!
+//! Checks 0 to 2 of every board and check 4 run even after one fails; the task fails at the
+//! end, listing what failed.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -36,12 +40,15 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 use loglinear_planner::{Board, BoardProfile};
 
+use crate::size::{self, Footprint};
 use crate::snapshot::{self, Elf};
-use crate::tasks::{self, FirmwareBuild, Repo, DEFAULT_MODEL};
+use crate::tasks::{self, FirmwareBuild, Repo, DEFAULT_MODEL, RELEASE_SMALL};
 use crate::{image, system};
 
 /// The board that the shipped model does not fit (check 3).
 const NO_FIT_BOARD: &str = "microbit";
+/// The board whose flash-first image must meet the footprint goals (check 4).
+const GOAL_BOARD: &str = "b-l475e-iot01a";
 
 /// Arguments of the task.
 #[derive(clap::Args)]
@@ -72,6 +79,14 @@ pub fn run(repo: &Repo, args: Args) -> Result<()> {
     let mut failed: Vec<String> = Vec::new();
     for board in &boards {
         check_board(board, &cli, &fw_target_dir, args.update, &mut failed)?;
+    }
+    if let Some(board) = boards.iter().find(|b| b.name == GOAL_BOARD) {
+        println!();
+        println!("==== {GOAL_BOARD}, profile {RELEASE_SMALL}: the footprint goals ====");
+        if let Err(e) = check_footprint(board, &fw_target_dir) {
+            eprintln!("FAIL: {e:#}");
+            failed.push(format!("{GOAL_BOARD}: footprint goals"));
+        }
     }
     println!();
     println!(
@@ -120,6 +135,35 @@ fn select(names: &[String]) -> Result<Vec<BoardProfile>> {
         .collect()
 }
 
+/// Check 4: the board's image built for flash (profile `release-small`) meets the footprint
+/// goals of issue 19, summed by crate: the runtime at most 48 KiB, the image without its model
+/// at most 64 KiB.
+fn check_footprint(board: &BoardProfile, fw_target_dir: &Path) -> Result<()> {
+    let name = &board.name;
+    let model = tasks::board_model(board);
+    let build = FirmwareBuild {
+        profile: RELEASE_SMALL,
+        ..FirmwareBuild::new(board, &model, fw_target_dir)
+    };
+    tasks::run(&mut build.command("build"))
+        .with_context(|| format!("building the firmware for {name} ({RELEASE_SMALL})"))?;
+    let elf = build.elf();
+    let bytes = std::fs::read(&elf).with_context(|| format!("reading {}", elf.display()))?;
+    let footprint = Footprint::of(&size::by_crate(&bytes)?);
+    let missed = footprint.missed_goals();
+    if !missed.is_empty() {
+        bail!("{name} ({RELEASE_SMALL}): {}", missed.join("; "));
+    }
+    println!(
+        "  ok: runtime {} B ≤ {} B, image without the model {} B ≤ {} B",
+        footprint.runtime,
+        size::RUNTIME_GOAL,
+        footprint.without_model,
+        size::FIRMWARE_GOAL
+    );
+    Ok(())
+}
+
 /// Checks 0 to 2 of one board. A failed check is printed and added to `failed`; an error is
 /// something that stops the task (a build that fails, a planner report without its figures).
 fn check_board(
@@ -139,10 +183,7 @@ fn check_board(
     let build = FirmwareBuild::new(board, &model, fw_target_dir);
     tasks::run(&mut build.command("build"))
         .with_context(|| format!("building the firmware for {name}"))?;
-    let elf = fw_target_dir
-        .join(&board.target)
-        .join("release")
-        .join("loglinear-firmware");
+    let elf = build.elf();
 
     // 0. the image would boot: segments in the board's memory, vector table or entry point
     if let Err(e) = image::check_elf_file(board, &elf) {

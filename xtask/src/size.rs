@@ -13,6 +13,55 @@ use object::{Object, ObjectSection, ObjectSymbol, SectionKind, SymbolKind};
 /// The row of the firmware's embedded model file.
 pub const MODEL_ROW: &str = "[model file]";
 
+/// Issue 19's goal for the runtime's own code and constants in a firmware image.
+pub const RUNTIME_GOAL: u64 = 48 * 1024;
+/// Issue 19's goal for a whole firmware image without its model file.
+pub const FIRMWARE_GOAL: u64 = 64 * 1024;
+/// The crate row of the runtime.
+pub const RUNTIME_ROW: &str = "loglinear_runtime";
+
+/// What an image spends on code and constants, against the goals.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Footprint {
+    /// The runtime's code and read-only data.
+    pub runtime: u64,
+    /// Code and read-only data of the whole image but the model file.
+    pub without_model: u64,
+}
+
+impl Footprint {
+    /// The footprint of an image summed by [`by_crate`].
+    pub fn of(sums: &BTreeMap<String, CrateBytes>) -> Self {
+        let bytes = |b: &CrateBytes| b.code + b.rodata;
+        Self {
+            runtime: sums.get(RUNTIME_ROW).map_or(0, bytes),
+            without_model: sums
+                .iter()
+                .filter(|(name, _)| name.as_str() != MODEL_ROW)
+                .map(|(_, b)| bytes(b))
+                .sum(),
+        }
+    }
+
+    /// The goals this footprint misses, each as a sentence; empty when it meets both.
+    pub fn missed_goals(&self) -> Vec<String> {
+        let mut missed = Vec::new();
+        if self.runtime > RUNTIME_GOAL {
+            missed.push(format!(
+                "the runtime takes {} B, more than the goal of {RUNTIME_GOAL} B",
+                self.runtime
+            ));
+        }
+        if self.without_model > FIRMWARE_GOAL {
+            missed.push(format!(
+                "the image without the model takes {} B, more than the goal of {FIRMWARE_GOAL} B",
+                self.without_model
+            ));
+        }
+        missed
+    }
+}
+
 /// Bytes of code and read-only data of one crate (or a pseudo-crate in brackets).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CrateBytes {
@@ -104,6 +153,34 @@ pub fn by_crate(elf: &[u8]) -> anyhow::Result<BTreeMap<String, CrateBytes>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn footprint_leaves_the_model_out_and_names_each_missed_goal() {
+        let row = |code, rodata| CrateBytes { code, rodata };
+        let sums: BTreeMap<String, CrateBytes> = [
+            (RUNTIME_ROW.to_string(), row(40_000, 100)),
+            (MODEL_ROW.to_string(), row(0, 1_000_000)),
+            ("core".to_string(), row(20_000, 5_000)),
+        ]
+        .into_iter()
+        .collect();
+        let fp = Footprint::of(&sums);
+        assert_eq!(
+            fp,
+            Footprint {
+                runtime: 40_100,
+                without_model: 65_100
+            }
+        );
+        assert!(fp.missed_goals().is_empty());
+        let big = Footprint {
+            runtime: RUNTIME_GOAL + 1,
+            without_model: FIRMWARE_GOAL + 1,
+        };
+        let missed = big.missed_goals();
+        assert_eq!(missed.len(), 2);
+        assert!(missed[0].contains("runtime") && missed[1].contains("without the model"));
+    }
 
     #[test]
     fn crates_of_demangled_paths() {

@@ -181,6 +181,11 @@ pub fn ensure_model(repo: &Repo, model: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The firmware's cargo profile for speed, the one the board images use.
+pub const RELEASE: &str = "release";
+/// The firmware's cargo profile for flash (firmware/Cargo.toml): opt-level "z", the runtime "s".
+pub const RELEASE_SMALL: &str = "release-small";
+
 /// A firmware/ build for one board: `cargo build` (or `clippy`) of the firmware package with the
 /// board's target, RUSTFLAGS and `LOGLINEAR_*` settings. The fields left `None` take the board's
 /// own settings (firmware/build.rs reads its board.toml).
@@ -199,6 +204,8 @@ pub struct FirmwareBuild<'a> {
     pub features: &'a [&'a str],
     /// The binary to build (`--bin`), or the package's default image.
     pub bin: Option<&'a str>,
+    /// The cargo profile: `release` (speed), or `release-small` (flash; firmware/Cargo.toml).
+    pub profile: &'a str,
     /// The cargo target folder of this build.
     pub target_dir: &'a Path,
 }
@@ -215,6 +222,7 @@ impl<'a> FirmwareBuild<'a> {
             kernel: None,
             features: &[],
             bin: None,
+            profile: RELEASE,
             target_dir,
         }
     }
@@ -222,19 +230,25 @@ impl<'a> FirmwareBuild<'a> {
     /// The cargo command (`build` or `clippy`) with the board's environment set.
     pub fn command(&self, subcommand: &str) -> Command {
         let mut cmd = Command::new("cargo");
-        cmd.args([subcommand, "--release", "-q", "--manifest-path"])
-            .arg("firmware/Cargo.toml")
-            .args(["--target", &self.board.target])
-            .arg("--target-dir")
-            .arg(self.target_dir)
-            .env("LOGLINEAR_BOARD", &self.board.name)
-            .env("LOGLINEAR_MODEL", self.model)
-            .env("LOGLINEAR_LEVELS", "")
-            .env("LOGLINEAR_STATE", "")
-            .env("LOGLINEAR_TRANSPORT", self.transport.unwrap_or(""))
-            .env("LOGLINEAR_ACTIVATIONS", self.activations.unwrap_or(""))
-            .env("LOGLINEAR_KERNEL", self.kernel.unwrap_or(""))
-            .env("RUSTFLAGS", &self.board.rustflags);
+        cmd.args([
+            subcommand,
+            "--profile",
+            self.profile,
+            "-q",
+            "--manifest-path",
+        ])
+        .arg("firmware/Cargo.toml")
+        .args(["--target", &self.board.target])
+        .arg("--target-dir")
+        .arg(self.target_dir)
+        .env("LOGLINEAR_BOARD", &self.board.name)
+        .env("LOGLINEAR_MODEL", self.model)
+        .env("LOGLINEAR_LEVELS", "")
+        .env("LOGLINEAR_STATE", "")
+        .env("LOGLINEAR_TRANSPORT", self.transport.unwrap_or(""))
+        .env("LOGLINEAR_ACTIVATIONS", self.activations.unwrap_or(""))
+        .env("LOGLINEAR_KERNEL", self.kernel.unwrap_or(""))
+        .env("RUSTFLAGS", &self.board.rustflags);
         if !self.features.is_empty() {
             cmd.arg("--features").arg(self.features.join(","));
         }
@@ -248,17 +262,21 @@ impl<'a> FirmwareBuild<'a> {
     pub fn build(&self, copy_to: &Path) -> anyhow::Result<PathBuf> {
         run(&mut self.command("build"))
             .with_context(|| format!("building the firmware for {}", self.board.name))?;
-        let built = self
-            .target_dir
-            .join(&self.board.target)
-            .join("release")
-            .join(self.bin.unwrap_or("loglinear-firmware"));
+        let built = self.elf();
         if let Some(dir) = copy_to.parent() {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         }
         std::fs::copy(&built, copy_to)
             .with_context(|| format!("copying {} to {}", built.display(), copy_to.display()))?;
         Ok(copy_to.to_path_buf())
+    }
+
+    /// Where cargo writes the image of this build.
+    pub fn elf(&self) -> PathBuf {
+        self.target_dir
+            .join(&self.board.target)
+            .join(self.profile)
+            .join(self.bin.unwrap_or("loglinear-firmware"))
     }
 
     /// `cargo clippy -- -D warnings` of the same configuration.
