@@ -124,11 +124,8 @@ enum CliError {
         path: PathBuf,
         source: std::io::Error,
     },
-    #[error("cannot write {path}: {source}")]
-    Write {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    #[error(transparent)]
+    Write(#[from] loglinear_converter::output_file::OutputFileError),
     #[error("{path}: {error}")]
     Gguf {
         path: PathBuf,
@@ -194,8 +191,5 @@ fn read_file(path: &Path) -> Result<Vec<u8>, CliError> {
 }
 
 fn write_file(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
-    std::fs::write(path, bytes).map_err(|source| CliError::Write {
-        path: path.to_path_buf(),
-        source,
-    })
+    Ok(loglinear_converter::output_file::write_atomic(path, bytes)?)
 }

@@ -50,6 +50,9 @@ pub enum PlotError {
     /// The embedded font did not load (cannot happen with the shipped crate's font).
     #[error("the embedded font does not load")]
     Font,
+    /// The chart's file could not be written.
+    #[error(transparent)]
+    Output(#[from] loglinear_converter::output_file::OutputFileError),
     /// Drawing or encoding failed (e.g. the file cannot be written).
     #[error("{path}: {message}")]
     Draw {
@@ -116,6 +119,19 @@ pub fn draw_png(path: &Path, curves: &[Curve], opts: &PlotOptions) -> Result<(),
         return Err(PlotError::Empty);
     }
     register_embedded_font()?;
+    loglinear_converter::output_file::write_atomic_via(path, |file| {
+        draw(file, path, curves, opts, ctx)
+    })
+}
+
+/// [`draw_png`]'s drawing, into `file` (a temporary file that then replaces `path`).
+fn draw(
+    file: &Path,
+    path: &Path,
+    curves: &[Curve],
+    opts: &PlotOptions,
+    ctx: usize,
+) -> Result<(), PlotError> {
     let draw_err = |e: &dyn std::fmt::Display| PlotError::Draw {
         path: path.to_path_buf(),
         message: e.to_string(),
@@ -137,7 +153,7 @@ pub fn draw_png(path: &Path, curves: &[Curve], opts: &PlotOptions) -> Result<(),
         .take_while(|&t| t <= x1)
         .collect();
 
-    let root = BitMapBackend::new(path, (opts.width, opts.height)).into_drawing_area();
+    let root = BitMapBackend::new(file, (opts.width, opts.height)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| draw_err(&e))?;
     let mut chart = ChartBuilder::on(&root)
         .caption(&opts.title, (FONT, 20))

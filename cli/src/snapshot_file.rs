@@ -7,7 +7,7 @@
 
 use loglinear_converter::model_source::ModelSource;
 use loglinear_runtime::snapshot::{self, Fingerprint, Header};
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 /// Errors of snapshot files, naming the file.
@@ -15,11 +15,6 @@ use std::path::{Path, PathBuf};
 pub enum SnapshotFileError {
     #[error("cannot read snapshot {path}: {source}")]
     Read {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("cannot write snapshot {path}: {source}")]
-    Write {
         path: PathBuf,
         source: std::io::Error,
     },
@@ -69,37 +64,4 @@ pub fn read(path: &Path) -> Result<(Vec<u8>, Header), SnapshotFileError> {
         error,
     })?;
     Ok((bytes, header))
-}
-
-/// Writes `bytes` to `path` atomically (temporary file, fsync, rename, fsync of the folder).
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), SnapshotFileError> {
-    let write_err = |source| SnapshotFileError::Write {
-        path: path.to_path_buf(),
-        source,
-    };
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "snapshot".into());
-    let tmp = dir.join(format!(".{name}.tmp-{}", std::process::id()));
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        drop(f);
-        std::fs::rename(&tmp, path)?;
-        // The rename itself is durable once the folder is synced (not possible everywhere).
-        if let Ok(d) = std::fs::File::open(&dir) {
-            let _ = d.sync_all();
-        }
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result.map_err(write_err)
 }

@@ -5,7 +5,8 @@
 //! * [`gguf_writer`], [`export`]: GGUF v3 model files (`docs/model-file.md`) with
 //!   f32/f16/Q8_0/Q4_0 weights;
 //! * [`model_source`]: a model from either a GGUF file or a checkpoint folder;
-//! * [`vocab`]: the tokenizer a model file carries.
+//! * [`vocab`]: the tokenizer a model file carries;
+//! * [`output_file`]: the one way the host tools write a file (temporary file, sync, rename).
 
 pub mod checkpoint;
 pub mod config_json;
@@ -14,6 +15,7 @@ pub mod export;
 pub mod gguf_writer;
 pub mod layout;
 pub mod model_source;
+pub mod output_file;
 pub mod vocab;
 
 pub use checkpoint::{Checkpoint, ImportError, Tensor, TensorStore};

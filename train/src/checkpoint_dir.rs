@@ -17,7 +17,6 @@ use loglinear_runtime::{Arch, ModelConfig};
 use safetensors::{Dtype, SafeTensors};
 use serde_json::{json, Value};
 use std::collections::HashMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Why a checkpoint could not be written or read. Every variant names the file.
@@ -32,6 +31,8 @@ pub enum CheckpointError {
     Format { path: PathBuf, message: String },
     #[error("no official config for this model: {0}")]
     Config(String),
+    #[error(transparent)]
+    Output(#[from] loglinear_converter::output_file::OutputFileError),
 }
 
 fn io(path: &Path) -> impl FnOnce(std::io::Error) -> CheckpointError + '_ {
@@ -283,20 +284,9 @@ fn safetensors_bytes(
     safetensors::serialize(views, Some(metadata)).map_err(|e| format_err(path, e.to_string()))
 }
 
-/// Writes `bytes` to `path` and syncs it to disk.
-fn write_synced(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
-    let mut f = std::fs::File::create(path).map_err(io(path))?;
-    f.write_all(bytes).map_err(io(path))?;
-    f.sync_all().map_err(io(path))
-}
-
-/// Writes `bytes` to `path` atomically: a temporary file beside it, synced, then renamed.
+/// Writes `bytes` to `path` atomically, through the host tools' one writer.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), CheckpointError> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    write_synced(&tmp, bytes)?;
-    std::fs::rename(&tmp, path).map_err(io(path))
+    Ok(loglinear_converter::output_file::write_atomic(path, bytes)?)
 }
 
 fn sibling(dir: &Path, suffix: &str) -> PathBuf {
@@ -317,7 +307,7 @@ pub fn save(dir: &Path, data: &CheckpointData) -> Result<(), CheckpointError> {
     }
     std::fs::create_dir_all(&tmp).map_err(io(&tmp))?;
 
-    write_synced(&tmp.join("config.json"), data.config_json.as_bytes())?;
+    write_atomic(&tmp.join("config.json"), data.config_json.as_bytes())?;
     let pt = HashMap::from([("format".to_string(), "pt".to_string())]);
     let model: Vec<_> = data
         .params
@@ -325,7 +315,7 @@ pub fn save(dir: &Path, data: &CheckpointData) -> Result<(), CheckpointError> {
         .map(|(k, shape, v)| (k.clone(), shape.clone(), f32_bytes(v)))
         .collect();
     let path = tmp.join("model.safetensors");
-    write_synced(&path, &safetensors_bytes(&path, &model, pt)?)?;
+    write_atomic(&path, &safetensors_bytes(&path, &model, pt)?)?;
     let mut moments = Vec::with_capacity(2 * data.params.len());
     for ((k, shape, _), (m, v)) in data.params.iter().zip(&data.moments) {
         moments.push((format!("{k}.exp_avg"), shape.clone(), f32_bytes(m)));
@@ -335,10 +325,10 @@ pub fn save(dir: &Path, data: &CheckpointData) -> Result<(), CheckpointError> {
     // should be the same bytes whenever its contents are.
     let meta = HashMap::from([("step".to_string(), data.optimizer_steps.to_string())]);
     let path = tmp.join("optimizer.safetensors");
-    write_synced(&path, &safetensors_bytes(&path, &moments, meta)?)?;
+    write_atomic(&path, &safetensors_bytes(&path, &moments, meta)?)?;
     let state = serde_json::to_string_pretty(&data.state.to_json())
         .map_err(|e| format_err(dir, e.to_string()))?;
-    write_synced(&tmp.join("trainer_state.json"), state.as_bytes())?;
+    write_atomic(&tmp.join("trainer_state.json"), state.as_bytes())?;
     // The folder's entries are durable before it is renamed into place.
     if let Ok(d) = std::fs::File::open(&tmp) {
         let _ = d.sync_all();

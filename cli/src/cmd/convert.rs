@@ -78,6 +78,15 @@ pub(crate) struct QualityArgs {
     no_eval: bool,
 }
 
+/// Refuses, before any work, an output that is the model input or the evaluation text by any
+/// spelling (writing it would destroy the input).
+fn refuse_inputs_as_output(output: &Path, model: &Path, quality: &QualityArgs) -> Res {
+    let mut inputs = vec![model];
+    inputs.extend(quality.eval_text.as_deref());
+    loglinear_converter::output_file::refuse_input_as_output(output, &inputs)?;
+    Ok(())
+}
+
 /// The evaluation text of `convert`/`quantize`: (description, bytes).
 fn quality_text(q: &QualityArgs) -> Result<(String, Vec<u8>), CliError> {
     let (what, mut text) = match &q.eval_text {
@@ -185,6 +194,7 @@ pub(crate) fn convert(args: ConvertArgs) -> Res {
         quality,
     } = args;
     let (checkpoint, output, quality) = (&checkpoint, &output, &quality);
+    refuse_inputs_as_output(output, checkpoint, quality)?;
     let ckpt = Checkpoint::load(checkpoint).map_err(|source| LoadError::Checkpoint {
         path: checkpoint.to_path_buf(),
         source,
@@ -226,6 +236,7 @@ pub(crate) fn quantize(args: QuantizeArgs) -> Res {
         quality,
     } = args;
     let (input, output, quality) = (&input, &output, &quality);
+    refuse_inputs_as_output(output, input, quality)?;
     let bytes = AlignedBytes::read(input)?;
     let src = IndexedGguf::parse(bytes.as_bytes()).map_err(|error| LoadError::ModelFile {
         path: input.to_path_buf(),

@@ -2,7 +2,7 @@
 //! position of the windows (CSV) and its chart against a baseline model (PNG).
 
 use crate::plot::{self, Curve, PlotOptions};
-use crate::{progress_bar, read_file, ActivationsArg, CliError, Res};
+use crate::{progress_bar, read_file, ActivationsArg, Res};
 use clap::ValueEnum;
 use loglinear_converter::model_source::ModelSource;
 use loglinear_runtime::quant::Activations;
@@ -138,10 +138,7 @@ pub fn run(args: &EvalArgs) -> Res {
 
     let model = evaluate(&args.model, &source, "", args, &bytes, runner, activations)?;
     if let Some(csv) = &args.per_position {
-        std::fs::write(csv, model.to_csv()).map_err(|source| CliError::Write {
-            path: csv.clone(),
-            source,
-        })?;
+        crate::write_file(csv, model.to_csv().as_bytes())?;
         eprintln!("wrote {} ({} positions)", csv.display(), model.ctx());
     }
     let baseline = match &baseline_source {

@@ -239,7 +239,7 @@ fn generate<E: StateElem>(
             bytes.extend_from_slice(b);
             Ok(())
         })?;
-        snapshot_file::write_atomic(path, &bytes)?;
+        crate::write_file(path, &bytes)?;
         eprintln!(
             "[snapshot at t = {}: {} bytes to {}]",
             session.t(),

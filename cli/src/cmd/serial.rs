@@ -234,7 +234,7 @@ fn fetch_snapshot(tx: &mut impl Write, rx: &mut impl BufRead, path: &Path) -> Re
     if want != Some(bytes.len()) {
         return Err(format!("SNAP announced {want:?} bytes, {} arrived", bytes.len()).into());
     }
-    std::fs::write(path, &bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    loglinear_converter::output_file::write_atomic(path, &bytes)?;
     eprintln!("[snapshot: {} bytes to {}]", bytes.len(), path.display());
     Ok(())
 }

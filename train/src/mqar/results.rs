@@ -183,11 +183,7 @@ pub fn save_results(args: &MqarArgs, runs: &[RunRecord]) -> Result<(), String> {
 }
 
 pub(super) fn write_atomic(path: &std::path::Path, text: &str) -> Result<(), String> {
-    let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
-    let tmp = PathBuf::from(tmp);
-    std::fs::write(&tmp, text).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, path).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    loglinear_converter::output_file::write_atomic(path, text.as_bytes()).map_err(|e| e.to_string())
 }
 
 /// Mean and (population) standard deviation.

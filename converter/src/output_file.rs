@@ -1,0 +1,285 @@
+//! Every file the host tools write goes through [`write_atomic`]: a temporary file in the same
+//! folder, written in full, synced, then renamed over the target. A failed write (a full disk,
+//! a path under a regular file, an interrupted process) leaves the previous file as it was.
+//! [`refuse_input_as_output`] stops a command from writing over one of its own inputs, however
+//! the two paths are spelled.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+/// Why an output file was not written. Every variant names the path the user gave.
+#[derive(Debug, thiserror::Error)]
+pub enum OutputFileError {
+    /// The output's folder does not exist, is not a folder, or does not take a new file.
+    #[error("cannot write {path}: its folder {} does not take a new file ({source})", folder.display(), path = path.display())]
+    Folder {
+        /// The output path.
+        path: PathBuf,
+        /// Its folder.
+        folder: PathBuf,
+        /// What the system said.
+        source: std::io::Error,
+    },
+    /// Writing or syncing the temporary file failed (the output is untouched).
+    #[error("cannot write {}: {source} (the file is unchanged)", path.display())]
+    Write {
+        /// The output path.
+        path: PathBuf,
+        /// What the system said.
+        source: std::io::Error,
+    },
+    /// The finished temporary file could not replace the output (the output is untouched).
+    #[error("cannot replace {}: {source} (the file is unchanged)", path.display())]
+    Replace {
+        /// The output path.
+        path: PathBuf,
+        /// What the system said.
+        source: std::io::Error,
+    },
+    /// The output is one of the command's inputs.
+    #[error("the output {} is the input {}: give another output path", output.display(), input.display())]
+    OutputIsInput {
+        /// The output path as given.
+        output: PathBuf,
+        /// The input path as given.
+        input: PathBuf,
+    },
+}
+
+/// Writes `path` with what `fill` writes: into a temporary file in `path`'s folder, synced to
+/// disk, then renamed over `path` and the folder synced. Nothing replaces `path` unless every
+/// step succeeds.
+pub fn write_atomic_with(
+    path: &Path,
+    fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> Result<(), OutputFileError> {
+    let folder = folder_of(path);
+    let mut tmp = tempfile::Builder::new()
+        .prefix(".loglinear-")
+        .suffix(".tmp")
+        .tempfile_in(&folder)
+        .map_err(|source| OutputFileError::Folder {
+            path: path.to_path_buf(),
+            folder: folder.clone(),
+            source,
+        })?;
+    let write_err = |source| OutputFileError::Write {
+        path: path.to_path_buf(),
+        source,
+    };
+    {
+        let mut w = std::io::BufWriter::new(tmp.as_file_mut());
+        fill(&mut w).map_err(write_err)?;
+        w.flush().map_err(write_err)?;
+    }
+    tmp.as_file().sync_all().map_err(write_err)?;
+    persist(tmp, path, &folder)
+}
+
+/// [`write_atomic_with`] for a library that writes to a path of its own (an image encoder):
+/// `fill` writes the file at the temporary path it is given, which ends as `path` does (the
+/// library may choose its format by the extension). `fill`'s error stops the write and leaves
+/// `path` as it was.
+pub fn write_atomic_via<E: From<OutputFileError>>(
+    path: &Path,
+    fill: impl FnOnce(&Path) -> Result<(), E>,
+) -> Result<(), E> {
+    let folder = folder_of(path);
+    let suffix = path
+        .extension()
+        .map(|e| format!(".{}", e.to_string_lossy()))
+        .unwrap_or_default();
+    let tmp = tempfile::Builder::new()
+        .prefix(".loglinear-")
+        .suffix(&suffix)
+        .tempfile_in(&folder)
+        .map_err(|source| OutputFileError::Folder {
+            path: path.to_path_buf(),
+            folder: folder.clone(),
+            source,
+        })?;
+    fill(tmp.path())?;
+    let synced = std::fs::File::open(tmp.path()).and_then(|f| f.sync_all());
+    synced.map_err(|source| OutputFileError::Write {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    persist(tmp, path, &folder)?;
+    Ok(())
+}
+
+/// The folder a new file at `path` goes into.
+fn folder_of(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// Renames the finished temporary file over `path` and syncs the folder: the rename is durable
+/// once the folder is synced. Not every system can sync a folder, and the file itself is
+/// complete either way.
+fn persist(
+    tmp: tempfile::NamedTempFile,
+    path: &Path,
+    folder: &Path,
+) -> Result<(), OutputFileError> {
+    tmp.persist(path).map_err(|e| OutputFileError::Replace {
+        path: path.to_path_buf(),
+        source: e.error,
+    })?;
+    if let Ok(d) = std::fs::File::open(folder) {
+        let _ = d.sync_all();
+    }
+    Ok(())
+}
+
+/// [`write_atomic_with`] for bytes already in memory.
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), OutputFileError> {
+    write_atomic_with(path, |w| w.write_all(bytes))
+}
+
+/// Refuses `output` when it is the same file as one of `inputs`: the same path by another
+/// spelling (`dir/../file`), a symbolic link or a hard link. An input that is a folder (a
+/// checkpoint) counts as all the files directly in it. Inputs that do not exist and an output
+/// that does not exist yet cannot be the same file.
+pub fn refuse_input_as_output(output: &Path, inputs: &[&Path]) -> Result<(), OutputFileError> {
+    for input in inputs {
+        if same_file::is_same_file(output, input).unwrap_or(false) {
+            return Err(OutputFileError::OutputIsInput {
+                output: output.to_path_buf(),
+                input: input.to_path_buf(),
+            });
+        }
+        // A checkpoint input is a folder: writing inside it is writing over it.
+        if input.is_dir() {
+            let inside = output
+                .parent()
+                .is_some_and(|p| same_file::is_same_file(p, input).unwrap_or(false));
+            let name_taken = output
+                .file_name()
+                .is_some_and(|n| input.join(n).exists() && inside);
+            if name_taken {
+                return Err(OutputFileError::OutputIsInput {
+                    output: output.to_path_buf(),
+                    input: input.join(output.file_name().unwrap_or_default()),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn folder(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!(
+            "loglinear-output-file-{name}-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn leftovers(d: &Path) -> Vec<String> {
+        std::fs::read_dir(d)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.ends_with(".tmp"))
+            .collect()
+    }
+
+    #[test]
+    fn replaces_the_file_whole_and_leaves_no_temporary() {
+        let d = folder("replace");
+        let out = d.join("out.bin");
+        std::fs::write(&out, b"old").unwrap();
+        write_atomic(&out, b"new contents").unwrap();
+        assert_eq!(std::fs::read(&out).unwrap(), b"new contents");
+        assert!(leftovers(&d).is_empty());
+    }
+
+    #[test]
+    fn a_failed_write_keeps_the_previous_file() {
+        let d = folder("failed");
+        let out = d.join("out.bin");
+        std::fs::write(&out, b"old").unwrap();
+        let err = write_atomic_with(&out, |w| {
+            w.write_all(b"half")?;
+            Err(std::io::Error::other("disk full"))
+        })
+        .unwrap_err();
+        assert!(matches!(err, OutputFileError::Write { .. }), "{err}");
+        assert!(err.to_string().contains("out.bin"), "{err}");
+        assert_eq!(std::fs::read(&out).unwrap(), b"old");
+        assert!(leftovers(&d).is_empty());
+    }
+
+    #[test]
+    fn a_path_writer_gets_a_temporary_path_with_the_same_extension() {
+        let d = folder("via");
+        let out = d.join("chart.png");
+        std::fs::write(&out, b"old").unwrap();
+        write_atomic_via(&out, |tmp: &Path| -> Result<(), OutputFileError> {
+            assert_eq!(tmp.extension().unwrap(), "png");
+            assert_ne!(tmp, out);
+            std::fs::write(tmp, b"new").unwrap();
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(std::fs::read(&out).unwrap(), b"new");
+        let failed = write_atomic_via(&out, |tmp: &Path| {
+            std::fs::write(tmp, b"half").unwrap();
+            Err(OutputFileError::Write {
+                path: out.clone(),
+                source: std::io::Error::other("encoder failed"),
+            })
+        });
+        assert!(failed.is_err());
+        assert_eq!(std::fs::read(&out).unwrap(), b"new");
+        let left: Vec<_> = std::fs::read_dir(&d).unwrap().collect();
+        assert_eq!(left.len(), 1, "{left:?}");
+    }
+
+    #[test]
+    fn a_path_under_a_regular_file_is_named() {
+        let d = folder("under-file");
+        let file = d.join("plain.txt");
+        std::fs::write(&file, b"keep").unwrap();
+        let err = write_atomic(&file.join("out.bin"), b"x").unwrap_err();
+        assert!(matches!(err, OutputFileError::Folder { .. }), "{err}");
+        assert!(err.to_string().contains("plain.txt"), "{err}");
+        assert_eq!(std::fs::read(&file).unwrap(), b"keep");
+    }
+
+    #[test]
+    fn the_input_by_any_spelling_is_refused() {
+        let d = folder("same");
+        std::fs::create_dir_all(d.join("sub")).unwrap();
+        let input = d.join("model.gguf");
+        std::fs::write(&input, b"model").unwrap();
+        let other = d.join("sub").join("..").join("model.gguf");
+        assert!(refuse_input_as_output(&other, &[&input]).is_err());
+        #[cfg(unix)]
+        {
+            let link = d.join("link.gguf");
+            std::os::unix::fs::symlink(&input, &link).unwrap();
+            assert!(refuse_input_as_output(&link, &[&input]).is_err());
+        }
+        let hard = d.join("hard.gguf");
+        std::fs::hard_link(&input, &hard).unwrap();
+        assert!(refuse_input_as_output(&hard, &[&input]).is_err());
+        // A new path, or another existing file, is fine.
+        assert!(refuse_input_as_output(&d.join("new.gguf"), &[&input]).is_ok());
+        std::fs::write(d.join("else.gguf"), b"x").unwrap();
+        assert!(refuse_input_as_output(&d.join("else.gguf"), &[&input]).is_ok());
+        // A file of an input folder is that input's.
+        std::fs::write(d.join("sub").join("model.safetensors"), b"w").unwrap();
+        let inside = d.join("sub").join("model.safetensors");
+        assert!(refuse_input_as_output(&inside, &[&d.join("sub")]).is_err());
+        assert_eq!(std::fs::read(&input).unwrap(), b"model");
+    }
+}
