@@ -60,15 +60,17 @@ impl ActivationsArg {
 /// Sampling settings shared by `generate` and `serial`.
 #[derive(clap::Args, Clone, Copy, Debug)]
 struct SamplingArgs {
-    /// 0 = greedy.
-    #[arg(long, default_value_t = 0.8)]
+    /// Softmax temperature, a number ≥ 0; 0 picks the most likely token (greedy).
+    #[arg(long, default_value_t = 0.8, value_parser = parse_temperature)]
     temperature: f32,
-    /// 0 = no top-k cut.
-    #[arg(long, default_value_t = 0)]
-    top_k: usize,
-    /// 1 = no nucleus cut.
-    #[arg(long, default_value_t = 1.0)]
+    /// Sample only among the K most likely tokens, K ≥ 1 (default: no cut).
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..))]
+    top_k: Option<u32>,
+    /// Sample only among the most likely tokens whose probabilities add up to P, in (0, 1];
+    /// 1 keeps every token.
+    #[arg(long, value_name = "P", default_value_t = 1.0, value_parser = parse_top_p)]
     top_p: f32,
+    /// Seed of the sampler's random numbers.
     #[arg(long, default_value_t = 0)]
     seed: u64,
 }
@@ -77,10 +79,31 @@ impl SamplingArgs {
     fn config(&self) -> SamplerConfig {
         SamplerConfig {
             temperature: self.temperature,
-            top_k: self.top_k,
+            // The sampler's and the serial protocol's "no cut".
+            top_k: self.top_k.map_or(0, |k| k as usize),
             top_p: self.top_p,
             seed: self.seed,
         }
+    }
+}
+
+/// `--temperature`: a finite number ≥ 0.
+fn parse_temperature(s: &str) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(t) if t.is_finite() && t >= 0.0 => Ok(t),
+        _ => Err(format!(
+            "{s} is not a temperature: give a number ≥ 0 (0 = greedy)"
+        )),
+    }
+}
+
+/// `--top-p`: a number in (0, 1].
+fn parse_top_p(s: &str) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(p) if p > 0.0 && p <= 1.0 => Ok(p),
+        _ => Err(format!(
+            "{s} is not a top-p: give a number above 0 and at most 1"
+        )),
     }
 }
 

@@ -59,7 +59,7 @@ fn gen_params(args: &SerialArgs) -> Res<String> {
         "n={} temperature={} top_k={} top_p={} seed={}",
         args.tokens,
         args.sampling.temperature,
-        args.sampling.top_k,
+        args.sampling.config().top_k,
         args.sampling.top_p,
         args.sampling.seed,
     );
