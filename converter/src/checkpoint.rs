@@ -55,7 +55,11 @@ impl TensorStore {
         })?;
         let mut store = TensorStore::default();
         let mut keys = HashMap::new();
-        for (key, view) in st.tensors() {
+        // In name order: safetensors lists tensors in hash order, and the first refused key
+        // must be the same on every run.
+        let mut tensors = st.tensors();
+        tensors.sort_by(|a, b| a.0.cmp(&b.0));
+        for (key, view) in tensors {
             let Some(name) = name_of(&key)? else { continue };
             let data = to_f32(&key, view.dtype(), view.data())?;
             let shape = view.shape();
@@ -201,5 +205,52 @@ impl Checkpoint {
             };
             ImportError::Tensor { key, error }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config_json() -> Vec<u8> {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/ll-gdn-mcu/config.json");
+        std::fs::read(path).unwrap()
+    }
+
+    #[test]
+    fn the_refused_key_is_the_same_on_every_run_and_named_in_user_terms() {
+        let data = [0u8; 4];
+        let keys: Vec<String> = (0..24)
+            .map(|i| format!("stray.{:02}.weight", 23 - i))
+            .collect();
+        let views: Vec<_> = keys
+            .iter()
+            .map(|k| {
+                let v = safetensors::tensor::TensorView::new(Dtype::F32, vec![1], &data).unwrap();
+                (k.clone(), v)
+            })
+            .collect();
+        let bytes = safetensors::serialize(views, None).unwrap();
+        for _ in 0..16 {
+            let err = Checkpoint::from_bytes(&config_json(), &bytes).unwrap_err();
+            let msg = err.to_string();
+            assert_eq!(
+                msg, "unexpected tensor `stray.00.weight` for model_type h_gated_deltanet",
+                "{msg}"
+            );
+        }
+    }
+
+    #[test]
+    fn each_layout_is_named_by_its_model_type() {
+        for layout in [
+            Layout::Hattention,
+            Layout::FlaLogLinearMamba2,
+            Layout::Mamba2Mlp,
+            Layout::HGatedDeltaNet,
+            Layout::GatedDeltaNet,
+        ] {
+            assert_eq!(Layout::from_model_type(layout.model_type()), Some(layout));
+        }
     }
 }

@@ -44,7 +44,7 @@ pub enum ImportError {
         message: String,
     },
     /// A key that this layout does not have.
-    #[error("unexpected tensor `{key}` for layout {layout:?}")]
+    #[error("unexpected tensor `{key}` for model_type {}", layout.model_type())]
     UnknownKey {
         /// The key.
         key: String,

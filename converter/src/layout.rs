@@ -30,6 +30,17 @@ impl Layout {
         })
     }
 
+    /// The `model_type` of `config.json` that names this layout (the first of its spellings).
+    pub fn model_type(self) -> &'static str {
+        match self {
+            Layout::Hattention => "hattention",
+            Layout::FlaLogLinearMamba2 => "log_linear_mamba2",
+            Layout::Mamba2Mlp => "mamba2mlp",
+            Layout::HGatedDeltaNet => "h_gated_deltanet",
+            Layout::GatedDeltaNet => "gated_deltanet",
+        }
+    }
+
     /// The architecture this layout holds.
     pub fn arch(self) -> Arch {
         match self {
