@@ -153,6 +153,23 @@ fn hostile_model_files_give_typed_errors() {
         matches!(e, Some(ModelFileError::Model(ModelError::ShapeMismatch { name, .. })) if name.role == Role::MlpGate),
         "{e:?}"
     );
+    // A missing key is named with the file's architecture prefix.
+    let mut b = good.clone();
+    let key = b"loglinear_mamba2.feed_forward_length";
+    let p = b.windows(key.len()).position(|w| w == key).unwrap();
+    b[p + key.len() - 1] = b'X';
+    let e = parse(&b).unwrap();
+    assert_eq!(
+        e,
+        ModelFileError::MissingKey {
+            arch: "loglinear_mamba2",
+            key: "feed_forward_length"
+        }
+    );
+    assert_eq!(
+        e.to_string(),
+        "metadata key loglinear_mamba2.feed_forward_length is missing"
+    );
     // An unknown architecture, a truncated file, a wrong version.
     let mut b = good.clone();
     let p = b

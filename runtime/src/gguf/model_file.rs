@@ -15,8 +15,13 @@ pub enum ModelFileError {
     Gguf(GgufError),
     /// `general.architecture` is missing or names no supported model.
     UnknownArchitecture,
-    /// A required metadata key (under the architecture prefix) is missing.
-    MissingKey(&'static str),
+    /// A required metadata key under the architecture prefix is missing.
+    MissingKey {
+        /// The architecture prefix (`general.architecture`).
+        arch: &'static str,
+        /// The key after the prefix.
+        key: &'static str,
+    },
     /// A metadata key has the wrong type or an unusable value.
     BadValue(&'static str),
     /// The capacity policy is not one this runtime implements.
@@ -41,7 +46,9 @@ impl core::fmt::Display for ModelFileError {
             ModelFileError::UnknownArchitecture => {
                 write!(f, "general.architecture is missing or unsupported")
             }
-            ModelFileError::MissingKey(k) => write!(f, "metadata key {{arch}}.{k} is missing"),
+            ModelFileError::MissingKey { arch, key } => {
+                write!(f, "metadata key {arch}.{key} is missing")
+            }
             ModelFileError::BadValue(k) => write!(f, "metadata key {k} has a wrong type or value"),
             ModelFileError::UnsupportedCapacityPolicy => write!(f, "unsupported capacity_policy"),
             ModelFileError::UnexpectedTensor(i) => {
@@ -90,7 +97,10 @@ impl<'a> GgufModel<'a> {
         let prefix = names::arch_name(arch);
         let get = |k: &'static str| {
             file.get_prefixed(prefix, k)
-                .ok_or(ModelFileError::MissingKey(k))
+                .ok_or(ModelFileError::MissingKey {
+                    arch: prefix,
+                    key: k,
+                })
         };
         let dim = |k: &'static str| -> Result<usize, ModelFileError> {
             get(k)?
