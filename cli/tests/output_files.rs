@@ -68,11 +68,28 @@ fn an_output_that_is_an_input_is_refused_by_any_spelling() {
         .arg(&text)
         .arg("--eval-text")
         .arg(&text)
+        .args(["--type", "q8_0"])
         .output()
         .unwrap();
     assert!(!out.status.success());
     assert!(stderr(&out).contains("is the input"), "{}", stderr(&out));
     assert_eq!(std::fs::read(&text).unwrap(), b"To be, or not to be");
+}
+
+#[test]
+fn quantize_without_a_type_is_refused_and_writes_nothing() {
+    let d = folder("no-type");
+    let out = Command::new(env!("CARGO_BIN_EXE_loglinear"))
+        .arg("quantize")
+        .arg(d.join("model.gguf"))
+        .arg("-o")
+        .arg(d.join("out.gguf"))
+        .arg("--no-eval")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("--type"), "{}", stderr(&out));
+    assert!(!d.join("out.gguf").exists());
 }
 
 #[test]

@@ -49,8 +49,9 @@ const BUILTIN_EVAL_TEXT: &str = include_str!("eval_text.txt");
 pub(crate) struct TypeArgs {
     /// Storage type of the weight matrices (projections, MLP, embedding, LM head):
     /// f32, f16, q8_0 or q4_0. Norms, A_log, dt_bias, D, L and conv weights stay f32.
-    #[arg(long = "type", value_parser = parse_dtype, default_value = "f32")]
-    matrix_type: DType,
+    /// `convert` defaults to f32; `quantize` needs it.
+    #[arg(long = "type", value_name = "TYPE", value_parser = parse_dtype)]
+    matrix_type: Option<DType>,
     /// Per-tensor type, PATTERN=TYPE (repeatable, last match wins): PATTERN is searched in the
     /// GGUF tensor name, `*` matching anything, e.g. `output.weight=q8_0`, `blk.0.*=f16`.
     #[arg(long = "tensor-type", value_name = "PATTERN=TYPE")]
@@ -206,7 +207,7 @@ pub(crate) fn convert(args: ConvertArgs) -> Res {
     });
     let opts = ExportOptions {
         name,
-        matrix_type: types.matrix_type,
+        matrix_type: types.matrix_type.unwrap_or(DType::F32),
         overrides: types.tensor_type,
     };
     let n = expected_tensors(&ckpt.config).len();
@@ -236,6 +237,9 @@ pub(crate) fn quantize(args: QuantizeArgs) -> Res {
         quality,
     } = args;
     let (input, output, quality) = (&input, &output, &quality);
+    let matrix_type = types.matrix_type.ok_or(
+        "quantize needs --type: the storage type of the weight matrices (f32, f16, q8_0 or q4_0)",
+    )?;
     refuse_inputs_as_output(output, input, quality)?;
     let bytes = AlignedBytes::read(input)?;
     let src = IndexedGguf::parse(bytes.as_bytes()).map_err(|error| LoadError::ModelFile {
@@ -250,7 +254,7 @@ pub(crate) fn quantize(args: QuantizeArgs) -> Res {
     });
     let opts = ExportOptions {
         name,
-        matrix_type: types.matrix_type,
+        matrix_type,
         overrides: types.tensor_type,
     };
     let config = *src.config();
