@@ -188,7 +188,13 @@ impl Checkpoint {
             store,
             vocabulary: (config.vocab_size == 256).then_some(Vocabulary::Bytes),
         };
-        ckpt.model()?;
+        let model = ckpt.model()?;
+        if let Some((name, index)) = model.first_non_finite() {
+            let key = layout.key(name).unwrap_or_else(|| {
+                loglinear_runtime::gguf::names::tensor_suffix(name.role).to_string()
+            });
+            return Err(ImportError::NonFinite { key, index });
+        }
         Ok(ckpt)
     }
 
@@ -239,6 +245,43 @@ mod tests {
                 "{msg}"
             );
         }
+    }
+
+    #[test]
+    fn a_nan_or_infinite_weight_is_refused_with_its_key() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/ll-gdn-mcu");
+        let bytes = std::fs::read(dir.join("model.safetensors")).unwrap();
+        let st = SafeTensors::deserialize(&bytes).unwrap();
+        let mut tensors: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = st
+            .tensors()
+            .into_iter()
+            .map(|(k, v)| (k, v.dtype(), v.shape().to_vec(), v.data().to_vec()))
+            .collect();
+        tensors.sort_by(|a, b| a.0.cmp(&b.0));
+        let victim = tensors
+            .iter()
+            .position(|t| t.0.ends_with("mlp.down_proj.weight") && t.1 == Dtype::F32)
+            .unwrap();
+        for value in [f32::NAN, f32::INFINITY] {
+            let mut damaged = tensors.clone();
+            damaged[victim].3[20..24].copy_from_slice(&value.to_le_bytes());
+            let views: Vec<_> = damaged
+                .iter()
+                .map(|(k, d, shape, data)| {
+                    let v = safetensors::tensor::TensorView::new(*d, shape.clone(), data);
+                    (k.clone(), v.unwrap())
+                })
+                .collect();
+            let out = safetensors::serialize(views, None).unwrap();
+            let err = Checkpoint::from_bytes(&config_json(), &out).unwrap_err();
+            match &err {
+                ImportError::NonFinite { key, index } => {
+                    assert_eq!((key.as_str(), *index), (tensors[victim].0.as_str(), 5))
+                }
+                other => panic!("{other}"),
+            }
+        }
+        assert!(Checkpoint::from_bytes(&config_json(), &bytes).is_ok());
     }
 
     #[test]

@@ -43,6 +43,14 @@ pub enum ImportError {
         /// The parser's message.
         message: String,
     },
+    /// A weight is NaN or infinite: a model that would only ever decode garbage.
+    #[error("tensor `{key}` holds a NaN or an infinity (element {index}); the checkpoint is damaged or diverged in training")]
+    NonFinite {
+        /// The key.
+        key: String,
+        /// The element's index in the tensor.
+        index: usize,
+    },
     /// A key that this layout does not have.
     #[error("unexpected tensor `{key}` for model_type {}", layout.model_type())]
     UnknownKey {

@@ -47,6 +47,18 @@ pub enum LoadError {
         /// What it has instead.
         found: String,
     },
+    /// A weight is NaN or infinite.
+    #[error(
+        "{path}: tensor {tensor} holds a NaN or an infinity (element {index}); the file is damaged"
+    )]
+    NonFinite {
+        /// The file.
+        path: PathBuf,
+        /// The tensor's name in the file.
+        tensor: String,
+        /// The element's index in the tensor.
+        index: usize,
+    },
     /// The weights do not make a model (only for sources that were not checked on load).
     #[error("{path}: {error}")]
     Model {
@@ -127,6 +139,22 @@ impl<'a> IndexedGguf<'a> {
     pub fn model(&self) -> Result<Model<'_>, ModelError> {
         Model::new(*self.config(), self)
     }
+
+    /// Fails, naming the tensor, if a weight is NaN or infinite (`path` is for the message).
+    pub fn refuse_non_finite(&self, path: &Path) -> Result<(), LoadError> {
+        let model = self.model().map_err(|error| LoadError::Model {
+            path: path.to_path_buf(),
+            error,
+        })?;
+        match model.first_non_finite() {
+            Some((name, index)) => Err(LoadError::NonFinite {
+                path: path.to_path_buf(),
+                tensor: crate::export::gguf_name(name),
+                index,
+            }),
+            None => Ok(()),
+        }
+    }
 }
 
 impl WeightSource for IndexedGguf<'_> {
@@ -168,10 +196,12 @@ impl ModelSource {
                 })
         } else {
             let bytes = AlignedBytes::read(path)?;
-            IndexedGguf::parse(bytes.as_bytes()).map_err(|error| LoadError::ModelFile {
-                path: path.to_path_buf(),
-                error,
-            })?;
+            let file =
+                IndexedGguf::parse(bytes.as_bytes()).map_err(|error| LoadError::ModelFile {
+                    path: path.to_path_buf(),
+                    error,
+                })?;
+            file.refuse_non_finite(path)?;
             Ok(ModelSource::Gguf(bytes))
         }
     }
@@ -234,7 +264,7 @@ impl ModelSource {
     /// A short description: "GGUF file" or "checkpoint (layout)".
     pub fn kind(&self) -> String {
         match self {
-            ModelSource::Checkpoint(c) => format!("checkpoint ({:?} layout)", c.layout),
+            ModelSource::Checkpoint(c) => format!("checkpoint ({} layout)", c.layout.model_type()),
             ModelSource::Gguf(_) => "GGUF model file".to_string(),
         }
     }

@@ -86,6 +86,17 @@ impl<'w> Model<'w> {
         Ok(model)
     }
 
+    /// The first tensor holding a NaN or an infinity, with that element's index. Not part of
+    /// [`Model::new`]: it reads every weight, which a board should not do at each boot; the
+    /// host tools check it once when they open a model, since the decoder would turn such a
+    /// weight into garbage text without a word.
+    pub fn first_non_finite(&self) -> Option<(TensorName, usize)> {
+        self.config.tensor_names().find_map(|name| {
+            let view = self.source.tensor(name)?;
+            view.data.first_non_finite().map(|i| (name, i))
+        })
+    }
+
     /// The config.
     pub fn config(&self) -> &ModelConfig {
         &self.config

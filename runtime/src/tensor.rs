@@ -224,6 +224,18 @@ impl TensorData<'_> {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// The index of the first element that is NaN or infinite, or `None`. For a quantized
+    /// tensor it is the first element of the first block whose scale is (the quants are
+    /// integers).
+    pub fn first_non_finite(&self) -> Option<usize> {
+        match self {
+            TensorData::F32(d) => d.iter().position(|v| !v.is_finite()),
+            TensorData::F16(d) => d.iter().position(|v| !v.is_finite()),
+            TensorData::Q8_0(d) => d.iter().position(|b| !b.d.is_finite()).map(|i| i * QK),
+            TensorData::Q4_0(d) => d.iter().position(|b| !b.d.is_finite()).map(|i| i * QK),
+        }
+    }
 }
 
 /// A 2-D view: `rows × cols`. Vectors are one row (`1 × n`, as ggml's 1-D tensors); a

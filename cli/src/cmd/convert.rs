@@ -246,6 +246,7 @@ pub(crate) fn quantize(args: QuantizeArgs) -> Res {
         path: input.to_path_buf(),
         error,
     })?;
+    src.refuse_non_finite(input)?;
     let name = types.name.or_else(|| {
         src.gguf()
             .file()

@@ -1,0 +1,62 @@
+//! A model whose weights hold a NaN or an infinity is refused, naming the tensor, by every
+//! command that opens it, instead of decoding garbage and exiting 0; `convert` and `quantize`
+//! never copy such a weight into a new file.
+
+use loglinear_converter::model_source::AlignedBytes;
+use loglinear_runtime::gguf::GgufFile;
+use loglinear_runtime::DType;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn loglinear(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_loglinear"))
+        .current_dir(repo())
+        .args(args)
+        .output()
+        .expect("run loglinear")
+}
+
+/// The test-sized model with `value` written over one element of its first f32 tensor;
+/// returns the file and that tensor's name.
+fn damaged_model(dir: &Path, value: f32) -> (PathBuf, String) {
+    let bytes = std::fs::read(repo().join("models/tiny-ll-gdn-microbit-q8_0.gguf")).unwrap();
+    let aligned = AlignedBytes::from_slice(&bytes);
+    let file = GgufFile::parse(aligned.as_bytes()).unwrap();
+    let t = file.tensors().find(|t| t.dtype == DType::F32).unwrap();
+    let at = t.data.as_ptr() as usize - aligned.as_bytes().as_ptr() as usize + 4 * 3;
+    let mut damaged = bytes.clone();
+    damaged[at..at + 4].copy_from_slice(&value.to_le_bytes());
+    let path = dir.join(format!("damaged-{value}.gguf"));
+    std::fs::write(&path, damaged).unwrap();
+    (path, t.name.to_string())
+}
+
+#[test]
+fn nan_and_infinite_weights_are_refused_by_name() {
+    let dir = std::env::temp_dir().join(format!("loglinear-non-finite-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for value in [f32::NAN, f32::INFINITY, f32::NEG_INFINITY] {
+        let (model, tensor) = damaged_model(&dir, value);
+        let model = model.to_str().unwrap();
+        let out_file = dir.join("out.gguf");
+        let out = out_file.to_str().unwrap();
+        for args in [
+            &["generate", "--model", model, "-n", "4"][..],
+            &["quantize", model, "-o", out, "--type", "q8_0", "--no-eval"][..],
+        ] {
+            let run = loglinear(args);
+            let err = String::from_utf8_lossy(&run.stderr);
+            assert!(!run.status.success(), "{args:?} accepted a {value} weight");
+            assert!(
+                err.contains(&tensor) && err.contains("NaN or an infinity (element 3)"),
+                "{args:?}: {err}"
+            );
+            assert!(run.stdout.is_empty(), "{args:?} generated: {err}");
+            assert!(!out_file.exists(), "{args:?} wrote a file");
+        }
+    }
+}
