@@ -33,10 +33,20 @@ struct Cli {
     command: Command,
 }
 
-#[derive(Clone, Copy, ValueEnum)]
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum StateDtype {
     F32,
     F16,
+}
+
+impl StateDtype {
+    /// The name `--state` takes.
+    fn name(self) -> &'static str {
+        match self {
+            StateDtype::F32 => "f32",
+            StateDtype::F16 => "f16",
+        }
+    }
 }
 
 /// `--activations`: how matvecs with quantized weights treat their input.

@@ -20,7 +20,7 @@ fn serial(args: &[&str]) -> (bool, String) {
 fn values_the_board_would_refuse_are_named_before_the_port_is_opened() {
     for (args, named) in [
         (&["--temperature", "0.00012345678"][..], "temperature"),
-        (&["--top-p", "1.5"][..], "top_p"),
+        (&["--top-p", "0.00012345678"][..], "top_p"),
         (&["-n", "5000"][..], "bad value for n"),
     ] {
         let (ok, stderr) = serial(args);

@@ -10,8 +10,24 @@ use std::path::{Path, PathBuf};
 /// Why an output file was not written. Every variant names the path the user gave.
 #[derive(Debug, thiserror::Error)]
 pub enum OutputFileError {
-    /// The output's folder does not exist, is not a folder, or does not take a new file.
-    #[error("cannot write {path}: its folder {} does not take a new file ({source})", folder.display(), path = path.display())]
+    /// The output's folder does not exist.
+    #[error("cannot write {}: no such folder {}", path.display(), folder.display())]
+    NoFolder {
+        /// The output path.
+        path: PathBuf,
+        /// Its folder.
+        folder: PathBuf,
+    },
+    /// The output's folder is a file.
+    #[error("cannot write {}: {} is a file, not a folder", path.display(), folder.display())]
+    NotAFolder {
+        /// The output path.
+        path: PathBuf,
+        /// Its would-be folder.
+        folder: PathBuf,
+    },
+    /// The output's folder does not take a new file (permissions, a read-only or full disk).
+    #[error("cannot write {}: its folder {} does not take a new file ({})", path.display(), folder.display(), source.kind())]
     Folder {
         /// The output path.
         path: PathBuf,
@@ -36,6 +52,12 @@ pub enum OutputFileError {
         /// What the system said.
         source: std::io::Error,
     },
+    /// The output path is a folder.
+    #[error("cannot write {}: it is a folder; give a file path", path.display())]
+    IsFolder {
+        /// The output path.
+        path: PathBuf,
+    },
     /// The output is one of the command's inputs.
     #[error("the output {} is the input {}: give another output path", output.display(), input.display())]
     OutputIsInput {
@@ -54,15 +76,7 @@ pub fn write_atomic_with(
     fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
 ) -> Result<(), OutputFileError> {
     let folder = folder_of(path);
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".loglinear-")
-        .suffix(".tmp")
-        .tempfile_in(&folder)
-        .map_err(|source| OutputFileError::Folder {
-            path: path.to_path_buf(),
-            folder: folder.clone(),
-            source,
-        })?;
+    let mut tmp = temporary_in(&folder, path, ".tmp")?;
     let write_err = |source| OutputFileError::Write {
         path: path.to_path_buf(),
         source,
@@ -89,15 +103,7 @@ pub fn write_atomic_via<E: From<OutputFileError>>(
         .extension()
         .map(|e| format!(".{}", e.to_string_lossy()))
         .unwrap_or_default();
-    let tmp = tempfile::Builder::new()
-        .prefix(".loglinear-")
-        .suffix(&suffix)
-        .tempfile_in(&folder)
-        .map_err(|source| OutputFileError::Folder {
-            path: path.to_path_buf(),
-            folder: folder.clone(),
-            source,
-        })?;
+    let tmp = temporary_in(&folder, path, &suffix)?;
     fill(tmp.path())?;
     let synced = std::fs::File::open(tmp.path()).and_then(|f| f.sync_all());
     synced.map_err(|source| OutputFileError::Write {
@@ -106,6 +112,34 @@ pub fn write_atomic_via<E: From<OutputFileError>>(
     })?;
     persist(tmp, path, &folder)?;
     Ok(())
+}
+
+/// A temporary file in `path`'s folder, or why the folder does not take one.
+fn temporary_in(
+    folder: &Path,
+    path: &Path,
+    suffix: &str,
+) -> Result<tempfile::NamedTempFile, OutputFileError> {
+    tempfile::Builder::new()
+        .prefix(".loglinear-")
+        .suffix(suffix)
+        .tempfile_in(folder)
+        .map_err(|source| {
+            let (path, folder) = (path.to_path_buf(), folder.to_path_buf());
+            // The first existing ancestor tells a missing folder from one under a file.
+            match folder.ancestors().find(|a| a.exists()) {
+                Some(a) if a.is_file() => OutputFileError::NotAFolder {
+                    path,
+                    folder: a.to_path_buf(),
+                },
+                _ if !folder.exists() => OutputFileError::NoFolder { path, folder },
+                _ => OutputFileError::Folder {
+                    path,
+                    folder,
+                    source,
+                },
+            }
+        })
 }
 
 /// The folder a new file at `path` goes into.
@@ -132,6 +166,17 @@ fn persist(
         let _ = d.sync_all();
     }
     Ok(())
+}
+
+/// Checks, before any long work, that `path` can be written later: it is not a folder, and
+/// its folder takes a new file (one is created there and removed).
+pub fn check_writable(path: &Path) -> Result<(), OutputFileError> {
+    if path.is_dir() {
+        return Err(OutputFileError::IsFolder {
+            path: path.to_path_buf(),
+        });
+    }
+    temporary_in(&folder_of(path), path, ".tmp").map(drop)
 }
 
 /// [`write_atomic_with`] for bytes already in memory.
@@ -250,9 +295,24 @@ mod tests {
         let file = d.join("plain.txt");
         std::fs::write(&file, b"keep").unwrap();
         let err = write_atomic(&file.join("out.bin"), b"x").unwrap_err();
-        assert!(matches!(err, OutputFileError::Folder { .. }), "{err}");
-        assert!(err.to_string().contains("plain.txt"), "{err}");
+        assert!(matches!(err, OutputFileError::NotAFolder { .. }), "{err}");
+        assert!(err.to_string().contains("plain.txt is a file"), "{err}");
         assert_eq!(std::fs::read(&file).unwrap(), b"keep");
+    }
+
+    #[test]
+    fn writability_is_checked_without_leaving_a_file() {
+        let d = folder("check");
+        assert!(check_writable(&d.join("new.bin")).is_ok());
+        assert!(matches!(
+            check_writable(&d),
+            Err(OutputFileError::IsFolder { .. })
+        ));
+        let err = check_writable(&d.join("missing").join("new.bin")).unwrap_err();
+        assert!(matches!(err, OutputFileError::NoFolder { .. }), "{err}");
+        let want = format!("no such folder {}", d.join("missing").display());
+        assert!(err.to_string().ends_with(&want), "{err}");
+        assert_eq!(std::fs::read_dir(&d).unwrap().count(), 0);
     }
 
     #[test]

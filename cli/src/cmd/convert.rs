@@ -80,11 +80,12 @@ pub(crate) struct QualityArgs {
 }
 
 /// Refuses, before any work, an output that is the model input or the evaluation text by any
-/// spelling (writing it would destroy the input).
+/// spelling (writing it would destroy the input), or that cannot be written.
 fn refuse_inputs_as_output(output: &Path, model: &Path, quality: &QualityArgs) -> Res {
     let mut inputs = vec![model];
     inputs.extend(quality.eval_text.as_deref());
     loglinear_converter::output_file::refuse_input_as_output(output, &inputs)?;
+    loglinear_converter::output_file::check_writable(output)?;
     Ok(())
 }
 

@@ -85,22 +85,10 @@ fn parse_size(s: &str) -> Result<(u32, u32), String> {
     Ok((w, h))
 }
 
-/// Refuses, before a long evaluation, an output file whose folder does not exist.
-fn check_output_folder(path: &Path) -> Result<(), String> {
-    match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() && !dir.is_dir() => Err(format!(
-            "cannot write {}: no such folder {}",
-            path.display(),
-            dir.display()
-        )),
-        _ => Ok(()),
-    }
-}
-
 /// Runs `loglinear eval`.
 pub fn run(args: &EvalArgs) -> Res {
     if let Some(csv) = &args.per_position {
-        check_output_folder(csv)?;
+        loglinear_converter::output_file::check_writable(csv)?;
     }
     if let Some(png) = &args.plot {
         plot::check_png_path(png)?;

@@ -29,9 +29,9 @@ pub(crate) struct GenerateArgs {
     /// State levels (default: the model's: 15 log-linear, 1 plain).
     #[arg(long)]
     pub levels: Option<usize>,
-    /// State storage type.
-    #[arg(long, value_enum, default_value = "f32")]
-    pub state: StateDtype,
+    /// State storage type (default f32).
+    #[arg(long, value_enum)]
+    pub state: Option<StateDtype>,
     /// Inputs of quantized matvecs: f32, or Q8 through the integer kernels.
     #[arg(long, value_enum, default_value = "f32")]
     pub activations: ActivationsArg,
@@ -70,6 +70,9 @@ pub(crate) fn run(args: GenerateArgs) -> Res {
         save_snapshot,
         resume,
     } = args;
+    if let Some(path) = &save_snapshot {
+        loglinear_converter::output_file::check_writable(path)?;
+    }
     let source = ModelSource::open(&model)?;
     source.require_byte_tokenizer(&model)?;
     let prompt = prompt.replace("\\n", "\n");
@@ -78,7 +81,8 @@ pub(crate) fn run(args: GenerateArgs) -> Res {
         levels,
         activations: Some(activations.mode()),
     };
-    let mut state = state;
+    let args_state = state;
+    let mut state = state.unwrap_or(StateDtype::F32);
     let prefill = if gpu { Prefill::Gpu } else { prefill.into() };
     let mut snap = Snapshots {
         save: save_snapshot,
@@ -90,11 +94,23 @@ pub(crate) fn run(args: GenerateArgs) -> Res {
     }
     if let Some(path) = &resume {
         let (bytes, h) = snapshot_file::read(path)?;
-        cfg.levels = Some(h.levels);
-        state = match h.dtype {
+        let saved_state = match h.dtype {
             loglinear_runtime::snapshot::StateDtype::F32 => StateDtype::F32,
             loglinear_runtime::snapshot::StateDtype::F16 => StateDtype::F16,
         };
+        // The snapshot fixes both; a flag that says otherwise is a mistake, not a request.
+        if levels.is_some_and(|l| l != h.levels) || args_state.is_some_and(|s| s != saved_state) {
+            return Err(format!(
+                "{} holds a session with {} levels and {} state; --levels and --state must \
+                 match it or be left out",
+                path.display(),
+                h.levels,
+                saved_state.name()
+            )
+            .into());
+        }
+        cfg.levels = Some(h.levels);
+        state = saved_state;
         snap.resume = Some((path.clone(), bytes));
     }
     source.with_model(&model, |m| match state {

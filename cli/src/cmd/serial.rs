@@ -79,6 +79,9 @@ fn gen_params(args: &SerialArgs) -> Res<String> {
 /// Runs `loglinear serial`.
 pub fn run(args: &SerialArgs) -> Res {
     let gen = gen_params(args)?;
+    if let Some(path) = &args.snap {
+        loglinear_converter::output_file::check_writable(path)?;
+    }
     let (mut tx, rx, child): (Box<dyn Write>, Box<dyn Read>, Option<Child>) =
         match (&args.port, &args.qemu_board) {
             (Some(port), _) => {

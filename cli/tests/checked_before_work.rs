@@ -1,0 +1,109 @@
+//! Output paths and conflicting flags are refused before any work starts, naming what the
+//! user gave: nothing is generated, measured or converted first.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+const TINY: &str = "models/tiny-ll-gdn-microbit-q8_0.gguf";
+
+fn loglinear(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_loglinear"))
+        .current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".."))
+        .args(args)
+        .output()
+        .expect("run loglinear")
+}
+
+fn temp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!(
+        "loglinear-before-work-{name}-{}",
+        std::process::id()
+    ));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn unwritable_outputs_are_refused_before_any_work() {
+    let d = temp("outputs");
+    let missing = d.join("no-such-folder").join("out");
+    let missing = missing.to_str().unwrap();
+    let folder = d.to_str().unwrap();
+    for args in [
+        &[
+            "generate",
+            "--model",
+            TINY,
+            "-n",
+            "8",
+            "--save-snapshot",
+            missing,
+        ][..],
+        &[
+            "generate",
+            "--model",
+            TINY,
+            "-n",
+            "8",
+            "--save-snapshot",
+            folder,
+        ][..],
+        &["quantize", TINY, "-o", missing, "--type", "q8_0"][..],
+        &[
+            "eval",
+            TINY,
+            "--text",
+            "README.md",
+            "--per-position",
+            missing,
+        ][..],
+    ] {
+        let out = loglinear(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(out.stdout.is_empty(), "{args:?} worked first: {err}");
+        assert!(err.contains("cannot write"), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn resume_refuses_levels_or_state_that_contradict_the_snapshot() {
+    let d = temp("resume");
+    let snap = d.join("s.snap");
+    let snap = snap.to_str().unwrap();
+    let save = [
+        "generate", "--model", TINY, "-n", "4", "--levels", "3", "--state", "f16",
+    ];
+    let out = loglinear(&[&save[..], &["--save-snapshot", snap]].concat());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for extra in [&["--levels", "4"][..], &["--state", "f32"][..]] {
+        let args = [
+            &["generate", "--model", TINY, "-n", "4", "--resume", snap][..],
+            extra,
+        ]
+        .concat();
+        let out = loglinear(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{extra:?}");
+        assert!(err.contains("3 levels and f16 state"), "{extra:?}: {err}");
+    }
+    // Flags that agree with it, or none, resume.
+    for extra in [&["--levels", "3", "--state", "f16"][..], &[][..]] {
+        let args = [
+            &["generate", "--model", TINY, "-n", "4", "--resume", snap][..],
+            extra,
+        ]
+        .concat();
+        let out = loglinear(&args);
+        assert!(
+            out.status.success(),
+            "{extra:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
