@@ -107,3 +107,23 @@ fn resume_refuses_levels_or_state_that_contradict_the_snapshot() {
         );
     }
 }
+
+#[test]
+fn a_context_beyond_the_text_or_usize_is_refused_with_the_largest_that_fits() {
+    let len = std::fs::metadata(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
+        .unwrap()
+        .len();
+    for ctx in ["18446744073709551615", &len.to_string(), "0"] {
+        let out = loglinear(&["eval", TINY, "--text", "README.md", "--ctx", ctx]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "--ctx {ctx}");
+        assert!(out.stdout.is_empty(), "--ctx {ctx}: {err}");
+        let want = if ctx == "0" {
+            "--ctx must be positive".to_string()
+        } else {
+            format!("give --ctx {} or less", len - 1)
+        };
+        assert!(err.contains(&want), "--ctx {ctx}: {err}");
+        assert!(!err.contains("0 windows"), "--ctx {ctx}: {err}");
+    }
+}

@@ -14,7 +14,7 @@ use loglinear_runtime::Model;
 #[derive(Debug, thiserror::Error)]
 pub enum EvalError {
     /// The text is shorter than one window.
-    #[error("the text has {len} bytes, fewer than one window of {} (--ctx {ctx} + 1)", ctx + 1)]
+    #[error("the text has {len} bytes, fewer than one window (--ctx {ctx}, plus 1): give --ctx {} or less", len.saturating_sub(1))]
     TooShort {
         /// Bytes of text.
         len: usize,
