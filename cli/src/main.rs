@@ -11,6 +11,7 @@ macro_rules! outln {
 
 mod cmd;
 mod plot;
+mod prompt;
 mod snapshot_file;
 
 use cmd::{bench, eval as eval_cli};

@@ -127,3 +127,36 @@ fn a_context_beyond_the_text_or_usize_is_refused_with_the_largest_that_fits() {
         assert!(!err.contains("0 windows"), "--ctx {ctx}: {err}");
     }
 }
+
+#[test]
+fn prompt_escapes_give_the_bytes_they_name_and_bad_ones_are_refused() {
+    let greedy = |prompt: &str| {
+        loglinear(&[
+            "generate",
+            "--model",
+            TINY,
+            "-n",
+            "8",
+            "--temperature",
+            "0",
+            "--prompt",
+            prompt,
+        ])
+    };
+    let escaped = greedy(r"a\tb\x41\u{e9}");
+    let literal = greedy("a\tbAé");
+    assert!(escaped.status.success());
+    assert_eq!(escaped.stdout, literal.stdout);
+    assert!(escaped.stdout.starts_with("a\tbAé".as_bytes()));
+    // `\\` is one backslash: `\\n` is a backslash and an n, not a newline.
+    let backslash = greedy(r"x\\n");
+    assert!(
+        backslash.stdout.starts_with(br"x\n"),
+        "{:?}",
+        backslash.stdout
+    );
+    let bad = greedy(r"ROMEO:\q");
+    assert!(!bad.status.success());
+    assert!(bad.stdout.is_empty());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains(r"unknown escape `\q` at byte 6"));
+}

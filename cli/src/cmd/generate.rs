@@ -18,7 +18,7 @@ pub(crate) struct GenerateArgs {
     /// is the shipped model: ll-gdn-mcu (Shakespeare, 1.4M parameters) in Q8_0.
     #[arg(long, default_value = "models/ll-gdn-mcu-q8_0.gguf")]
     pub model: PathBuf,
-    /// Prompt text; `\n` escapes are honoured.
+    /// Prompt text, with C-style escapes: \n \t \r \0 \\ \xHH (any byte) \u{H…}.
     #[arg(long, default_value = "ROMEO:\\n")]
     pub prompt: String,
     /// Tokens to generate.
@@ -75,7 +75,7 @@ pub(crate) fn run(args: GenerateArgs) -> Res {
     }
     let source = ModelSource::open(&model)?;
     source.require_byte_tokenizer(&model)?;
-    let prompt = prompt.replace("\\n", "\n");
+    let prompt = crate::prompt::unescape(&prompt)?;
     let sampler = sampling.config();
     let mut cfg = SessionConfig {
         levels,
@@ -184,7 +184,7 @@ fn gpu_prefill<E: StateElem>(
 
 fn generate<E: StateElem>(
     model: &Model<'_>,
-    prompt: &str,
+    prompt: &[u8],
     tokens: usize,
     sampler: SamplerConfig,
     cfg: SessionConfig,
@@ -205,8 +205,12 @@ fn generate<E: StateElem>(
         return Err(CliError::EmptyPrompt.into());
     }
     // Resuming: the snapshot holds the prompt already.
-    let prompt = if snap.resume.is_some() { "" } else { prompt };
-    let prompt_tokens: Vec<u32> = tokenizer::encode(prompt.as_bytes()).collect();
+    let prompt = if snap.resume.is_some() {
+        &[][..]
+    } else {
+        prompt
+    };
+    let prompt_tokens: Vec<u32> = tokenizer::encode(prompt).collect();
     let start = Instant::now();
     let gpu_note = match prefill_on {
         Prefill::Gpu if !prompt_tokens.is_empty() => {
@@ -235,7 +239,7 @@ fn generate<E: StateElem>(
     let prefill = start.elapsed();
     let out = std::io::stdout();
     let mut out = out.lock();
-    out.write_all(prompt.as_bytes())?;
+    out.write_all(prompt)?;
     let start = Instant::now();
     for _ in 0..tokens {
         let next = sampler

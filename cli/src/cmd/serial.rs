@@ -26,7 +26,8 @@ pub struct SerialArgs {
     /// Firmware ELF for --qemu-board (default: target/firmware/<target>/release/loglinear-firmware).
     #[arg(long, requires = "qemu_board")]
     elf: Option<PathBuf>,
-    /// Prompt text; `\n` escapes are honoured (default `ROMEO:\n`; none with --restore, which
+    /// Prompt text, with C-style escapes: \n \t \r \0 \\ \xHH (any byte) \u{H…}
+    /// (default `ROMEO:\n`; none with --restore, which
     /// continues the uploaded snapshot).
     #[arg(long)]
     prompt: Option<String>,
@@ -103,9 +104,9 @@ pub fn run(args: &SerialArgs) -> Res {
         };
     let mut rx = BufReader::new(rx);
     let prompt = match (&args.prompt, &args.restore) {
-        (Some(p), _) => p.replace("\\n", "\n"),
-        (None, Some(_)) => String::new(),
-        (None, None) => "ROMEO:\n".to_string(),
+        (Some(p), _) => crate::prompt::unescape(p)?,
+        (None, Some(_)) => Vec::new(),
+        (None, None) => b"ROMEO:\n".to_vec(),
     };
     // Sync first. A blank line ends any partial line a previous host left in the board's line
     // buffer (a UART, unlike a pipe, never cuts it off by end of input); the reply to STATUS then
@@ -129,13 +130,13 @@ pub fn run(args: &SerialArgs) -> Res {
     }
     write!(tx, "GEN {gen}")?;
     if !prompt.is_empty() {
-        write!(tx, " prompt={}", escape(prompt.as_bytes()))?;
+        write!(tx, " prompt={}", escape(&prompt))?;
     }
     writeln!(tx)?;
     tx.flush()?;
     let out = std::io::stdout();
     let mut out = out.lock();
-    out.write_all(prompt.as_bytes())?;
+    out.write_all(&prompt)?;
     out.flush()?;
     loop {
         let line = read_reply(&mut rx)?;
