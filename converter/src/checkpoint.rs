@@ -190,9 +190,7 @@ impl Checkpoint {
         };
         let model = ckpt.model()?;
         if let Some((name, index)) = model.first_non_finite() {
-            let key = layout.key(name).unwrap_or_else(|| {
-                loglinear_runtime::gguf::names::tensor_suffix(name.role).to_string()
-            });
+            let key = layout.key(name).unwrap_or_else(|| name.to_string());
             return Err(ImportError::NonFinite { key, index });
         }
         Ok(ckpt)
@@ -205,7 +203,7 @@ impl Checkpoint {
                 ModelError::MissingTensor(n)
                 | ModelError::NotF32(n)
                 | ModelError::ShapeMismatch { name: n, .. } => {
-                    self.layout.key(n).unwrap_or_else(|| format!("{n:?}"))
+                    self.layout.key(n).unwrap_or_else(|| n.to_string())
                 }
                 ModelError::Config(_) => "config.json".to_string(),
             };

@@ -187,10 +187,7 @@ pub const fn is_vector(role: Role) -> bool {
 
 /// The GGUF name of a tensor: `token_embd.weight`, `blk.3.ffn_up.weight`, ...
 pub fn gguf_name(name: TensorName) -> String {
-    match name.layer {
-        None => names::tensor_suffix(name.role).to_string(),
-        Some(l) => format!("blk.{l}.{}", names::tensor_suffix(name.role)),
-    }
+    name.to_string()
 }
 
 /// Every tensor a model with this config reads, in file order.

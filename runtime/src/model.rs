@@ -29,17 +29,17 @@ impl core::fmt::Display for ModelError {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
             ModelError::Config(e) => write!(f, "invalid config: {e}"),
-            ModelError::MissingTensor(n) => write!(f, "missing tensor {n:?}"),
+            ModelError::MissingTensor(n) => write!(f, "missing tensor {n}"),
             ModelError::ShapeMismatch {
                 name,
                 expected,
                 found,
             } => write!(
                 f,
-                "tensor {name:?} has shape {}x{}, expected {}x{}",
+                "tensor {name} has shape {}x{}, expected {}x{}",
                 found.0, found.1, expected.0, expected.1
             ),
-            ModelError::NotF32(n) => write!(f, "tensor {n:?} must be stored as f32"),
+            ModelError::NotF32(n) => write!(f, "tensor {n} must be stored as f32"),
         }
     }
 }
@@ -287,4 +287,23 @@ pub struct GdnWeights<'w> {
     pub lambda_scale: Option<&'w [f32]>,
     pub o_norm: &'w [f32],
     pub o_proj: TensorView<'w>,
+}
+
+#[cfg(all(test, feature = "std"))]
+mod tests {
+    use super::*;
+    use crate::tensor::Role;
+
+    #[test]
+    fn errors_name_tensors_as_the_model_file_does() {
+        let gate = TensorName::block(3, Role::MlpGate);
+        assert_eq!(
+            ModelError::MissingTensor(gate).to_string(),
+            "missing tensor blk.3.ffn_gate.weight"
+        );
+        assert_eq!(
+            ModelError::NotF32(TensorName::model(Role::FinalNorm)).to_string(),
+            "tensor output_norm.weight must be stored as f32"
+        );
+    }
 }

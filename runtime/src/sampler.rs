@@ -50,6 +50,18 @@ pub enum SampleError {
     ScratchTooSmall,
 }
 
+impl core::fmt::Display for SampleError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            SampleError::Empty => "no logits to sample from",
+            SampleError::ScratchTooSmall => "the sampler's scratch is shorter than the vocabulary",
+        })
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for SampleError {}
+
 impl Sampler {
     /// A sampler seeded from `cfg.seed`.
     pub fn new(cfg: SamplerConfig) -> Self {

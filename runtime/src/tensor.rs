@@ -113,6 +113,17 @@ impl TensorName {
     }
 }
 
+/// The tensor's name in a model file: `token_embd.weight`, `blk.3.ffn_gate.weight`.
+impl core::fmt::Display for TensorName {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let suffix = crate::gguf::names::tensor_suffix(self.role);
+        match self.layer {
+            Some(l) => write!(f, "blk.{l}.{suffix}"),
+            None => f.write_str(suffix),
+        }
+    }
+}
+
 /// Storage type of a tensor, with ggml's type ids.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]

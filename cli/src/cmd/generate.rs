@@ -242,9 +242,7 @@ fn generate<E: StateElem>(
     out.write_all(prompt)?;
     let start = Instant::now();
     for _ in 0..tokens {
-        let next = sampler
-            .sample(session.logits(), &mut scratch)
-            .map_err(|e| format!("{e:?}"))?;
+        let next = sampler.sample(session.logits(), &mut scratch)?;
         if let Some(b) = tokenizer::decode(next) {
             out.write_all(&[b])?;
             out.flush()?;
