@@ -257,6 +257,11 @@ impl BoardProfile {
         let table: toml::Table = text
             .parse()
             .map_err(|e: toml::de::Error| bad(e.to_string().trim_end().replace('\n', " ")))?;
+        if table.get("kind").and_then(|k| k.as_str()) == Some("linux") {
+            return Err(PlanError::LinuxBoard {
+                path: path.to_path_buf(),
+            });
+        }
         let get = |key: &str| -> Result<&toml::Value, PlanError> {
             let mut v: Option<&toml::Value> = None;
             for (i, part) in key.split('.').enumerate() {
@@ -313,9 +318,15 @@ impl BoardProfile {
             }
         };
         let region = |name: &str| -> Result<Region, PlanError> {
+            let length = int(&format!("memory.{name}.length"))?;
+            if length == 0 {
+                return Err(bad(format!(
+                    "memory.{name}.length is 0: a region holds bytes"
+                )));
+            }
             Ok(Region {
                 origin: int(&format!("memory.{name}.origin"))?,
-                length: int(&format!("memory.{name}.length"))?,
+                length,
             })
         };
         let (flash, ram) = (region("flash")?, region("ram")?);

@@ -111,6 +111,12 @@ pub enum PlanError {
         /// What is wrong.
         reason: String,
     },
+    /// The profile describes a Linux board, which has no firmware to plan.
+    #[error("{path} is a Linux board (kind = \"linux\"): it runs the std `loglinear` CLI, whose session is a heap allocation with no flash or RAM budget; `loglinear plan` sizes firmware boards")]
+    LinuxBoard {
+        /// The `board.toml`.
+        path: PathBuf,
+    },
     /// A quality table (`<model>.levels.csv`) that is not the expected CSV.
     #[error("malformed quality table {path}: {reason}")]
     MalformedQuality {

@@ -179,11 +179,23 @@ fn malformed_profiles_are_typed_errors() {
             "non-negative integer",
         ),
         (&GOOD.replace("\"f16\"", "\"bf16\""), "not f32 or f16"),
+        (
+            &GOOD.replace("length = 0x0040_0000", "length = 0"),
+            "memory.flash.length is 0",
+        ),
     ] {
         let e = BoardProfile::parse(text, Path::new("t.toml")).unwrap_err();
         assert!(matches!(e, PlanError::MalformedProfile { .. }), "{e}");
         assert!(e.to_string().contains(want), "{e}");
     }
+}
+
+#[test]
+fn a_linux_board_is_not_planned() {
+    let text = GOOD.replace("kind = \"qemu\"", "kind = \"linux\"");
+    let e = BoardProfile::parse(&text, Path::new("t.toml")).unwrap_err();
+    assert!(matches!(e, PlanError::LinuxBoard { .. }), "{e}");
+    assert!(e.to_string().contains("t.toml is a Linux board"), "{e}");
 }
 
 #[test]
