@@ -43,7 +43,71 @@ fn accepted_values_go_on_to_open_the_port() {
     assert!(!ok);
     assert!(!stderr.contains("the board would refuse"), "{stderr}");
     assert!(
-        stderr.contains("opening the serial port /nonexistent/loglinear-serial-test-port"),
+        stderr.contains("serial port /nonexistent/loglinear-serial-test-port: No such file"),
         "{stderr}"
+    );
+}
+
+#[test]
+fn a_path_that_is_not_a_serial_port_is_refused_untouched() {
+    let dir = std::env::temp_dir().join(format!("loglinear-serial-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("not-a-port.txt");
+    std::fs::write(&file, b"").unwrap();
+    for (port, kind) in [(file.clone(), "regular file"), (dir.clone(), "folder")] {
+        let out = Command::new(env!("CARGO_BIN_EXE_loglinear"))
+            .arg("serial")
+            .arg("--port")
+            .arg(&port)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success());
+        assert!(
+            err.contains(&format!("is not a serial port but a {kind}")),
+            "{err}"
+        );
+    }
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        b"",
+        "protocol bytes written into a file"
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn a_silent_port_times_out_naming_the_port() {
+    use serialport::SerialPort;
+    let (master, slave) = serialport::TTYPort::pair().expect("a pty pair");
+    let name = slave.name().expect("the pty's name");
+    drop(slave);
+    let start = std::time::Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_loglinear"))
+        .args(["serial", "--port", &name, "--timeout", "1", "-n", "1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains(&format!(
+            "serial port {name}: no reply from the board within 1 s"
+        )),
+        "{err}"
+    );
+    assert!(start.elapsed().as_secs() < 30, "took {:?}", start.elapsed());
+    drop(master);
+}
+
+#[test]
+fn ports_are_listed() {
+    let out = Command::new(env!("CARGO_BIN_EXE_loglinear"))
+        .args(["serial", "--list-ports"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
 }

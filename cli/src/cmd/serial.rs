@@ -1,7 +1,7 @@
 //! `loglinear serial`: the host side of the firmware's serial protocol
-//! (`docs/serial-protocol.md`). Talks to a serial device opened as a plain file (a board's UART,
-//! or the pty of a QEMU UART chardev), or to a QEMU process running a board's firmware with
-//! semihosting stdin/stdout piped.
+//! (`docs/serial-protocol.md`). Talks to a serial port through the `serialport` crate (a board's
+//! USB CDC-ACM or UART port, or the pty of a QEMU UART chardev), or to a QEMU process running a
+//! board's firmware with semihosting stdin/stdout piped.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -12,14 +12,24 @@ type Res<T = ()> = Result<T, Box<dyn std::error::Error>>;
 /// Arguments of `loglinear serial`.
 #[derive(clap::Args)]
 pub struct SerialArgs {
-    /// Serial device, opened as a plain file (set it up first, e.g.
-    /// `stty -F /dev/ttyACM0 115200 raw -echo`).
+    /// Serial port of the board: /dev/ttyACM0 (USB CDC-ACM), /dev/ttyUSB0 (a USB-UART
+    /// adapter), a pty; set to raw 8N1 at --baud. `--list-ports` shows the ports found.
     #[arg(
         long,
-        required_unless_present = "qemu_board",
+        required_unless_present_any = ["qemu_board", "list_ports"],
         conflicts_with = "qemu_board"
     )]
     port: Option<PathBuf>,
+    /// Baud rate of --port (USB CDC-ACM ignores it; a UART must match the board's).
+    #[arg(long, default_value_t = 115_200)]
+    baud: u32,
+    /// Seconds to wait for each reply line from the board before giving up.
+    #[arg(long, value_name = "SECONDS", default_value_t = 60,
+          value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    timeout: u64,
+    /// List the serial ports of this machine and exit.
+    #[arg(long)]
+    list_ports: bool,
     /// Run the firmware of this QEMU board (boards/<BOARD>/board.toml's runner) as a child.
     #[arg(long)]
     qemu_board: Option<String>,
@@ -77,8 +87,110 @@ fn gen_params(args: &SerialArgs) -> Res<String> {
     Ok(line)
 }
 
+/// Opens `port` as a serial port: raw 8N1 at `baud`, reads that give up after `timeout`
+/// seconds without a byte. A path that is not a serial port (a regular file, a folder) is
+/// refused before anything is written to it.
+fn open_port(port: &Path, baud: u32, timeout: u64) -> Res<(Box<dyn Write>, Box<dyn Read>)> {
+    let name = port.to_string_lossy();
+    let meta = std::fs::metadata(port)
+        .map_err(|e| format!("serial port {name}: {e} (`loglinear serial --list-ports`)"))?;
+    if meta.is_file() || meta.is_dir() {
+        return Err(format!(
+            "{name} is not a serial port but a {}",
+            if meta.is_dir() {
+                "folder"
+            } else {
+                "regular file"
+            }
+        )
+        .into());
+    }
+    let open = serialport::new(name.as_ref(), baud)
+        .timeout(std::time::Duration::from_secs(timeout))
+        .open()
+        .map_err(|e| format!("serial port {name}: {e}"))?;
+    let rx = open
+        .try_clone()
+        .map_err(|e| format!("serial port {name}: {e}"))?;
+    let label = name.into_owned();
+    Ok((
+        Box::new(NamedPort {
+            port: open,
+            name: label.clone(),
+            timeout,
+        }),
+        Box::new(NamedPort {
+            port: rx,
+            name: label,
+            timeout,
+        }),
+    ))
+}
+
+/// A serial port whose errors name it, and whose read timeout says what timed out.
+struct NamedPort {
+    port: Box<dyn serialport::SerialPort>,
+    name: String,
+    timeout: u64,
+}
+
+impl NamedPort {
+    fn error(&self, e: std::io::Error) -> std::io::Error {
+        let what = if e.kind() == std::io::ErrorKind::TimedOut {
+            format!(
+                "no reply from the board within {} s (--timeout)",
+                self.timeout
+            )
+        } else {
+            e.to_string()
+        };
+        std::io::Error::new(e.kind(), format!("serial port {}: {what}", self.name))
+    }
+}
+
+impl Read for NamedPort {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.port.read(buf).map_err(|e| self.error(e))
+    }
+}
+
+impl Write for NamedPort {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.port.write(buf).map_err(|e| self.error(e))
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.port.flush().map_err(|e| self.error(e))
+    }
+}
+
+/// Prints the serial ports found on this machine.
+fn list_ports() -> Res {
+    let ports = serialport::available_ports().map_err(|e| format!("listing serial ports: {e}"))?;
+    if ports.is_empty() {
+        println!("no serial ports found");
+    }
+    for p in ports {
+        let kind = match p.port_type {
+            serialport::SerialPortType::UsbPort(u) => format!(
+                "USB {:04x}:{:04x}{}",
+                u.vid,
+                u.pid,
+                u.product.map(|p| format!(" {p}")).unwrap_or_default()
+            ),
+            serialport::SerialPortType::PciPort => "PCI".into(),
+            serialport::SerialPortType::BluetoothPort => "Bluetooth".into(),
+            serialport::SerialPortType::Unknown => "unknown".into(),
+        };
+        println!("{}	{kind}", p.port_name);
+    }
+    Ok(())
+}
+
 /// Runs `loglinear serial`.
 pub fn run(args: &SerialArgs) -> Res {
+    if args.list_ports {
+        return list_ports();
+    }
     let gen = gen_params(args)?;
     if let Some(path) = &args.snap {
         loglinear_converter::output_file::check_writable(path)?;
@@ -86,13 +198,8 @@ pub fn run(args: &SerialArgs) -> Res {
     let (mut tx, rx, child): (Box<dyn Write>, Box<dyn Read>, Option<Child>) =
         match (&args.port, &args.qemu_board) {
             (Some(port), _) => {
-                let f = std::fs::OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .open(port)
-                    .map_err(|e| format!("opening the serial port {}: {e}", port.display()))?;
-                let r = f.try_clone()?;
-                (Box::new(f), Box::new(r), None)
+                let (tx, rx) = open_port(port, args.baud, args.timeout)?;
+                (tx, rx, None)
             }
             (None, Some(board)) => {
                 let mut child = spawn_qemu(board, args.elf.as_deref())?;
