@@ -124,3 +124,36 @@ fn a_replaced_output_is_whole_and_leaves_no_temporary_file() {
         .collect();
     assert_eq!(names, ["out.gguf"]);
 }
+
+#[test]
+fn convert_refuses_a_config_the_reader_would_refuse_before_writing() {
+    let d = folder("bad-config");
+    let ckpt = d.join("ckpt");
+    std::fs::create_dir_all(&ckpt).unwrap();
+    let src = repo().join("models/ll-gdn-mcu");
+    let config = std::fs::read_to_string(src.join("config.json")).unwrap();
+    let key = "\"norm_eps\":";
+    let at = config.find(key).expect("norm_eps in config.json") + key.len();
+    let end = at + config[at..].find([',', '\n', '}']).unwrap();
+    for bad in ["-1e-5", "1e300"] {
+        let patched = format!("{} {bad}{}", &config[..at], &config[end..]);
+        std::fs::write(ckpt.join("config.json"), patched).unwrap();
+        std::fs::copy(
+            src.join("model.safetensors"),
+            ckpt.join("model.safetensors"),
+        )
+        .unwrap();
+        let output = d.join("out.gguf");
+        let out = Command::new(env!("CARGO_BIN_EXE_loglinear"))
+            .arg("convert")
+            .arg(&ckpt)
+            .arg("-o")
+            .arg(&output)
+            .arg("--no-eval")
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "norm_eps {bad} accepted");
+        assert!(stderr(&out).contains("norm epsilon"), "{}", stderr(&out));
+        assert!(!output.exists(), "norm_eps {bad}: a file was written");
+    }
+}

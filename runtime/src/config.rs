@@ -87,6 +87,8 @@ pub enum ConfigError {
     Overflow,
     /// More blocks than tensor names can index (65,535).
     TooManyLayers,
+    /// The RMSNorm epsilon is negative, NaN or infinite.
+    BadNormEps,
 }
 
 impl core::fmt::Display for ConfigError {
@@ -103,6 +105,9 @@ impl core::fmt::Display for ConfigError {
             ),
             ConfigError::Overflow => write!(f, "a tensor size overflows"),
             ConfigError::TooManyLayers => write!(f, "more than {} layers", u16::MAX),
+            ConfigError::BadNormEps => {
+                write!(f, "the norm epsilon must be a finite number ≥ 0")
+            }
         }
     }
 }
@@ -111,7 +116,9 @@ impl core::fmt::Display for ConfigError {
 impl std::error::Error for ConfigError {}
 
 impl ModelConfig {
-    /// Checks that the dimensions are consistent.
+    /// Checks that the dimensions are consistent and the norm epsilon usable: every check the
+    /// model-file reader applies to a config, so that the converter refuses before writing
+    /// what the reader would refuse after.
     pub fn validate(&self) -> Result<(), ConfigError> {
         for (name, v) in [
             ("vocab_size", self.vocab_size),
@@ -130,6 +137,9 @@ impl ModelConfig {
         }
         if self.num_layers > u16::MAX as usize {
             return Err(ConfigError::TooManyLayers);
+        }
+        if !(self.norm_eps.is_finite() && self.norm_eps >= 0.0) {
+            return Err(ConfigError::BadNormEps);
         }
         if self.num_heads % self.num_groups != 0 {
             return Err(ConfigError::HeadsNotDivisibleByGroups);
