@@ -153,6 +153,9 @@ fn hostile_model_files_give_typed_errors() {
         matches!(e, Some(ModelFileError::Model(ModelError::ShapeMismatch { name, .. })) if name.role == Role::MlpGate),
         "{e:?}"
     );
+    // The session levels the writer recorded must be the ones this reader keeps.
+    let e = parse(&patch_u32(&good, "loglinear_mamba2.state_levels", 7));
+    assert_eq!(e, Some(ModelFileError::BadValue("state_levels")));
     // A missing key is named with the file's architecture prefix.
     let mut b = good.clone();
     let key = b"loglinear_mamba2.feed_forward_length";

@@ -137,6 +137,14 @@ impl<'a> GgufModel<'a> {
         config
             .validate()
             .map_err(|e| ModelFileError::Model(ModelError::Config(e)))?;
+        // The writer records the levels a session keeps by default; a file that says other
+        // than this runtime would keep was written for another reader.
+        if let Some(v) = file.get_prefixed(prefix, key::STATE_LEVELS) {
+            let levels = v.as_u64().and_then(|l| usize::try_from(l).ok());
+            if levels != Some(config.default_state_levels()) {
+                return Err(ModelFileError::BadValue(key::STATE_LEVELS));
+            }
+        }
         // Exactly the model's tensors: as many as the config implies (checked first, so that a
         // hostile layer count is refused before anything iterates over layers), every name known
         // and in range; with the per-tensor checks of `Model::new` no duplicate or stray tensor
