@@ -60,3 +60,25 @@ fn nan_and_infinite_weights_are_refused_by_name() {
         }
     }
 }
+
+#[test]
+fn inspect_lists_a_refused_file_and_exits_non_zero_with_the_reason() {
+    let dir = std::env::temp_dir().join(format!("loglinear-inspect-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut bytes = std::fs::read(repo().join("models/tiny-ll-gdn-microbit-q8_0.gguf")).unwrap();
+    let key = b"state_levels";
+    let at = bytes.windows(key.len()).position(|w| w == key).unwrap() + key.len();
+    bytes[at + 4..at + 8].copy_from_slice(&7u32.to_le_bytes());
+    let path = dir.join("odd-levels.gguf");
+    std::fs::write(&path, bytes).unwrap();
+    let out = loglinear(&["inspect", path.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("the runtime would refuse this file: metadata key state_levels"),
+        "{err}"
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("43 tensors"));
+    let good = loglinear(&["inspect", "models/tiny-ll-gdn-microbit-q8_0.gguf"]);
+    assert!(good.status.success());
+}

@@ -112,7 +112,14 @@ pub(crate) fn run(args: &InspectArgs) -> Res {
                 c.vocab_size
             );
         }
-        Err(e) => outln!("\nmodel: the runtime would refuse this file: {e}"),
+        // The listing above is still printed: it helps to see what the file holds.
+        Err(e) => {
+            return Err(format!(
+                "{}: the runtime would refuse this file: {e}",
+                path.display()
+            )
+            .into())
+        }
     }
     Ok(())
 }
