@@ -54,3 +54,16 @@ fn the_edges_of_each_range_are_accepted() {
         );
     }
 }
+
+#[test]
+fn absurd_thread_counts_are_refused_by_name() {
+    for threads in ["0", "18446744073709551615", "99999"] {
+        let out = Command::new(env!("CARGO_BIN_EXE_loglinear"))
+            .args(["bench", "--threads", threads])
+            .output()
+            .expect("run loglinear");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "--threads {threads}");
+        assert!(err.contains("not a thread count: give 1 to 4096"), "{err}");
+    }
+}

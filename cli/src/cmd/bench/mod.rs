@@ -73,8 +73,8 @@ pub struct BenchArgs {
     /// Also measure `pp` with the GPU prefill (wgpu), and reach contexts with it.
     #[arg(long)]
     gpu: bool,
-    /// Worker threads of the chunkwise CPU prefill (default: every core).
-    #[arg(long)]
+    /// Worker threads of the chunkwise CPU prefill, 1 to 4096 (default: every core).
+    #[arg(long, value_parser = parse_threads)]
     threads: Option<usize>,
     /// How contexts (`--depth`, `--curve`) are reached: `auto` = GPU with `--gpu`, else the
     /// chunkwise CPU prefill.
@@ -477,6 +477,14 @@ fn model_info(path: &Path, m: &Model<'_>) -> ModelInfo {
         label: format!("{arch} {} {main_type}", short_count(params)),
         size_bytes,
         params,
+    }
+}
+
+/// `--threads`: 1 to 4096 (a larger count is a typo, not a machine).
+fn parse_threads(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=4096).contains(&n) => Ok(n),
+        _ => Err(format!("{s} is not a thread count: give 1 to 4096")),
     }
 }
 
