@@ -32,12 +32,14 @@ pub enum LoadError {
         source: std::io::Error,
     },
     /// A GGUF file that is not a valid loglinear model file.
-    #[error("{path}: {error}")]
+    #[error("{path}: {error}{tensor}")]
     ModelFile {
         /// The file.
         path: PathBuf,
         /// What the runtime's reader found.
         error: ModelFileError,
+        /// The name of the tensor the error indexes, as ` (`name`)`, or empty.
+        tensor: String,
     },
     /// The model's tokenizer is not the byte-level one this command needs.
     #[error("{path}: has {found}; this command only handles byte-level models (token = byte)")]
@@ -67,6 +69,26 @@ pub enum LoadError {
         /// The runtime's complaint.
         error: ModelError,
     },
+}
+
+impl LoadError {
+    /// The reader's `error` on the GGUF file `bytes` at `path`. The runtime's error is `Copy`
+    /// and names a stray tensor by its index; the name is looked up here.
+    pub fn model_file(path: &Path, bytes: &[u8], error: ModelFileError) -> Self {
+        let tensor = match error {
+            ModelFileError::UnexpectedTensor(i) => GgufFile::parse(bytes)
+                .ok()
+                .and_then(|f| f.tensors().nth(usize::try_from(i).ok()?))
+                .map(|t| format!(" (`{}`)", t.name))
+                .unwrap_or_default(),
+            _ => String::new(),
+        };
+        LoadError::ModelFile {
+            path: path.to_path_buf(),
+            error,
+            tensor,
+        }
+    }
 }
 
 /// File bytes in a buffer aligned to 8 bytes, so that the reader can view F32/F16/block data
@@ -196,11 +218,8 @@ impl ModelSource {
                 })
         } else {
             let bytes = AlignedBytes::read(path)?;
-            let file =
-                IndexedGguf::parse(bytes.as_bytes()).map_err(|error| LoadError::ModelFile {
-                    path: path.to_path_buf(),
-                    error,
-                })?;
+            let file = IndexedGguf::parse(bytes.as_bytes())
+                .map_err(|error| LoadError::model_file(path, bytes.as_bytes(), error))?;
             file.refuse_non_finite(path)?;
             Ok(ModelSource::Gguf(bytes))
         }
@@ -222,11 +241,8 @@ impl ModelSource {
                 Ok(f(&m))
             }
             ModelSource::Gguf(bytes) => {
-                let g =
-                    IndexedGguf::parse(bytes.as_bytes()).map_err(|error| LoadError::ModelFile {
-                        path: path.to_path_buf(),
-                        error,
-                    })?;
+                let g = IndexedGguf::parse(bytes.as_bytes())
+                    .map_err(|error| LoadError::model_file(path, bytes.as_bytes(), error))?;
                 let m = g.model().map_err(model_err)?;
                 Ok(f(&m))
             }

@@ -243,10 +243,8 @@ pub(crate) fn quantize(args: QuantizeArgs) -> Res {
     )?;
     refuse_inputs_as_output(output, input, quality)?;
     let bytes = AlignedBytes::read(input)?;
-    let src = IndexedGguf::parse(bytes.as_bytes()).map_err(|error| LoadError::ModelFile {
-        path: input.to_path_buf(),
-        error,
-    })?;
+    let src = IndexedGguf::parse(bytes.as_bytes())
+        .map_err(|error| LoadError::model_file(input, bytes.as_bytes(), error))?;
     src.refuse_non_finite(input)?;
     let name = types.name.or_else(|| {
         src.gguf()

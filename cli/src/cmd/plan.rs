@@ -86,10 +86,7 @@ pub fn plan(args: &PlanArgs) -> Result<Plan, PlanError> {
         AlignedBytes::read(path)?
     };
     // Parsed here rather than by `plan_file_bytes`, so errors name the file.
-    let model_err = |error| LoadError::ModelFile {
-        path: path.clone(),
-        error,
-    };
+    let model_err = |error| LoadError::model_file(path, bytes.as_bytes(), error);
     let gguf = GgufModel::parse(bytes.as_bytes()).map_err(model_err)?;
     let model = gguf.model().map_err(|error| LoadError::Model {
         path: path.clone(),

@@ -1,6 +1,7 @@
-//! A model whose weights hold a NaN or an infinity is refused, naming the tensor, by every
-//! command that opens it, instead of decoding garbage and exiting 0; `convert` and `quantize`
-//! never copy such a weight into a new file.
+//! Model files the runtime refuses: a NaN or an infinity among the weights is refused, naming
+//! the tensor, by every command that opens the file, instead of decoding garbage and exiting 0
+//! (`convert` and `quantize` never copy such a weight into a new file); a stray tensor is named,
+//! not numbered; `inspect` lists a refused file and exits non-zero.
 
 use loglinear_converter::model_source::AlignedBytes;
 use loglinear_runtime::gguf::GgufFile;
@@ -81,4 +82,26 @@ fn inspect_lists_a_refused_file_and_exits_non_zero_with_the_reason() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("43 tensors"));
     let good = loglinear(&["inspect", "models/tiny-ll-gdn-microbit-q8_0.gguf"]);
     assert!(good.status.success());
+}
+
+#[test]
+fn a_stray_tensor_is_named_not_numbered() {
+    let dir = std::env::temp_dir().join(format!("loglinear-stray-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut bytes = std::fs::read(repo().join("models/tiny-ll-gdn-microbit-q8_0.gguf")).unwrap();
+    let name = b"blk.1.ffn_gate.weight";
+    let at = bytes.windows(name.len()).position(|w| w == name).unwrap();
+    bytes[at + 10..at + 14].copy_from_slice(b"gatX");
+    let path = dir.join("stray.gguf");
+    std::fs::write(&path, bytes).unwrap();
+    let path = path.to_str().unwrap();
+    for args in [
+        &["generate", "--model", path, "-n", "1"][..],
+        &["quantize", path, "-o", "/tmp/never.gguf", "--type", "q8_0"][..],
+    ] {
+        let out = loglinear(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(err.contains("(`blk.1.ffn_gatX.weight`)"), "{args:?}: {err}");
+    }
 }
