@@ -83,7 +83,8 @@ pub fn bits_of(logits: &[f32], target: usize) -> f64 {
     (m + s.ln() - logits[target] as f64) / std::f64::consts::LN_2
 }
 
-fn check(text: &[u8], ctx: usize) -> Result<usize, EvalError> {
+/// The number of windows of `ctx` predictions in `text`, or why there is none.
+pub fn check(text: &[u8], ctx: usize) -> Result<usize, EvalError> {
     if ctx == 0 {
         return Err(EvalError::ZeroContext);
     }

@@ -122,16 +122,7 @@ pub fn per_position_loss(
     runner: WindowRunner,
     progress: &mut dyn FnMut(usize),
 ) -> Result<PerPosition, EvalError> {
-    if ctx == 0 {
-        return Err(EvalError::ZeroContext);
-    }
-    let windows = window_count(text.len(), ctx);
-    if windows == 0 {
-        return Err(EvalError::TooShort {
-            len: text.len(),
-            ctx,
-        });
-    }
+    let windows = crate::eval::check(text, ctx)?;
     let mut bits = vec![0.0f64; ctx];
     match runner {
         WindowRunner::Step(state) if state.f16 => {

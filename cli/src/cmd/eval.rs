@@ -118,16 +118,7 @@ pub fn run(args: &EvalArgs) -> Res {
         bytes.truncate(n);
     }
     // Checked here, before any model is opened or anything printed.
-    if args.ctx == 0 {
-        return Err(eval::EvalError::ZeroContext.into());
-    }
-    if eval::window_count(bytes.len(), args.ctx) == 0 {
-        return Err(eval::EvalError::TooShort {
-            len: bytes.len(),
-            ctx: args.ctx,
-        }
-        .into());
-    }
+    eval::check(&bytes, args.ctx)?;
     // Both models are opened before either is evaluated, so a bad baseline fails at once.
     let source = open_model(&args.model)?;
     let baseline_source = match &args.baseline {

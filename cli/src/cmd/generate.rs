@@ -81,8 +81,7 @@ pub(crate) fn run(args: GenerateArgs) -> Res {
         levels,
         activations: Some(activations.mode()),
     };
-    let args_state = state;
-    let mut state = state.unwrap_or(StateDtype::F32);
+    let mut state = state;
     let prefill = if gpu { Prefill::Gpu } else { prefill.into() };
     let mut snap = Snapshots {
         save: save_snapshot,
@@ -99,7 +98,7 @@ pub(crate) fn run(args: GenerateArgs) -> Res {
             loglinear_runtime::snapshot::StateDtype::F16 => StateDtype::F16,
         };
         // The snapshot fixes both; a flag that says otherwise is a mistake, not a request.
-        if levels.is_some_and(|l| l != h.levels) || args_state.is_some_and(|s| s != saved_state) {
+        if levels.is_some_and(|l| l != h.levels) || state.is_some_and(|s| s != saved_state) {
             return Err(format!(
                 "{} holds a session with {} levels and {} state; --levels and --state must \
                  match it or be left out",
@@ -110,10 +109,10 @@ pub(crate) fn run(args: GenerateArgs) -> Res {
             .into());
         }
         cfg.levels = Some(h.levels);
-        state = saved_state;
+        state = Some(saved_state);
         snap.resume = Some((path.clone(), bytes));
     }
-    source.with_model(&model, |m| match state {
+    source.with_model(&model, |m| match state.unwrap_or(StateDtype::F32) {
         StateDtype::F32 => generate::<f32>(m, &prompt, tokens, sampler, cfg, prefill, &snap),
         StateDtype::F16 => generate::<half::f16>(m, &prompt, tokens, sampler, cfg, prefill, &snap),
     })?
