@@ -116,7 +116,6 @@ impl<'a> GgufModel<'a> {
             intermediate_size: dim(key::FEED_FORWARD_LENGTH)?,
             norm_eps: get(key::NORM_EPSILON)?
                 .as_f32()
-                .filter(|e| e.is_finite() && *e >= 0.0)
                 .ok_or(ModelFileError::BadValue(key::NORM_EPSILON))?,
             num_heads: dim(key::HEAD_COUNT)?,
             head_k_dim: dim(key::HEAD_K_DIM)?,
