@@ -12,6 +12,7 @@
 use crate::checkpoint::Checkpoint;
 use crate::gguf_writer::{GgufWriter, OwnedTensorData, Value, WriterError};
 use crate::vocab::Vocabulary;
+use globset::{GlobBuilder, GlobMatcher};
 use loglinear_runtime::gguf::format::general;
 use loglinear_runtime::gguf::names::{self, key};
 use loglinear_runtime::quant::QK;
@@ -73,6 +74,14 @@ pub enum TypeParseError {
     /// `PATTERN=TYPE` without `=` or with an empty pattern.
     #[error("`{0}` is not PATTERN=TYPE")]
     NotAnOverride(String),
+    /// A pattern that is not a glob (an unclosed `[` or `{`, a trailing `\`, ...).
+    #[error("pattern `{pattern}`: {reason}")]
+    BadPattern {
+        /// The pattern.
+        pattern: String,
+        /// What is wrong with it.
+        reason: globset::ErrorKind,
+    },
 }
 
 /// Parses `f32`, `f16`, `q8_0` or `q4_0` (any case).
@@ -88,21 +97,55 @@ pub fn parse_dtype(s: &str) -> Result<DType, TypeParseError> {
 
 /// `PATTERN=TYPE`: matrices whose GGUF name matches `PATTERN` are stored as `TYPE`.
 ///
-/// The pattern matches if it occurs anywhere in the name, `*` standing for any run of
-/// characters: `ffn_down` matches every block's `ffn_down.weight`, `blk.0.*` every tensor of
-/// block 0, `output.weight` the LM head, `attn_*.weight` the GDN q/k/v/gate projections.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// `PATTERN` is a glob (globset's syntax: `*` any run of characters, `?` one character,
+/// `[0-3]` one of a set, `{up,down}` one of the alternatives, `\` escapes the next character)
+/// searched anywhere in the name: `ffn_down` matches every block's `ffn_down.weight`, `blk.0.*`
+/// every tensor of block 0, `output.weight` the LM head, `attn_*.weight` the GDN q/k/v/gate
+/// projections, `blk.[0-3].ffn_*` the MLP of blocks 0 to 3.
+#[derive(Clone, Debug)]
 pub struct TypeOverride {
-    /// The pattern.
-    pub pattern: String,
-    /// The type.
-    pub dtype: DType,
+    pattern: String,
+    matcher: GlobMatcher,
+    dtype: DType,
 }
 
 impl TypeOverride {
+    /// An override, or [`TypeParseError::BadPattern`] if `pattern` is not a glob.
+    pub fn new(pattern: &str, dtype: DType) -> Result<Self, TypeParseError> {
+        // Escapes behave the same on every platform (globset's default turns them off on
+        // Windows).
+        let glob = |p: &str| GlobBuilder::new(p).backslash_escape(true).build();
+        let bad = |e: globset::Error| TypeParseError::BadPattern {
+            pattern: pattern.to_string(),
+            reason: e.kind().clone(),
+        };
+        // The pattern alone first: its error names what the user wrote, and a trailing `\`
+        // cannot escape the `*` added below.
+        glob(pattern).map_err(bad)?;
+        // globset matches whole names; `*` on both ends makes it a search.
+        let matcher = glob(&format!("*{pattern}*"))
+            .map_err(bad)?
+            .compile_matcher();
+        Ok(Self {
+            pattern: pattern.to_string(),
+            matcher,
+            dtype,
+        })
+    }
+
+    /// The pattern, as given.
+    pub fn pattern(&self) -> &str {
+        &self.pattern
+    }
+
+    /// The type that matching matrices get.
+    pub fn dtype(&self) -> DType {
+        self.dtype
+    }
+
     /// Whether `name` matches the pattern.
     pub fn matches(&self, name: &str) -> bool {
-        glob_search(&self.pattern, name)
+        self.matcher.is_match(name)
     }
 }
 
@@ -113,24 +156,8 @@ impl FromStr for TypeOverride {
             .rsplit_once('=')
             .filter(|(p, _)| !p.is_empty())
             .ok_or_else(|| TypeParseError::NotAnOverride(s.to_string()))?;
-        Ok(Self {
-            pattern: pattern.to_string(),
-            dtype: parse_dtype(ty)?,
-        })
+        Self::new(pattern, parse_dtype(ty)?)
     }
-}
-
-/// Whether `text` contains a run matching `pattern`, where `*` matches any characters.
-/// Greedy leftmost search is exact here because the pattern is unanchored at both ends.
-fn glob_search(pattern: &str, text: &str) -> bool {
-    let mut rest = text;
-    for part in pattern.split('*').filter(|p| !p.is_empty()) {
-        match rest.find(part) {
-            Some(i) => rest = &rest[i + part.len()..],
-            None => return false,
-        }
-    }
-    true
 }
 
 /// What to export and how.
@@ -268,7 +295,7 @@ impl ExportedModel {
         let gguf_names: Vec<String> = expected.iter().map(|&n| gguf_name(n)).collect();
         for o in &opts.overrides {
             if !gguf_names.iter().any(|n| o.matches(n)) {
-                return Err(ExportError::PatternMatchesNothing(o.pattern.clone()));
+                return Err(ExportError::PatternMatchesNothing(o.pattern().to_string()));
             }
         }
         let mut out = Self {
@@ -394,7 +421,7 @@ fn convert_one(
             .iter()
             .rev()
             .find(|o| o.matches(&name))
-            .map_or(opts.matrix_type, |o| o.dtype);
+            .map_or(opts.matrix_type, |o| o.dtype());
         (t, t)
     } else {
         let t = opts
@@ -402,7 +429,7 @@ fn convert_one(
             .iter()
             .rev()
             .find(|o| o.matches(&name))
-            .map_or(DType::F32, |o| o.dtype);
+            .map_or(DType::F32, |o| o.dtype());
         if t != DType::F32 {
             notes.push(format!(
                 "kept f32 instead of {}: recurrence-critical",
@@ -500,12 +527,12 @@ pub fn export_gguf(ckpt: &Checkpoint, opts: &ExportOptions) -> Result<Vec<u8>, E
 mod tests {
     use super::*;
 
+    fn o(pattern: &str) -> TypeOverride {
+        TypeOverride::new(pattern, DType::F16).unwrap()
+    }
+
     #[test]
     fn patterns_are_unanchored_globs() {
-        let o = |p: &str| TypeOverride {
-            pattern: p.into(),
-            dtype: DType::F16,
-        };
         assert!(o("ffn_down").matches("blk.3.ffn_down.weight"));
         assert!(o("blk.0.*").matches("blk.0.attn_q.weight"));
         assert!(!o("blk.1.*").matches("blk.11.attn_q.weight"));
@@ -514,17 +541,44 @@ mod tests {
         assert!(o("output.weight").matches("output.weight"));
         assert!(!o("output.weight").matches("output_norm.weight"));
         assert!(o("*").matches("anything"));
+        assert!(o("**").matches("anything"));
+    }
+
+    #[test]
+    fn patterns_have_globsets_classes_and_alternatives() {
+        assert!(o("blk.?.ffn").matches("blk.3.ffn_up.weight"));
+        assert!(!o("blk.?.ffn").matches("blk.11.ffn_up.weight"));
+        assert!(o("blk.[0-3].").matches("blk.2.attn_q.weight"));
+        assert!(!o("blk.[0-3].").matches("blk.4.attn_q.weight"));
+        assert!(o("blk.[!0].").matches("blk.4.attn_q.weight"));
+        assert!(!o("blk.[!0].").matches("blk.0.attn_q.weight"));
+        assert!(o("ffn_{up,down}").matches("blk.0.ffn_down.weight"));
+        assert!(!o("ffn_{up,down}").matches("blk.0.ffn_gate.weight"));
+        assert!(o(r"output\.weight").matches("output.weight"));
+    }
+
+    #[test]
+    fn a_bad_pattern_is_refused_by_name() {
+        for (arg, pattern) in [
+            ("blk.[0=q8_0", "blk.[0"),
+            ("ffn_{up=q8_0", "ffn_{up"),
+            ("ffn_up}=q8_0", "ffn_up}"),
+            ("blk.[3-0]=q8_0", "blk.[3-0]"),
+            ("output\\=q8_0", "output\\"),
+        ] {
+            let err = arg.parse::<TypeOverride>().unwrap_err();
+            assert!(
+                matches!(&err, TypeParseError::BadPattern { pattern: p, .. } if p == pattern),
+                "{arg}: {err:?}"
+            );
+            assert!(err.to_string().contains(&format!("`{pattern}`")), "{err}");
+        }
     }
 
     #[test]
     fn override_parsing() {
-        assert_eq!(
-            "blk.0.*=Q4_0".parse::<TypeOverride>().unwrap(),
-            TypeOverride {
-                pattern: "blk.0.*".into(),
-                dtype: DType::Q4_0
-            }
-        );
+        let t = "blk.0.*=Q4_0".parse::<TypeOverride>().unwrap();
+        assert_eq!((t.pattern(), t.dtype()), ("blk.0.*", DType::Q4_0));
         assert!(matches!(
             "ffn=q5_k".parse::<TypeOverride>(),
             Err(TypeParseError::UnknownType(_))
