@@ -9,17 +9,17 @@ macro_rules! outln {
     }};
 }
 
+mod args;
 mod cmd;
 mod plot;
 mod prompt;
 mod snapshot_file;
 
+pub(crate) use args::{ActivationsArg, ModelArg, SamplingArgs, StateDtype};
 use cmd::{bench, eval as eval_cli};
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use loglinear_runtime::quant::Activations;
-use loglinear_runtime::sampler::SamplerConfig;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -32,90 +32,6 @@ use std::process::ExitCode;
 struct Cli {
     #[command(subcommand)]
     command: Command,
-}
-
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub(crate) enum StateDtype {
-    F32,
-    F16,
-}
-
-impl StateDtype {
-    /// The name `--state` takes.
-    fn name(self) -> &'static str {
-        match self {
-            StateDtype::F32 => "f32",
-            StateDtype::F16 => "f16",
-        }
-    }
-}
-
-/// `--activations`: how matvecs with quantized weights treat their input.
-#[derive(Clone, Copy, ValueEnum)]
-enum ActivationsArg {
-    /// f32 maths (the reference).
-    F32,
-    /// Quantize inputs to Q8 blocks and use the integer kernels (faster).
-    Q8,
-}
-
-impl ActivationsArg {
-    fn mode(self) -> Activations {
-        match self {
-            ActivationsArg::F32 => Activations::F32,
-            ActivationsArg::Q8 => Activations::Q8,
-        }
-    }
-}
-
-/// Sampling settings shared by `generate` and `serial`.
-#[derive(clap::Args, Clone, Copy, Debug)]
-struct SamplingArgs {
-    /// Softmax temperature, a number ≥ 0; 0 picks the most likely token (greedy).
-    #[arg(long, default_value_t = 0.8, value_parser = parse_temperature)]
-    temperature: f32,
-    /// Sample only among the K most likely tokens, K ≥ 1 (default: no cut).
-    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..))]
-    top_k: Option<u32>,
-    /// Sample only among the most likely tokens whose probabilities add up to P, in (0, 1];
-    /// 1 keeps every token.
-    #[arg(long, value_name = "P", default_value_t = 1.0, value_parser = parse_top_p)]
-    top_p: f32,
-    /// Seed of the sampler's random numbers.
-    #[arg(long, default_value_t = 0)]
-    seed: u64,
-}
-
-impl SamplingArgs {
-    fn config(&self) -> SamplerConfig {
-        SamplerConfig {
-            temperature: self.temperature,
-            // The sampler's and the serial protocol's "no cut".
-            top_k: self.top_k.map_or(0, |k| k as usize),
-            top_p: self.top_p,
-            seed: self.seed,
-        }
-    }
-}
-
-/// `--temperature`: a finite number ≥ 0.
-fn parse_temperature(s: &str) -> Result<f32, String> {
-    match s.parse::<f32>() {
-        Ok(t) if t.is_finite() && t >= 0.0 => Ok(t),
-        _ => Err(format!(
-            "{s} is not a temperature: give a number ≥ 0 (0 = greedy)"
-        )),
-    }
-}
-
-/// `--top-p`: a number in (0, 1].
-fn parse_top_p(s: &str) -> Result<f32, String> {
-    match s.parse::<f32>() {
-        Ok(p) if p > 0.0 && p <= 1.0 => Ok(p),
-        _ => Err(format!(
-            "{s} is not a top-p: give a number above 0 and at most 1"
-        )),
-    }
 }
 
 #[derive(Subcommand)]
@@ -184,10 +100,13 @@ fn main() -> ExitCode {
 
 type Res<T = ()> = Result<T, Box<dyn std::error::Error>>;
 
-/// Whether an error is stdout's reader having gone away (`loglinear generate | head`).
+/// Whether an error, or one of its causes, is stdout's reader having gone away
+/// (`loglinear generate | head`).
 fn is_broken_pipe(e: &(dyn std::error::Error + 'static)) -> bool {
-    e.downcast_ref::<std::io::Error>()
-        .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    std::iter::successors(Some(e), |e| e.source()).any(|e| {
+        e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }
 
 fn run(cli: Cli) -> Res {
@@ -226,4 +145,104 @@ fn read_file(path: &Path) -> Result<Vec<u8>, CliError> {
 
 fn write_file(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
     Ok(loglinear_converter::output_file::write_atomic(path, bytes)?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Cli;
+    use clap::CommandFactory;
+    use clap::Parser;
+
+    /// Every subcommand's visible arguments, by long name (positionals by id).
+    fn subcommands() -> Vec<(String, Vec<clap::Arg>)> {
+        Cli::command()
+            .get_subcommands()
+            .map(|c| {
+                let args = c
+                    .get_arguments()
+                    .filter(|a| !a.is_hide_set())
+                    .cloned()
+                    .collect();
+                (c.get_name().to_string(), args)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn every_flag_has_a_help_line() {
+        let mut missing = Vec::new();
+        for (cmd, args) in subcommands() {
+            for a in args {
+                let help = a.get_help().map(|h| h.to_string()).unwrap_or_default();
+                if help.trim().is_empty() {
+                    missing.push(format!("loglinear {cmd} {}", a.get_id()));
+                }
+            }
+        }
+        assert!(missing.is_empty(), "no help: {missing:?}");
+    }
+
+    #[test]
+    fn one_spelling_per_idea_across_subcommands() {
+        // Old spellings stay as hidden aliases; no subcommand shows them.
+        let retired = [
+            "ctx",
+            "eval-ctx",
+            "seq-len",
+            "out",
+            "file",
+            "input",
+            "checkpoint",
+        ];
+        for (cmd, args) in subcommands() {
+            for a in &args {
+                let long = a.get_long().unwrap_or_default();
+                assert!(
+                    !retired.contains(&long),
+                    "loglinear {cmd} shows --{long}: use the common spelling"
+                );
+                // The shared flags carry the shared short form wherever they appear.
+                let want_short = match long {
+                    "model" => Some('m'),
+                    "output" => Some('o'),
+                    _ => None,
+                };
+                if want_short.is_some() {
+                    assert_eq!(a.get_short(), want_short, "loglinear {cmd} --{long}");
+                }
+            }
+        }
+        let has = |cmd: &str, long: &str| {
+            subcommands()
+                .iter()
+                .any(|(c, args)| c == cmd && args.iter().any(|a| a.get_long() == Some(long)))
+        };
+        for cmd in [
+            "convert", "quantize", "inspect", "eval", "generate", "plan", "bench", "train",
+        ] {
+            assert!(has(cmd, "model"), "loglinear {cmd} takes --model");
+        }
+        for cmd in ["inspect", "plan", "eval", "bench"] {
+            assert!(has(cmd, "json"), "loglinear {cmd} takes --json");
+        }
+        for cmd in ["eval", "generate", "bench"] {
+            assert!(has(cmd, "threads"), "loglinear {cmd} takes --threads");
+        }
+        for cmd in ["eval", "plan", "train"] {
+            assert!(has(cmd, "context"), "loglinear {cmd} takes --context");
+        }
+    }
+
+    #[test]
+    fn old_spellings_still_parse() {
+        for line in [
+            "loglinear eval m.gguf --text t --ctx 64",
+            "loglinear train --init m --data d --out o --seq-len 64",
+            "loglinear convert ckpt --eval-ctx 64 -o x.gguf",
+            "loglinear mqar --out r.json --seq-len 64",
+        ] {
+            let argv: Vec<&str> = line.split(' ').collect();
+            assert!(Cli::try_parse_from(&argv).is_ok(), "{line}");
+        }
+    }
 }

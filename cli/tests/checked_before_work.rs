@@ -114,17 +114,21 @@ fn a_context_beyond_the_text_or_usize_is_refused_with_the_largest_that_fits() {
         .unwrap()
         .len();
     for ctx in ["18446744073709551615", &len.to_string(), "0"] {
-        let out = loglinear(&["eval", TINY, "--text", "README.md", "--ctx", ctx]);
+        let out = loglinear(&["eval", TINY, "--text", "README.md", "--context", ctx]);
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "--ctx {ctx}");
-        assert!(out.stdout.is_empty(), "--ctx {ctx}: {err}");
+        assert!(!out.status.success(), "--context {ctx}");
+        assert!(out.stdout.is_empty(), "--context {ctx}: {err}");
         let want = if ctx == "0" {
-            "--ctx must be positive".to_string()
+            "the context must be at least 1 token".to_string()
         } else {
-            format!("give --ctx {} or less", len - 1)
+            format!("give a context of {} or less", len - 1)
         };
-        assert!(err.contains(&want), "--ctx {ctx}: {err}");
-        assert!(!err.contains("0 windows"), "--ctx {ctx}: {err}");
+        assert!(err.contains(&want), "--context {ctx}: {err}");
+        assert!(
+            err.contains(&format!("--context {ctx}")),
+            "names the flag: {err}"
+        );
+        assert!(!err.contains("0 windows"), "--context {ctx}: {err}");
     }
 }
 

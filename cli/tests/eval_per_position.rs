@@ -79,7 +79,7 @@ fn per_position_mean_is_the_plain_bits_per_byte() {
         assert!(rel(step.total().bpb(), plain.bpb()) < 1e-9);
 
         // The chunkwise windows: same losses up to f32 rounding of the logits.
-        let chunk = per_position(m, WindowRunner::Chunkwise);
+        let chunk = per_position(m, WindowRunner::Chunkwise { threads: None });
         let worst = chunk
             .mean_bits()
             .iter()
@@ -118,7 +118,7 @@ fn levels_and_state_run_the_boards_decoder() {
         "models/ll-gdn-mcu16k-q8_0.gguf",
         "--text",
         text.to_str().unwrap(),
-        "--ctx",
+        "--context",
         "24",
         "--bytes",
         &bytes,
@@ -201,7 +201,7 @@ fn cli_writes_csv_and_png_with_a_baseline() {
         "models/ll-gdn-mcu-q8_0.gguf",
         "--text",
         text_file.to_str().unwrap(),
-        "--ctx",
+        "--context",
         &ctx,
         "--bytes",
         &bytes,
@@ -259,7 +259,7 @@ fn cli_default_runs_windows_chunkwise() {
         "models/gdn-mcu",
         "--text",
         text_file.to_str().unwrap(),
-        "--ctx",
+        "--context",
         &ctx,
         "--bytes",
         &bytes,
@@ -272,7 +272,7 @@ fn cli_default_runs_windows_chunkwise() {
     let rows = read_csv(&csv);
     assert_eq!(rows.len(), CTX);
     let lib = with_model("models/gdn-mcu", |m| {
-        per_position(m, WindowRunner::Chunkwise)
+        per_position(m, WindowRunner::Chunkwise { threads: None })
     });
     for (&(_, _, bits), want) in rows.iter().zip(lib.mean_bits()) {
         assert!((bits - want).abs() < 1e-9, "{bits} vs {want}");
@@ -286,7 +286,7 @@ fn refused(args: &[&str], needle: &str) {
         "models/ll-gdn-mcu-q8_0.gguf",
         "--text",
         text.to_str().unwrap(),
-        "--ctx",
+        "--context",
         "8",
         "--bytes",
         "9",

@@ -20,8 +20,9 @@ pub struct TrainArgs {
     /// Official config.json of a new model (initialised like the official `_init_weights`).
     #[arg(long, conflicts_with = "init")]
     pub config: Option<PathBuf>,
-    /// Fine-tune: start from a checkpoint folder, or a GGUF file (weights dequantized to f32).
-    #[arg(long)]
+    /// Fine-tune: start from this model, a checkpoint folder or a GGUF file (weights
+    /// dequantized to f32), e.g. models/ll-gdn-mcu.
+    #[arg(short = 'm', long = "model", alias = "init", value_name = "MODEL")]
     pub init: Option<PathBuf>,
     /// Training data: raw bytes (one token per byte), or token ids in a `.u16` / `.u32` file
     /// (little-endian).
@@ -37,8 +38,13 @@ pub struct TrainArgs {
     /// from an empty state.
     #[arg(long, default_value_t = 0)]
     pub val_windows: usize,
-    /// Predicted tokens per window (each window holds seq_len + 1 tokens).
-    #[arg(long, default_value_t = 512)]
+    /// Predicted tokens per training window (each window holds TOKENS + 1 tokens).
+    #[arg(
+        long = "context",
+        alias = "seq-len",
+        value_name = "TOKENS",
+        default_value_t = 512
+    )]
     pub seq_len: usize,
     /// Windows per micro-batch.
     #[arg(long, default_value_t = 32)]
@@ -58,16 +64,21 @@ pub struct TrainArgs {
     /// Linear warmup steps.
     #[arg(long, default_value_t = 150)]
     pub warmup: u64,
+    /// Learning-rate schedule after the warmup: `cosine` (to --min-lr at the last step) or
+    /// `constant`.
     #[arg(long, value_enum, default_value = "cosine")]
     pub schedule: ScheduleArg,
     /// Decoupled weight decay (matrices, embeddings, LM head, conv kernels; not norms, A_log,
     /// dt_bias, L).
     #[arg(long, default_value_t = 0.1)]
     pub weight_decay: f64,
+    /// AdamW's first-moment decay, in [0, 1).
     #[arg(long, default_value_t = 0.9)]
     pub beta1: f64,
+    /// AdamW's second-moment decay, in [0, 1).
     #[arg(long, default_value_t = 0.95)]
     pub beta2: f64,
+    /// AdamW's epsilon, added to the root of the second moment.
     #[arg(long, default_value_t = 1e-8)]
     pub eps: f64,
     /// Global gradient-norm clip (0 = off).
@@ -77,8 +88,8 @@ pub struct TrainArgs {
     #[arg(long, default_value_t = 20250604)]
     pub seed: u64,
     /// Output folder: `checkpoint/` (official layout + optimizer and trainer state),
-    /// `train_log.csv`.
-    #[arg(long)]
+    /// `train_log.csv`, e.g. runs/ll-gdn.
+    #[arg(short = 'o', long = "output", alias = "out", value_name = "FOLDER")]
     pub out: PathBuf,
     /// Save a checkpoint every N steps (0 = only at the end).
     #[arg(long, default_value_t = 0)]

@@ -14,7 +14,7 @@ use loglinear_runtime::Model;
 #[derive(Debug, thiserror::Error)]
 pub enum EvalError {
     /// The text is shorter than one window.
-    #[error("the text has {len} bytes, fewer than one window (--ctx {ctx}, plus 1): give --ctx {} or less", len.saturating_sub(1))]
+    #[error("the text has {len} bytes, fewer than one window of a {ctx}-token context plus 1: give a context of {} or less", len.saturating_sub(1))]
     TooShort {
         /// Bytes of text.
         len: usize,
@@ -22,7 +22,7 @@ pub enum EvalError {
         ctx: usize,
     },
     /// `ctx` is zero.
-    #[error("--ctx must be positive")]
+    #[error("the context must be at least 1 token")]
     ZeroContext,
     /// The session could not be made.
     #[error(transparent)]

@@ -19,9 +19,9 @@
 //!
 //! ```text
 //! loglinear train --config models/ll-gdn-mcu/config.json --data train.txt --val val.txt \
-//!     --val-windows 64 --eval-every 250 --save-every 500 --out runs/ll-gdn \
+//!     --val-windows 64 --eval-every 250 --save-every 500 --output runs/ll-gdn \
 //!     --export runs/ll-gdn-q8_0.gguf
-//! loglinear train --data train.txt --val val.txt --val-windows 64 --out runs/ll-gdn \
+//! loglinear train --data train.txt --val val.txt --val-windows 64 --output runs/ll-gdn \
 //!     --steps 5000 --resume            # continue (same settings, more steps)
 //! loglinear convert runs/ll-gdn/checkpoint -o ll-gdn-f32.gguf   # or load it in PyTorch
 //! ```

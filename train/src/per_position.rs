@@ -28,9 +28,12 @@ pub enum WindowRunner {
     /// Token by token through the decoder (what a board computes; honours Q8 activations, and
     /// the state's levels and element type).
     Step(StepState),
-    /// The chunkwise algorithm of spec §7 on all CPU cores (`loglinear-cpu-prefill`), logits at
+    /// The chunkwise algorithm of spec §7 on CPU threads (`loglinear-cpu-prefill`), logits at
     /// every position: much faster; f32 activations only; same logits up to f32 rounding.
-    Chunkwise,
+    Chunkwise {
+        /// Worker threads (`None`: every core).
+        threads: Option<usize>,
+    },
 }
 
 impl WindowRunner {
@@ -38,7 +41,7 @@ impl WindowRunner {
     pub fn name(self) -> &'static str {
         match self {
             WindowRunner::Step(_) => "step",
-            WindowRunner::Chunkwise => "chunkwise",
+            WindowRunner::Chunkwise { .. } => "chunkwise",
         }
     }
 }
@@ -131,9 +134,10 @@ pub fn per_position_loss(
         WindowRunner::Step(state) => {
             step_windows::<f32>(model, text, ctx, state, &mut bits, progress)?
         }
-        WindowRunner::Chunkwise => {
+        WindowRunner::Chunkwise { threads } => {
             let opts = PrefillOptions {
                 all_logits: true,
+                threads,
                 ..PrefillOptions::default()
             };
             let vocab = model.config().vocab_size;

@@ -31,7 +31,7 @@ type WeightLookup = Box<dyn Fn(&str) -> Option<Vec<f32>>>;
 enum Start {
     /// `--config`: official initialisation.
     Fresh,
-    /// `--init` folder or GGUF: these weights by official key.
+    /// `--model` folder or GGUF: these weights by official key.
     Weights(WeightLookup),
     /// `--resume`: the saved checkpoint folder (loaded by key once the graph gives the
     /// parameter order).
@@ -54,7 +54,7 @@ fn model_source(args: &TrainArgs, ckpt_dir: &Path) -> Res<(String, ModelConfig, 
     if args.resume {
         if args.config.is_some() || args.init.is_some() {
             return Err(
-                "--resume takes the model from OUT/checkpoint: drop --config/--init".into(),
+                "--resume takes the model from OUT/checkpoint: drop --config/--model".into(),
             );
         }
         let dir = checkpoint_dir::find(ckpt_dir).ok_or_else(|| {
@@ -103,12 +103,12 @@ fn model_source(args: &TrainArgs, ckpt_dir: &Path) -> Res<(String, ModelConfig, 
             Ok((text, config, Start::Weights(Box::new(get))))
         }
         (None, Some(path)) => Err(format!(
-            "--init {}: neither a checkpoint folder nor a GGUF file",
+            "--model {}: neither a checkpoint folder nor a GGUF file",
             path.display()
         )
         .into()),
-        (None, None) => Err("give --config (new model), --init (fine-tune) or --resume".into()),
-        (Some(_), Some(_)) => Err("--config and --init exclude each other".into()),
+        (None, None) => Err("give --config (new model), --model (fine-tune) or --resume".into()),
+        (Some(_), Some(_)) => Err("--config and --model exclude each other".into()),
     }
 }
 
@@ -150,7 +150,7 @@ fn settings(args: &TrainArgs, train: &[u32], val: &[u32]) -> Value {
 
 fn check_args(args: &TrainArgs) -> Res {
     if args.seq_len == 0 || args.batch == 0 || args.accum == 0 {
-        return Err("--seq-len, --batch and --accum must be at least 1".into());
+        return Err("--context, --batch and --accum must be at least 1".into());
     }
     if args.steps == 0 {
         return Err("--steps must be at least 1".into());
@@ -340,7 +340,7 @@ pub fn train(args: &TrainArgs) -> Res {
     if !args.resume {
         if let Some(found) = checkpoint_dir::find(&ckpt_dir) {
             return Err(format!(
-                "{} holds a checkpoint: pass --resume to continue it, or choose another --out",
+                "{} holds a checkpoint: pass --resume to continue it, or choose another --output",
                 found.display()
             )
             .into());

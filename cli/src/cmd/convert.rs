@@ -2,7 +2,7 @@
 //! with other tensor types), each measuring what the new file loses against its source.
 
 use super::table::{human_bytes, print_tensor_table, report_rows};
-use crate::{progress_bar, read_file, write_file, CliError, Res};
+use crate::{progress_bar, read_file, write_file, CliError, ModelArg, Res};
 use loglinear_converter::export::{expected_tensors, parse_dtype, ExportedModel, TensorReport};
 use loglinear_converter::model_source::{AlignedBytes, IndexedGguf, LoadError};
 use loglinear_converter::vocab::Vocabulary;
@@ -14,11 +14,15 @@ use std::path::{Path, PathBuf};
 
 /// `loglinear convert`'s arguments.
 #[derive(clap::Args)]
+#[command(mut_arg("flag", |a| a.help(
+    "Checkpoint folder (config.json + model.safetensors, optionally tokenizer.json), \
+     e.g. models/ll-gdn-mcu",
+)))]
 pub(crate) struct ConvertArgs {
-    /// Checkpoint folder.
-    pub checkpoint: PathBuf,
-    /// Output file.
-    #[arg(short, long)]
+    #[command(flatten)]
+    pub checkpoint: ModelArg,
+    /// GGUF file to write, e.g. model-q8_0.gguf (written to a temporary file, then renamed).
+    #[arg(short, long, value_name = "FILE")]
     pub output: PathBuf,
     #[command(flatten)]
     pub types: TypeArgs,
@@ -28,11 +32,12 @@ pub(crate) struct ConvertArgs {
 
 /// `loglinear quantize`'s arguments.
 #[derive(clap::Args)]
+#[command(mut_arg("flag", |a| a.help("GGUF model file to re-store, e.g. models/ll-gdn-mcu-f32.gguf")))]
 pub(crate) struct QuantizeArgs {
-    /// Input model file.
-    pub input: PathBuf,
-    /// Output file.
-    #[arg(short, long)]
+    #[command(flatten)]
+    pub input: ModelArg,
+    /// GGUF file to write, e.g. model-q4_0.gguf (written to a temporary file, then renamed).
+    #[arg(short, long, value_name = "FILE")]
     pub output: PathBuf,
     #[command(flatten)]
     pub types: TypeArgs,
@@ -72,8 +77,8 @@ pub(crate) struct QualityArgs {
     #[arg(long, default_value_t = 8192)]
     eval_bytes: usize,
     /// Predictions per evaluation window (each window starts from an empty state).
-    #[arg(long, default_value_t = 512)]
-    eval_ctx: usize,
+    #[arg(long, value_name = "TOKENS", alias = "eval-ctx", default_value_t = 512)]
+    eval_context: usize,
     /// Skip the measurement.
     #[arg(long)]
     no_eval: bool,
@@ -163,12 +168,16 @@ fn finish_export(
         return Ok(());
     }
     let (what, text) = quality_text(quality)?;
-    let windows = eval::window_count(text.len(), quality.eval_ctx);
+    let windows = eval::window_count(text.len(), quality.eval_context);
     outln!("measuring quality on {what}");
     let pb = progress_bar(windows, "evaluating");
-    let c = eval::compare(reference, &candidate, &text, quality.eval_ctx, &mut |w| {
-        pb.set_position(w as u64)
-    })?;
+    let c = eval::compare(
+        reference,
+        &candidate,
+        &text,
+        quality.eval_context,
+        &mut |w| pb.set_position(w as u64),
+    )?;
     pb.finish_and_clear();
     print_comparison(&c, reference_name)?;
     Ok(())
@@ -195,7 +204,7 @@ pub(crate) fn convert(args: ConvertArgs) -> Res {
         types,
         quality,
     } = args;
-    let (checkpoint, output, quality) = (&checkpoint, &output, &quality);
+    let (checkpoint, output, quality) = (checkpoint.path(), &output, &quality);
     refuse_inputs_as_output(output, checkpoint, quality)?;
     let ckpt = Checkpoint::load(checkpoint).map_err(|source| LoadError::Checkpoint {
         path: checkpoint.to_path_buf(),
@@ -237,7 +246,7 @@ pub(crate) fn quantize(args: QuantizeArgs) -> Res {
         types,
         quality,
     } = args;
-    let (input, output, quality) = (&input, &output, &quality);
+    let (input, output, quality) = (input.path(), &output, &quality);
     let matrix_type = types.matrix_type.ok_or(
         "quantize needs --type: the storage type of the weight matrices (f32, f16, q8_0 or q4_0)",
     )?;

@@ -1,29 +1,30 @@
 //! `loglinear eval`: bits per byte of a model on a text, and optionally the loss at each
 //! position of the windows (CSV) and its chart against a baseline model (PNG).
 
+use crate::args::parse_threads;
 use crate::plot::{self, Curve, PlotOptions};
-use crate::{progress_bar, read_file, ActivationsArg, Res};
+use crate::{progress_bar, read_file, ActivationsArg, ModelArg, Res};
 use clap::ValueEnum;
 use loglinear_converter::model_source::ModelSource;
 use loglinear_runtime::quant::Activations;
 use loglinear_train::eval;
 use loglinear_train::per_position::{per_position_loss, PerPosition, StepState, WindowRunner};
-use std::io::Write;
+use serde_json::json;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// Arguments of `loglinear eval`.
 #[derive(clap::Args)]
 pub struct EvalArgs {
-    /// GGUF model file or checkpoint folder.
-    model: PathBuf,
-    /// The text (raw bytes; one token per byte).
-    #[arg(long)]
+    #[command(flatten)]
+    model: ModelArg,
+    /// The text file to measure on, e.g. data/valid.txt (raw bytes; one token per byte).
+    #[arg(long, value_name = "FILE")]
     text: PathBuf,
     /// Predictions per window; windows do not overlap and each starts from an empty state,
-    /// feeding ctx + 1 bytes and predicting ctx.
-    #[arg(long, default_value_t = 512)]
-    ctx: usize,
+    /// feeding TOKENS + 1 bytes and predicting TOKENS.
+    #[arg(long, value_name = "TOKENS", alias = "ctx", default_value_t = 512)]
+    context: usize,
     /// Use only the first this many bytes of the text.
     #[arg(long)]
     bytes: Option<usize>,
@@ -36,6 +37,9 @@ pub struct EvalArgs {
     /// model's full f32 state, step otherwise.
     #[arg(long, value_enum, default_value = "auto")]
     prefill: RunnerArg,
+    /// Worker threads of the chunkwise prefill, 1 to 4096 (default: every core).
+    #[arg(long, value_parser = parse_threads)]
+    threads: Option<usize>,
     /// State levels of the decoder, as a board with little RAM keeps them (default: the
     /// model's, 15 log-linear, 1 plain): the top level saturates at 2^(levels − 1) tokens.
     /// Runs the windows step by step.
@@ -60,6 +64,10 @@ pub struct EvalArgs {
     /// Size of the plot in pixels, WIDTHxHEIGHT.
     #[arg(long, value_name = "WxH", default_value = "960x600", value_parser = parse_size)]
     plot_size: (u32, u32),
+    /// Print the result as one JSON object on stdout (bits and nats per byte, windows,
+    /// predictions, seconds, tokens/s; the baseline's under "baseline").
+    #[arg(long)]
+    json: bool,
 }
 
 /// `--prefill` of `eval`.
@@ -103,7 +111,9 @@ pub fn run(args: &EvalArgs) -> Res {
     let exact_chunkwise = activations == Activations::F32 && state == StepState::default();
     let runner = match (args.prefill, exact_chunkwise) {
         (RunnerArg::Step, _) | (RunnerArg::Auto, false) => WindowRunner::Step(state),
-        (RunnerArg::Chunkwise | RunnerArg::Auto, true) => WindowRunner::Chunkwise,
+        (RunnerArg::Chunkwise | RunnerArg::Auto, true) => WindowRunner::Chunkwise {
+            threads: args.threads,
+        },
         (RunnerArg::Chunkwise, false) => {
             return Err(
                 "--prefill chunkwise computes with f32 activations and the model's full \
@@ -118,37 +128,49 @@ pub fn run(args: &EvalArgs) -> Res {
         bytes.truncate(n);
     }
     // Checked here, before any model is opened or anything printed.
-    eval::check(&bytes, args.ctx)?;
+    eval::check(&bytes, args.context).map_err(|e| format!("--context {}: {e}", args.context))?;
     // Both models are opened before either is evaluated, so a bad baseline fails at once.
-    let source = open_model(&args.model)?;
+    let model_path = args.model.path();
+    let source = open_model(model_path)?;
     let baseline_source = match &args.baseline {
         Some(path) => Some((path, open_model(path)?)),
         None => None,
     };
 
-    let model = evaluate(&args.model, &source, "", args, &bytes, runner, activations)?;
+    let (model, model_took) = evaluate(model_path, &source, args, &bytes, runner, activations)?;
+    if !args.json {
+        print_result("", &model, model_took)?;
+    }
     if let Some(csv) = &args.per_position {
         crate::write_file(csv, model.to_csv().as_bytes())?;
         eprintln!("wrote {} ({} positions)", csv.display(), model.ctx());
     }
     let baseline = match &baseline_source {
-        Some((path, src)) => Some(evaluate(
-            path,
-            src,
-            "baseline ",
-            args,
-            &bytes,
-            runner,
-            activations,
-        )?),
+        Some((path, src)) => {
+            let (b, took) = evaluate(path, src, args, &bytes, runner, activations)?;
+            if !args.json {
+                print_result("baseline ", &b, took)?;
+            }
+            Some((b, took))
+        }
         None => None,
     };
+    if args.json {
+        let baseline = match (&args.baseline, &baseline) {
+            (Some(path), Some((b, took))) => result_json(path, b, *took),
+            _ => serde_json::Value::Null,
+        };
+        let mut v = result_json(model_path, &model, model_took);
+        v["text"] = json!(args.text.display().to_string());
+        v["baseline"] = baseline;
+        outln!("{v:#}");
+    }
     if let Some(png) = &args.plot {
         let mut curves = vec![Curve {
-            label: model_name(&args.model),
+            label: model_name(model_path),
             mean_bits: model.mean_bits(),
         }];
-        if let (Some(path), Some(b)) = (&args.baseline, &baseline) {
+        if let (Some(path), Some((b, _))) = (&args.baseline, &baseline) {
             curves.push(Curve {
                 label: model_name(path),
                 mean_bits: b.mean_bits(),
@@ -160,7 +182,7 @@ pub fn run(args: &EvalArgs) -> Res {
             title: format!(
                 "Loss by position: {} windows of {} bytes of {}",
                 model.windows,
-                args.ctx,
+                args.context,
                 model_name(&args.text)
             ),
         };
@@ -185,17 +207,16 @@ fn open_model(path: &Path) -> Res<ModelSource> {
     Ok(source)
 }
 
-/// Evaluates one model on the windows and prints its bits per byte (after `what`).
+/// Evaluates one model on the windows; returns the loss and the time it took.
 fn evaluate(
     path: &Path,
     source: &ModelSource,
-    what: &str,
     args: &EvalArgs,
     bytes: &[u8],
     runner: WindowRunner,
     activations: Activations,
-) -> Res<PerPosition> {
-    let ctx = args.ctx;
+) -> Res<(PerPosition, Duration)> {
+    let ctx = args.context;
     let windows = eval::window_count(bytes.len(), ctx);
     let r = source.with_model(path, |m| {
         let m = &m.with_activations(activations);
@@ -216,17 +237,36 @@ fn evaluate(
         pb.finish_and_clear();
         r.map(|r| (r, start.elapsed()))
     })??;
-    let (r, took): (PerPosition, Duration) = r;
+    Ok(r)
+}
+
+/// Prints one model's bits per byte (after `what`).
+fn print_result(what: &str, r: &PerPosition, took: Duration) -> Res {
     let total = r.total();
-    writeln!(
-        std::io::stdout().lock(),
-        "{what}bits per byte: {:.5} ({:.5} nats/byte; {} windows x {ctx} = {} predictions; {:.1} s, {:.0} tokens/s)",
+    outln!(
+        "{what}bits per byte: {:.5} ({:.5} nats/byte; {} windows x {} = {} predictions; {:.1} s, {:.0} tokens/s)",
         total.bpb(),
         total.bpb() * std::f64::consts::LN_2,
         total.windows,
+        r.ctx(),
         total.predictions,
         took.as_secs_f64(),
         total.predictions as f64 / took.as_secs_f64()
-    )?;
-    Ok(r)
+    );
+    Ok(())
+}
+
+/// One model's result for `--json`.
+fn result_json(path: &Path, r: &PerPosition, took: Duration) -> serde_json::Value {
+    let total = r.total();
+    json!({
+        "model": path.display().to_string(),
+        "bits_per_byte": total.bpb(),
+        "nats_per_byte": total.bpb() * std::f64::consts::LN_2,
+        "windows": total.windows,
+        "context": r.ctx(),
+        "predictions": total.predictions,
+        "seconds": took.as_secs_f64(),
+        "tokens_per_s": total.predictions as f64 / took.as_secs_f64(),
+    })
 }

@@ -16,7 +16,7 @@ use std::time::Instant;
 pub(crate) struct GenerateArgs {
     /// GGUF model file or checkpoint folder (config.json + model.safetensors). The default
     /// is the shipped model: ll-gdn-mcu (Shakespeare, 1.4M parameters) in Q8_0.
-    #[arg(long, default_value = "models/ll-gdn-mcu-q8_0.gguf")]
+    #[arg(short = 'm', long, default_value = "models/ll-gdn-mcu-q8_0.gguf")]
     pub model: PathBuf,
     /// Prompt text, with C-style escapes: \n \t \r \0 \\ \xHH (any byte) \u{H…}.
     #[arg(long, default_value = "ROMEO:\\n")]
@@ -41,6 +41,9 @@ pub(crate) struct GenerateArgs {
     /// through wgpu: Vulkan, Metal or DX12; lavapipe without a GPU). Decoding is on the CPU.
     #[arg(long, value_enum, default_value = "step")]
     pub prefill: PrefillArg,
+    /// Worker threads of `--prefill chunkwise`, 1 to 4096 (default: every core).
+    #[arg(long, value_parser = crate::args::parse_threads)]
+    pub threads: Option<usize>,
     /// Same as `--prefill gpu`.
     #[arg(long)]
     pub gpu: bool,
@@ -66,10 +69,21 @@ pub(crate) fn run(args: GenerateArgs) -> Res {
         state,
         activations,
         prefill,
+        threads,
         gpu,
         save_snapshot,
         resume,
     } = args;
+    let prefill = match (gpu, prefill) {
+        (true, _) | (false, PrefillArg::Gpu) => Prefill::Gpu,
+        (false, PrefillArg::Step) => Prefill::Cpu,
+        (false, PrefillArg::Chunkwise) => Prefill::Chunkwise { threads },
+    };
+    if threads.is_some() && !matches!(prefill, Prefill::Chunkwise { .. }) {
+        return Err(
+            "--threads sets the workers of --prefill chunkwise: add it, or drop --threads".into(),
+        );
+    }
     if let Some(path) = &save_snapshot {
         loglinear_converter::output_file::check_writable(path)?;
     }
@@ -82,7 +96,6 @@ pub(crate) fn run(args: GenerateArgs) -> Res {
         activations: Some(activations.mode()),
     };
     let mut state = state;
-    let prefill = if gpu { Prefill::Gpu } else { prefill.into() };
     let mut snap = Snapshots {
         save: save_snapshot,
         resume: None,
@@ -136,23 +149,16 @@ pub(crate) enum PrefillArg {
     Gpu,
 }
 
-impl From<PrefillArg> for Prefill {
-    fn from(p: PrefillArg) -> Self {
-        match p {
-            PrefillArg::Step => Prefill::Cpu,
-            PrefillArg::Chunkwise => Prefill::Chunkwise,
-            PrefillArg::Gpu => Prefill::Gpu,
-        }
-    }
-}
-
 /// Where `generate` runs the prompt.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Prefill {
     /// Token by token through the CPU decoder.
     Cpu,
-    /// The chunk algorithm on the CPU's cores (`loglinear-cpu-prefill`).
-    Chunkwise,
+    /// The chunk algorithm on CPU threads (`loglinear-cpu-prefill`).
+    Chunkwise {
+        /// Worker threads (`None`: every core).
+        threads: Option<usize>,
+    },
     /// One chunk-scan pass on the GPU, handing the state to the CPU decoder.
     Gpu,
 }
@@ -215,12 +221,15 @@ fn generate<E: StateElem>(
         Prefill::Gpu if !prompt_tokens.is_empty() => {
             Some(gpu_prefill(model, &prompt_tokens, &mut session)?)
         }
-        Prefill::Chunkwise if !prompt_tokens.is_empty() => {
+        Prefill::Chunkwise { threads } if !prompt_tokens.is_empty() => {
             let p = loglinear_cpu_prefill::prefill_into(
                 model,
                 &prompt_tokens,
                 &mut session,
-                &loglinear_cpu_prefill::PrefillOptions::default(),
+                &loglinear_cpu_prefill::PrefillOptions {
+                    threads,
+                    ..Default::default()
+                },
             )?;
             Some(format!(
                 "chunkwise CPU prefill on {} threads: {:.1} ms",
@@ -228,7 +237,7 @@ fn generate<E: StateElem>(
                 p.timing.seconds * 1e3
             ))
         }
-        Prefill::Gpu | Prefill::Cpu | Prefill::Chunkwise => {
+        Prefill::Gpu | Prefill::Cpu | Prefill::Chunkwise { .. } => {
             for &tok in &prompt_tokens {
                 session.step(tok)?;
             }

@@ -2,17 +2,22 @@
 //! whether the runtime would load it.
 
 use super::table::{human_bytes, print_tensor_table, Row};
-use crate::{CliError, Res};
+use crate::{CliError, ModelArg, Res};
 use loglinear_converter::model_source::AlignedBytes;
 use loglinear_runtime::gguf::format::{self, ValueType};
 use loglinear_runtime::gguf::{GgufFile, GgufModel, MetaArray, MetaValue};
-use std::path::PathBuf;
+use serde_json::{json, Value};
 
 /// `loglinear inspect`'s arguments.
 #[derive(clap::Args)]
+#[command(mut_arg("flag", |a| a.help("GGUF file to show, e.g. models/ll-gdn-mcu-q8_0.gguf")))]
 pub(crate) struct InspectArgs {
-    /// The file.
-    pub file: PathBuf,
+    #[command(flatten)]
+    pub model: ModelArg,
+    /// Print one JSON object instead of text: file, metadata (values as JSON numbers,
+    /// strings and arrays), tensors, and the runtime's verdict.
+    #[arg(long)]
+    pub json: bool,
 }
 
 fn meta_type(v: &MetaValue<'_>) -> String {
@@ -51,14 +56,86 @@ fn array_text(a: &MetaArray<'_>) -> String {
     format!("[{}{more}]", items.join(", "))
 }
 
+/// A metadata value as JSON: integers and floats as numbers, arrays in full.
+fn meta_json(v: &MetaValue<'_>) -> Value {
+    match v {
+        MetaValue::U8(x) => json!(x),
+        MetaValue::I8(x) => json!(x),
+        MetaValue::U16(x) => json!(x),
+        MetaValue::I16(x) => json!(x),
+        MetaValue::U32(x) => json!(x),
+        MetaValue::I32(x) => json!(x),
+        MetaValue::F32(x) => json!(x),
+        MetaValue::Bool(x) => json!(x),
+        MetaValue::Str(s) => json!(s),
+        MetaValue::Array(a) => Value::Array(a.iter().map(|v| meta_json(&v)).collect()),
+        MetaValue::U64(x) => json!(x),
+        MetaValue::I64(x) => json!(x),
+        MetaValue::F64(x) => json!(x),
+    }
+}
+
 /// Runs `loglinear inspect`.
 pub(crate) fn run(args: &InspectArgs) -> Res {
-    let path = &args.file;
+    let path = args.model.path();
     let bytes = AlignedBytes::read(path)?;
     let file = GgufFile::parse(bytes.as_bytes()).map_err(|error| CliError::Gguf {
         path: path.to_path_buf(),
         error,
     })?;
+    let verdict = GgufModel::parse(bytes.as_bytes()).map(|m| *m.config());
+    let refused = |e: &dyn std::fmt::Display| -> Box<dyn std::error::Error> {
+        format!(
+            "{}: the runtime would refuse this file: {e}",
+            path.display()
+        )
+        .into()
+    };
+    if args.json {
+        let tensors: Vec<Value> = file
+            .tensors()
+            .map(|t| {
+                json!({
+                    "name": t.name,
+                    "dims": &t.dims[..t.n_dims as usize],
+                    "type": t.dtype.name(),
+                    "elements": t.len(),
+                    "bytes": t.data.len(),
+                    "offset": t.offset,
+                })
+            })
+            .collect();
+        let metadata: serde_json::Map<String, Value> = file
+            .metadata()
+            .map(|(k, v)| (k.to_string(), meta_json(&v)))
+            .collect();
+        let model = match &verdict {
+            Ok(c) => json!({
+                "loads": true,
+                "arch": c.arch.name(),
+                "blocks": c.num_layers,
+                "width": c.hidden_size,
+                "heads": c.num_heads,
+                "head_k_dim": c.head_k_dim,
+                "head_v_dim": c.head_v_dim,
+                "vocab": c.vocab_size,
+            }),
+            Err(e) => json!({ "loads": false, "refused": e.to_string() }),
+        };
+        outln!(
+            "{:#}",
+            json!({
+                "file": path.display().to_string(),
+                "bytes": bytes.as_bytes().len(),
+                "gguf_version": 3,
+                "alignment": file.alignment(),
+                "metadata": metadata,
+                "tensors": tensors,
+                "model": model,
+            })
+        );
+        return verdict.map(|_| ()).map_err(|e| refused(&e));
+    }
     outln!(
         "{}: GGUF v3, {} bytes ({}), alignment {}, {} metadata keys, {} tensors",
         path.display(),
@@ -95,9 +172,8 @@ pub(crate) fn run(args: &InspectArgs) -> Res {
         })
         .collect();
     print_tensor_table(&rows, "ggml dims")?;
-    match GgufModel::parse(bytes.as_bytes()) {
-        Ok(m) => {
-            let c = m.config();
+    match verdict {
+        Ok(c) => {
             outln!(
                 "\nmodel: ok: {} ({}), {} blocks, width {}, {} heads ({}x{}), vocab {}",
                 c.arch.name(),
@@ -113,13 +189,7 @@ pub(crate) fn run(args: &InspectArgs) -> Res {
             );
         }
         // The listing above is still printed: it helps to see what the file holds.
-        Err(e) => {
-            return Err(format!(
-                "{}: the runtime would refuse this file: {e}",
-                path.display()
-            )
-            .into())
-        }
+        Err(e) => return Err(refused(&e)),
     }
     Ok(())
 }

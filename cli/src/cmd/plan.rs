@@ -9,7 +9,11 @@ use loglinear_runtime::gguf::GgufModel;
 use loglinear_runtime::DType;
 use std::path::PathBuf;
 
-use loglinear_planner::{plan_model, recommend, BoardProfile, Plan, QualityTable, StateType};
+use loglinear_planner::{
+    plan_model, recommend, BoardProfile, ContextLimit, Plan, QualityTable, Recommendation,
+    StateType,
+};
+use serde_json::{json, Value};
 
 /// Why a plan could not be made.
 #[derive(Debug, thiserror::Error)]
@@ -36,8 +40,8 @@ pub struct PlanArgs {
     /// Board name (a folder under boards/) or board folder.
     #[arg(long)]
     pub board: String,
-    /// GGUF model file or checkpoint folder.
-    #[arg(long)]
+    /// GGUF model file or checkpoint folder, e.g. models/ll-gdn-mcu-q8_0.gguf.
+    #[arg(short = 'm', long)]
     pub model: PathBuf,
     /// Context length T in tokens for the live-state figure (default: the levels' exact
     /// capacity, 2^(levels−1)).
@@ -57,6 +61,9 @@ pub struct PlanArgs {
     /// For a checkpoint folder: the matrix storage type of the GGUF file it would become.
     #[arg(long = "type", value_parser = parse_dtype, default_value = "f32")]
     pub matrix_type: DType,
+    /// Print the plan as one JSON object (bytes as numbers, the fit, the recommendations).
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Loads the model at `path` (GGUF file, or checkpoint converted in memory with
@@ -102,9 +109,17 @@ pub fn plan(args: &PlanArgs) -> Result<Plan, PlanError> {
     )?)
 }
 
-/// The recommended levels and state type at the plan's context (with `--context`) or at each
-/// context the model's quality table measured, as report lines; `None` without a table.
-pub fn recommendations(args: &PlanArgs, plan: &Plan) -> Result<Option<String>, PlanError> {
+/// The recommendations of the model's quality table at the plan's context (with `--context`)
+/// or at each context the table measured.
+pub struct Advice {
+    /// The table read.
+    pub table: PathBuf,
+    /// Per context asked about: the best measured setting that fits, if any.
+    pub at: Vec<(u64, Option<Recommendation>)>,
+}
+
+/// The recommended levels and state type; `None` without a quality table.
+pub fn recommendations(args: &PlanArgs, plan: &Plan) -> Result<Option<Advice>, PlanError> {
     let path = match &args.levels_table {
         Some(path) => path.clone(),
         None => {
@@ -122,13 +137,22 @@ pub fn recommendations(args: &PlanArgs, plan: &Plan) -> Result<Option<String>, P
     };
     contexts.sort_unstable();
     contexts.dedup();
+    let at = contexts
+        .into_iter()
+        .map(|t| (t, recommend(&table, plan, t)))
+        .collect();
+    Ok(Some(Advice { table: path, at }))
+}
+
+/// The advice as report lines.
+fn advice_text(advice: &Advice, plan: &Plan) -> String {
     let mut out = format!(
         "recommended for {} (measured bits per byte: {})",
         plan.board.name,
-        path.display()
+        advice.table.display()
     );
-    for t in contexts {
-        match recommend(&table, plan, t) {
+    for (t, r) in &advice.at {
+        match r {
             Some(r) => out.push_str(&format!(
                 "\n  {t}-token context: {} levels, {} state, {:+.3} bits per byte \
                  ({:.4} measured at {} tokens, against all {} levels in f32)",
@@ -144,15 +168,82 @@ pub fn recommendations(args: &PlanArgs, plan: &Plan) -> Result<Option<String>, P
             )),
         }
     }
-    Ok(Some(out))
+    out
+}
+
+/// The plan and advice as one JSON object.
+fn plan_json(plan: &Plan, advice: Option<&Advice>) -> Value {
+    let max_levels: serde_json::Map<String, Value> = plan
+        .max_levels
+        .iter()
+        .map(|(s, l)| (s.to_string(), json!(l)))
+        .collect();
+    let context_limit = match plan.context_limit() {
+        ContextLimit::Unbounded => json!({ "unbounded": true }),
+        ContextLimit::Exact { levels, tokens } => {
+            json!({ "unbounded": false, "levels": levels, "tokens": tokens })
+        }
+        ContextLimit::None => Value::Null,
+    };
+    let advice = advice.map(|a| {
+        json!({
+            "table": a.table.display().to_string(),
+            "at": a.at.iter().map(|(t, r)| json!({
+                "context": t,
+                "recommended": r.as_ref().map(|r| json!({
+                    "levels": r.row.levels,
+                    "state": r.row.state.to_string(),
+                    "bits_per_byte": r.row.bits_per_byte,
+                    "measured_context": r.row.context,
+                    "cost_bits_per_byte": r.cost,
+                })),
+            })).collect::<Vec<_>>(),
+        })
+    });
+    json!({
+        "board": plan.board.name,
+        "fits": plan.fits(),
+        "state": plan.state.to_string(),
+        "levels": plan.levels,
+        "model_levels": plan.model_levels,
+        "context": plan.context,
+        "exact_capacity": plan.exact_capacity,
+        "live_levels": plan.session.live_levels,
+        "flash": {
+            "model_bytes": plan.model_bytes,
+            "code_bytes": plan.code_bytes,
+            "needed_bytes": plan.flash_total(),
+            "available_bytes": plan.board.flash.length,
+            "over_bytes": plan.flash_over(),
+        },
+        "ram": {
+            "arena_bytes": plan.session.arena,
+            "state_allocated_bytes": plan.session.state_allocated,
+            "state_live_bytes": plan.session.state_live,
+            "conv_bytes": plan.session.conv,
+            "scratch_bytes": plan.session.scratch,
+            "stack_bytes": plan.stack_estimate(),
+            "needed_bytes": plan.ram_total(),
+            "available_bytes": plan.board.ram.length,
+            "over_bytes": plan.ram_over(),
+        },
+        "max_levels": max_levels,
+        "context_limit": context_limit,
+        "recommendations": advice,
+    })
 }
 
 /// Runs `loglinear plan`: prints the plan and any advice; fails when the model does not fit.
 pub(crate) fn run(args: &PlanArgs) -> crate::Res {
     let plan = plan(args)?;
-    outln!("{plan}");
-    if let Some(advice) = recommendations(args, &plan)? {
-        outln!("{advice}");
+    let advice = recommendations(args, &plan)?;
+    if args.json {
+        outln!("{:#}", plan_json(&plan, advice.as_ref()));
+    } else {
+        outln!("{plan}");
+        if let Some(advice) = &advice {
+            outln!("{}", advice_text(advice, &plan));
+        }
     }
     if !plan.fits() {
         return Err(format!("the model does not fit board {}", plan.board.name).into());
@@ -173,6 +264,7 @@ mod tests {
             levels: None,
             levels_table: None,
             matrix_type: DType::F32,
+            json: false,
         }
     }
 

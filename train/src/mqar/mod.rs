@@ -55,10 +55,10 @@
 //! 38.5 to 29 ms (GDN) and from 30.5 to 21 ms (Mamba-2). The full protocol (22 528 steps × 48
 //! runs per seed) still takes many hours on one GPU. Within a fixed budget use
 //! `--max-seconds-per-run` (the cosine is fitted to the steps that fit), one learning rate per
-//! pass (results accumulate in `--out`; a second pass with another `--lrs` adds to the table),
+//! pass (results accumulate in `--output`; a second pass with another `--lrs` adds to the table),
 //! and possibly a smaller `--batch` (more updates per second; not the protocol's 256), e.g.
 //! `loglinear mqar --archs gdn --dims 64 --lrs 1e-3 --batch 128 --max-seconds-per-run 262
-//! --eval-every 1000 --out mqar.json --md mqar.md`. Several processes sharing one GPU do not
+//! --eval-every 1000 --output mqar.json --md mqar.md`. Several processes sharing one GPU do not
 //! add throughput (12 at once on the H200 each ran 10–13× slower); runs made with different
 //! settings go into one table with `--merge a.json,b.json`.
 //!
@@ -253,7 +253,13 @@ pub struct MqarArgs {
     #[arg(long, default_value_t = 0)]
     pub warmup: u64,
     /// Results (JSON); runs already there with the same settings are skipped.
-    #[arg(long, default_value = "mqar_results.json")]
+    #[arg(
+        short = 'o',
+        long = "output",
+        alias = "out",
+        value_name = "FILE.json",
+        default_value = "mqar_results.json"
+    )]
     pub out: PathBuf,
     /// The markdown table (rewritten after every run).
     #[arg(long)]
@@ -267,7 +273,7 @@ pub struct MqarArgs {
     #[arg(long, value_enum, default_value = "zoology")]
     pub init: MqarInit,
     /// Train nothing: print (and with --md write) one table of the runs in these results files,
-    /// e.g. of several processes that shared a GPU with different --lrs / --out. Each file's
+    /// e.g. of several processes that shared a GPU with different --lrs / --output. Each file's
     /// settings are listed under the table; the best learning rate per cell is taken over all.
     #[arg(long, value_delimiter = ',')]
     pub merge: Vec<PathBuf>,
@@ -279,7 +285,7 @@ pub struct MqarArgs {
     #[arg(long, default_value_t = crate::mqar::data::ZOOLOGY_VOCAB, hide = true)]
     pub vocab: usize,
     /// Tokens per example (Zoology: 256; smaller for tests).
-    #[arg(long, default_value_t = crate::mqar::data::ZOOLOGY_SEQ_LEN, hide = true)]
+    #[arg(long = "context", alias = "seq-len", value_name = "TOKENS", default_value_t = crate::mqar::data::ZOOLOGY_SEQ_LEN, hide = true)]
     pub seq_len: usize,
 }
 

@@ -119,7 +119,7 @@ pub fn load_results(args: &MqarArgs) -> Result<Vec<RunRecord>, String> {
     let want = settings_json(args);
     if v.get("settings") != Some(&want) {
         return Err(format!(
-            "{} holds runs made with other settings ({}); these are {}: use another --out",
+            "{} holds runs made with other settings ({}); these are {}: use another --output",
             args.out.display(),
             v.get("settings").map_or("none".into(), |s| s.to_string()),
             want

@@ -1,0 +1,125 @@
+//! The flags several subcommands share, defined once so that each idea has one spelling:
+//! `--model`/`-m`, `--output`/`-o`, `--context`, `--levels`, `--state`, `--seed`, `--threads`,
+//! `--json`, and the sampling settings.
+
+use clap::ValueEnum;
+use loglinear_runtime::quant::Activations;
+use loglinear_runtime::sampler::SamplerConfig;
+use std::path::{Path, PathBuf};
+
+/// The model a subcommand reads: `--model FILE` (`-m`), or the same path given as the first
+/// positional argument, as `loglinear inspect model.gguf` reads.
+#[derive(clap::Args, Clone, Debug)]
+#[group(required = true, multiple = false)]
+pub(crate) struct ModelArg {
+    /// GGUF model file or checkpoint folder (config.json + model.safetensors), e.g.
+    /// models/ll-gdn-mcu-q8_0.gguf.
+    #[arg(short = 'm', long = "model", value_name = "MODEL")]
+    flag: Option<PathBuf>,
+    /// The same as --model.
+    #[arg(value_name = "MODEL")]
+    positional: Option<PathBuf>,
+}
+
+impl ModelArg {
+    /// The path given, by either spelling.
+    pub(crate) fn path(&self) -> &Path {
+        // The group requires exactly one of the two.
+        self.flag
+            .as_deref()
+            .or(self.positional.as_deref())
+            .unwrap_or(Path::new(""))
+    }
+}
+
+/// `--threads`: 1 to 4096 (a larger count is a typo, not a machine).
+pub(crate) fn parse_threads(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if (1..=4096).contains(&n) => Ok(n),
+        _ => Err(format!("{s} is not a thread count: give 1 to 4096")),
+    }
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum StateDtype {
+    F32,
+    F16,
+}
+
+impl StateDtype {
+    /// The name `--state` takes.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            StateDtype::F32 => "f32",
+            StateDtype::F16 => "f16",
+        }
+    }
+}
+
+/// `--activations`: how matvecs with quantized weights treat their input.
+#[derive(Clone, Copy, ValueEnum)]
+pub(crate) enum ActivationsArg {
+    /// f32 maths (the reference).
+    F32,
+    /// Quantize inputs to Q8 blocks and use the integer kernels (faster).
+    Q8,
+}
+
+impl ActivationsArg {
+    pub(crate) fn mode(self) -> Activations {
+        match self {
+            ActivationsArg::F32 => Activations::F32,
+            ActivationsArg::Q8 => Activations::Q8,
+        }
+    }
+}
+
+/// Sampling settings shared by `generate` and `serial`.
+#[derive(clap::Args, Clone, Copy, Debug)]
+pub(crate) struct SamplingArgs {
+    /// Softmax temperature, a number ≥ 0; 0 picks the most likely token (greedy).
+    #[arg(long, default_value_t = 0.8, value_parser = parse_temperature)]
+    pub(crate) temperature: f32,
+    /// Sample only among the K most likely tokens, K ≥ 1 (default: no cut).
+    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..))]
+    pub(crate) top_k: Option<u32>,
+    /// Sample only among the most likely tokens whose probabilities add up to P, in (0, 1];
+    /// 1 keeps every token.
+    #[arg(long, value_name = "P", default_value_t = 1.0, value_parser = parse_top_p)]
+    pub(crate) top_p: f32,
+    /// Seed of the sampler's random numbers.
+    #[arg(long, default_value_t = 0)]
+    pub(crate) seed: u64,
+}
+
+impl SamplingArgs {
+    pub(crate) fn config(&self) -> SamplerConfig {
+        SamplerConfig {
+            temperature: self.temperature,
+            // The sampler's and the serial protocol's "no cut".
+            top_k: self.top_k.map_or(0, |k| k as usize),
+            top_p: self.top_p,
+            seed: self.seed,
+        }
+    }
+}
+
+/// `--temperature`: a finite number ≥ 0.
+fn parse_temperature(s: &str) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(t) if t.is_finite() && t >= 0.0 => Ok(t),
+        _ => Err(format!(
+            "{s} is not a temperature: give a number ≥ 0 (0 = greedy)"
+        )),
+    }
+}
+
+/// `--top-p`: a number in (0, 1].
+fn parse_top_p(s: &str) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(p) if p > 0.0 && p <= 1.0 => Ok(p),
+        _ => Err(format!(
+            "{s} is not a top-p: give a number above 0 and at most 1"
+        )),
+    }
+}
