@@ -66,7 +66,7 @@ fn tables(stdout: &str) -> Vec<Vec<Vec<String>>> {
 
 /// "123.45 ± 6.78" → (123.45, 6.78).
 fn rate(cell: &str) -> (f64, f64) {
-    let (m, s) = cell.split_once(" ± ").expect("median ± spread");
+    let (m, s) = cell.split_once(" ± ").expect("mean ± stddev");
     (m.parse().unwrap(), s.parse().unwrap())
 }
 
@@ -102,9 +102,9 @@ fn markdown_table_has_llama_bench_shape() {
         assert_eq!(r[0], "ll-gdn 35K Q8_0");
         assert!(r[1].ends_with("KiB"), "{r:?}");
         assert_eq!((r[5].as_str(), r[6].as_str()), ("f32", "f32"));
-        let (median, spread) = rate(&r[8]);
-        assert!(median > 0.0 && median.is_finite(), "{r:?}");
-        assert_eq!(spread, 0.0, "one rep has no spread");
+        let (mean, stddev) = rate(&r[8]);
+        assert!(mean > 0.0 && mean.is_finite(), "{r:?}");
+        assert_eq!(stddev, 0.0, "one rep has no spread");
     }
     assert!(stdout.contains(TINY), "the notes name the model file");
 }
@@ -127,27 +127,70 @@ fn every_kernel_path_and_both_activation_modes_get_rows() {
 
 #[test]
 fn csv_and_json_outputs() {
-    let mut args = TINY_ARGS.to_vec();
-    args.extend(["--output", "csv"]);
+    let mut args = TINY_ARGS[..8].to_vec();
+    args.extend(["-o", "csv", "--reps", "2"]);
     let csv = bench_ok(&args);
     let mut lines = csv.lines();
     assert_eq!(
         lines.next(),
-        Some("model,size,params,backend,kernel,act,state,test,t/s")
+        Some("model,path,size_bytes,params,backend,kernel,act,state,test,reps,avg_ts,stddev_ts")
     );
-    assert_eq!(lines.filter(|l| !l.is_empty()).count(), 4, "{csv}");
-
-    let mut args = TINY_ARGS.to_vec();
-    args.extend(["--output", "json"]);
-    let json: serde_json::Value = serde_json::from_str(&bench_ok(&args)).expect("json");
-    let rows = json["bench"].as_array().expect("bench rows");
-    assert_eq!(rows.len(), 4);
-    for r in rows {
-        assert!(r["tokens_per_s"].as_f64().unwrap() > 0.0, "{r}");
-        assert_eq!(r["samples"].as_array().unwrap().len(), 1);
-        assert_eq!(r["path"], TINY);
+    let rows: Vec<Vec<&str>> = lines
+        .filter(|l| !l.is_empty())
+        .map(|l| l.split(',').collect())
+        .collect();
+    assert_eq!(rows.len(), 4, "{csv}");
+    for r in &rows {
+        assert_eq!(r.len(), 12, "{r:?}");
+        // Numbers are plain numbers: bytes, weights, reps, mean and stddev apart.
+        assert!(r[2].parse::<u64>().unwrap() > 0, "{r:?}");
+        assert!(r[3].parse::<u64>().unwrap() > 0, "{r:?}");
+        assert_eq!(r[9], "2");
+        assert!(r[10].parse::<f64>().unwrap() > 0.0, "{r:?}");
+        assert!(r[11].parse::<f64>().unwrap() >= 0.0, "{r:?}");
     }
-    assert_eq!(rows[2]["test"], "tg8@64");
+
+    for flag in [&["--output", "json"][..], &["--json"]] {
+        let mut args = TINY_ARGS.to_vec();
+        args.extend(flag);
+        let json: serde_json::Value = serde_json::from_str(&bench_ok(&args)).expect("json");
+        let rows = json["bench"].as_array().expect("bench rows");
+        assert_eq!(rows.len(), 4);
+        for r in rows {
+            assert!(r["avg_ts"].as_f64().unwrap() > 0.0, "{r}");
+            assert_eq!(r["stddev_ts"].as_f64(), Some(0.0), "{r}");
+            assert_eq!(r["samples_ts"].as_array().unwrap().len(), 1);
+            assert_eq!(r["path"], TINY);
+            assert!(r["size_bytes"].as_u64().unwrap() > 0);
+        }
+        assert_eq!(rows[2]["test"], "tg8@64");
+    }
+}
+
+/// Rows are printed as they are measured: the first curve point is on stdout while the
+/// second (a million tokens reached by stepping, minutes of work) is still running.
+#[test]
+fn rows_are_printed_as_measured() {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(env!("CARGO_BIN_EXE_loglinear"))
+        .current_dir(repo())
+        .args([
+            "bench", "--model", TINY, "--curve", "0,1024K", "--reach", "step",
+        ])
+        .args(["--curve-tokens", "4", "--reps", "1"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("run loglinear");
+    let stdout = child.stdout.take().expect("stdout");
+    let mut lines = BufReader::new(stdout).lines();
+    // Header, rule, then the context-0 row.
+    let first_row = lines.nth(2).expect("a row").expect("utf-8");
+    let still_running = child.try_wait().expect("wait").is_none();
+    child.kill().ok();
+    child.wait().ok();
+    assert!(first_row.contains("| ll-gdn"), "{first_row}");
+    assert!(still_running, "the row came only at the end");
 }
 
 #[test]
@@ -278,13 +321,14 @@ fn qemu_table_is_folded_in() {
 
 #[test]
 fn bad_arguments_give_clear_errors() {
-    let cases: [(&[&str], &str); 10] = [
+    let cases: [(&[&str], &str); 11] = [
         (&["--reps", "0"], "--reps"),
         (&["--depth", "16Q"], "not a token count"),
         (&["-p", "99999999999"], "more than this benchmark takes"),
         (&["--curve", "64,,1K"], "not a token count"),
         (&["--kernel", "sse9"], "expected best, all or one of"),
         (&["--model", "no/such/model.gguf"], "no/such/model.gguf"),
+        (&["-o", "csv", "--json"], "cannot be used with"),
         (&["-p", "0", "-n", "0"], "nothing to measure"),
         (&["--reach", "gpu"], "--reach gpu needs --gpu"),
         (&["--activations", "q4"], "--activations"),

@@ -84,16 +84,26 @@ pub(super) fn time_steps<E: StateElem>(
     Ok(start.elapsed().as_secs_f64())
 }
 
-/// Runs `one` once untimed, then `reps` times; returns tokens/s of each timed run.
+/// Runs `one` once untimed, then `reps` times, with a progress bar named `what` on stderr;
+/// returns tokens/s of each timed run.
 pub(super) fn timed_reps(
+    what: &str,
     reps: u32,
     tokens: usize,
     mut one: impl FnMut() -> Result<f64, BenchError>,
 ) -> Result<Vec<f64>, BenchError> {
+    let pb = crate::progress_bar(reps as usize + 1, what);
+    pb.set_message("warm-up");
     one()?;
-    (0..reps)
-        .map(|_| one().map(|secs| tokens as f64 / secs.max(1e-12)))
-        .collect()
+    let samples = (0..reps)
+        .map(|i| {
+            pb.set_position(u64::from(i) + 1);
+            pb.set_message("timed");
+            one().map(|secs| tokens as f64 / secs.max(1e-12))
+        })
+        .collect();
+    pb.finish_and_clear();
+    samples
 }
 
 pub(super) fn bench_model<E: StateElem>(
@@ -145,33 +155,33 @@ pub(super) fn standard_tests<E: StateElem>(
         let mut owned = OwnedSession::<E>::new(model, config.act)?;
         let mut session = owned.session(model)?;
         if args.n_prompt > 0 {
-            let samples = timed_reps(args.reps, prompt.len(), || {
+            let what = format!("pp{} CPU {}", args.n_prompt, config.kernel_name());
+            let samples = timed_reps(&what, args.reps, prompt.len(), || {
                 session.reset();
                 time_steps(&mut session, &prompt)
             })?;
-            report.bench.push(row(
+            report.add_bench(row(
                 "CPU",
                 config.kernel_name(),
                 config.act,
                 format!("pp{}", args.n_prompt),
                 samples,
-            ));
+            ))?;
         }
         for &depth in &args.depth {
             let Some((_, state)) = saved.iter().find(|(d, _)| *d == depth) else {
                 continue;
             };
-            let samples = timed_reps(args.reps, gen.len(), || {
-                session.load_state(state.t, &state.states, &state.conv)?;
-                time_steps(&mut session, &gen)
-            })?;
             let test = match depth {
                 0 => format!("tg{}", args.n_gen),
                 d => format!("tg{}@{}", args.n_gen, context_name(d)),
             };
-            report
-                .bench
-                .push(row("CPU", config.kernel_name(), config.act, test, samples));
+            let what = format!("{test} CPU {}", config.kernel_name());
+            let samples = timed_reps(&what, args.reps, gen.len(), || {
+                session.load_state(state.t, &state.states, &state.conv)?;
+                time_steps(&mut session, &gen)
+            })?;
+            report.add_bench(row("CPU", config.kernel_name(), config.act, test, samples))?;
         }
     }
     quant::set_forced_path(None);
@@ -180,31 +190,33 @@ pub(super) fn standard_tests<E: StateElem>(
         let mut owned = OwnedSession::<E>::new(model, Activations::F32)?;
         let mut session = owned.session(model)?;
         let opts = prefill_options(args);
-        let samples = timed_reps(args.reps, prompt.len(), || {
+        let what = format!("pp{} CPU chunkwise", args.n_prompt);
+        let samples = timed_reps(&what, args.reps, prompt.len(), || {
             let start = Instant::now();
             loglinear_cpu_prefill::prefill_into(model, &prompt, &mut session, &opts)?;
             Ok(start.elapsed().as_secs_f64())
         })?;
-        report.bench.push(row(
+        report.add_bench(row(
             "CPU chunkwise",
             "-".into(),
             Activations::F32,
             format!("pp{}", args.n_prompt),
             samples,
-        ));
+        ))?;
         if let Some(g) = gpu_model {
-            let samples = timed_reps(args.reps, prompt.len(), || {
+            let what = format!("pp{} GPU", args.n_prompt);
+            let samples = timed_reps(&what, args.reps, prompt.len(), || {
                 let start = Instant::now();
                 g.prefill_into(&prompt, &mut session)?;
                 Ok(start.elapsed().as_secs_f64())
             })?;
-            report.bench.push(row(
+            report.add_bench(row(
                 "GPU",
                 "-".into(),
                 Activations::F32,
                 format!("pp{}", args.n_prompt),
                 samples,
-            ));
+            ))?;
         }
     }
     for (depth, state) in &saved {
@@ -237,11 +249,12 @@ pub(super) fn curve<E: StateElem>(
             session.load_state(state.t, &state.states, &state.conv)?;
             let (live_levels, live_state_bytes) =
                 (session.live_levels(), session.live_state_bytes());
-            let samples = timed_reps(ctx.args.reps, tokens, || {
+            let what = format!("context {context} {}", config.kernel_name());
+            let samples = timed_reps(&what, ctx.args.reps, tokens, || {
                 session.load_state(state.t, &state.states, &state.conv)?;
                 time_steps(&mut session, &gen)
             })?;
-            report.curve.push(CurveRow {
+            report.add_curve(CurveRow {
                 model: ctx.model_index,
                 kernel: config.kernel_name(),
                 act: config.act.name(),
@@ -251,7 +264,7 @@ pub(super) fn curve<E: StateElem>(
                 live_state_bytes,
                 tokens,
                 samples,
-            });
+            })?;
         }
         quant::set_forced_path(None);
         if context > 0 {

@@ -44,7 +44,11 @@ use std::time::Instant;
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
     /// GGUF model file or checkpoint folder; repeat for several models.
-    #[arg(long = "model", default_value = "models/ll-gdn-mcu-q8_0.gguf")]
+    #[arg(
+        short = 'm',
+        long = "model",
+        default_value = "models/ll-gdn-mcu-q8_0.gguf"
+    )]
     models: Vec<PathBuf>,
     /// Prompt tokens of the `pp` test (0: no `pp` test).
     #[arg(short = 'p', long, value_parser = parse_count, default_value = "512")]
@@ -56,8 +60,8 @@ pub struct BenchArgs {
     /// tokens after 16384.
     #[arg(long, value_delimiter = ',', value_parser = parse_count, default_value = "0,16384")]
     depth: Vec<usize>,
-    /// Timed repetitions of each test (after one untimed warm-up); rows show the median and
-    /// ± half the range.
+    /// Timed repetitions of each test (after one untimed warm-up); rows show the mean and
+    /// ± the standard deviation.
     #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
     reps: u32,
     /// State storage type.
@@ -74,7 +78,7 @@ pub struct BenchArgs {
     #[arg(long)]
     gpu: bool,
     /// Worker threads of the chunkwise CPU prefill, 1 to 4096 (default: every core).
-    #[arg(long, value_parser = parse_threads)]
+    #[arg(long, value_parser = crate::args::parse_threads)]
     threads: Option<usize>,
     /// How contexts (`--depth`, `--curve`) are reached: `auto` = GPU with `--gpu`, else the
     /// chunkwise CPU prefill.
@@ -94,9 +98,13 @@ pub struct BenchArgs {
     /// Fold in a saved `cargo xtask count` output instead of running it.
     #[arg(long, value_name = "FILE")]
     qemu_table: Option<PathBuf>,
-    /// Output format.
-    #[arg(long, value_enum, default_value = "md")]
+    /// Output format: md, csv or json (each row is printed as it is measured, except
+    /// json's one object at the end).
+    #[arg(short = 'o', long, value_enum, default_value = "md")]
     output: OutputFormat,
+    /// The same as `--output json`.
+    #[arg(long, conflicts_with = "output")]
+    json: bool,
 }
 
 /// `--state`.
@@ -128,11 +136,13 @@ enum Reach {
 }
 
 /// `--output`.
-#[derive(Clone, Copy, Debug, ValueEnum)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
 enum OutputFormat {
     /// Markdown tables, as llama-bench prints.
+    #[default]
     Md,
-    /// One CSV section per table, each with its header line.
+    /// One CSV section per table, each with its header line; numbers as plain numbers
+    /// (`avg_ts` and `stddev_ts` apart).
     Csv,
     /// One JSON object: `{"bench": [...], "curve": [...], "qemu": [...]}`.
     Json,
@@ -228,31 +238,55 @@ pub enum BenchError {
     },
     #[error("{what}: no count-instructions table (a `| board | … | insns / token | insns / weight-MAC |` header and rows)")]
     NoQemuTable { what: String },
+    #[error("writing the results: {0}")]
+    Output(#[source] std::io::Error),
 }
 
 /// Runs `loglinear bench`. Output write errors come back as plain `io::Error`s, so that the
 /// caller can tell a closed pipe from a failure.
 pub fn run(args: &BenchArgs) -> Result<(), Box<dyn std::error::Error>> {
-    let report = measure(args)?;
-    let mut out = std::io::stdout().lock();
-    match args.output {
-        OutputFormat::Md => write_markdown(&mut out, &report)?,
-        OutputFormat::Csv => write_csv(&mut out, &report)?,
-        OutputFormat::Json => writeln!(out, "{:#}", report_json(&report))?,
+    let mut report = measure(args)?;
+    let mut printer = std::mem::take(&mut report.printer);
+    for r in &report.qemu {
+        printer.qemu(r)?;
     }
-    out.flush()?;
+    printer.finish(&report)?;
     Ok(())
 }
 
 /// Everything measured.
 #[derive(Default)]
 struct Report {
+    /// Prints each row as it is added.
+    printer: Printer,
     models: Vec<ModelInfo>,
     bench: Vec<BenchRow>,
     curve: Vec<CurveRow>,
     qemu: Vec<QemuRow>,
     /// Lines for under the tables: how things were measured.
     notes: Vec<String>,
+}
+
+impl Report {
+    /// Adds a pp/tg row and prints it.
+    fn add_bench(&mut self, row: BenchRow) -> Result<(), BenchError> {
+        let model = &self.models[row.model];
+        self.printer
+            .bench(model, &row)
+            .map_err(BenchError::Output)?;
+        self.bench.push(row);
+        Ok(())
+    }
+
+    /// Adds a curve point and prints it.
+    fn add_curve(&mut self, row: CurveRow) -> Result<(), BenchError> {
+        let model = &self.models[row.model];
+        self.printer
+            .curve(model, &row)
+            .map_err(BenchError::Output)?;
+        self.curve.push(row);
+        Ok(())
+    }
 }
 
 /// A model's identity for the tables.
@@ -370,7 +404,14 @@ fn measure(args: &BenchArgs) -> Result<Report, BenchError> {
         });
     }
     let configs = cpu_configs(args)?;
-    let mut report = Report::default();
+    let mut report = Report {
+        printer: Printer::new(if args.json {
+            OutputFormat::Json
+        } else {
+            args.output
+        }),
+        ..Report::default()
+    };
     if let Some(path) = &args.qemu_table {
         let text = std::fs::read_to_string(path).map_err(|source| BenchError::Read {
             path: path.clone(),
@@ -386,8 +427,13 @@ fn measure(args: &BenchArgs) -> Result<Report, BenchError> {
         } else {
             None
         };
-        for path in &args.models {
-            let source = ModelSource::open(path)?;
+        // Every model is opened before the first measurement, so a bad path fails at once.
+        let sources = args
+            .models
+            .iter()
+            .map(|path| ModelSource::open(path).map(|s| (path, s)))
+            .collect::<Result<Vec<_>, _>>()?;
+        for (path, source) in &sources {
             let index = report.models.len();
             let outcome = source.with_model(path, |m| -> Result<(), BenchError> {
                 report.models.push(model_info(path, m));
@@ -409,7 +455,7 @@ fn measure(args: &BenchArgs) -> Result<Report, BenchError> {
         report.notes.push(format!(
             "CPU: decoding and `CPU` pp rows step one token at a time on one thread; \
              `CPU chunkwise` is the spec §7 prefill on {} threads; tokens are pseudo-random, \
-             nothing is sampled; t/s = median ± half the range of {} reps after a warm-up",
+             nothing is sampled; t/s = mean ± standard deviation of {} reps after a warm-up",
             loglinear_cpu_prefill::threads_for(&prefill_options(args)),
             args.reps
         ));
@@ -480,14 +526,6 @@ fn model_info(path: &Path, m: &Model<'_>) -> ModelInfo {
     }
 }
 
-/// `--threads`: 1 to 4096 (a larger count is a typo, not a machine).
-fn parse_threads(s: &str) -> Result<usize, String> {
-    match s.parse::<usize>() {
-        Ok(n) if (1..=4096).contains(&n) => Ok(n),
-        _ => Err(format!("{s} is not a thread count: give 1 to 4096")),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -503,9 +541,10 @@ mod tests {
     }
 
     #[test]
-    fn median_and_spread() {
-        assert_eq!(median_spread(&[3.0, 1.0, 2.0]), (2.0, 1.0));
-        assert_eq!(median_spread(&[1.0, 3.0]), (2.0, 1.0));
+    fn mean_and_sample_stddev() {
+        assert_eq!(mean_stddev(&[3.0, 1.0, 2.0]), (2.0, 1.0));
+        assert_eq!(mean_stddev(&[1.0, 3.0]), (2.0, 2f64.sqrt()));
+        assert_eq!(mean_stddev(&[5.0]), (5.0, 0.0));
     }
 
     #[test]
