@@ -10,7 +10,7 @@
 //! * [`tensor`]: read-only weight views and the [`WeightSource`] trait a model file plugs into.
 //! * [`config`], [`model`]: the model description and its validated weights.
 //! * [`session`]: one decoding stream over a caller-provided byte arena.
-//! * [`sampler`], [`tokenizer`]: token selection and the byte-level tokenizer.
+//! * [`sampler`], [`tokenizer`]: token selection; the byte-level and GPT-2 BPE tokenizers.
 //! * [`snapshot`], [`slot_store`]: saving and resuming a session; power-safe A/B flash slots.
 #![cfg_attr(not(feature = "std"), no_std)]
 #![deny(missing_docs)]

@@ -28,8 +28,14 @@ pub mod tokenizer {
     pub const TOKENS: &str = "tokenizer.ggml.tokens";
     /// i32 array: ggml's token types.
     pub const TOKEN_TYPE: &str = "tokenizer.ggml.token_type";
-    /// string array: the BPE merges.
+    /// string array: the BPE merges, `"left right"`, first merged first.
     pub const MERGES: &str = "tokenizer.ggml.merges";
+    /// u32: the beginning-of-sequence token id.
+    pub const BOS_ID: &str = "tokenizer.ggml.bos_token_id";
+    /// u32: the end-of-sequence token id.
+    pub const EOS_ID: &str = "tokenizer.ggml.eos_token_id";
+    /// The `MODEL` value of GPT-2-style byte-level BPE.
+    pub const MODEL_GPT2: &str = "gpt2";
 }
 
 /// GGUF metadata value types (`gguf_metadata_value_type`).
