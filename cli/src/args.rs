@@ -123,3 +123,57 @@ fn parse_top_p(s: &str) -> Result<f32, String> {
         )),
     }
 }
+
+/// The shipped model that `generate` and `bench` run without `--model`, relative to the
+/// repository root.
+pub(crate) const DEFAULT_MODEL: &str = "models/ll-gdn-mcu-q8_0.gguf";
+
+/// The default model found from the binary, not the current folder: in the repository that
+/// holds the binary (`target/<profile>/loglinear`), else in the one it was built from.
+pub(crate) fn default_model() -> Result<PathBuf, String> {
+    let exe = std::env::current_exe().ok();
+    let roots = exe
+        .iter()
+        .flat_map(|e| e.ancestors().skip(1))
+        .map(Path::to_path_buf)
+        .chain([Path::new(env!("CARGO_MANIFEST_DIR")).join("..")]);
+    find_default_model(roots)
+}
+
+/// The first of `roots` that holds [`DEFAULT_MODEL`], or a message naming where it looked.
+fn find_default_model(roots: impl Iterator<Item = PathBuf>) -> Result<PathBuf, String> {
+    let mut looked = Vec::new();
+    for root in roots {
+        let candidate = root.join(DEFAULT_MODEL);
+        if candidate.is_file() {
+            return Ok(candidate);
+        }
+        looked.push(root.display().to_string());
+    }
+    Err(format!(
+        "no --model given, and the shipped model {DEFAULT_MODEL} is in none of the folders \
+         above this binary nor in the repository it was built from ({}): give --model FILE",
+        looked.join(", ")
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_model_is_found_from_the_binary_or_explained() {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let found = default_model().expect("the repository's model");
+        assert!(found.ends_with(DEFAULT_MODEL) && found.is_file());
+        let elsewhere = std::env::temp_dir();
+        let e = find_default_model([elsewhere.clone()].into_iter()).unwrap_err();
+        assert!(
+            e.contains(DEFAULT_MODEL) && e.contains("give --model"),
+            "{e}"
+        );
+        assert!(e.contains(&elsewhere.display().to_string()), "{e}");
+        let found = find_default_model([elsewhere, repo.clone()].into_iter()).unwrap();
+        assert_eq!(found, repo.join(DEFAULT_MODEL));
+    }
+}

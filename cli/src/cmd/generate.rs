@@ -14,10 +14,11 @@ use std::time::Instant;
 /// `loglinear generate`'s arguments.
 #[derive(clap::Args)]
 pub(crate) struct GenerateArgs {
-    /// GGUF model file or checkpoint folder (config.json + model.safetensors). The default
-    /// is the shipped model: ll-gdn-mcu (Shakespeare, 1.4M parameters) in Q8_0.
-    #[arg(short = 'm', long, default_value = "models/ll-gdn-mcu-q8_0.gguf")]
-    pub model: PathBuf,
+    /// GGUF model file or checkpoint folder (config.json + model.safetensors) [default: the
+    /// shipped ll-gdn-mcu (Shakespeare, 1.4M parameters, Q8_0), models/ll-gdn-mcu-q8_0.gguf
+    /// of the repository that holds this binary].
+    #[arg(short = 'm', long)]
+    pub model: Option<PathBuf>,
     /// Prompt text, with C-style escapes: \n \t \r \0 \\ \xHH (any byte) \u{H…}.
     #[arg(long, default_value = "ROMEO:\\n")]
     pub prompt: String,
@@ -87,6 +88,10 @@ pub(crate) fn run(args: GenerateArgs) -> Res {
     if let Some(path) = &save_snapshot {
         loglinear_converter::output_file::check_writable(path)?;
     }
+    let model = match model {
+        Some(path) => path,
+        None => crate::args::default_model()?,
+    };
     let source = ModelSource::open(&model)?;
     source.require_byte_tokenizer(&model)?;
     let prompt = crate::prompt::unescape(&prompt)?;

@@ -43,12 +43,9 @@ use std::time::Instant;
 /// `loglinear bench`'s arguments.
 #[derive(clap::Args, Debug)]
 pub struct BenchArgs {
-    /// GGUF model file or checkpoint folder; repeat for several models.
-    #[arg(
-        short = 'm',
-        long = "model",
-        default_value = "models/ll-gdn-mcu-q8_0.gguf"
-    )]
+    /// GGUF model file or checkpoint folder; repeat for several models [default: the shipped
+    /// models/ll-gdn-mcu-q8_0.gguf of the repository that holds this binary].
+    #[arg(short = 'm', long = "model")]
     models: Vec<PathBuf>,
     /// Prompt tokens of the `pp` test (0: no `pp` test).
     #[arg(short = 'p', long, value_parser = parse_count, default_value = "512")]
@@ -238,6 +235,8 @@ pub enum BenchError {
     },
     #[error("{what}: no count-instructions table (a `| board | … | insns / token | insns / weight-MAC |` header and rows)")]
     NoQemuTable { what: String },
+    #[error("{0}")]
+    NoDefaultModel(String),
     #[error("writing the results: {0}")]
     Output(#[source] std::io::Error),
 }
@@ -428,8 +427,11 @@ fn measure(args: &BenchArgs) -> Result<Report, BenchError> {
             None
         };
         // Every model is opened before the first measurement, so a bad path fails at once.
-        let sources = args
-            .models
+        let models = match args.models.is_empty() {
+            true => vec![crate::args::default_model().map_err(BenchError::NoDefaultModel)?],
+            false => args.models.clone(),
+        };
+        let sources = models
             .iter()
             .map(|path| ModelSource::open(path).map(|s| (path, s)))
             .collect::<Result<Vec<_>, _>>()?;
