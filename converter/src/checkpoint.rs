@@ -115,8 +115,8 @@ pub struct Checkpoint {
     pub layout: Layout,
     /// The weights.
     pub store: TensorStore,
-    /// The tokenizer: from `tokenizer.json` when the folder has one, else byte-level for a
-    /// vocabulary of 256, else none.
+    /// The tokenizer: from `tokenizer.json` (with the bos/eos of `tokenizer_config.json`) when
+    /// the folder has one, else byte-level for a vocabulary of 256, else none.
     pub vocabulary: Option<Vocabulary>,
 }
 
@@ -149,11 +149,14 @@ impl Checkpoint {
         let tok_path = dir.join("tokenizer.json");
         if tok_path.exists() {
             let text = String::from_utf8_lossy(&read(&tok_path)?).into_owned();
-            ckpt.vocabulary = Some(Vocabulary::from_tokenizer_json(
-                &tok_path,
-                &text,
-                config.vocab_size,
-            )?);
+            let mut vocabulary =
+                Vocabulary::from_tokenizer_json(&tok_path, &text, config.vocab_size)?;
+            let special_path = dir.join("tokenizer_config.json");
+            if special_path.exists() {
+                let text = String::from_utf8_lossy(&read(&special_path)?).into_owned();
+                vocabulary.apply_tokenizer_config(&special_path, &text)?;
+            }
+            ckpt.vocabulary = Some(vocabulary);
         }
         Ok(ckpt)
     }

@@ -5,7 +5,7 @@ use loglinear_converter::export::{ExportOptions, ExportedModel};
 use loglinear_converter::model_source::{AlignedBytes, ModelSource};
 use loglinear_converter::vocab::{token_type, Vocabulary};
 use loglinear_converter::{Checkpoint, ImportError};
-use loglinear_runtime::gguf::{GgufFile, GgufModel};
+use loglinear_runtime::gguf::{GgufFile, GgufModel, MetaValue};
 use loglinear_tests::golden_dir;
 use std::path::PathBuf;
 
@@ -24,6 +24,7 @@ fn checkpoint_with(tag: &str, tokenizer: &str) -> PathBuf {
 const BPE: &str = r#"{
   "version": "1.0",
   "added_tokens": [{"id": 5, "content": "<|endoftext|>", "special": true}],
+  "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
   "model": {
     "type": "BPE",
     "vocab": {"a": 0, "b": 1, "ab": 2, "Ġ": 3, "Ġab": 4},
@@ -39,6 +40,7 @@ fn bpe_vocabulary_goes_into_the_model_file() {
         tokens,
         token_types,
         merges,
+        ..
     }) = &ckpt.vocabulary
     else {
         panic!("{:?}", ckpt.vocabulary)
@@ -92,20 +94,46 @@ fn bad_tokenizer_files_are_named_errors() {
         ),
         (
             "big-id",
-            r#"{"model": {"type": "BPE", "vocab": {"a": 256}, "merges": []}}"#,
+            r#"{"pre_tokenizer": {"type": "ByteLevel"}, "model": {"type": "BPE", "vocab": {"a": 256}, "merges": []}}"#,
             "id 256",
         ),
         (
             "dup",
-            r#"{"model": {"type": "BPE", "vocab": {"a": 1, "b": 1}, "merges": []}}"#,
+            r#"{"pre_tokenizer": {"type": "ByteLevel"}, "model": {"type": "BPE", "vocab": {"a": 1, "b": 1}, "merges": []}}"#,
             "id 1 is both",
         ),
         (
             "merge",
-            r#"{"model": {"type": "BPE", "vocab": {"a": 0}, "merges": [1]}}"#,
+            r#"{"pre_tokenizer": {"type": "ByteLevel"}, "model": {"type": "BPE", "vocab": {"a": 0}, "merges": [1]}}"#,
             "merge",
         ),
         ("json", r#"{"model": "#, "tokenizer.json"),
+        // Text processing other than GPT-2's byte-level BPE would be encoded wrongly.
+        (
+            "no-pre",
+            r#"{"model": {"type": "BPE", "vocab": {}, "merges": []}}"#,
+            "pre_tokenizer null",
+        ),
+        (
+            "metaspace",
+            r#"{"pre_tokenizer": {"type": "Metaspace"}, "model": {"type": "BPE", "vocab": {}, "merges": []}}"#,
+            "Metaspace",
+        ),
+        (
+            "prefix-space",
+            r#"{"pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": true}, "model": {"type": "BPE", "vocab": {}, "merges": []}}"#,
+            "add_prefix_space",
+        ),
+        (
+            "byte-fallback",
+            r#"{"pre_tokenizer": {"type": "ByteLevel"}, "model": {"type": "BPE", "byte_fallback": true, "vocab": {}, "merges": []}}"#,
+            "byte_fallback",
+        ),
+        (
+            "normalizer",
+            r#"{"normalizer": {"type": "NFC"}, "pre_tokenizer": {"type": "ByteLevel"}, "model": {"type": "BPE", "vocab": {}, "merges": []}}"#,
+            "normalizer",
+        ),
     ];
     for (tag, text, want) in cases {
         let dir = checkpoint_with(tag, text);
@@ -120,4 +148,72 @@ fn bad_tokenizer_files_are_named_errors() {
             other => panic!("{tag}: expected a tokenizer error, got {other:?}"),
         }
     }
+}
+
+/// A tokenizer.json whose post-processor wraps a sequence in `<s>` ... `</s>`.
+const TEMPLATE: &str = r#"{
+  "added_tokens": [
+    {"id": 3, "content": "<s>", "special": true},
+    {"id": 4, "content": "</s>", "special": true}
+  ],
+  "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false},
+  "post_processor": {"type": "TemplateProcessing", "single": [
+    {"SpecialToken": {"id": "<s>", "type_id": 0}},
+    {"Sequence": {"id": "A", "type_id": 0}},
+    {"SpecialToken": {"id": "</s>", "type_id": 0}}
+  ]},
+  "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2}, "merges": ["a b"]}
+}"#;
+
+fn specials(v: &Option<Vocabulary>) -> (Option<u32>, Option<u32>) {
+    match v {
+        Some(Vocabulary::Bpe { bos, eos, .. }) => (*bos, *eos),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn bos_and_eos_come_from_the_template_and_tokenizer_config() {
+    let dir = checkpoint_with("template", TEMPLATE);
+    let _ = std::fs::remove_file(dir.join("tokenizer_config.json"));
+    let ckpt = Checkpoint::load(&dir).unwrap();
+    assert_eq!(specials(&ckpt.vocabulary), (Some(3), Some(4)));
+
+    // tokenizer_config.json wins; a null field keeps the template's choice.
+    std::fs::write(
+        dir.join("tokenizer_config.json"),
+        r#"{"bos_token": {"content": "</s>", "special": true}, "eos_token": null}"#,
+    )
+    .unwrap();
+    let ckpt = Checkpoint::load(&dir).unwrap();
+    assert_eq!(specials(&ckpt.vocabulary), (Some(4), Some(4)));
+
+    // The ids travel through the model file as llama.cpp's keys.
+    let bytes = ExportedModel::from_checkpoint(&ckpt, &ExportOptions::default())
+        .unwrap()
+        .to_gguf()
+        .unwrap();
+    let bytes = AlignedBytes::from_slice(&bytes);
+    let file = GgufFile::parse(bytes.as_bytes()).unwrap();
+    for key in ["tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"] {
+        assert_eq!(file.get(key), Some(MetaValue::U32(4)), "{key}");
+    }
+    assert_eq!(Vocabulary::from_gguf(&file), ckpt.vocabulary);
+
+    // A name that is not a token is an error naming the file.
+    std::fs::write(
+        dir.join("tokenizer_config.json"),
+        r#"{"eos_token": "<eos>"}"#,
+    )
+    .unwrap();
+    let e = Checkpoint::load(&dir).unwrap_err().to_string();
+    assert!(
+        e.contains("tokenizer_config.json") && e.contains("\"<eos>\" is not in the vocabulary"),
+        "{e}"
+    );
+
+    // Without a template or a config nothing is named.
+    let dir = checkpoint_with("no-specials", BPE);
+    let ckpt = Checkpoint::load(&dir).unwrap();
+    assert_eq!(specials(&ckpt.vocabulary), (None, None));
 }
