@@ -271,11 +271,7 @@ mod tests {
             );
             let mut buf = [0u8; 4];
             buf[..text.len()].copy_from_slice(text);
-            assert_eq!(
-                request::unescape(&mut buf[..text.len()]),
-                Some(1),
-                "{b:#04x}"
-            );
+            assert_eq!(request::unescape(&mut buf[..text.len()]), Ok(1), "{b:#04x}");
             assert_eq!(buf[0], b);
         }
         assert_eq!(escaped(b' ').as_bytes(), b"\\x20");

@@ -6,7 +6,7 @@
 //! ```
 //!
 //! Every key is optional (missing ones keep [`GenParams::default`]). The prompt is escaped text
-//! (`\n`, `\t`, `\r`, `\\`, `\xHH`), unescaped in place. Unknown keys, bad numbers, unknown
+//! (see [`unescape`]), unescaped in place. Unknown keys, bad numbers, unknown
 //! escapes and an empty prompt are errors, never guesses. Nothing here can panic: no indexing,
 //! no `unwrap`.
 #![deny(
@@ -66,8 +66,8 @@ pub enum ParamError<'a> {
     BadValue(&'static str),
     /// The prompt is empty.
     EmptyPrompt,
-    /// A backslash escape in the prompt that is not `\n`, `\t`, `\r`, `\\` or `\xHH`.
-    BadEscape,
+    /// A backslash escape in the prompt that does not read (see [`unescape`]).
+    BadEscape(EscapeError),
 }
 
 impl fmt::Display for ParamError<'_> {
@@ -77,7 +77,7 @@ impl fmt::Display for ParamError<'_> {
             ParamError::UnknownKey(k) => write!(f, "unknown key {k}"),
             ParamError::BadValue(k) => write!(f, "bad value for {k}"),
             ParamError::EmptyPrompt => write!(f, "the prompt must not be empty"),
-            ParamError::BadEscape => write!(f, "bad escape in the prompt"),
+            ParamError::BadEscape(e) => write!(f, "the prompt {e}"),
         }
     }
 }
@@ -114,7 +114,7 @@ pub fn parse_gen(args: &mut [u8]) -> Result<GenParams<'_>, ParamError<'_>> {
         }
     }
     if let Some(p) = prompt {
-        let n = unescape(p).ok_or(ParamError::BadEscape)?;
+        let n = unescape(p).map_err(ParamError::BadEscape)?;
         match p.get(..n) {
             Some(text) if !text.is_empty() => req.prompt = Some(text),
             _ => return Err(ParamError::EmptyPrompt),
@@ -165,32 +165,106 @@ fn split_prompt(args: &mut [u8]) -> (&mut [u8], Option<&mut [u8]>) {
     }
 }
 
-/// Rewrites `\n`, `\t`, `\r`, `\\` and `\xHH` in place; returns the new length, or `None` for
-/// any other backslash sequence (a trailing lone backslash included).
-pub fn unescape(buf: &mut [u8]) -> Option<usize> {
+/// What is wrong with a backslash escape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EscapeKind {
+    /// A backslash followed by something that is not an escape, or by nothing.
+    Unknown,
+    /// `\x` without two hex digits.
+    Hex,
+    /// `\u` without a Unicode scalar value in braces.
+    Unicode,
+}
+
+/// A backslash escape that does not read, and the byte offset of its backslash.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EscapeError {
+    /// What is wrong.
+    pub kind: EscapeKind,
+    /// Offset of the backslash in the escaped text.
+    pub at: usize,
+}
+
+impl fmt::Display for EscapeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let at = self.at;
+        match self.kind {
+            EscapeKind::Unknown => write!(
+                f,
+                "has an unknown escape at byte {at}: use \\n \\t \\r \\0 \\\\ \\\" \\' \\xHH or \\u{{H…}}"
+            ),
+            EscapeKind::Hex => write!(f, "has a `\\x` at byte {at} without two hex digits (\\x41)"),
+            EscapeKind::Unicode => write!(
+                f,
+                "has a `\\u` at byte {at} without a Unicode scalar value in braces (\\u{{e9}})"
+            ),
+        }
+    }
+}
+
+/// Rewrites backslash escapes in place, as in C and Rust strings, so that a line of text can
+/// carry any byte: `\n` `\t` `\r` `\0` `\\` `\"` `\'`, `\xHH` (one byte, any value) and `\u{H…}`
+/// (a Unicode scalar value, 1 to 6 hex digits, written as its UTF-8 bytes). Every escape is
+/// longer than what it stands for, so the text shrinks and the rewrite fits in place. Returns
+/// the new length; any other backslash is an error at its offset. The one reader of escapes:
+/// the firmware's `GEN`, and the host's `--prompt` flags.
+pub fn unescape(buf: &mut [u8]) -> Result<usize, EscapeError> {
     let (mut r, mut w) = (0usize, 0usize);
     while let Some(&b) = buf.get(r) {
-        let (out, used) = if b == b'\\' {
-            match buf.get(r + 1).copied()? {
-                b'n' => (b'\n', 2),
-                b't' => (b'\t', 2),
-                b'r' => (b'\r', 2),
-                b'\\' => (b'\\', 2),
-                b'x' => {
-                    let hi = hex_digit(*buf.get(r + 2)?)?;
-                    let lo = hex_digit(*buf.get(r + 3)?)?;
-                    ((hi << 4) | lo, 4)
-                }
-                _ => return None,
-            }
+        let err = |kind| EscapeError { kind, at: r };
+        // The bytes to write (at most 4, a UTF-8 scalar) and the input bytes they replace.
+        let mut out = [b, 0, 0, 0];
+        let (len, used) = if b != b'\\' {
+            (1, 1)
         } else {
-            (b, 1)
+            let one = |byte: u8| ([byte, 0, 0, 0], 1, 2);
+            let (bytes, len, used) = match buf.get(r + 1).copied() {
+                Some(b'n') => one(b'\n'),
+                Some(b't') => one(b'\t'),
+                Some(b'r') => one(b'\r'),
+                Some(b'0') => one(0),
+                Some(e @ (b'\\' | b'"' | b'\'')) => one(e),
+                Some(b'x') => {
+                    let digit = |i| buf.get(r + i).copied().and_then(hex_digit);
+                    match (digit(2), digit(3)) {
+                        (Some(hi), Some(lo)) => ([(hi << 4) | lo, 0, 0, 0], 1, 4),
+                        _ => return Err(err(EscapeKind::Hex)),
+                    }
+                }
+                Some(b'u') => {
+                    let (c, used) = unicode_escape(buf.get(r..).unwrap_or(&[]))
+                        .ok_or(err(EscapeKind::Unicode))?;
+                    let mut bytes = [0u8; 4];
+                    let len = c.encode_utf8(&mut bytes).len();
+                    (bytes, len, used)
+                }
+                _ => return Err(err(EscapeKind::Unknown)),
+            };
+            out = bytes;
+            (len, used)
         };
-        *buf.get_mut(w)? = out;
-        w += 1;
+        for &o in out.get(..len).unwrap_or(&[]) {
+            // `w` never passes `r`: every escape is longer than its bytes.
+            *buf.get_mut(w).ok_or(err(EscapeKind::Unknown))? = o;
+            w += 1;
+        }
         r += used;
     }
-    Some(w)
+    Ok(w)
+}
+
+/// `\u{H…}` at the start of `text`: the scalar value and the escape's length.
+fn unicode_escape(text: &[u8]) -> Option<(char, usize)> {
+    let rest = text.strip_prefix(b"\\u{")?;
+    let close = rest.iter().position(|&c| c == b'}')?;
+    let digits = rest.get(..close)?;
+    if digits.is_empty() || digits.len() > 6 {
+        return None;
+    }
+    let value = digits
+        .iter()
+        .try_fold(0u32, |v, &d| Some((v << 4) | u32::from(hex_digit(d)?)))?;
+    Some((char::from_u32(value)?, 3 + close + 1))
 }
 
 /// The value of one hexadecimal digit (either case), the protocol's escapes and `HEX` lines.
@@ -200,5 +274,68 @@ pub fn hex_digit(c: u8) -> Option<u8> {
         b'a'..=b'f' => Some(c - b'a' + 10),
         b'A'..=b'F' => Some(c - b'A' + 10),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::indexing_slicing, clippy::unwrap_used)] // a test may panic: that is its failure
+mod tests {
+    extern crate std;
+    use super::*;
+
+    fn unescaped(text: &str) -> Result<std::vec::Vec<u8>, EscapeError> {
+        let mut buf = text.as_bytes().to_vec();
+        let n = unescape(&mut buf)?;
+        buf.truncate(n);
+        Ok(buf)
+    }
+
+    #[test]
+    fn every_escape_reads_as_its_bytes() {
+        assert_eq!(
+            unescaped(r#"ROMEO:\n\tx\r\0\\\"\'\x41\xff\xFF\u{e9}\u{1F600}\u{10FFFF}é"#).unwrap(),
+            b"ROMEO:\n\tx\r\0\\\"'A\xff\xff\xc3\xa9\xf0\x9f\x98\x80\xf4\x8f\xbf\xbf\xc3\xa9"
+        );
+        assert_eq!(unescaped("plain text").unwrap(), b"plain text");
+        assert_eq!(unescaped("").unwrap(), b"");
+    }
+
+    #[test]
+    fn bad_escapes_are_named_with_their_offset() {
+        let e = |kind, at| Err(EscapeError { kind, at });
+        assert_eq!(unescaped(r"ab\q"), e(EscapeKind::Unknown, 2));
+        assert_eq!(unescaped("ab\\"), e(EscapeKind::Unknown, 2));
+        assert_eq!(unescaped(r"\n\x4"), e(EscapeKind::Hex, 2));
+        assert_eq!(unescaped(r"\xg1"), e(EscapeKind::Hex, 0));
+        assert_eq!(unescaped(r"\u41"), e(EscapeKind::Unicode, 0));
+        assert_eq!(unescaped(r"\u{}"), e(EscapeKind::Unicode, 0));
+        assert_eq!(unescaped(r"\u{d800}"), e(EscapeKind::Unicode, 0));
+        assert_eq!(unescaped(r"\u{110000}"), e(EscapeKind::Unicode, 0));
+        assert_eq!(unescaped(r"\u{1234567}"), e(EscapeKind::Unicode, 0));
+        assert_eq!(unescaped(r"\u{41"), e(EscapeKind::Unicode, 0));
+        assert_eq!(unescaped(r"é\u{x}"), e(EscapeKind::Unicode, 2));
+        let msg = std::format!(
+            "{}",
+            ParamError::BadEscape(EscapeError {
+                kind: EscapeKind::Hex,
+                at: 7
+            })
+        );
+        assert!(msg.contains("at byte 7"), "{msg}");
+    }
+
+    #[test]
+    fn gen_unescapes_its_prompt_or_says_where_it_fails() {
+        let mut line = *b"n=4 prompt=a\\u{e9}\\tb";
+        let p = parse_gen(&mut line).unwrap();
+        assert_eq!(p.prompt, Some(&b"a\xc3\xa9\tb"[..]));
+        let mut line = *b"n=4 prompt=ab\\q";
+        assert_eq!(
+            parse_gen(&mut line).unwrap_err(),
+            ParamError::BadEscape(EscapeError {
+                kind: EscapeKind::Unknown,
+                at: 2
+            })
+        );
     }
 }

@@ -417,8 +417,8 @@ fn escape(bytes: &[u8]) -> String {
 fn unescape(field: &str) -> Vec<u8> {
     let mut bytes = field.as_bytes().to_vec();
     match loglinear_protocol::request::unescape(&mut bytes) {
-        Some(n) => bytes.truncate(n),
-        None => bytes = field.as_bytes().to_vec(),
+        Ok(n) => bytes.truncate(n),
+        Err(_) => bytes = field.as_bytes().to_vec(),
     }
     bytes
 }
