@@ -105,3 +105,35 @@ fn a_stray_tensor_is_named_not_numbered() {
         assert!(err.contains("(`blk.1.ffn_gatX.weight`)"), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn a_missing_tensor_is_named_not_counted() {
+    let dir = std::env::temp_dir().join(format!("loglinear-missing-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut bytes = std::fs::read(repo().join("models/tiny-ll-gdn-microbit-q8_0.gguf")).unwrap();
+    let last = {
+        let aligned = AlignedBytes::from_slice(&bytes);
+        let file = GgufFile::parse(aligned.as_bytes()).unwrap();
+        file.tensors().last().unwrap().name.to_string()
+    };
+    // One tensor fewer in the header: the file's last tensor drops out of the listing, and
+    // the data section (aligned, relative offsets) stays readable.
+    let count = u64::from_le_bytes(bytes[8..16].try_into().unwrap());
+    bytes[8..16].copy_from_slice(&(count - 1).to_le_bytes());
+    let path = dir.join("missing.gguf");
+    std::fs::write(&path, bytes).unwrap();
+    let path = path.to_str().unwrap();
+    for args in [
+        &["generate", "--model", path, "-n", "1"][..],
+        &["inspect", path][..],
+    ] {
+        let out = loglinear(args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}");
+        assert!(
+            err.contains(&format!("tensor {last} is missing")),
+            "{args:?}: {err}"
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -28,7 +28,10 @@ pub enum ModelFileError {
     UnsupportedCapacityPolicy,
     /// The file has a tensor this model does not use (index in the file).
     UnexpectedTensor(u64),
-    /// The file has `found` tensors where the model has `expected`.
+    /// A tensor the model needs is not in the file.
+    MissingTensor(TensorName),
+    /// The file has `found` tensors where the model has `expected`, and which tensor is
+    /// missing or extra could not be told (duplicates, or a config that implies too many).
     TensorCount {
         /// Tensors the config implies.
         expected: u64,
@@ -53,6 +56,9 @@ impl core::fmt::Display for ModelFileError {
             ModelFileError::UnsupportedCapacityPolicy => write!(f, "unsupported capacity_policy"),
             ModelFileError::UnexpectedTensor(i) => {
                 write!(f, "tensor #{i} is not part of this model")
+            }
+            ModelFileError::MissingTensor(name) => {
+                write!(f, "tensor {name} is missing")
             }
             ModelFileError::TensorCount { expected, found } => {
                 write!(f, "{found} tensors in the file, the model has {expected}")
@@ -153,20 +159,37 @@ impl<'a> GgufModel<'a> {
             .ok_or(ModelFileError::Model(ModelError::Config(
                 ConfigError::Overflow,
             )))?;
+        let used = |name: &str| {
+            names::parse_tensor_name(name).is_some_and(|(layer, role)| match layer {
+                None => true,
+                Some(l) => (l as usize) < config.num_layers && config.has_role(role),
+            })
+        };
+        // A stray tensor is named first, also when it makes the count wrong.
+        if let Some(index) = file.tensors().position(|t| !used(t.name)) {
+            return Err(ModelFileError::UnexpectedTensor(index as u64));
+        }
+        if file.tensor_count() < expected {
+            // Every file tensor is one of the model's, so among the first `found + 1` names
+            // the config implies one is missing: the search stops there, whatever the count.
+            let present = |n: &TensorName| {
+                file.tensors()
+                    .any(|t| names::parse_tensor_name(t.name) == Some((n.layer, n.role)))
+            };
+            let limit = usize::try_from(file.tensor_count()).unwrap_or(usize::MAX);
+            if let Some(name) = config
+                .tensor_names()
+                .take(limit.saturating_add(1))
+                .find(|n| !present(n))
+            {
+                return Err(ModelFileError::MissingTensor(name));
+            }
+        }
         if file.tensor_count() != expected {
             return Err(ModelFileError::TensorCount {
                 expected,
                 found: file.tensor_count(),
             });
-        }
-        for (index, t) in file.tensors().enumerate() {
-            let used = names::parse_tensor_name(t.name).is_some_and(|(layer, role)| match layer {
-                None => true,
-                Some(l) => (l as usize) < config.num_layers && config.has_role(role),
-            });
-            if !used {
-                return Err(ModelFileError::UnexpectedTensor(index as u64));
-            }
         }
         let me = Self { file, config };
         Model::new(config, &me)?;
