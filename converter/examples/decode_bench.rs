@@ -22,6 +22,7 @@ use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use half::f16;
 use loglinear_converter::Checkpoint;
 use loglinear_runtime::{LevelPolicy, Model, Session, SessionConfig, StateElem};
@@ -186,19 +187,19 @@ fn kib(b: usize) -> String {
     format!("{:.1} KiB", b as f64 / 1024.0)
 }
 
+#[derive(Parser)]
+#[command(about = "Decode tokens/s and state bytes of checkpoint folders")]
+struct Args {
+    /// Step up to t = 1,048,576 instead of computing the figures beyond the stepped positions.
+    #[arg(long = "step-1m")]
+    step_1m: bool,
+    /// Checkpoint folders (default: ll-gdn-mcu, ll-mamba2-mcu and gdn-mcu under models/).
+    #[arg(value_name = "MODEL_DIR")]
+    dirs: Vec<PathBuf>,
+}
+
 fn main() {
-    let mut step_1m = false;
-    let mut dirs = Vec::new();
-    for a in std::env::args().skip(1) {
-        match a.as_str() {
-            "--step-1m" => step_1m = true,
-            "-h" | "--help" => {
-                println!("usage: decode_bench [--step-1m] [MODEL_DIR...]");
-                return;
-            }
-            _ => dirs.push(PathBuf::from(a)),
-        }
-    }
+    let Args { step_1m, mut dirs } = Args::parse();
     if dirs.is_empty() {
         dirs = ["ll-gdn-mcu", "ll-mamba2-mcu", "gdn-mcu"]
             .iter()

@@ -3,6 +3,7 @@
 //!
 //! `cargo run --release -p loglinear-converter --example gguf_lookup_bench [-- MODEL.gguf]`
 
+use clap::Parser;
 use loglinear_converter::model_source::{AlignedBytes, IndexedGguf};
 use loglinear_runtime::gguf::GgufModel;
 use loglinear_runtime::{Model, Session, SessionConfig};
@@ -19,10 +20,19 @@ fn tokens_per_s(model: &Model<'_>, n: usize) -> f64 {
     n as f64 / start.elapsed().as_secs_f64()
 }
 
+#[derive(Parser)]
+#[command(about = "Decode speed: the runtime's GgufModel against the host's IndexedGguf")]
+struct Args {
+    /// The model file.
+    #[arg(
+        value_name = "MODEL.gguf",
+        default_value = "models/ll-gdn-mcu-q8_0.gguf"
+    )]
+    path: String,
+}
+
 fn main() {
-    let path = std::env::args()
-        .nth(1)
-        .unwrap_or_else(|| "models/ll-gdn-mcu-q8_0.gguf".into());
+    let Args { path } = Args::parse();
     let bytes = AlignedBytes::read(path.as_ref()).unwrap();
     let direct = GgufModel::parse(bytes.as_bytes()).unwrap();
     let indexed = IndexedGguf::parse(bytes.as_bytes()).unwrap();

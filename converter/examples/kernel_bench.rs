@@ -25,9 +25,10 @@
 //! `--quick` shortens every measurement (for a smoke run; the numbers are then noisy).
 
 use std::hint::black_box;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use loglinear_converter::model_source::{AlignedBytes, IndexedGguf};
 use loglinear_runtime::quant::{
     self, quantize_activations, ActBlock, Activations, BlockQ4_0, BlockQ8_0, KernelPath, QK,
@@ -41,25 +42,15 @@ const WARMUP: usize = 256;
 /// Decode tokens timed per repetition.
 const TIMED: usize = 1000;
 
+#[derive(Parser)]
+#[command(about = "Quantized matvec kernels and decode against the memory-bandwidth bound")]
 struct Opts {
+    /// The model file whose shapes and decode are measured.
+    #[arg(long, value_name = "FILE", default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../models/ll-gdn-mcu-q8_0.gguf"))]
     model: PathBuf,
+    /// Shorter measurements, for a smoke run (the numbers are then noisy).
+    #[arg(long)]
     quick: bool,
-}
-
-fn opts() -> Opts {
-    let mut o = Opts {
-        model: Path::new(env!("CARGO_MANIFEST_DIR")).join("../models/ll-gdn-mcu-q8_0.gguf"),
-        quick: false,
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--model" => o.model = args.next().expect("--model FILE").into(),
-            "--quick" => o.quick = true,
-            other => panic!("unknown argument {other} (expected --model FILE, --quick)"),
-        }
-    }
-    o
 }
 
 fn load() -> String {
@@ -279,7 +270,7 @@ fn bench_decode(
 }
 
 fn main() {
-    let o = opts();
+    let o = Opts::parse();
     let min = Duration::from_millis(if o.quick { 5 } else { 60 });
     println!(
         "kernel_bench: {} CPU(s), paths {:?}, load {} at start",

@@ -21,6 +21,8 @@
 use std::hint::black_box;
 use std::time::Instant;
 
+use clap::builder::RangedU64ValueParser;
+use clap::Parser;
 use half::f16;
 use loglinear_runtime::{FenwickState, LevelPolicy, StateElem};
 
@@ -342,16 +344,19 @@ fn time_pair<E: StateElem>(sh: Shape, ts: &[u64], steps: usize, layers: usize) -
     (median(t_old), median(t_new))
 }
 
+#[derive(Parser)]
+#[command(about = "One layer's Fenwick state step: the separate-pass code against the fused steps")]
+struct Args {
+    /// Layer steps per repetition.
+    #[arg(default_value_t = 2000)]
+    steps: usize,
+    /// Independent layer states stepped in turn.
+    #[arg(default_value_t = 4, value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
+    layers: usize,
+}
+
 fn main() {
-    let steps: usize = std::env::args()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(2000);
-    let layers: usize = std::env::args()
-        .nth(2)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(4)
-        .max(1);
+    let Args { steps, layers } = Args::parse();
     let shapes = [
         Shape {
             name: "ll-gdn-mcu",

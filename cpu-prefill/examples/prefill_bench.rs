@@ -8,6 +8,8 @@
 //! stepping, plus CPU seconds, which a busy shared machine disturbs less than wall time) and the
 //! phase breakdown of the fastest prefill, with the load average before and after.
 
+use clap::builder::RangedU64ValueParser;
+use clap::Parser;
 use loglinear_converter::model_source::{AlignedBytes, IndexedGguf};
 use loglinear_converter::Checkpoint;
 use loglinear_cpu_prefill::{prefill, Prefill, PrefillOptions};
@@ -89,10 +91,19 @@ fn prefill_once(model: &Model<'_>, ids: &[u32], threads: usize) -> (f64, f64, Pr
     (start.elapsed().as_secs_f64(), cpu_seconds() - cpu, p)
 }
 
+#[derive(Parser)]
+#[command(about = "Chunkwise CPU prefill against token-by-token stepping")]
+struct Args {
+    /// Prompt tokens.
+    #[arg(default_value_t = 4096)]
+    t: usize,
+    /// Interleaved runs of each (the best is kept).
+    #[arg(default_value_t = 3, value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
+    repeats: usize,
+}
+
 fn main() {
-    let args: Vec<String> = std::env::args().collect();
-    let t: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(4096);
-    let repeats: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(3);
+    let Args { t, repeats } = Args::parse();
     let models_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../models");
     let text = std::fs::read(models_dir.join("ll-gdn-mcu/TRAINING.md")).unwrap();
     let ids: Vec<u32> = text.iter().cycle().take(t).map(|&b| u32::from(b)).collect();

@@ -18,6 +18,9 @@
 //! GB/s an estimate of the memory traffic (`ChunkScan::bytes`). `--breakdown` also prints the
 //! time of each dispatch (needs timestamps).
 
+use clap::builder::RangedU64ValueParser;
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser};
 use loglinear_host_gpu::chunk_scan::{
     ChunkScan, Form, ScanIo, ScanKernels, ScanShape, ScanStrategy,
 };
@@ -25,95 +28,86 @@ use loglinear_host_gpu::{Gpu, GpuError};
 use loglinear_runtime::{FenwickState, LevelPolicy};
 use std::time::Instant;
 
+#[derive(Parser)]
+#[command(about = "Chunk-scan prefill kernels against the CPU decoder (see the source's docs)")]
 struct Args {
+    /// Small shapes for lavapipe: T 128,256, 4 heads, 1 warm-up, 2 runs, CPU T 128 (a flag
+    /// given explicitly keeps its value).
+    #[arg(long)]
+    quick: bool,
+    /// Sequence lengths T.
+    #[arg(
+        long = "t",
+        value_name = "LIST",
+        value_delimiter = ',',
+        default_value = "2048,8192,16384"
+    )]
     ts: Vec<usize>,
+    /// Value heads.
+    #[arg(long, default_value_t = 48)]
     heads: usize,
+    /// State (key) dimension.
+    #[arg(long, default_value_t = 128)]
     dk: usize,
+    /// Value dimension.
+    #[arg(long, default_value_t = 64)]
     dv: usize,
+    /// Fenwick levels.
+    #[arg(long, default_value_t = 15)]
     levels: usize,
+    /// Warm-up runs before timing.
+    #[arg(long, default_value_t = 2)]
     warmup: usize,
+    /// Timed runs (the median is reported).
+    #[arg(long, default_value_t = 5, value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
     runs: usize,
+    /// Tokens the CPU decoder steps.
+    #[arg(long, default_value_t = 1024)]
     cpu_t: usize,
+    /// Forms to run: mamba2, gdn.
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = parse_form, default_value = "mamba2,gdn")]
     forms: Vec<Form>,
+    /// Also print the time of each dispatch (needs GPU timestamps).
+    #[arg(long)]
     breakdown: bool,
+    /// Inter-chunk strategies to run: walk, precomputed.
+    #[arg(long = "strategy", value_name = "LIST", value_delimiter = ',', value_parser = parse_strategy, default_value = "walk,precomputed")]
     strategies: Vec<ScanStrategy>,
 }
 
-fn parse_args() -> Result<Args, String> {
-    let mut a = Args {
-        ts: vec![2048, 8192, 16384],
-        heads: 48,
-        dk: 128,
-        dv: 64,
-        levels: 15,
-        warmup: 2,
-        runs: 5,
-        cpu_t: 1024,
-        forms: vec![Form::Mamba2, Form::Gdn],
-        breakdown: false,
-        strategies: vec![ScanStrategy::LevelWalk, ScanStrategy::Precomputed],
-    };
-    let mut it = std::env::args().skip(1);
-    let num = |v: Option<String>, what: &str| -> Result<usize, String> {
-        v.ok_or(format!("{what} needs a value"))?
-            .parse()
-            .map_err(|e| format!("{what}: {e}"))
-    };
-    while let Some(flag) = it.next() {
-        match flag.as_str() {
-            "--quick" => {
-                a.ts = vec![128, 256];
-                a.heads = 4;
-                a.runs = 2;
-                a.warmup = 1;
-                a.cpu_t = 128;
+fn parse_form(s: &str) -> Result<Form, String> {
+    match s.trim() {
+        "mamba2" => Ok(Form::Mamba2),
+        "gdn" => Ok(Form::Gdn),
+        o => Err(format!("unknown form {o} (mamba2, gdn)")),
+    }
+}
+
+fn parse_strategy(s: &str) -> Result<ScanStrategy, String> {
+    ScanStrategy::parse(s).ok_or(format!("unknown strategy {s} (walk, precomputed)"))
+}
+
+/// The flags; with `--quick`, the ones left at their defaults take its smaller values.
+fn parse_args() -> Args {
+    let m = Args::command().get_matches();
+    let mut a = Args::from_arg_matches(&m).unwrap_or_else(|e| e.exit());
+    if a.quick {
+        let at_default = |id: &str| m.value_source(id) == Some(ValueSource::DefaultValue);
+        if at_default("ts") {
+            a.ts = vec![128, 256];
+        }
+        for (id, value, small) in [
+            ("heads", &mut a.heads, 4),
+            ("runs", &mut a.runs, 2),
+            ("warmup", &mut a.warmup, 1),
+            ("cpu_t", &mut a.cpu_t, 128),
+        ] {
+            if at_default(id) {
+                *value = small;
             }
-            "--t" => {
-                let v = it.next().ok_or("--t needs a list")?;
-                a.ts = v
-                    .split(',')
-                    .map(|x| x.trim().parse().map_err(|e| format!("--t {x}: {e}")))
-                    .collect::<Result<_, _>>()?;
-            }
-            "--breakdown" => a.breakdown = true,
-            "--heads" => a.heads = num(it.next(), "--heads")?,
-            "--dk" => a.dk = num(it.next(), "--dk")?,
-            "--dv" => a.dv = num(it.next(), "--dv")?,
-            "--levels" => a.levels = num(it.next(), "--levels")?,
-            "--warmup" => a.warmup = num(it.next(), "--warmup")?,
-            "--runs" => a.runs = num(it.next(), "--runs")?.max(1),
-            "--cpu-t" => a.cpu_t = num(it.next(), "--cpu-t")?,
-            "--forms" => {
-                let v = it.next().ok_or("--forms needs a list")?;
-                a.forms = v
-                    .split(',')
-                    .map(|x| match x.trim() {
-                        "mamba2" => Ok(Form::Mamba2),
-                        "gdn" => Ok(Form::Gdn),
-                        o => Err(format!("unknown form {o} (mamba2, gdn)")),
-                    })
-                    .collect::<Result<_, _>>()?;
-            }
-            "--strategy" => {
-                let v = it.next().ok_or("--strategy needs a list")?;
-                a.strategies = v
-                    .split(',')
-                    .map(|x| {
-                        ScanStrategy::parse(x)
-                            .ok_or(format!("unknown strategy {x} (walk, precomputed)"))
-                    })
-                    .collect::<Result<_, _>>()?;
-            }
-            "-h" | "--help" => {
-                return Err("usage: chunk_scan_bench [--quick] [--t LIST] [--heads N] [--dk N] \
-                            [--dv N] [--levels N] [--warmup N] [--runs N] [--cpu-t N] [--forms LIST] [--breakdown] \
-                            [--strategy walk,precomputed]"
-                    .into())
-            }
-            o => return Err(format!("unknown flag {o} (--help)")),
         }
     }
-    Ok(a)
+    a
 }
 
 /// Deterministic inputs shaped like the layer's (GDN: k l2-normalised, q scaled).
@@ -400,13 +394,7 @@ fn form_name(f: Form) -> &'static str {
 }
 
 fn main() {
-    let a = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("{e}");
-            std::process::exit(2);
-        }
-    };
+    let a = parse_args();
     let gpu = match Gpu::new() {
         Ok(g) => g,
         Err(e) => {

@@ -9,17 +9,31 @@
 //! Inputs are random (fixed seed); λ columns = levels = bitlen(T − 1) + 1 (exact training
 //! levels). On lavapipe the figures are CPU times: only a proxy for a real GPU's stage costs.
 
+use clap::builder::RangedU64ValueParser;
+use clap::Parser;
 use loglinear_host_gpu::chunk_scan::{Form, ScanShape};
 use loglinear_host_gpu::grad::op_gdn::GdnBackward;
 use loglinear_host_gpu::grad::OpGradIo;
 use loglinear_host_gpu::{Gpu, GpuError};
 
-fn arg(args: &[String], name: &str, default: usize) -> usize {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+#[derive(Parser)]
+#[command(about = "Per-stage wall times of the GDN operator backward")]
+struct Args {
+    /// Sequence length T.
+    #[arg(long = "t", default_value_t = 2048)]
+    t: usize,
+    /// Heads.
+    #[arg(long, default_value_t = 2)]
+    heads: usize,
+    /// State (key) dimension.
+    #[arg(long, default_value_t = 128)]
+    dk: usize,
+    /// Value dimension.
+    #[arg(long, default_value_t = 64)]
+    dv: usize,
+    /// Timed runs (the median is reported).
+    #[arg(long, default_value_t = 3, value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
+    iters: usize,
 }
 
 /// Deterministic values in [-1, 1) (xorshift64*).
@@ -37,12 +51,13 @@ fn random(n: usize, seed: u64) -> Vec<f32> {
 }
 
 fn main() -> Result<(), GpuError> {
-    let args: Vec<String> = std::env::args().collect();
-    let t = arg(&args, "--t", 2048);
-    let h = arg(&args, "--heads", 2);
-    let dk = arg(&args, "--dk", 128);
-    let dv = arg(&args, "--dv", 64);
-    let iters = arg(&args, "--iters", 3).max(1);
+    let Args {
+        t,
+        heads: h,
+        dk,
+        dv,
+        iters,
+    } = Args::parse();
     let levels = (usize::BITS - (t.max(2) - 1).leading_zeros()) as usize + 1;
     let shape = ScanShape {
         form: Form::Gdn,

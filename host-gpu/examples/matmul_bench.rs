@@ -9,6 +9,10 @@
 //! `reps` dispatches, after a warm-up; TFLOP/s counts 2·T·N·K per dispatch. Each line also
 //! gives the coop result's rel_max against the fp32 kernel's.
 
+use clap::builder::RangedU64ValueParser;
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser};
+use loglinear_converter::export::parse_dtype;
 use loglinear_host_gpu::ops::{encode_steps, Kernels, MatmulPath};
 use loglinear_host_gpu::weights::GpuMatrix;
 use loglinear_host_gpu::{Gpu, GpuError};
@@ -59,39 +63,46 @@ fn rel_max(a: &[f32], b: &[f32]) -> f64 {
     num / den.max(f64::MIN_POSITIVE)
 }
 
-fn main() -> Result<(), GpuError> {
-    let mut ts = vec![2048usize, 8192, 16384];
-    let mut reps = 10usize;
-    let mut types = vec![DType::F32, DType::F16, DType::Q8_0];
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let mut i = 0;
-    while i < args.len() {
-        let value = args.get(i + 1).cloned().unwrap_or_default();
-        match args[i].as_str() {
-            "--quick" => {
-                ts = vec![128];
-                reps = 1;
-                i += 1;
-                continue;
-            }
-            "--t" => ts = value.split(',').filter_map(|s| s.parse().ok()).collect(),
-            "--reps" => reps = value.parse().unwrap_or(reps),
-            "--types" => {
-                types = value
-                    .split(',')
-                    .filter_map(|s| match s {
-                        "f32" => Some(DType::F32),
-                        "f16" => Some(DType::F16),
-                        "q8_0" => Some(DType::Q8_0),
-                        "q4_0" => Some(DType::Q4_0),
-                        _ => None,
-                    })
-                    .collect()
-            }
-            other => return Err(GpuError::Invalid(format!("unknown argument {other}"))),
+#[derive(Parser)]
+#[command(about = "Projection matmul throughput: fp32 kernel against cooperative matrices")]
+struct Args {
+    /// T = 128 and one rep, for lavapipe (a flag given explicitly keeps its value).
+    #[arg(long)]
+    quick: bool,
+    /// Token counts T.
+    #[arg(
+        long = "t",
+        value_name = "LIST",
+        value_delimiter = ',',
+        default_value = "2048,8192,16384"
+    )]
+    ts: Vec<usize>,
+    /// Dispatches per timed submission.
+    #[arg(long, default_value_t = 10, value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
+    reps: usize,
+    /// Weight types: f32, f16, q8_0, q4_0.
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = parse_dtype, default_value = "f32,f16,q8_0")]
+    types: Vec<DType>,
+}
+
+/// The flags; with `--quick`, the ones left at their defaults take its smaller values.
+fn parse_args() -> Args {
+    let m = Args::command().get_matches();
+    let mut a = Args::from_arg_matches(&m).unwrap_or_else(|e| e.exit());
+    if a.quick {
+        let at_default = |id: &str| m.value_source(id) == Some(ValueSource::DefaultValue);
+        if at_default("ts") {
+            a.ts = vec![128];
         }
-        i += 2;
+        if at_default("reps") {
+            a.reps = 1;
+        }
     }
+    a
+}
+
+fn main() -> Result<(), GpuError> {
+    let a = parse_args();
     let gpu = Gpu::new()?;
     println!("GPU: {}", gpu.describe());
     println!("adapter cooperative-matrix configurations: {:?}", gpu.coop);
@@ -108,14 +119,14 @@ fn main() -> Result<(), GpuError> {
     let mut rng = Lcg(5);
     for &(what, n, k) in &SHAPES {
         let w: Vec<f32> = (0..n * k).map(|_| rng.next() * 0.05).collect();
-        for &dtype in &types {
+        for &dtype in &a.types {
             let matrix = GpuMatrix {
                 rows: n,
                 cols: k,
                 dtype,
                 buf: gpu.storage_from("w", &weight_bytes(dtype, &w))?,
             };
-            for &t in &ts {
+            for &t in &a.ts {
                 let x: Vec<f32> = (0..t * k).map(|_| rng.next()).collect();
                 let xb = gpu.storage_from("x", &x)?;
                 let mut fp32_y: Option<Vec<f32>> = None;
@@ -126,10 +137,10 @@ fn main() -> Result<(), GpuError> {
                     step.encode(&mut enc);
                     gpu.submit_and_wait(enc)?;
                     let mut enc = gpu.encoder("timed");
-                    encode_steps(&mut enc, "timed", std::iter::repeat_n(&step, reps));
+                    encode_steps(&mut enc, "timed", std::iter::repeat_n(&step, a.reps));
                     let start = Instant::now();
                     gpu.submit_and_wait(enc)?;
-                    let secs = start.elapsed().as_secs_f64() / reps as f64;
+                    let secs = start.elapsed().as_secs_f64() / a.reps as f64;
                     let tflops = 2.0 * (t * n * k) as f64 / secs / 1e12;
                     let y = gpu.read_f32(&yb)?;
                     let err = match &fp32_y {

@@ -41,6 +41,9 @@
 //! the table instead of ending the run. `--quick`: tiny shapes for lavapipe (operator heads 2,
 //! dk 32, dv 16, T 128 and 256, 512 tokens per call; models seq 64, batch 2).
 
+use clap::builder::RangedU64ValueParser;
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser, ValueEnum};
 use loglinear_converter::{parse_config, parse_lenient_json};
 use loglinear_host_gpu::chunk_scan::{ChunkScan, Form, ScanIo, ScanKernels, ScanShape};
 use loglinear_host_gpu::grad::op_gdn::GdnBackward;
@@ -62,109 +65,116 @@ const LL_M2_CONFIG: &str = include_str!("../../models/ll-mamba2-mcu/config.json"
 const REFERENCE: [(usize, f64, f64); 3] =
     [(2048, 38.0, 19.0), (8192, 46.0, 27.0), (16384, 53.0, 33.0)];
 
+#[derive(Parser)]
+#[command(about = "Training operator and model-step benchmark (see the source's docs)")]
 struct Args {
+    /// Tiny shapes for lavapipe: T 128,256, 512 tokens, heads 2, dk 32, dv 16, 1 warm-up,
+    /// 2 iters, seq 64, batch 2 (a flag given explicitly keeps its value).
+    #[arg(long, alias = "sizes")]
+    quick: bool,
+    /// Operator sequence lengths T.
+    #[arg(
+        long = "t",
+        value_name = "LIST",
+        value_delimiter = ',',
+        default_value = "2048,8192,16384"
+    )]
     ts: Vec<usize>,
+    /// Operator tokens per call (batch = tokens / T).
+    #[arg(long, default_value_t = 32768)]
     tokens: usize,
+    /// Operator heads.
+    #[arg(long, default_value_t = 48)]
     heads: usize,
+    /// Operator state (key) dimension.
+    #[arg(long, default_value_t = 128)]
     dk: usize,
+    /// Operator value dimension.
+    #[arg(long, default_value_t = 64)]
     dv: usize,
+    /// Operator Fenwick levels.
+    #[arg(long, default_value_t = 15)]
     levels: usize,
-    forms: Vec<Form>,
+    /// Forms: m2 (or mamba2), gdn or both.
+    #[arg(long, value_enum, default_value_t = FormArg::Both)]
+    form: FormArg,
+    /// Warm-up calls before timing.
+    #[arg(long, default_value_t = 2)]
     warmup: usize,
+    /// Timed calls (the median is reported).
+    #[arg(long, default_value_t = 5, value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
     iters: usize,
-    op: bool,
-    model: bool,
+    /// Only the operator benchmark.
+    #[arg(long, conflicts_with = "model_only")]
+    op_only: bool,
+    /// Only the model-step benchmark.
+    #[arg(long)]
+    model_only: bool,
+    /// Model step: tokens per window.
+    #[arg(long, default_value_t = 512)]
     seq: usize,
+    /// Model step: windows per batch.
+    #[arg(long, default_value_t = 32)]
     batch: usize,
+    /// A config.json to bench instead of the shipped LL-GDN.
+    #[arg(long, value_name = "PATH")]
     config: Option<String>,
+    /// Writes the results as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
     json: Option<String>,
     /// Time every stage of a model step, not just forward / backward / AdamW.
+    #[arg(long)]
     stages: bool,
     /// Fewest sub-calls per operator call (more are used where the limits need them).
+    #[arg(long = "sub-calls", value_name = "N", default_value_t = 1, value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
     min_sub_calls: usize,
 }
 
-const USAGE: &str = "usage: train_bench [--quick] [--t LIST] [--tokens N] [--heads N] [--dk N] \
-[--dv N] [--levels N] [--form m2|gdn|both] [--warmup N] [--iters N] [--op-only | --model-only] \
-[--seq N] [--batch N] [--config PATH] [--stages] [--json FILE] [--sub-calls N]";
+/// `--form`.
+#[derive(Clone, Copy, ValueEnum)]
+enum FormArg {
+    #[value(alias = "mamba2")]
+    M2,
+    Gdn,
+    Both,
+}
 
-fn parse_args() -> Result<Args, String> {
-    let mut a = Args {
-        ts: vec![2048, 8192, 16384],
-        tokens: 32768,
-        heads: 48,
-        dk: 128,
-        dv: 64,
-        levels: 15,
-        forms: vec![Form::Mamba2, Form::Gdn],
-        warmup: 2,
-        iters: 5,
-        op: true,
-        model: true,
-        seq: 512,
-        batch: 32,
-        config: None,
-        json: None,
-        stages: false,
-        min_sub_calls: 1,
-    };
-    let mut it = std::env::args().skip(1);
-    let num = |v: Option<String>, what: &str| -> Result<usize, String> {
-        v.ok_or(format!("{what} needs a value"))?
-            .parse()
-            .map_err(|e| format!("{what}: {e}"))
-    };
-    while let Some(flag) = it.next() {
-        match flag.as_str() {
-            "--quick" | "--sizes" => {
-                a.ts = vec![128, 256];
-                a.tokens = 512;
-                a.heads = 2;
-                a.dk = 32;
-                a.dv = 16;
-                a.warmup = 1;
-                a.iters = 2;
-                a.seq = 64;
-                a.batch = 2;
-            }
-            "--t" => {
-                let v = it.next().ok_or("--t needs a list")?;
-                a.ts = v
-                    .split(',')
-                    .map(|x| x.trim().parse().map_err(|e| format!("--t {x}: {e}")))
-                    .collect::<Result<_, _>>()?;
-            }
-            "--tokens" => a.tokens = num(it.next(), "--tokens")?,
-            "--heads" => a.heads = num(it.next(), "--heads")?,
-            "--dk" => a.dk = num(it.next(), "--dk")?,
-            "--dv" => a.dv = num(it.next(), "--dv")?,
-            "--levels" => a.levels = num(it.next(), "--levels")?,
-            "--warmup" => a.warmup = num(it.next(), "--warmup")?,
-            "--iters" => a.iters = num(it.next(), "--iters")?.max(1),
-            "--seq" => a.seq = num(it.next(), "--seq")?,
-            "--batch" => a.batch = num(it.next(), "--batch")?,
-            "--form" => {
-                a.forms = match it.next().as_deref() {
-                    Some("m2") | Some("mamba2") => vec![Form::Mamba2],
-                    Some("gdn") => vec![Form::Gdn],
-                    Some("both") => vec![Form::Mamba2, Form::Gdn],
-                    o => return Err(format!("--form {o:?}: m2, gdn or both")),
-                }
-            }
-            "--op-only" => a.model = false,
-            "--stages" => a.stages = true,
-            "--model-only" => a.op = false,
-            "--config" => a.config = Some(it.next().ok_or("--config needs a path")?),
-            "--json" => a.json = Some(it.next().ok_or("--json needs a path")?),
-            "--sub-calls" => a.min_sub_calls = num(it.next(), "--sub-calls")?.max(1),
-            "-h" | "--help" => return Err(USAGE.into()),
-            o => return Err(format!("unknown flag {o} (--help)")),
+impl Args {
+    /// The forms `--form` picks.
+    fn forms(&self) -> Vec<Form> {
+        match self.form {
+            FormArg::M2 => vec![Form::Mamba2],
+            FormArg::Gdn => vec![Form::Gdn],
+            FormArg::Both => vec![Form::Mamba2, Form::Gdn],
         }
     }
-    if !a.op && !a.model {
-        return Err("--op-only and --model-only exclude each other".into());
+}
+
+/// The flags; with `--quick`, the ones left at their defaults take its smaller values.
+fn parse_args() -> Args {
+    let m = Args::command().get_matches();
+    let mut a = Args::from_arg_matches(&m).unwrap_or_else(|e| e.exit());
+    if a.quick {
+        let at_default = |id: &str| m.value_source(id) == Some(ValueSource::DefaultValue);
+        if at_default("ts") {
+            a.ts = vec![128, 256];
+        }
+        for (id, value, small) in [
+            ("tokens", &mut a.tokens, 512),
+            ("heads", &mut a.heads, 2),
+            ("dk", &mut a.dk, 32),
+            ("dv", &mut a.dv, 16),
+            ("warmup", &mut a.warmup, 1),
+            ("iters", &mut a.iters, 2),
+            ("seq", &mut a.seq, 64),
+            ("batch", &mut a.batch, 2),
+        ] {
+            if at_default(id) {
+                *value = small;
+            }
+        }
     }
-    Ok(a)
+    a
 }
 
 /// Uniform [0, 1) numbers (xorshift; deterministic).
@@ -638,7 +648,7 @@ fn run_op(gpu: &Gpu, a: &Args, adapter: &str) -> Vec<OpRow> {
             return rows;
         }
     };
-    for &form in &a.forms {
+    for form in a.forms() {
         let kernels = scoped(gpu, || {
             Ok(FormKernels {
                 scan: ScanKernels::new(gpu, form)?,
@@ -769,7 +779,7 @@ fn model_cases(a: &Args) -> Vec<ModelCase> {
                 .and_then(|t| config_from_json(&t, |_| {})),
         });
     }
-    if a.forms.contains(&Form::Gdn) {
+    if a.forms().contains(&Form::Gdn) {
         if a.config.is_none() {
             cases.push(ModelCase {
                 name: "ll-gdn-mcu (shipped)",
@@ -789,7 +799,7 @@ fn model_cases(a: &Args) -> Vec<ModelCase> {
             }),
         });
     }
-    if a.forms.contains(&Form::Mamba2) {
+    if a.forms().contains(&Form::Mamba2) {
         cases.push(ModelCase {
             name: "ll-mamba2-mcu (shipped)",
             config: config_from_json(LL_M2_CONFIG, |_| {}),
@@ -1133,13 +1143,7 @@ fn json_report(gpu: &Gpu, a: &Args, ops: &[OpRow], models: &[ModelRow]) -> serde
 }
 
 fn main() {
-    let a = match parse_args() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("{e}");
-            std::process::exit(2);
-        }
-    };
+    let a = parse_args();
     let gpu = match Gpu::new() {
         Ok(g) => g,
         Err(e) => {
@@ -1150,12 +1154,12 @@ fn main() {
     println!("adapter: {}", gpu.describe());
     println!();
     let adapter = gpu.info.name.clone();
-    let ops = if a.op {
+    let ops = if !a.model_only {
         run_op(&gpu, &a, &adapter)
     } else {
         vec![]
     };
-    let models = if a.model {
+    let models = if !a.op_only {
         run_models(&gpu, &a, &adapter)
     } else {
         vec![]
