@@ -23,7 +23,7 @@
     clippy::panic
 )]
 
-use super::byte_level::{char_to_byte, spelled};
+use super::byte_level::{spelled, token_bytes};
 use super::pretokenize::pieces;
 use super::{DecodeError, EncodeError};
 use crate::gguf::format::ValueType;
@@ -160,32 +160,21 @@ impl<'a> Bpe<'a> {
         u32::try_from(i).ok()
     }
 
-    /// Writes the bytes token `id` stands for into `out` and returns their count. A token whose
-    /// every character is one of GPT-2's byte characters stands for those bytes; any other
-    /// (a special token such as `<|endoftext|>` written plainly) stands for its UTF-8 bytes, as
-    /// `tokenizers`' `ByteLevel` decoder does.
+    /// Writes the bytes token `id` stands for ([`token_bytes`]) into `out` and returns their
+    /// count.
     pub fn decode(&self, id: u32, out: &mut [u8]) -> Result<usize, DecodeError> {
         let text = self.token_text(id).ok_or(DecodeError::UnknownToken(id))?;
-        let chars = core::str::from_utf8(text)
-            .ok()
-            .filter(|s| s.chars().all(|c| char_to_byte(c).is_some()));
+        // The reader checked that every string is UTF-8.
+        let text = core::str::from_utf8(text).map_err(|_| DecodeError::UnknownToken(id))?;
+        let needed = token_bytes(text).count();
         let capacity = out.len();
-        let too_small = |needed| DecodeError::BufferTooSmall { needed, capacity };
-        match chars {
-            Some(s) => {
-                let needed = s.chars().count();
-                let dst = out.get_mut(..needed).ok_or(too_small(needed))?;
-                for (d, c) in dst.iter_mut().zip(s.chars()) {
-                    *d = char_to_byte(c).unwrap_or(0);
-                }
-                Ok(needed)
-            }
-            None => {
-                let dst = out.get_mut(..text.len()).ok_or(too_small(text.len()))?;
-                dst.copy_from_slice(text);
-                Ok(text.len())
-            }
+        let dst = out
+            .get_mut(..needed)
+            .ok_or(DecodeError::BufferTooSmall { needed, capacity })?;
+        for (d, b) in dst.iter_mut().zip(token_bytes(text)) {
+            *d = b;
         }
+        Ok(needed)
     }
 
     /// Encodes `text` into `out` and returns the number of ids. `PIECE` is the longest piece,

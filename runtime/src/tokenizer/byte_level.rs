@@ -66,6 +66,20 @@ pub fn spelled(bytes: &[u8]) -> impl Iterator<Item = u8> + '_ {
     })
 }
 
+/// The bytes a token's text stands for. When every character is one of GPT-2's byte
+/// characters, those bytes; otherwise (a special token such as `<|endoftext|>` written plainly)
+/// the text's own UTF-8 bytes, as `tokenizers`' `ByteLevel` decoder does.
+pub fn token_bytes(text: &str) -> impl Iterator<Item = u8> + '_ {
+    let spelled = text.chars().all(|c| char_to_byte(c).is_some());
+    // One of the two halves is empty.
+    let mapped = text
+        .chars()
+        .filter_map(char_to_byte)
+        .take_while(move |_| spelled);
+    let plain = text.bytes().take_while(move |_| !spelled);
+    mapped.chain(plain)
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::indexing_slicing)]
 mod tests {
@@ -88,6 +102,14 @@ mod tests {
         assert_eq!(mapped, 256);
         assert_eq!(char_to_byte(' '), None);
         assert_eq!(char_to_byte('日'), None);
+    }
+
+    #[test]
+    fn token_bytes_undo_the_spelling_or_keep_plain_text() {
+        let bytes: std::vec::Vec<u8> = token_bytes("aĠbÿ").collect();
+        assert_eq!(bytes, b"a b\xff");
+        let bytes: std::vec::Vec<u8> = token_bytes("<|end|> 日").collect();
+        assert_eq!(bytes, "<|end|> 日".as_bytes());
     }
 
     #[test]
