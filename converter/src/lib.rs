@@ -5,7 +5,7 @@
 //! * [`gguf_writer`], [`export`]: GGUF v3 model files (`docs/model-file.md`) with
 //!   f32/f16/Q8_0/Q4_0 weights;
 //! * [`model_source`]: a model from either a GGUF file or a checkpoint folder;
-//! * [`vocab`]: the tokenizer a model file carries;
+//! * [`vocab`]: the tokenizer a model file carries; [`tokenize`]: encoding with it on the host;
 //! * [`output_file`]: the one way the host tools write a file (temporary file, sync, rename).
 
 pub mod checkpoint;
@@ -16,6 +16,7 @@ pub mod gguf_writer;
 pub mod layout;
 pub mod model_source;
 pub mod output_file;
+pub mod tokenize;
 pub mod vocab;
 
 pub use checkpoint::{Checkpoint, ImportError, Tensor, TensorStore};

@@ -5,6 +5,7 @@
 //! through a hash map instead of re-walking the file header on every lookup.
 
 use crate::checkpoint::{Checkpoint, ImportError};
+use crate::tokenize::{HostTokenizer, TokenizeError};
 use crate::vocab::Vocabulary;
 use loglinear_runtime::gguf::names;
 use loglinear_runtime::gguf::{GgufFile, GgufModel, ModelFileError};
@@ -48,6 +49,20 @@ pub enum LoadError {
         path: PathBuf,
         /// What it has instead.
         found: String,
+    },
+    /// The model has no tokenizer this tool knows.
+    #[error("{path}: has no tokenizer this tool knows (tokenizer.ggml.model bytes or gpt2)")]
+    NoTokenizer {
+        /// The file or folder.
+        path: PathBuf,
+    },
+    /// The model's BPE vocabulary does not make a tokenizer.
+    #[error("{path}: {source}")]
+    HostTokenizer {
+        /// The file or folder.
+        path: PathBuf,
+        /// The cause.
+        source: TokenizeError,
     },
     /// A weight is NaN or infinite.
     #[error(
@@ -260,8 +275,20 @@ impl ModelSource {
         }
     }
 
-    /// Fails unless the model is byte-level: `generate` and `eval` feed text bytes as tokens,
-    /// which is only right for the byte vocabulary (BPE encoding is not implemented yet).
+    /// The model's tokenizer for encoding and decoding on the host (`path` is for messages).
+    pub fn host_tokenizer(&self, path: &Path) -> Result<HostTokenizer, LoadError> {
+        let vocabulary = self.vocabulary().ok_or_else(|| LoadError::NoTokenizer {
+            path: path.to_path_buf(),
+        })?;
+        HostTokenizer::new(&vocabulary).map_err(|source| LoadError::HostTokenizer {
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+
+    /// Fails unless the model is byte-level, for a command that feeds text bytes as tokens
+    /// (only right for the byte vocabulary); [`ModelSource::host_tokenizer`] encodes any
+    /// vocabulary this tool knows.
     pub fn require_byte_tokenizer(&self, path: &Path) -> Result<(), LoadError> {
         match self.vocabulary() {
             Some(Vocabulary::Bytes) => Ok(()),
