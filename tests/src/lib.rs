@@ -1,6 +1,7 @@
 //! Shared helpers for the integration tests: where the data lives, reading safetensors
 //! references, and the relative error metric of the golden README.
 
+pub mod bpe_fixture;
 pub mod golden;
 pub mod microbit_model;
 pub mod snapshot_fixture;
