@@ -14,9 +14,9 @@ use loglinear_runtime::Model;
 #[derive(Debug, thiserror::Error)]
 pub enum EvalError {
     /// The text is shorter than one window.
-    #[error("the text has {len} bytes, fewer than one window of a {ctx}-token context plus 1: give a context of {} or less", len.saturating_sub(1))]
+    #[error("the text is {len} tokens long, shorter than one window of a {ctx}-token context plus 1: give a context of {} or less", len.saturating_sub(1))]
     TooShort {
-        /// Bytes of text.
+        /// Tokens of text (bytes, for a byte-level model).
         len: usize,
         /// The context.
         ctx: usize,
@@ -84,7 +84,7 @@ pub fn bits_of(logits: &[f32], target: usize) -> f64 {
 }
 
 /// The number of windows of `ctx` predictions in `text`, or why there is none.
-pub fn check(text: &[u8], ctx: usize) -> Result<usize, EvalError> {
+pub fn check<T>(text: &[T], ctx: usize) -> Result<usize, EvalError> {
     if ctx == 0 {
         return Err(EvalError::ZeroContext);
     }
@@ -97,11 +97,12 @@ pub fn check(text: &[u8], ctx: usize) -> Result<usize, EvalError> {
     }
 }
 
-/// Bits per byte of `model` on `text` with windows of `ctx` predictions (f32 state);
+/// Bits per token of `model` on `text` with windows of `ctx` predictions (f32 state): bits
+/// per byte when `text` is bytes, the byte-level models' tokens; `text` may also be token ids.
 /// `progress(window)` is called after each window.
-pub fn bits_per_byte(
+pub fn bits_per_byte<T: Copy + Into<u32>>(
     model: &Model<'_>,
-    text: &[u8],
+    text: &[T],
     ctx: usize,
     progress: &mut dyn FnMut(usize),
 ) -> Result<Bpb, EvalError> {
@@ -114,8 +115,8 @@ pub fn bits_per_byte(
         session.reset();
         let win = &text[w * ctx..w * ctx + ctx + 1];
         for pair in win.windows(2) {
-            let logits = session.step(pair[0] as u32)?;
-            bits += bits_of(logits, pair[1] as usize);
+            let logits = session.step(pair[0].into())?;
+            bits += bits_of(logits, pair[1].into() as usize);
         }
         progress(w + 1);
     }
@@ -126,11 +127,12 @@ pub fn bits_per_byte(
     })
 }
 
-/// Runs `reference` and `candidate` side by side on the same windows.
-pub fn compare(
+/// Runs `reference` and `candidate` side by side on the same windows (of bytes or token ids,
+/// as [`bits_per_byte`]).
+pub fn compare<T: Copy + Into<u32>>(
     reference: &Model<'_>,
     candidate: &Model<'_>,
-    text: &[u8],
+    text: &[T],
     ctx: usize,
     progress: &mut dyn FnMut(usize),
 ) -> Result<Comparison, EvalError> {
@@ -152,10 +154,11 @@ pub fn compare(
         sc.reset();
         let win = &text[w * ctx..w * ctx + ctx + 1];
         for pair in win.windows(2) {
-            let lr = sr.step(pair[0] as u32)?;
-            let lc = sc.step(pair[0] as u32)?;
-            bits_r += bits_of(lr, pair[1] as usize);
-            bits_c += bits_of(lc, pair[1] as usize);
+            let (token, next) = (pair[0].into(), pair[1].into() as usize);
+            let lr = sr.step(token)?;
+            let lc = sc.step(token)?;
+            bits_r += bits_of(lr, next);
+            bits_c += bits_of(lc, next);
             for (&a, &b) in lr.iter().zip(lc) {
                 let d = (b - a) as f64;
                 diff2 += d * d;

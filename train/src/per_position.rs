@@ -116,11 +116,12 @@ pub fn power_of_two_buckets(values: &[f64]) -> Vec<(usize, usize, f64)> {
     out
 }
 
-/// Loss at each position of `model` on `text`'s windows of `ctx` predictions, run as `runner`
-/// says; `progress(window)` is called after each window.
-pub fn per_position_loss(
+/// Loss at each position of `model` on `text`'s windows of `ctx` predictions (bytes of a
+/// byte-level model, or token ids), run as `runner` says; `progress(window)` is called after
+/// each window.
+pub fn per_position_loss<T: Copy + Into<u32>>(
     model: &Model<'_>,
-    text: &[u8],
+    text: &[T],
     ctx: usize,
     runner: WindowRunner,
     progress: &mut dyn FnMut(usize),
@@ -129,10 +130,10 @@ pub fn per_position_loss(
     let mut bits = vec![0.0f64; ctx];
     match runner {
         WindowRunner::Step(state) if state.f16 => {
-            step_windows::<half::f16>(model, text, ctx, state, &mut bits, progress)?
+            step_windows::<half::f16, T>(model, text, ctx, state, &mut bits, progress)?
         }
         WindowRunner::Step(state) => {
-            step_windows::<f32>(model, text, ctx, state, &mut bits, progress)?
+            step_windows::<f32, T>(model, text, ctx, state, &mut bits, progress)?
         }
         WindowRunner::Chunkwise { threads } => {
             let opts = PrefillOptions {
@@ -143,14 +144,14 @@ pub fn per_position_loss(
             let vocab = model.config().vocab_size;
             for w in 0..windows {
                 let win = &text[w * ctx..w * ctx + ctx + 1];
-                let tokens: Vec<u32> = win[..ctx].iter().map(|&b| u32::from(b)).collect();
+                let tokens: Vec<u32> = win[..ctx].iter().map(|&t| t.into()).collect();
                 let p = loglinear_cpu_prefill::prefill(model, &tokens, &opts)?;
                 // Asked for above, so always there.
                 let all = p.all_logits.unwrap_or_default();
                 for ((sum, logits), &next) in
                     bits.iter_mut().zip(all.chunks_exact(vocab)).zip(&win[1..])
                 {
-                    *sum += bits_of(logits, next as usize);
+                    *sum += bits_of(logits, next.into() as usize);
                 }
                 progress(w + 1);
             }
@@ -160,9 +161,9 @@ pub fn per_position_loss(
 }
 
 /// [`WindowRunner::Step`]: adds each window's bits at every position to `bits`.
-fn step_windows<E: StateElem>(
+fn step_windows<E: StateElem, T: Copy + Into<u32>>(
     model: &Model<'_>,
-    text: &[u8],
+    text: &[T],
     ctx: usize,
     state: StepState,
     bits: &mut [f64],
@@ -178,8 +179,8 @@ fn step_windows<E: StateElem>(
         session.reset();
         let win = &text[w * ctx..w * ctx + ctx + 1];
         for (sum, pair) in bits.iter_mut().zip(win.windows(2)) {
-            let logits = session.step(pair[0] as u32)?;
-            *sum += bits_of(logits, pair[1] as usize);
+            let logits = session.step(pair[0].into())?;
+            *sum += bits_of(logits, pair[1].into() as usize);
         }
         progress(w + 1);
     }

@@ -5,9 +5,11 @@ use super::table::{human_bytes, print_tensor_table, report_rows};
 use crate::{progress_bar, read_file, write_file, CliError, ModelArg, Res};
 use loglinear_converter::export::{expected_tensors, parse_dtype, ExportedModel, TensorReport};
 use loglinear_converter::model_source::{AlignedBytes, IndexedGguf, LoadError};
+use loglinear_converter::tokenize::HostTokenizer;
 use loglinear_converter::vocab::Vocabulary;
 use loglinear_converter::{Checkpoint, ExportOptions, TypeOverride};
 use loglinear_runtime::gguf::format::{self};
+use loglinear_runtime::gguf::GgufFile;
 use loglinear_runtime::{DType, Model};
 use loglinear_train::eval::{self, Comparison};
 use std::path::{Path, PathBuf};
@@ -107,10 +109,12 @@ fn quality_text(q: &QualityArgs) -> Result<(String, Vec<u8>), CliError> {
     Ok((format!("{what} ({} bytes)", text.len()), text))
 }
 
-fn print_comparison(c: &Comparison, reference: &str) -> Res {
+/// The measurement against the reference; `unit` is what a prediction predicts (a byte, or a
+/// BPE token).
+fn print_comparison(c: &Comparison, reference: &str, unit: &str) -> Res {
     outln!(
-        "quality vs {reference} ({} windows x {} predictions): bits/byte {reference} {:.4}, \
-         new file {:.4} ({:+.4})?; relative logit error {:.3e} (max |diff| {:.3e}); \
+        "quality vs {reference} ({} windows x {} predictions): bits/{unit} {reference} {:.4}, \
+         new file {:.4} ({:+.4}); relative logit error {:.3e} (max |diff| {:.3e}); \
          top-1 agreement {:.2}%",
         c.reference.windows,
         c.reference.predictions / c.reference.windows.max(1),
@@ -168,18 +172,36 @@ fn finish_export(
         return Ok(());
     }
     let (what, text) = quality_text(quality)?;
-    let windows = eval::window_count(text.len(), quality.eval_context);
+    // The text as the model reads it: bytes, or the BPE vocabulary's tokens.
+    let vocabulary = GgufFile::parse(aligned.as_bytes())
+        .ok()
+        .as_ref()
+        .and_then(Vocabulary::from_gguf);
+    let (tokens, unit): (Vec<u32>, _) = match &vocabulary {
+        Some(v @ Vocabulary::Bpe { .. }) => {
+            let text = std::str::from_utf8(&text).map_err(|e| {
+                format!(
+                    "the evaluation text is not UTF-8 (byte {}), and the model's BPE vocabulary \
+                     encodes text",
+                    e.valid_up_to()
+                )
+            })?;
+            (HostTokenizer::new(v)?.encode(text)?, "token")
+        }
+        _ => (text.iter().map(|&b| u32::from(b)).collect(), "byte"),
+    };
+    let windows = eval::window_count(tokens.len(), quality.eval_context);
     outln!("measuring quality on {what}");
     let pb = progress_bar(windows, "evaluating");
     let c = eval::compare(
         reference,
         &candidate,
-        &text,
+        &tokens,
         quality.eval_context,
         &mut |w| pb.set_position(w as u64),
     )?;
     pb.finish_and_clear();
-    print_comparison(&c, reference_name)?;
+    print_comparison(&c, reference_name, unit)?;
     Ok(())
 }
 

@@ -6,7 +6,9 @@ use crate::plot::{self, Curve, PlotOptions};
 use crate::{progress_bar, read_file, ActivationsArg, ModelArg, Res};
 use clap::ValueEnum;
 use loglinear_converter::model_source::ModelSource;
+use loglinear_converter::tokenize::HostTokenizer;
 use loglinear_runtime::quant::Activations;
+use loglinear_runtime::tokenizer;
 use loglinear_train::eval;
 use loglinear_train::per_position::{per_position_loss, PerPosition, StepState, WindowRunner};
 use serde_json::json;
@@ -127,40 +129,44 @@ pub fn run(args: &EvalArgs) -> Res {
     if let Some(n) = args.bytes {
         bytes.truncate(n);
     }
-    // Checked here, before any model is opened or anything printed.
-    eval::check(&bytes, args.context).map_err(|e| format!("--context {}: {e}", args.context))?;
-    // Both models are opened before either is evaluated, so a bad baseline fails at once.
+    // Both models are opened and the text tokenized and checked for each before either is
+    // evaluated, so a bad baseline or a short text fails at once, with nothing printed.
     let model_path = args.model.path();
-    let source = open_model(model_path)?;
+    let (source, tokens) = open_model(model_path, &bytes, args.context)?;
     let baseline_source = match &args.baseline {
-        Some(path) => Some((path, open_model(path)?)),
+        Some(path) => Some((path, open_model(path, &bytes, args.context)?)),
         None => None,
     };
 
-    let (model, model_took) = evaluate(model_path, &source, args, &bytes, runner, activations)?;
+    let run = Run {
+        args,
+        runner,
+        activations,
+    };
+    let model = evaluate(model_path, &source, &tokens, &run)?;
     if !args.json {
-        print_result("", &model, model_took)?;
+        print_result("", &model)?;
     }
     if let Some(csv) = &args.per_position {
-        crate::write_file(csv, model.to_csv().as_bytes())?;
-        eprintln!("wrote {} ({} positions)", csv.display(), model.ctx());
+        crate::write_file(csv, model.loss.to_csv().as_bytes())?;
+        eprintln!("wrote {} ({} positions)", csv.display(), model.loss.ctx());
     }
     let baseline = match &baseline_source {
-        Some((path, src)) => {
-            let (b, took) = evaluate(path, src, args, &bytes, runner, activations)?;
+        Some((path, (src, tokens))) => {
+            let b = evaluate(path, src, tokens, &run)?;
             if !args.json {
-                print_result("baseline ", &b, took)?;
+                print_result("baseline ", &b)?;
             }
-            Some((b, took))
+            Some(b)
         }
         None => None,
     };
     if args.json {
         let baseline = match (&args.baseline, &baseline) {
-            (Some(path), Some((b, took))) => result_json(path, b, *took),
+            (Some(path), Some(b)) => result_json(path, b),
             _ => serde_json::Value::Null,
         };
-        let mut v = result_json(model_path, &model, model_took);
+        let mut v = result_json(model_path, &model);
         v["text"] = json!(args.text.display().to_string());
         v["baseline"] = baseline;
         outln!("{v:#}");
@@ -168,20 +174,20 @@ pub fn run(args: &EvalArgs) -> Res {
     if let Some(png) = &args.plot {
         let mut curves = vec![Curve {
             label: model_name(model_path),
-            mean_bits: model.mean_bits(),
+            mean_bits: model.loss.mean_bits(),
         }];
-        if let (Some(path), Some((b, _))) = (&args.baseline, &baseline) {
+        if let (Some(path), Some(b)) = (&args.baseline, &baseline) {
             curves.push(Curve {
                 label: model_name(path),
-                mean_bits: b.mean_bits(),
+                mean_bits: b.loss.mean_bits(),
             });
         }
         let opts = PlotOptions {
             width: args.plot_size.0,
             height: args.plot_size.1,
             title: format!(
-                "Loss by position: {} windows of {} bytes of {}",
-                model.windows,
+                "Loss by position: {} windows of {} tokens of {}",
+                model.loss.windows,
                 args.context,
                 model_name(&args.text)
             ),
@@ -200,73 +206,145 @@ fn model_name(path: &Path) -> String {
         .into_owned()
 }
 
-/// A byte-level model.
-fn open_model(path: &Path) -> Res<ModelSource> {
-    let source = ModelSource::open(path)?;
-    source.require_byte_tokenizer(path)?;
-    Ok(source)
+/// The evaluation text as one model reads it.
+struct Tokens {
+    /// Its token ids (its bytes, for a byte-level model).
+    ids: Vec<u32>,
+    /// Bytes each token stands for; `None` for a byte-level model (one each).
+    bytes_per_token: Option<Vec<usize>>,
 }
 
-/// Evaluates one model on the windows; returns the loss and the time it took.
-fn evaluate(
-    path: &Path,
-    source: &ModelSource,
-    args: &EvalArgs,
-    bytes: &[u8],
+impl Tokens {
+    /// `text` through the model's tokenizer.
+    fn of(tokenizer: &HostTokenizer, text: &[u8]) -> Res<Self> {
+        if tokenizer.bpe().is_none() {
+            return Ok(Self {
+                ids: tokenizer::encode(text).collect(),
+                bytes_per_token: None,
+            });
+        }
+        let text = std::str::from_utf8(text).map_err(|e| {
+            format!(
+                "the text is not UTF-8 (byte {}), and this model's BPE vocabulary encodes text",
+                e.valid_up_to()
+            )
+        })?;
+        let ids = tokenizer.encode(text)?;
+        let bytes_per_token = ids
+            .iter()
+            .map(|&id| tokenizer.decode(&[id]).map(|b| b.len()))
+            .collect::<Result<_, _>>()?;
+        Ok(Self {
+            ids,
+            bytes_per_token: Some(bytes_per_token),
+        })
+    }
+
+    /// Bytes the predicted tokens of `windows` windows of `ctx` stand for.
+    fn predicted_bytes(&self, windows: usize, ctx: usize) -> usize {
+        match &self.bytes_per_token {
+            None => windows * ctx,
+            Some(lens) => (0..windows)
+                .map(|w| lens[w * ctx + 1..=w * ctx + ctx].iter().sum::<usize>())
+                .sum(),
+        }
+    }
+}
+
+/// How every model is evaluated.
+struct Run<'a> {
+    args: &'a EvalArgs,
     runner: WindowRunner,
     activations: Activations,
-) -> Res<(PerPosition, Duration)> {
+}
+
+/// One model's result.
+struct Outcome {
+    loss: PerPosition,
+    took: Duration,
+    /// Bytes of text the predictions stand for.
+    predicted_bytes: usize,
+}
+
+/// A model, and the text as its tokens, checked against the context.
+fn open_model(path: &Path, text: &[u8], ctx: usize) -> Res<(ModelSource, Tokens)> {
+    let source = ModelSource::open(path)?;
+    let tokens = Tokens::of(&source.host_tokenizer(path)?, text)?;
+    eval::check(&tokens.ids, ctx).map_err(|e| format!("--context {ctx}: {e}"))?;
+    Ok((source, tokens))
+}
+
+/// Evaluates one model on the windows of its tokens.
+fn evaluate(path: &Path, source: &ModelSource, tokens: &Tokens, run: &Run<'_>) -> Res<Outcome> {
+    let Run {
+        args,
+        runner,
+        activations,
+    } = *run;
     let ctx = args.context;
-    let windows = eval::window_count(bytes.len(), ctx);
+    let windows = eval::window_count(tokens.ids.len(), ctx);
     let r = source.with_model(path, |m| {
         let m = &m.with_activations(activations);
         eprintln!(
-            "{}: {} {}, {} activations, {} windows of {ctx} predictions over {} bytes of {}, {}",
+            "{}: {} {}, {} activations, {} windows of {ctx} predictions over {} tokens of {}, {}",
             path.display(),
             source.kind(),
             m.config().arch.name(),
             activations.name(),
             windows,
-            bytes.len(),
+            tokens.ids.len(),
             args.text.display(),
             runner.name()
         );
         let pb = progress_bar(windows, "evaluating");
         let start = Instant::now();
-        let r = per_position_loss(m, bytes, ctx, runner, &mut |w| pb.set_position(w as u64));
+        let r = per_position_loss(m, &tokens.ids, ctx, runner, &mut |w| {
+            pb.set_position(w as u64)
+        });
         pb.finish_and_clear();
-        r.map(|r| (r, start.elapsed()))
+        r.map(|loss| Outcome {
+            loss,
+            took: start.elapsed(),
+            predicted_bytes: tokens.predicted_bytes(windows, ctx),
+        })
     })??;
     Ok(r)
 }
 
 /// Prints one model's bits per byte (after `what`).
-fn print_result(what: &str, r: &PerPosition, took: Duration) -> Res {
-    let total = r.total();
+fn print_result(what: &str, r: &Outcome) -> Res {
+    let total = r.loss.total();
+    let per_token = match r.predicted_bytes == total.predictions {
+        true => String::new(),
+        false => format!("{:.5} bits/token; ", total.bpb()),
+    };
     outln!(
-        "{what}bits per byte: {:.5} ({:.5} nats/byte; {} windows x {} = {} predictions; {:.1} s, {:.0} tokens/s)",
-        total.bpb(),
-        total.bpb() * std::f64::consts::LN_2,
+        "{what}bits per byte: {:.5} ({per_token}{:.5} nats/byte; {} windows x {} = {} predictions; {:.1} s, {:.0} tokens/s)",
+        total.bits / r.predicted_bytes.max(1) as f64,
+        total.bits / r.predicted_bytes.max(1) as f64 * std::f64::consts::LN_2,
         total.windows,
-        r.ctx(),
+        r.loss.ctx(),
         total.predictions,
-        took.as_secs_f64(),
-        total.predictions as f64 / took.as_secs_f64()
+        r.took.as_secs_f64(),
+        total.predictions as f64 / r.took.as_secs_f64()
     );
     Ok(())
 }
 
 /// One model's result for `--json`.
-fn result_json(path: &Path, r: &PerPosition, took: Duration) -> serde_json::Value {
-    let total = r.total();
+fn result_json(path: &Path, r: &Outcome) -> serde_json::Value {
+    let total = r.loss.total();
+    let bpb = total.bits / r.predicted_bytes.max(1) as f64;
     json!({
         "model": path.display().to_string(),
-        "bits_per_byte": total.bpb(),
-        "nats_per_byte": total.bpb() * std::f64::consts::LN_2,
+        "bits_per_byte": bpb,
+        "nats_per_byte": bpb * std::f64::consts::LN_2,
+        "bits_per_token": total.bpb(),
         "windows": total.windows,
-        "context": r.ctx(),
+        "context": r.loss.ctx(),
         "predictions": total.predictions,
-        "seconds": took.as_secs_f64(),
-        "tokens_per_s": total.predictions as f64 / took.as_secs_f64(),
+        "predicted_bytes": r.predicted_bytes,
+        "seconds": r.took.as_secs_f64(),
+        "tokens_per_s": total.predictions as f64 / r.took.as_secs_f64(),
     })
 }

@@ -4,6 +4,7 @@
 use crate::{snapshot_file, ActivationsArg, CliError, Res, SamplingArgs, StateDtype};
 use clap::ValueEnum;
 use loglinear_converter::model_source::ModelSource;
+use loglinear_converter::tokenize::HostTokenizer;
 use loglinear_runtime::sampler::{Sampler, SamplerConfig};
 use loglinear_runtime::session::{Session, SessionConfig};
 use loglinear_runtime::{tokenizer, Model, StateElem};
@@ -93,8 +94,9 @@ pub(crate) fn run(args: GenerateArgs) -> Res {
         None => crate::args::default_model()?,
     };
     let source = ModelSource::open(&model)?;
-    source.require_byte_tokenizer(&model)?;
+    let tokenizer = source.host_tokenizer(&model)?;
     let prompt = crate::prompt::unescape(&prompt)?;
+    let prompt_tokens = encode_prompt(&tokenizer, &prompt)?;
     let sampler = sampling.config();
     let mut cfg = SessionConfig {
         levels,
@@ -130,10 +132,57 @@ pub(crate) fn run(args: GenerateArgs) -> Res {
         state = Some(saved_state);
         snap.resume = Some((path.clone(), bytes));
     }
+    // Resuming: the snapshot holds the prompt already.
+    let (prompt, prompt_tokens) = match snap.resume {
+        Some(_) => (Vec::new(), Vec::new()),
+        None if prompt.is_empty() => return Err(CliError::EmptyPrompt.into()),
+        None => (prompt, prompt_tokens),
+    };
+    let job = Job {
+        prompt: &prompt,
+        prompt_tokens: &prompt_tokens,
+        tokens,
+        sampler,
+        cfg,
+        prefill,
+        snap: &snap,
+        tokenizer: &tokenizer,
+    };
     source.with_model(&model, |m| match state.unwrap_or(StateDtype::F32) {
-        StateDtype::F32 => generate::<f32>(m, &prompt, tokens, sampler, cfg, prefill, &snap),
-        StateDtype::F16 => generate::<half::f16>(m, &prompt, tokens, sampler, cfg, prefill, &snap),
+        StateDtype::F32 => generate::<f32>(m, &job),
+        StateDtype::F16 => generate::<half::f16>(m, &job),
     })?
+}
+
+/// The prompt's tokens: its bytes for a byte-level model; for a BPE model, its text encoded
+/// by the `tokenizers` crate (so it must be UTF-8).
+fn encode_prompt(tokenizer: &HostTokenizer, prompt: &[u8]) -> Res<Vec<u32>> {
+    if tokenizer.bpe().is_none() {
+        return Ok(tokenizer::encode(prompt).collect());
+    }
+    let text = std::str::from_utf8(prompt).map_err(|e| {
+        format!(
+            "the prompt is not UTF-8 text (byte {}), and this model's BPE vocabulary encodes text",
+            e.valid_up_to()
+        )
+    })?;
+    Ok(tokenizer.encode(text)?)
+}
+
+/// What one `generate` run does, besides the model.
+struct Job<'a> {
+    /// The prompt's bytes, echoed to stdout (empty when resuming).
+    prompt: &'a [u8],
+    /// Its tokens.
+    prompt_tokens: &'a [u32],
+    /// Tokens to generate.
+    tokens: usize,
+    sampler: SamplerConfig,
+    cfg: SessionConfig,
+    prefill: Prefill,
+    snap: &'a Snapshots,
+    /// Turns generated tokens into bytes.
+    tokenizer: &'a HostTokenizer,
 }
 
 /// `generate`'s snapshot options.
@@ -192,15 +241,17 @@ fn gpu_prefill<E: StateElem>(
     ))
 }
 
-fn generate<E: StateElem>(
-    model: &Model<'_>,
-    prompt: &[u8],
-    tokens: usize,
-    sampler: SamplerConfig,
-    cfg: SessionConfig,
-    prefill_on: Prefill,
-    snap: &Snapshots,
-) -> Res {
+fn generate<E: StateElem>(model: &Model<'_>, job: &Job<'_>) -> Res {
+    let Job {
+        prompt,
+        prompt_tokens,
+        tokens,
+        sampler,
+        cfg,
+        prefill: prefill_on,
+        snap,
+        tokenizer,
+    } = *job;
     let mut arena = vec![0u8; Session::<E>::arena_bytes(model, &cfg)?];
     let mut session = Session::<E>::new(model, &mut arena, cfg)?;
     let mut sampler = Sampler::new(sampler);
@@ -211,25 +262,16 @@ fn generate<E: StateElem>(
             path: path.clone(),
             error,
         })?;
-    } else if prompt.is_empty() {
-        return Err(CliError::EmptyPrompt.into());
     }
-    // Resuming: the snapshot holds the prompt already.
-    let prompt = if snap.resume.is_some() {
-        &[][..]
-    } else {
-        prompt
-    };
-    let prompt_tokens: Vec<u32> = tokenizer::encode(prompt).collect();
     let start = Instant::now();
     let gpu_note = match prefill_on {
         Prefill::Gpu if !prompt_tokens.is_empty() => {
-            Some(gpu_prefill(model, &prompt_tokens, &mut session)?)
+            Some(gpu_prefill(model, prompt_tokens, &mut session)?)
         }
         Prefill::Chunkwise { threads } if !prompt_tokens.is_empty() => {
             let p = loglinear_cpu_prefill::prefill_into(
                 model,
-                &prompt_tokens,
+                prompt_tokens,
                 &mut session,
                 &loglinear_cpu_prefill::PrefillOptions {
                     threads,
@@ -243,7 +285,7 @@ fn generate<E: StateElem>(
             ))
         }
         Prefill::Gpu | Prefill::Cpu | Prefill::Chunkwise { .. } => {
-            for &tok in &prompt_tokens {
+            for &tok in prompt_tokens {
                 session.step(tok)?;
             }
             None
@@ -256,8 +298,9 @@ fn generate<E: StateElem>(
     let start = Instant::now();
     for _ in 0..tokens {
         let next = sampler.sample(session.logits(), &mut scratch)?;
-        if let Some(b) = tokenizer::decode(next) {
-            out.write_all(&[b])?;
+        let bytes = tokenizer.decode(&[next])?;
+        if !bytes.is_empty() {
+            out.write_all(&bytes)?;
             out.flush()?;
         }
         session.step(next)?;

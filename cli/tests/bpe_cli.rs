@@ -1,0 +1,155 @@
+//! `generate` and `eval` on a model with a BPE vocabulary: the prompt and the text are encoded
+//! by the `tokenizers` crate from the model file's vocabulary, generated tokens are written as
+//! their bytes, and eval reports bits per byte over the bytes the tokens stand for.
+
+use loglinear_tests::bpe_fixture::{write_model_folder, Tokenizer};
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+/// A BPE model file (converted from the fixture's folder) and its trained tokenizer.
+fn model() -> &'static (PathBuf, Tokenizer) {
+    static MODEL: OnceLock<(PathBuf, Tokenizer)> = OnceLock::new();
+    MODEL.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("loglinear-bpe-cli-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let trained = write_model_folder(&dir);
+        let gguf = dir.join("model.gguf");
+        let out = loglinear(&[
+            "convert",
+            dir.to_str().unwrap(),
+            "-o",
+            gguf.to_str().unwrap(),
+            "--no-eval",
+        ]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (gguf, trained)
+    })
+}
+
+fn loglinear(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_loglinear"))
+        .args(args)
+        .output()
+        .expect("run loglinear")
+}
+
+#[test]
+fn generate_encodes_the_prompt_and_writes_token_bytes() {
+    let (gguf, _) = model();
+    let prompt = "The quick brown fox, café 東京";
+    let out = loglinear(&[
+        "generate",
+        "-m",
+        gguf.to_str().unwrap(),
+        "--prompt",
+        prompt,
+        "-n",
+        "12",
+        "--temperature",
+        "0",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(out.stdout.starts_with(prompt.as_bytes()), "{stderr}");
+    assert!(out.stdout.len() > prompt.len() + 1, "nothing generated");
+    // The summary counts the prompt in BPE tokens, fewer than its bytes.
+    let tokens: usize = stderr
+        .split("prompt ")
+        .nth(1)
+        .and_then(|s| s.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .expect("prompt token count");
+    let ids = model().1.encode(prompt, false).unwrap().get_ids().len();
+    assert_eq!(tokens, ids, "{stderr}");
+    assert!(tokens < prompt.len());
+}
+
+#[test]
+fn a_prompt_that_is_not_text_is_refused_for_a_bpe_model() {
+    let (gguf, _) = model();
+    let out = loglinear(&[
+        "generate",
+        "-m",
+        gguf.to_str().unwrap(),
+        "--prompt",
+        "ab\\xff",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("not UTF-8") && stderr.contains("byte 2"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn eval_reports_bits_per_byte_over_the_tokens_bytes() {
+    let (gguf, trained) = model();
+    let text = "The quick brown fox jumps over the lazy dog. We're sure they'll say so. ".repeat(8);
+    let file = gguf.with_file_name("text.txt");
+    std::fs::write(&file, &text).unwrap();
+    let out = loglinear(&[
+        "eval",
+        "-m",
+        gguf.to_str().unwrap(),
+        "--text",
+        file.to_str().unwrap(),
+        "--context",
+        "16",
+        "--json",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let ids = trained.encode(text.as_str(), false).unwrap();
+    let windows = (ids.get_ids().len() - 1) / 16;
+    assert_eq!(v["windows"], windows);
+    assert_eq!(v["predictions"], windows * 16);
+    let bytes = v["predicted_bytes"].as_u64().unwrap() as f64;
+    assert!(
+        bytes > (windows * 16) as f64,
+        "BPE tokens stand for more than a byte"
+    );
+    let (per_byte, per_token) = (
+        v["bits_per_byte"].as_f64().unwrap(),
+        v["bits_per_token"].as_f64().unwrap(),
+    );
+    let want = per_token * (windows * 16) as f64 / bytes;
+    assert!((per_byte - want).abs() < 1e-9 * want, "{v}");
+}
+
+#[test]
+fn convert_measures_a_bpe_model_on_its_tokens() {
+    let (gguf, _) = model();
+    let dir = gguf.parent().unwrap();
+    let out_file = dir.join("model-q8_0.gguf");
+    let out = loglinear(&[
+        "convert",
+        dir.to_str().unwrap(),
+        "-o",
+        out_file.to_str().unwrap(),
+        "--type",
+        "q8_0",
+        "--eval-bytes",
+        "2048",
+        "--eval-context",
+        "64",
+    ]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("bits/token f32 checkpoint"), "{stdout}");
+}
