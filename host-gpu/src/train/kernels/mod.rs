@@ -1,0 +1,238 @@
+//! The training kernels (forward ops that keep what their backward needs, and every backward),
+//! compiled once, and the [`Step`]s that bind them to buffers. Rows are whatever the caller
+//! lays out; the model uses (t, b) order, token-major and batch-minor, so that the previous
+//! token of row r is row r − B.
+//!
+//! Every builder checks nothing about buffer sizes beyond what wgpu checks: the model that
+//! calls them sizes its buffers from one config.
+
+use crate::gpu::MAX_GROUPS;
+use crate::gpu::{Gpu, GpuError, Kernel};
+
+mod conv;
+mod elementwise;
+mod embed;
+mod gdn;
+mod loss;
+mod matmul;
+mod norm;
+
+pub use conv::ConvShape;
+pub use gdn::{GateIo, GateShape};
+pub use matmul::Operand;
+use matmul::SPLIT_FLOATS;
+
+const COMMON: &str = include_str!("../../shaders/common.wgsl");
+
+/// One op: one dispatch or a few in order (a split-k matmul and its sum), bound once and
+/// encoded as often as wanted.
+pub struct Step {
+    parts: Vec<Dispatch>,
+}
+
+struct Dispatch {
+    pipeline: wgpu::ComputePipeline,
+    bind: wgpu::BindGroup,
+    groups: [u32; 3],
+    // Keeps the uniform block alive with the bind group.
+    _params: wgpu::Buffer,
+}
+
+impl Step {
+    /// Records the op into `encoder` (a compute pass of its own).
+    pub fn encode(&self, encoder: &mut wgpu::CommandEncoder) {
+        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: None,
+            timestamp_writes: None,
+        });
+        self.record(&mut pass);
+    }
+
+    /// Records the op into an open pass.
+    pub fn record(&self, pass: &mut wgpu::ComputePass<'_>) {
+        for d in &self.parts {
+            pass.set_pipeline(&d.pipeline);
+            pass.set_bind_group(0, &d.bind, &[]);
+            pass.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
+        }
+    }
+}
+
+/// Records `steps` in order into one compute pass (each dispatch sees the previous ones'
+/// writes).
+pub fn encode_all<'a>(
+    encoder: &mut wgpu::CommandEncoder,
+    steps: impl IntoIterator<Item = &'a Step>,
+) {
+    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+        label: Some("train"),
+        timestamp_writes: None,
+    });
+    for s in steps {
+        s.record(&mut pass);
+    }
+}
+
+pub(crate) fn u(n: usize) -> Result<u32, GpuError> {
+    u32::try_from(n).map_err(|_| GpuError::Invalid(format!("size {n} does not fit in 32 bits")))
+}
+
+/// A 2-D grid of `n` workgroups (shaders rebuild the flat index row by row).
+pub(crate) fn grid(n: usize) -> Result<[u32; 3], GpuError> {
+    let n = n.max(1);
+    let x = n.min(MAX_GROUPS);
+    let y = n.div_ceil(x);
+    if y > MAX_GROUPS {
+        return Err(GpuError::Invalid(format!(
+            "{n} workgroups is over the dispatch limit"
+        )));
+    }
+    Ok([x as u32, y as u32, 1])
+}
+
+pub(crate) fn grid_threads(n: usize) -> Result<[u32; 3], GpuError> {
+    grid(n.div_ceil(256))
+}
+
+/// Every training kernel.
+pub struct TrainKernels {
+    matmul: Kernel,
+    split_sum: Kernel,
+    /// Partials of split-k matmuls (shared: the steps run one after another).
+    split_scratch: wgpu::Buffer,
+    rmsnorm: Kernel,
+    rmsnorm_bwd: Kernel,
+    colsum: Kernel,
+    embed_fwd: Kernel,
+    embed_bwd: Kernel,
+    loss_fwd: Kernel,
+    loss_bwd: Kernel,
+    masked_loss_fwd: Kernel,
+    masked_loss_bwd: Kernel,
+    shift_targets: Kernel,
+    pack_inputs: Kernel,
+    conv: Kernel,
+    conv_bwd: Kernel,
+    conv_bwd_w: Kernel,
+    qkv: Kernel,
+    gates: Kernel,
+    gate_silu: Kernel,
+    add: Kernel,
+}
+
+impl TrainKernels {
+    /// Compiles every kernel.
+    pub fn new(gpu: &Gpu) -> Result<Self, GpuError> {
+        let k = |label: &str, src: &str, entry: &str| {
+            gpu.kernel(label, &format!("{COMMON}\n{src}"), entry)
+        };
+        let embed = include_str!("../../shaders/train_embed.wgsl");
+        let loss = include_str!("../../shaders/train_loss.wgsl");
+        let masked = include_str!("../../shaders/train_loss_masked.wgsl");
+        let targets = include_str!("../../shaders/train_targets.wgsl");
+        Ok(Self {
+            matmul: k(
+                "train_matmul",
+                include_str!("../../shaders/train_matmul.wgsl"),
+                "main",
+            )?,
+            split_sum: k(
+                "train_split_sum",
+                include_str!("../../shaders/train_split_sum.wgsl"),
+                "main",
+            )?,
+            split_scratch: gpu.storage_zeroed("split-k partials", 4 * SPLIT_FLOATS as u64)?,
+            rmsnorm: k(
+                "train_rmsnorm",
+                include_str!("../../shaders/train_rmsnorm.wgsl"),
+                "main",
+            )?,
+            rmsnorm_bwd: k(
+                "train_rmsnorm_bwd",
+                include_str!("../../shaders/train_rmsnorm_bwd.wgsl"),
+                "main",
+            )?,
+            colsum: k(
+                "train_colsum",
+                include_str!("../../shaders/train_colsum.wgsl"),
+                "main",
+            )?,
+            embed_fwd: k("train_embed_fwd", embed, "forward")?,
+            embed_bwd: k("train_embed_bwd", embed, "backward")?,
+            loss_fwd: k("train_loss_fwd", loss, "forward")?,
+            loss_bwd: k("train_loss_bwd", loss, "backward")?,
+            masked_loss_fwd: k("train_loss_masked_fwd", masked, "forward")?,
+            masked_loss_bwd: k("train_loss_masked_bwd", masked, "backward")?,
+            shift_targets: k("train_shift_targets", targets, "shift")?,
+            pack_inputs: k("train_pack_inputs", targets, "pack")?,
+            conv: k(
+                "train_conv",
+                include_str!("../../shaders/train_conv.wgsl"),
+                "main",
+            )?,
+            conv_bwd: k(
+                "train_conv_bwd",
+                include_str!("../../shaders/train_conv_bwd.wgsl"),
+                "main",
+            )?,
+            conv_bwd_w: k(
+                "train_conv_bwd_w",
+                include_str!("../../shaders/train_conv_bwd_w.wgsl"),
+                "main",
+            )?,
+            qkv: k(
+                "train_qkv",
+                include_str!("../../shaders/train_qkv.wgsl"),
+                "main",
+            )?,
+            gates: k(
+                "train_gates",
+                include_str!("../../shaders/train_gates.wgsl"),
+                "main",
+            )?,
+            gate_silu: k(
+                "train_gate_silu",
+                include_str!("../../shaders/train_gate_silu.wgsl"),
+                "main",
+            )?,
+            add: k(
+                "train_add",
+                include_str!("../../shaders/train_add.wgsl"),
+                "main",
+            )?,
+        })
+    }
+
+    fn dispatch(
+        gpu: &Gpu,
+        kernel: &Kernel,
+        buffers: &[&wgpu::Buffer],
+        words: &[u32],
+        groups: [u32; 3],
+    ) -> Dispatch {
+        let mut block = [0u32; 16];
+        block[..words.len()].copy_from_slice(words);
+        let params = gpu.uniform_from(&kernel.label, &block);
+        let mut all: Vec<&wgpu::Buffer> = buffers.to_vec();
+        all.push(&params);
+        Dispatch {
+            pipeline: kernel.pipeline.clone(),
+            bind: gpu.bind(kernel, &all),
+            groups,
+            _params: params,
+        }
+    }
+
+    /// One bound dispatch as a [`Step`] (also the Mamba-2 kernels' way to bind theirs).
+    pub(crate) fn step(
+        gpu: &Gpu,
+        kernel: &Kernel,
+        buffers: &[&wgpu::Buffer],
+        words: &[u32],
+        groups: [u32; 3],
+    ) -> Step {
+        Step {
+            parts: vec![Self::dispatch(gpu, kernel, buffers, words, groups)],
+        }
+    }
+}
