@@ -5,6 +5,7 @@
 //! refused with errors that name them.
 
 use loglinear_converter::model_source::ModelSource;
+use loglinear_runtime::snapshot::Crc32;
 use loglinear_train::eval::bits_per_byte;
 use loglinear_train::per_position::{per_position_loss, PerPosition, StepState, WindowRunner};
 use std::path::{Path, PathBuf};
@@ -145,7 +146,8 @@ fn png_size(bytes: &[u8]) -> (u32, u32) {
     while at < bytes.len() {
         let len = be(&bytes[at..]) as usize;
         let body = &bytes[at + 4..at + 8 + len];
-        assert_eq!(crc32(body), be(&bytes[at + 8 + len..]), "chunk CRC");
+        // PNG's chunk CRC is the snapshots' CRC-32 (ISO-HDLC).
+        assert_eq!(Crc32::of(body), be(&bytes[at + 8 + len..]), "chunk CRC");
         kinds.push(body[..4].to_vec());
         at += 12 + len;
     }
@@ -154,22 +156,6 @@ fn png_size(bytes: &[u8]) -> (u32, u32) {
     assert_eq!(kinds.last().map(Vec::as_slice), Some(&b"IEND"[..]));
     assert!(kinds.iter().any(|k| k == b"IDAT"));
     (be(&bytes[16..]), be(&bytes[20..]))
-}
-
-/// CRC-32 (IEEE, reflected), as PNG chunks use.
-fn crc32(data: &[u8]) -> u32 {
-    let mut c = !0u32;
-    for &b in data {
-        c ^= u32::from(b);
-        for _ in 0..8 {
-            c = if c & 1 != 0 {
-                0xEDB8_8320 ^ (c >> 1)
-            } else {
-                c >> 1
-            };
-        }
-    }
-    !c
 }
 
 /// The CSV's rows as (position, nats, bits), after checking the header.

@@ -721,62 +721,45 @@ impl Reader<'_> {
     }
 }
 
-/// CRC-32 (IEEE 802.3, reflected, polynomial 0xEDB88320; zlib's `crc32`), table-driven.
-#[derive(Clone, Copy, Debug)]
-pub struct Crc32(u32);
+/// The snapshot's checksum: CRC-32 with the ISO-HDLC parameters (IEEE 802.3; zlib's `crc32`,
+/// PNG's), one 256-entry table (1 KiB, built at compile time), which keeps board images small.
+static CRC32: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISO_HDLC);
 
-// Evaluated at compile time: an out-of-range index would fail the build, not panic.
-#[allow(clippy::indexing_slicing)]
-const CRC_TABLE: [u32; 256] = {
-    let mut table = [0u32; 256];
-    let mut i = 0;
-    while i < 256 {
-        let mut c = i as u32;
-        let mut k = 0;
-        while k < 8 {
-            c = if c & 1 != 0 {
-                0xEDB8_8320 ^ (c >> 1)
-            } else {
-                c >> 1
-            };
-            k += 1;
-        }
-        table[i] = c;
-        i += 1;
-    }
-    table
-};
+/// A running [`CRC32`], fed in pieces.
+#[derive(Clone)]
+pub struct Crc32(crc::Digest<'static, u32>);
 
 impl Crc32 {
     /// A fresh checksum.
     pub const fn new() -> Self {
-        Self(0xFFFF_FFFF)
+        Self(CRC32.digest())
     }
 
     /// Adds `bytes`.
     pub fn update(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            let i = ((self.0 ^ u32::from(b)) & 0xFF) as usize;
-            self.0 = CRC_TABLE.get(i).copied().unwrap_or(0) ^ (self.0 >> 8);
-        }
+        self.0.update(bytes);
     }
 
     /// The checksum of everything added.
-    pub const fn finish(&self) -> u32 {
-        self.0 ^ 0xFFFF_FFFF
+    pub fn finish(&self) -> u32 {
+        self.0.clone().finalize()
     }
 
     /// CRC-32 of `bytes`.
     pub fn of(bytes: &[u8]) -> u32 {
-        let mut c = Self::new();
-        c.update(bytes);
-        c.finish()
+        CRC32.checksum(bytes)
     }
 }
 
 impl Default for Crc32 {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+impl core::fmt::Debug for Crc32 {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_tuple("Crc32").field(&self.finish()).finish()
     }
 }
 
