@@ -120,9 +120,11 @@ fn temporary_in(
     path: &Path,
     suffix: &str,
 ) -> Result<tempfile::NamedTempFile, OutputFileError> {
-    tempfile::Builder::new()
-        .prefix(".loglinear-")
-        .suffix(suffix)
+    let mut builder = tempfile::Builder::new();
+    builder.prefix(".loglinear-").suffix(suffix);
+    #[cfg(unix)]
+    builder.permissions(permissions_for(path));
+    builder
         .tempfile_in(folder)
         .map_err(|source| {
             let (path, folder) = (path.to_path_buf(), folder.to_path_buf());
@@ -140,6 +142,19 @@ fn temporary_in(
                 },
             }
         })
+}
+
+/// The permissions the file at `path` is written with: those of the file it replaces, else
+/// what `File::create` gives a new file (read and write for all, less the umask). tempfile's
+/// own default is owner-only, right for a secret and wrong for a model file.
+#[cfg(unix)]
+fn permissions_for(path: &Path) -> std::fs::Permissions {
+    use std::os::unix::fs::PermissionsExt;
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_file() => m.permissions(),
+        // The mode given to open(2), which the umask then narrows.
+        _ => std::fs::Permissions::from_mode(0o666),
+    }
 }
 
 /// The folder a new file at `path` goes into.
@@ -227,6 +242,23 @@ mod tests {
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         d
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn new_files_get_create_permissions_and_replaced_files_keep_theirs() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = folder("mode");
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        let reference = d.join("reference");
+        std::fs::File::create(&reference).unwrap();
+        let out = d.join("out.gguf");
+        write_atomic(&out, b"new").unwrap();
+        assert_eq!(mode(&out), mode(&reference), "as File::create makes it");
+        std::fs::set_permissions(&out, std::fs::Permissions::from_mode(0o640)).unwrap();
+        write_atomic(&out, b"again").unwrap();
+        assert_eq!(mode(&out), 0o640, "a replaced file keeps its mode");
+        std::fs::remove_dir_all(&d).ok();
     }
 
     fn leftovers(d: &Path) -> Vec<String> {
