@@ -124,24 +124,22 @@ fn temporary_in(
     builder.prefix(".loglinear-").suffix(suffix);
     #[cfg(unix)]
     builder.permissions(permissions_for(path));
-    builder
-        .tempfile_in(folder)
-        .map_err(|source| {
-            let (path, folder) = (path.to_path_buf(), folder.to_path_buf());
-            // The first existing ancestor tells a missing folder from one under a file.
-            match folder.ancestors().find(|a| a.exists()) {
-                Some(a) if a.is_file() => OutputFileError::NotAFolder {
-                    path,
-                    folder: a.to_path_buf(),
-                },
-                _ if !folder.exists() => OutputFileError::NoFolder { path, folder },
-                _ => OutputFileError::Folder {
-                    path,
-                    folder,
-                    source,
-                },
-            }
-        })
+    builder.tempfile_in(folder).map_err(|source| {
+        let (path, folder) = (path.to_path_buf(), folder.to_path_buf());
+        // The first existing ancestor tells a missing folder from one under a file.
+        match folder.ancestors().find(|a| a.exists()) {
+            Some(a) if a.is_file() => OutputFileError::NotAFolder {
+                path,
+                folder: a.to_path_buf(),
+            },
+            _ if !folder.exists() => OutputFileError::NoFolder { path, folder },
+            _ => OutputFileError::Folder {
+                path,
+                folder,
+                source,
+            },
+        }
+    })
 }
 
 /// The permissions the file at `path` is written with: those of the file it replaces, else
