@@ -47,6 +47,8 @@
     clippy::panic
 )]
 
+use core::hash::Hasher;
+
 use crate::fenwick::StateElem;
 use crate::level::LevelPolicy;
 use crate::sampler::Sampler;
@@ -764,31 +766,29 @@ impl core::fmt::Debug for Crc32 {
 }
 
 /// FNV-1a-64 of a model file, fed in pieces (a model in flash read block by block).
-#[derive(Clone, Copy, Debug)]
-pub struct Fingerprint(u64);
+#[derive(Default)]
+pub struct Fingerprint(fnv::FnvHasher);
 
 impl Fingerprint {
     /// A fresh hash.
-    pub const fn new() -> Self {
-        Self(0xcbf2_9ce4_8422_2325)
+    pub fn new() -> Self {
+        Self::default()
     }
 
     /// Adds `bytes`.
     pub fn update(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
-        }
+        self.0.write(bytes);
     }
 
     /// The fingerprint.
-    pub const fn finish(&self) -> u64 {
-        self.0
+    pub fn finish(&self) -> u64 {
+        self.0.finish()
     }
 }
 
-impl Default for Fingerprint {
-    fn default() -> Self {
-        Self::new()
+impl core::fmt::Debug for Fingerprint {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_tuple("Fingerprint").field(&self.finish()).finish()
     }
 }
 

@@ -7,6 +7,7 @@ use crate::checkpoint_dir::{self, CheckpointData, TrainerState};
 use crate::data;
 use crate::model::{new_train_graph, TrainGraph};
 use crate::schedule::{Decay, LrSchedule};
+use fnv::FnvHasher;
 use indicatif::{ProgressBar, ProgressStyle};
 use loglinear_converter::checkpoint::Checkpoint;
 use loglinear_converter::config_json::{parse_config, parse_lenient_json};
@@ -18,6 +19,7 @@ use loglinear_host_gpu::Gpu;
 use loglinear_runtime::rng::SplitMix64;
 use loglinear_runtime::{ModelConfig, WeightSource};
 use serde_json::{json, Value};
+use std::hash::Hasher;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -112,15 +114,14 @@ fn model_source(args: &TrainArgs, ckpt_dir: &Path) -> Res<(String, ModelConfig, 
     }
 }
 
-/// FNV-1a over the tokens: identifies the data a run was trained on, wherever the file is.
+/// FNV-1a-64 over the tokens' little-endian bytes: identifies the data a run was trained on,
+/// wherever the file is.
 fn fingerprint(tokens: &[u32]) -> String {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut h = FnvHasher::default();
     for t in tokens {
-        for b in t.to_le_bytes() {
-            h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
-        }
+        h.write(&t.to_le_bytes());
     }
-    format!("{h:016x}")
+    format!("{:016x}", h.finish())
 }
 
 /// The settings a resumed run must share with the saved one. The data are identified by
@@ -567,4 +568,16 @@ fn export(ckpt_dir: &Path, path: &Path, matrix_type: loglinear_runtime::DType) -
         bytes.len()
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fingerprint;
+
+    /// A saved run's data fingerprint must not change, or resuming it would refuse the data.
+    #[test]
+    fn data_fingerprint_is_fnv1a_64_of_the_tokens_bytes() {
+        assert_eq!(fingerprint(&[]), "cbf29ce484222325");
+        assert_eq!(fingerprint(&[0, 1, 0xdead_beef]), "d6779d43ba4de1ba");
+    }
 }
