@@ -196,6 +196,31 @@ fn choose_coop_matmul(
     })
 }
 
+/// Scalar maths the layer and training kernels share (sigmoid, SiLU, softplus, …).
+const COMMON_WGSL: &str = include_str!("shaders/common.wgsl");
+
+/// A layer or training kernel's full source: common.wgsl, then `body`.
+pub(crate) fn with_common(body: &str) -> String {
+    format!("{COMMON_WGSL}\n{body}")
+}
+
+/// A row-major block of f32 values inside a buffer: rows of `stride` floats, the block's
+/// columns starting at float `off` (a column slice of a wider matrix when its width is less
+/// than `stride`).
+#[derive(Clone, Copy, Debug)]
+pub struct Rows<'a> {
+    pub buf: &'a wgpu::Buffer,
+    pub off: usize,
+    pub stride: usize,
+}
+
+impl<'a> Rows<'a> {
+    /// The columns from float `off` of rows of `stride` floats in `buf`.
+    pub fn new(buf: &'a wgpu::Buffer, off: usize, stride: usize) -> Self {
+        Self { buf, off, stride }
+    }
+}
+
 /// A compute pipeline and the layout of its bind group 0.
 pub struct Kernel {
     pub label: String,
@@ -506,6 +531,23 @@ pub fn dispatch(
     pass.dispatch_workgroups(workgroups[0], workgroups[1], workgroups[2]);
 }
 
+/// The size in bytes that naga lays out for the one `var<uniform>` of WGSL `source`: what the
+/// `#[repr(C)]` block bound there must measure.
+#[cfg(test)]
+pub(crate) fn wgsl_uniform_size(source: &str) -> usize {
+    use wgpu::naga;
+    let module = naga::front::wgsl::parse_str(source)
+        .unwrap_or_else(|e| panic!("{}", e.emit_to_string(source)));
+    let uniforms: Vec<&naga::GlobalVariable> = module
+        .global_variables
+        .iter()
+        .map(|(_, var)| var)
+        .filter(|var| var.space == naga::AddressSpace::Uniform)
+        .collect();
+    assert_eq!(uniforms.len(), 1, "a kernel source binds one uniform block");
+    module.types[uniforms[0].ty].inner.size(module.to_ctx()) as usize
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -527,6 +569,17 @@ mod tests {
         for (i, v) in out.iter().enumerate() {
             assert_eq!(*v, 2.0 * i as f32 + 1.0);
         }
+    }
+
+    #[test]
+    fn uniform_sizes_come_from_the_wgsl_layout() {
+        // Five words, and a vec4 that naga aligns to 16 bytes after three words.
+        let five = "struct P { a: u32, b: u32, c: f32, d: u32, e: u32 }\n\
+                    @group(0) @binding(0) var<uniform> p: P;";
+        assert_eq!(wgsl_uniform_size(five), 20);
+        let aligned = "struct P { a: u32, b: u32, c: u32, v: vec4<f32> }\n\
+                       @group(0) @binding(0) var<uniform> p: P;";
+        assert_eq!(wgsl_uniform_size(aligned), 32);
     }
 
     #[test]

@@ -13,7 +13,7 @@ pub mod scan_link;
 pub mod train;
 pub mod weights;
 
-pub use gpu::{dispatch, Gpu, GpuError, Kernel};
+pub use gpu::{dispatch, Gpu, GpuError, Kernel, Rows};
 pub use prefill::{GpuModel, MixerTrace, Prefill, PrefillOptions};
 /// The wgpu this crate is built on (its buffers and encoders appear in the training API).
 pub use wgpu;

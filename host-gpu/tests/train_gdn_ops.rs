@@ -2,8 +2,11 @@
 //! direct f64 port, backwards against central finite differences of that port
 //! (L = Σ dy · f(x) with a random dy), on tiny shapes with batch 2 in (t, b) row order.
 
-use loglinear_host_gpu::train::kernels::{ConvShape, GateIo, GateShape, Step, TrainKernels};
-use loglinear_host_gpu::Gpu;
+use loglinear_host_gpu::train::kernels::{
+    ConvShape, EmbedShape, GateIo, GateShape, GateSiluGradIo, LinearGradIo, LinearShape, LossIo,
+    LossShape, NormGrads, NormIo, QkvIo, QkvShape, Step, TrainKernels,
+};
+use loglinear_host_gpu::{Gpu, Rows};
 
 /// The f32 adapter the tests run on (lavapipe in CI).
 fn gpu() -> Gpu {
@@ -107,7 +110,6 @@ fn linear_forward_and_backward() {
     linear_case(2100, 20, 24, 21, 1, 26, 2);
 }
 
-#[allow(clippy::too_many_arguments)]
 fn linear_case(
     rows: usize,
     in_dim: usize,
@@ -128,14 +130,29 @@ fn linear_case(
     let (bx, bw, bdy) = (up(&gpu, &x), up(&gpu, &w), up(&gpu, &dy));
     let by = zeros(&gpu, rows * ys);
     let (bdw, bdx) = (up(&gpu, &dw0), up(&gpu, &dx0));
+    let shape = LinearShape {
+        rows,
+        in_dim,
+        out_dim,
+    };
     let fwd = k
-        .linear(&gpu, rows, in_dim, out_dim, &bx, xo, xs, &bw, &by, yo, ys)
-        .unwrap();
-    let [bx_step, bw_step] = k
-        .linear_backward(
-            &gpu, rows, in_dim, out_dim, &bx, xo, xs, &bw, &bdw, &bdy, yo, ys, &bdx, xo, xs, true,
+        .linear(
+            &gpu,
+            shape,
+            Rows::new(&bx, xo, xs),
+            &bw,
+            Rows::new(&by, yo, ys),
         )
         .unwrap();
+    let grad_io = LinearGradIo {
+        x: Rows::new(&bx, xo, xs),
+        w: &bw,
+        dw: &bdw,
+        dy: Rows::new(&bdy, yo, ys),
+        dx: Rows::new(&bdx, xo, xs),
+        accumulate_dx: true,
+    };
+    let [bx_step, bw_step] = k.linear_backward(&gpu, shape, grad_io).unwrap();
     run(&gpu, &[&fwd, &bx_step, &bw_step]);
     let y = read(&gpu, &by, rows * ys);
     let mut want_y = vec![0.0; rows * out_dim];
@@ -204,13 +221,24 @@ fn rmsnorm_forward_and_backward() {
         zeros(&gpu, rows),
         zeros(&gpu, rows * cols),
     );
-    let f = k
-        .rmsnorm(&gpu, &bx, &bw, &out, &rstd, rows, cols, eps)
-        .unwrap();
+    let norm_io = NormIo {
+        x: &bx,
+        w: &bw,
+        out: &out,
+        rstd: &rstd,
+    };
+    let f = k.rmsnorm(&gpu, norm_io, rows, cols, eps).unwrap();
+    let grads = NormGrads {
+        dy: &bdy,
+        dx: &bdx,
+        wrow: &wrow,
+    };
     let b = k
-        .rmsnorm_backward(&gpu, &bx, &bw, &rstd, &bdy, &bdx, &wrow, rows, cols, true)
+        .rmsnorm_backward(&gpu, norm_io, grads, rows, cols, true)
         .unwrap();
-    let s = k.colsum(&gpu, &wrow, 0, cols, rows, cols, &bdw).unwrap();
+    let s = k
+        .colsum(&gpu, Rows::new(&wrow, 0, cols), rows, cols, &bdw)
+        .unwrap();
     run(&gpu, &[&f, &b, &s]);
     let (x64, w64) = (d64(&x), d64(&w));
     check(
@@ -227,18 +255,10 @@ fn rmsnorm_forward_and_backward() {
     check("rmsnorm dw", &read(&gpu, &bdw, cols), &want_dw, 1e-5);
 }
 
-/// Causal conv + SiLU over rows (t, b) of `stride`, channels [c0, c0 + ch).
-#[allow(clippy::too_many_arguments)]
-fn conv64(
-    inp: &[f64],
-    w: &[f64],
-    rows: usize,
-    batch: usize,
-    stride: usize,
-    c0: usize,
-    ch: usize,
-    width: usize,
-) -> Vec<f64> {
+/// Causal conv + SiLU over rows (t, b) of `stride`, channels [c0, c0 + channels).
+fn conv64(inp: &[f64], w: &[f64], s: &ConvShape) -> Vec<f64> {
+    let (rows, batch, stride, c0, ch, width) =
+        (s.rows, s.batch, s.stride, s.c0, s.channels, s.width);
     let mut out = vec![0.0; rows * ch];
     for r in 0..rows {
         let t = r / batch;
@@ -302,13 +322,10 @@ fn conv_forward_and_backward() {
     check(
         "conv out",
         &cols(&read(&gpu, &out, rows * stride)),
-        &conv64(&i64_, &w64, rows, batch, stride, c0, ch, width),
+        &conv64(&i64_, &w64, &shape),
         1e-6,
     );
-    let gi = fd(
-        &|xx| dot(&conv64(xx, &w64, rows, batch, stride, c0, ch, width), &dsel),
-        &i64_,
-    );
+    let gi = fd(&|xx| dot(&conv64(xx, &w64, &shape), &dsel), &i64_);
     let gi_sel: Vec<f64> = (0..rows)
         .flat_map(|r| gi[r * stride + c0..r * stride + c0 + ch].to_vec())
         .collect();
@@ -318,15 +335,7 @@ fn conv_forward_and_backward() {
         &gi_sel,
         1e-5,
     );
-    let gw = fd(
-        &|ww| {
-            dot(
-                &conv64(&i64_, ww, rows, batch, stride, c0, ch, width),
-                &dsel,
-            )
-        },
-        &w64,
-    );
+    let gw = fd(&|ww| dot(&conv64(&i64_, ww, &shape), &dsel), &w64);
     let want: Vec<f64> = gw.iter().zip(&dw0).map(|(g, d)| g + *d as f64).collect();
     check("conv dw", &read(&gpu, &bdw, ch * width), &want, 1e-5);
 }
@@ -373,12 +382,21 @@ fn qkv_forward_and_backward() {
         zeros(&gpu, rows * chn),
     );
     let (bdq, bdk, bdv) = (up(&gpu, &dq), up(&gpu, &dkk), up(&gpu, &dvv));
-    let f = k
-        .qkv(&gpu, &bx, &dx, &q, &kk, &v, rows, h, dk, dv, false)
-        .unwrap();
-    let b = k
-        .qkv(&gpu, &bx, &dx, &bdq, &bdk, &bdv, rows, h, dk, dv, true)
-        .unwrap();
+    let shape = QkvShape {
+        rows,
+        heads: h,
+        dk,
+        dv,
+    };
+    let io = |q, k, v| QkvIo {
+        x: &bx,
+        dx: &dx,
+        q,
+        k,
+        v,
+    };
+    let f = k.qkv(&gpu, io(&q, &kk, &v), shape, false).unwrap();
+    let b = k.qkv(&gpu, io(&bdq, &bdk, &bdv), shape, true).unwrap();
     run(&gpu, &[&f, &b]);
     let want = qkv64(&d64(&x), rows, h, dk, dv);
     let mut got = read(&gpu, &q, kd);
@@ -393,17 +411,15 @@ fn qkv_forward_and_backward() {
 }
 
 /// β | g | λ of the gates (concatenated), from abl and the parameters [dt_bias | A_log | L].
-#[allow(clippy::too_many_arguments)]
-fn gates64(
-    abl: &[f64],
-    pv: &[f64],
-    rows: usize,
-    h: usize,
-    lc: usize,
-    stride: usize,
-    ll: bool,
-    dk: usize,
-) -> Vec<f64> {
+fn gates64(abl: &[f64], pv: &[f64], s: &GateShape) -> Vec<f64> {
+    let (rows, h, lc, stride, ll, dk) = (
+        s.rows,
+        s.heads,
+        s.lambda_cols,
+        s.abl_stride,
+        s.log_linear,
+        s.dk,
+    );
     let (dtb, alog, l) = (&pv[..h], &pv[h..2 * h], &pv[2 * h..]);
     let (mut beta, mut g, mut lam) = (Vec::new(), Vec::new(), Vec::new());
     for r in 0..rows {
@@ -485,9 +501,15 @@ fn gates_forward_and_backward() {
         };
         let f = k.gates(&gpu, io(&beta, &g, &lam), shape, false).unwrap();
         let b = k.gates(&gpu, io(&bdb, &bdg, &bdl), shape, true).unwrap();
-        let s1 = k.colsum(&gpu, &prow, 0, pw, rows, h, &gal).unwrap();
-        let s2 = k.colsum(&gpu, &prow, h, pw, rows, h, &gdt).unwrap();
-        let s3 = k.colsum(&gpu, &prow, 2 * h, pw, rows, 15 * h, &gl).unwrap();
+        let s1 = k
+            .colsum(&gpu, Rows::new(&prow, 0, pw), rows, h, &gal)
+            .unwrap();
+        let s2 = k
+            .colsum(&gpu, Rows::new(&prow, h, pw), rows, h, &gdt)
+            .unwrap();
+        let s3 = k
+            .colsum(&gpu, Rows::new(&prow, 2 * h, pw), rows, 15 * h, &gl)
+            .unwrap();
         run(&gpu, &[&f, &b, &s1, &s2, &s3]);
         let mut pv = d64(&dtb);
         pv.extend(d64(&alog));
@@ -500,26 +522,20 @@ fn gates_forward_and_backward() {
         check(
             &format!("gates forward {tag}"),
             &got,
-            &gates64(&a64, &pv, rows, h, lc, stride, ll, dk),
+            &gates64(&a64, &pv, &shape),
             1e-6,
         );
         let mut dall = dbeta.clone();
         dall.extend(&dg);
         dall.extend(&dlam);
-        let ga = fd(
-            &|xx| dot(&gates64(xx, &pv, rows, h, lc, stride, ll, dk), &dall),
-            &a64,
-        );
+        let ga = fd(&|xx| dot(&gates64(xx, &pv, &shape), &dall), &a64);
         check(
             &format!("gates dabl {tag}"),
             &read(&gpu, &dabl, rows * stride),
             &ga,
             1e-5,
         );
-        let gp = fd(
-            &|pp| dot(&gates64(&a64, pp, rows, h, lc, stride, ll, dk), &dall),
-            &pv,
-        );
+        let gp = fd(&|pp| dot(&gates64(&a64, pp, &shape), &dall), &pv);
         let mut got_p = read(&gpu, &gdt, h);
         got_p.extend(read(&gpu, &gal, h));
         let np = if ll { 17 * h } else { 2 * h };
@@ -541,10 +557,15 @@ fn gate_silu_forward_and_backward() {
     let d = r.vec(n, 1.0);
     let (ba, bb, bd) = (up(&gpu, &a), up(&gpu, &b), up(&gpu, &d));
     let (out, da, db) = (zeros(&gpu, n), zeros(&gpu, n), zeros(&gpu, n));
-    let f = k
-        .gate_silu(&gpu, &ba, &bb, &out, &da, &db, n, false)
-        .unwrap();
-    let bw = k.gate_silu(&gpu, &ba, &bb, &bd, &da, &db, n, true).unwrap();
+    let f = k.gate_silu(&gpu, &ba, &bb, &out, n).unwrap();
+    let grad_io = GateSiluGradIo {
+        a: &ba,
+        b: &bb,
+        dout: &bd,
+        da: &da,
+        db: &db,
+    };
+    let bw = k.gate_silu_backward(&gpu, grad_io, n).unwrap();
     run(&gpu, &[&f, &bw]);
     let want: Vec<f64> = a
         .iter()
@@ -604,16 +625,29 @@ fn embed_case(t: usize, batch: usize, d: usize, vocab: usize) {
         zeros(&gpu, rows),
         zeros(&gpu, rows * vocab),
     );
-    let f = k.embed(&gpu, &bt, &be, &x, t, batch, d, vocab).unwrap();
+    let embed_shape = EmbedShape {
+        seq_len: t,
+        batch,
+        d,
+        vocab,
+    };
+    let f = k.embed(&gpu, &bt, &be, &x, embed_shape).unwrap();
     let b = k
-        .embed_backward(&gpu, &bt, &bdx, &bde, t, batch, d, vocab)
+        .embed_backward(&gpu, &bt, &bdx, &bde, embed_shape)
         .unwrap();
-    let lf = k
-        .loss(&gpu, &bt, &bl, &lse, &loss, &bs, t, batch, vocab)
-        .unwrap();
-    let lb = k
-        .loss_backward(&gpu, &bt, &bl, &lse, &dl, &bs, t, batch, vocab)
-        .unwrap();
+    let loss_io = LossIo {
+        tokens: &bt,
+        logits: &bl,
+        lse: &lse,
+        scale: &bs,
+    };
+    let loss_shape = LossShape {
+        seq_len: t,
+        batch,
+        vocab,
+    };
+    let lf = k.loss(&gpu, loss_io, &loss, loss_shape).unwrap();
+    let lb = k.loss_backward(&gpu, loss_io, &dl, loss_shape).unwrap();
     run(&gpu, &[&f, &b, &lf, &lb]);
     let id = |r: usize| tokens[(r % batch) * (t + 1) + r / batch] as usize;
     let tgt = |r: usize| tokens[(r % batch) * (t + 1) + r / batch + 1] as usize;

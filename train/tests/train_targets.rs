@@ -8,7 +8,7 @@
 //! 3. the correct flags of the stress models against the argmax of their golden logits.
 
 use loglinear_converter::Checkpoint;
-use loglinear_host_gpu::train::kernels::TrainKernels;
+use loglinear_host_gpu::train::kernels::{LossShape, MaskedLossIo, TrainKernels};
 use loglinear_host_gpu::wgpu;
 use loglinear_host_gpu::Gpu;
 use loglinear_runtime::{Arch, WeightSource};
@@ -68,14 +68,20 @@ fn masked_loss_kernel_matches_cpu() {
         .storage_from("dlogits", &vec![5.0f32; rows * vocab])
         .unwrap();
     let sb = gpu.storage_from("scale", &[scale]).unwrap();
-    let fwd = k
-        .masked_loss(&gpu, &tb, &lb, &lse, &loss, &sb, &correct, t, batch, vocab)
-        .unwrap();
-    let bwd = k
-        .masked_loss_backward(
-            &gpu, &tb, &lb, &lse, &dlogits, &sb, &correct, t, batch, vocab,
-        )
-        .unwrap();
+    let io = MaskedLossIo {
+        targets: &tb,
+        logits: &lb,
+        lse: &lse,
+        scale: &sb,
+        correct: &correct,
+    };
+    let shape = LossShape {
+        seq_len: t,
+        batch,
+        vocab,
+    };
+    let fwd = k.masked_loss(&gpu, io, &loss, shape).unwrap();
+    let bwd = k.masked_loss_backward(&gpu, io, &dlogits, shape).unwrap();
     let mut enc = gpu.encoder("masked loss");
     fwd.encode(&mut enc);
     bwd.encode(&mut enc);

@@ -5,7 +5,7 @@
 //   per-row parameter shares, rows [dA_log (H) | d dt_bias (H) | dD (H, bwd_x) | dL (H·15)]:
 //   dA_log += dg·g, d dt_bias += dz, dL += e·dl.
 // softplus' = sigmoid, 1 in the linear regime above 20 (as the forward's softplus).
-struct GateParams {
+struct BwdGateParams {
     rows: u32,
     heads: u32,
     lambda_cols: u32,
@@ -24,7 +24,7 @@ struct GateParams {
 @group(0) @binding(6) var<storage, read> sdt: array<f32>;
 @group(0) @binding(7) var<storage, read_write> ddtl: array<f32>;
 @group(0) @binding(8) var<storage, read_write> prow: array<f32>;
-@group(0) @binding(9) var<uniform> p: GateParams;
+@group(0) @binding(9) var<uniform> p: BwdGateParams;
 
 fn dsoftplus(x: f32) -> f32 {
     if (x > 20.0) {

@@ -2,7 +2,7 @@
 //   dx[r][h·P + j] = dv·dt + D[h]·dy (written into the x columns of the conv-output gradient),
 //   sdt[r][h] = Σ_j dv·x (the dt gradient through v),
 //   prow[r][2H + h] = Σ_j dy·x (the row's share of dD).
-struct BwdParams {
+struct XBwdParams {
     rows: u32,
     heads: u32,
     p: u32,
@@ -18,7 +18,7 @@ struct BwdParams {
 @group(0) @binding(5) var<storage, read_write> dxbc: array<f32>;
 @group(0) @binding(6) var<storage, read_write> sdt: array<f32>;
 @group(0) @binding(7) var<storage, read_write> prow: array<f32>;
-@group(0) @binding(8) var<uniform> p: BwdParams;
+@group(0) @binding(8) var<uniform> p: XBwdParams;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>,

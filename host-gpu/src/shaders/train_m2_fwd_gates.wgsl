@@ -1,7 +1,7 @@
 // Mamba-2 gates per (row, head) from dtl rows [dt_raw (H) | dl (H·15, log-linear only)]:
 //   dt = softplus(dt_raw + dt_bias), g = −exp(A_log)·dt,
 //   λ_ℓ = softplus(L_ℓ·dl_ℓ) (spec §5.1; λ = 1 in every column for plain models).
-struct GateParams {
+struct FwdGateParams {
     rows: u32,
     heads: u32,
     lambda_cols: u32,
@@ -16,7 +16,7 @@ struct GateParams {
 @group(0) @binding(4) var<storage, read_write> g: array<f32>;   // [rows][H]
 @group(0) @binding(5) var<storage, read_write> lam: array<f32>; // [rows][H][lambda_cols]
 @group(0) @binding(6) var<storage, read_write> dt: array<f32>;  // [rows][H]
-@group(0) @binding(7) var<uniform> p: GateParams;
+@group(0) @binding(7) var<uniform> p: FwdGateParams;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>,

@@ -3,7 +3,7 @@
 // [groups][cols]: out[r][i] = x[r][i] · rstd[r] · w[(r % groups)·cols + i], rstd[r] =
 // 1 / sqrt(mean_i x[r][i]² + eps) kept for the backward. One 64-thread workgroup per row.
 // (train_rmsnorm.wgsl with a per-group weight.)
-struct NormParams {
+struct GroupNormParams {
     rows: u32,
     cols: u32,
     eps: f32,
@@ -14,7 +14,7 @@ struct NormParams {
 @group(0) @binding(1) var<storage, read> w: array<f32>;
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
 @group(0) @binding(3) var<storage, read_write> rstd: array<f32>;
-@group(0) @binding(4) var<uniform> p: NormParams;
+@group(0) @binding(4) var<uniform> p: GroupNormParams;
 
 var<workgroup> partial: array<f32, 64>;
 

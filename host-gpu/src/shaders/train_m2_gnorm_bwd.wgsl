@@ -3,7 +3,7 @@
 //   dx[i] = r·w[i]·dy[i] − x[i]·r³/n · Σ_j w[j]·dy[j]·x[j]   (written, or added when acc = 1),
 //   wrow[r][i] = dy[i]·x[i]·r                                (this row's share of dw; a column
 //                                                             sum over rows makes dw).
-struct NormParams {
+struct GroupNormBwdParams {
     rows: u32,
     cols: u32,
     eps: f32,
@@ -17,7 +17,7 @@ struct NormParams {
 @group(0) @binding(3) var<storage, read> dy: array<f32>;
 @group(0) @binding(4) var<storage, read_write> dx: array<f32>;
 @group(0) @binding(5) var<storage, read_write> wrow: array<f32>;
-@group(0) @binding(6) var<uniform> p: NormParams;
+@group(0) @binding(6) var<uniform> p: GroupNormBwdParams;
 
 var<workgroup> partial: array<f32, 64>;
 

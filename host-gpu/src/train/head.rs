@@ -10,12 +10,37 @@
 //! beyond the capacity are dropped and their losses, correctness and dL/dx rows become NaN,
 //! so an overflow is visible rather than silent.
 
-use crate::gpu::{Gpu, GpuError, Kernel};
-use crate::train::kernels::{encode_all, grid, grid_threads, u, Step, TrainKernels};
+use crate::gpu::{with_common, Gpu, GpuError, Rows};
+use crate::train::kernels::{
+    encode_all, grid, grid_threads, u, LinearGradIo, LinearShape, LossShape, MaskedLossIo,
+    NormGrads, NormIo, Step, TrainKernels,
+};
 
-const COMMON: &str = include_str!("../shaders/common.wgsl");
+const ROWS_WGSL: &str = include_str!("../shaders/train_rows.wgsl");
+const ROWS_COMPACT_WGSL: &str = include_str!("../shaders/train_rows_compact.wgsl");
 /// A quiet NaN's bits (what dropped rows get).
 const NAN_BITS: u32 = 0x7FC0_0000;
+
+/// `MapParams` of train_rows.wgsl.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct MapParams {
+    rows: u32,
+    cols: u32,
+    t: u32,
+    batch: u32,
+    nan_bits: u32,
+}
+
+/// `CompactParams` of train_rows_compact.wgsl.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct CompactParams {
+    n: u32,
+    batch: u32,
+    t: u32,
+    cap: u32,
+}
 
 /// The graph's buffers the head reads and writes.
 pub struct HeadIo<'a> {
@@ -173,50 +198,60 @@ fn core_steps(
 ) -> Result<(Vec<Step>, Vec<Step>), GpuError> {
     let (d, vocab) = (shape.d, shape.vocab);
     let rows = c.t * c.batch;
+    let lm_head = LinearShape {
+        rows,
+        in_dim: d,
+        out_dim: vocab,
+    };
+    let loss_io = MaskedLossIo {
+        targets: c.targets,
+        logits: &b.logits,
+        lse: &b.lse,
+        scale: io.scale,
+        correct: c.correct,
+    };
+    let loss_shape = LossShape {
+        seq_len: c.t,
+        batch: c.batch,
+        vocab,
+    };
+    let norm = NormIo {
+        x: c.x,
+        w: io.norm_w,
+        out: &b.xf,
+        rstd: &b.rstd,
+    };
     let fwd = vec![
-        k.rmsnorm(gpu, c.x, io.norm_w, &b.xf, &b.rstd, rows, d, shape.eps)?,
+        k.rmsnorm(gpu, norm, rows, d, shape.eps)?,
         k.linear(
             gpu,
-            rows,
-            d,
-            vocab,
-            &b.xf,
-            0,
-            d,
+            lm_head,
+            Rows::new(&b.xf, 0, d),
             io.lm_head_w,
-            &b.logits,
-            0,
-            vocab,
+            Rows::new(&b.logits, 0, vocab),
         )?,
-        k.masked_loss(
-            gpu, c.targets, &b.logits, &b.lse, c.losses, io.scale, c.correct, c.t, c.batch, vocab,
-        )?,
+        k.masked_loss(gpu, loss_io, c.losses, loss_shape)?,
     ];
-    let mut bwd = vec![k.masked_loss_backward(
-        gpu, c.targets, &b.logits, &b.lse, &b.dlogits, io.scale, c.correct, c.t, c.batch, vocab,
-    )?];
+    let mut bwd = vec![k.masked_loss_backward(gpu, loss_io, &b.dlogits, loss_shape)?];
     bwd.extend(k.linear_backward(
         gpu,
-        rows,
-        d,
-        vocab,
-        &b.xf,
-        0,
-        d,
-        io.lm_head_w,
-        io.lm_head_g,
-        &b.dlogits,
-        0,
-        vocab,
-        &b.dxf,
-        0,
-        d,
-        false,
+        lm_head,
+        LinearGradIo {
+            x: Rows::new(&b.xf, 0, d),
+            w: io.lm_head_w,
+            dw: io.lm_head_g,
+            dy: Rows::new(&b.dlogits, 0, vocab),
+            dx: Rows::new(&b.dxf, 0, d),
+            accumulate_dx: false,
+        },
     )?);
-    bwd.push(k.rmsnorm_backward(
-        gpu, c.x, io.norm_w, &b.rstd, &b.dxf, c.dx, &b.wrow, rows, d, false,
-    )?);
-    bwd.push(k.colsum(gpu, &b.wrow, 0, d, rows, d, io.norm_g)?);
+    let grads = NormGrads {
+        dy: &b.dxf,
+        dx: c.dx,
+        wrow: &b.wrow,
+    };
+    bwd.push(k.rmsnorm_backward(gpu, norm, grads, rows, d, false)?);
+    bwd.push(k.colsum(gpu, Rows::new(&b.wrow, 0, d), rows, d, io.norm_g)?);
     Ok((fwd, bwd))
 }
 
@@ -233,16 +268,10 @@ fn compact_steps(
 ) -> Result<Head, GpuError> {
     let (t, batch, d) = (shape.seq_len, shape.batch, shape.d);
     let n = t * batch;
-    let kern =
-        |label: &str, src: &str, entry: &str| gpu.kernel(label, &format!("{COMMON}\n{src}"), entry);
-    let compact = kern(
-        "train_rows_compact",
-        include_str!("../shaders/train_rows_compact.wgsl"),
-        "main",
-    )?;
-    let rows_src = include_str!("../shaders/train_rows.wgsl");
-    let gather = kern("train_rows_gather", rows_src, "gather_rows")?;
-    let scatter = kern("train_rows_scatter", rows_src, "scatter_targets")?;
+    let kern = |label: &str, body: &str, entry: &str| gpu.kernel(label, &with_common(body), entry);
+    let compact = kern("train_rows_compact", ROWS_COMPACT_WGSL, "main")?;
+    let gather = kern("train_rows_gather", ROWS_WGSL, "gather_rows")?;
+    let scatter = kern("train_rows_scatter", ROWS_WGSL, "scatter_targets")?;
 
     let z = |label: &str, len: usize| gpu.storage_zeroed(label, 4 * len as u64);
     let slot_row = z("head slot_row", cap)?;
@@ -270,37 +299,53 @@ fn compact_steps(
         shape,
     )?;
     let map_rows = |map: &wgpu::Buffer, src: &wgpu::Buffer, dst: &wgpu::Buffer, rows: usize| {
+        let params = MapParams {
+            rows: u(rows)?,
+            cols: u(d)?,
+            t: 0,
+            batch: 0,
+            nan_bits: NAN_BITS,
+        };
         Ok::<_, GpuError>(TrainKernels::step(
             gpu,
             &gather,
             &[map, src, dst],
-            &[u(rows)?, u(d)?, 0, 0, NAN_BITS],
+            &params,
             grid_threads(rows * d)?,
         ))
     };
     let to_targets = |src: &wgpu::Buffer, dst: &wgpu::Buffer| {
+        let params = MapParams {
+            rows: u(n)?,
+            cols: 1,
+            t: u(t)?,
+            batch: u(batch)?,
+            nan_bits: NAN_BITS,
+        };
         Ok::<_, GpuError>(TrainKernels::step(
             gpu,
             &scatter,
             &[&row_slot, src, dst],
-            &[u(n)?, 1, u(t)?, u(batch)?, NAN_BITS],
+            &params,
             grid_threads(n)?,
         ))
     };
+    // One workgroup compacts all n targets.
+    let compact_params = CompactParams {
+        n: u(n)?,
+        batch: u(batch)?,
+        t: u(t)?,
+        cap: u(cap)?,
+    };
+    let compact_step = TrainKernels::step(
+        gpu,
+        &compact,
+        &[io.targets, &slot_row, &slot_target, &row_slot],
+        &compact_params,
+        grid(1)?,
+    );
 
-    let mut fwd = vec![
-        compact_step(
-            gpu,
-            &compact,
-            io.targets,
-            &slot_row,
-            &slot_target,
-            &row_slot,
-            shape,
-            cap,
-        )?,
-        map_rows(&slot_row, io.x_last, &x_c, cap)?,
-    ];
+    let mut fwd = vec![compact_step, map_rows(&slot_row, io.x_last, &x_c, cap)?];
     fwd.extend(core_fwd);
     fwd.push(to_targets(&losses_c, io.losses)?);
     fwd.push(to_targets(&correct_c, io.correct)?);
@@ -323,24 +368,15 @@ fn compact_steps(
     })
 }
 
-/// The compaction: one workgroup over the n targets.
-#[allow(clippy::too_many_arguments)]
-fn compact_step(
-    gpu: &Gpu,
-    kernel: &Kernel,
-    targets: &wgpu::Buffer,
-    slot_row: &wgpu::Buffer,
-    slot_target: &wgpu::Buffer,
-    row_slot: &wgpu::Buffer,
-    shape: HeadShape,
-    cap: usize,
-) -> Result<Step, GpuError> {
-    let n = shape.seq_len * shape.batch;
-    Ok(TrainKernels::step(
-        gpu,
-        kernel,
-        &[targets, slot_row, slot_target, row_slot],
-        &[u(n)?, u(shape.batch)?, u(shape.seq_len)?, u(cap)?],
-        grid(1)?,
-    ))
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::wgsl_uniform_size;
+
+    #[test]
+    fn uniforms_match_their_wgsl_structs() {
+        let size = |body: &str| wgsl_uniform_size(&with_common(body));
+        assert_eq!(size_of::<MapParams>(), size(ROWS_WGSL));
+        assert_eq!(size_of::<CompactParams>(), size(ROWS_COMPACT_WGSL));
+    }
 }

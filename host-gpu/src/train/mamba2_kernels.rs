@@ -4,10 +4,19 @@
 //!
 //! Rows are in (t, b) order as everywhere in training: the previous token of row r is r − B.
 
-use crate::gpu::{Gpu, GpuError, Kernel};
-use crate::train::kernels::{grid, grid_threads, u, Step, TrainKernels};
+use crate::gpu::{with_common, Gpu, GpuError, Kernel};
+use crate::train::kernels::{grid, grid_threads, u, NormGrads, NormIo, Step, TrainKernels};
 
-const COMMON: &str = include_str!("../shaders/common.wgsl");
+const CONV_WGSL: &str = include_str!("../shaders/train_m2_conv.wgsl");
+const CONV_DB_WGSL: &str = include_str!("../shaders/train_m2_conv_db.wgsl");
+const FWD_GATES_WGSL: &str = include_str!("../shaders/train_m2_fwd_gates.wgsl");
+const FWD_QKV_WGSL: &str = include_str!("../shaders/train_m2_fwd_qkv.wgsl");
+const SKIP_WGSL: &str = include_str!("../shaders/train_m2_skip.wgsl");
+const BWD_X_WGSL: &str = include_str!("../shaders/train_m2_bwd_x.wgsl");
+const BWD_GATES_WGSL: &str = include_str!("../shaders/train_m2_bwd_gates.wgsl");
+const BWD_BC_WGSL: &str = include_str!("../shaders/train_m2_bwd_bc.wgsl");
+const GNORM_WGSL: &str = include_str!("../shaders/train_m2_gnorm.wgsl");
+const GNORM_BWD_WGSL: &str = include_str!("../shaders/train_m2_gnorm_bwd.wgsl");
 
 /// Sizes of one Mamba-2 mixer as the kernels see it: `rows` rows (t, b) of a batch of
 /// `batch` windows, H heads of P values, G groups of N, λ columns, exact levels.
@@ -48,6 +57,112 @@ impl M2Shape {
     }
 }
 
+/// `ConvParams` of train_m2_conv.wgsl.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct ConvParams {
+    rows: u32,
+    batch: u32,
+    channels: u32,
+    width: u32,
+}
+
+/// `SumParams` of train_m2_conv_db.wgsl.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct SumParams {
+    rows: u32,
+    channels: u32,
+}
+
+/// `FwdGateParams` of train_m2_fwd_gates.wgsl.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct FwdGateParams {
+    rows: u32,
+    heads: u32,
+    lambda_cols: u32,
+    dtl_stride: u32,
+    log_linear: u32,
+}
+
+/// `BwdGateParams` of train_m2_bwd_gates.wgsl.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct BwdGateParams {
+    rows: u32,
+    heads: u32,
+    lambda_cols: u32,
+    dtl_stride: u32,
+    log_linear: u32,
+    levels: u32,
+    prow_stride: u32,
+}
+
+/// `QkvParams` of train_m2_fwd_qkv.wgsl.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct QkvParams {
+    rows: u32,
+    heads: u32,
+    groups: u32,
+    n: u32,
+    p: u32,
+}
+
+/// `SkipParams` of train_m2_skip.wgsl.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct SkipParams {
+    rows: u32,
+    heads: u32,
+    p: u32,
+    stride: u32,
+}
+
+/// `XBwdParams` of train_m2_bwd_x.wgsl.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct XBwdParams {
+    rows: u32,
+    heads: u32,
+    p: u32,
+    stride: u32,
+    prow_stride: u32,
+}
+
+/// `BcParams` of train_m2_bwd_bc.wgsl.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct BcParams {
+    rows: u32,
+    heads: u32,
+    groups: u32,
+    n: u32,
+    di: u32,
+}
+
+/// `GroupNormParams` of train_m2_gnorm.wgsl.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct GroupNormParams {
+    rows: u32,
+    cols: u32,
+    eps: f32,
+    groups: u32,
+}
+
+/// `GroupNormBwdParams` of train_m2_gnorm_bwd.wgsl.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct GroupNormBwdParams {
+    rows: u32,
+    cols: u32,
+    eps: f32,
+    acc: u32,
+    groups: u32,
+}
+
 /// Every Mamba-2-only training kernel.
 pub struct M2TrainKernels {
     conv: Kernel,
@@ -72,83 +187,86 @@ pub struct M2GateIo<'a> {
     pub l_scale: &'a wgpu::Buffer,
 }
 
+/// The gradients [`M2TrainKernels::gates_backward`] reads (`dg`, `dlam`, and `sdt` = Σ over
+/// the head's values of dv·x) and writes (`ddtl`, and the A_log, dt_bias, L shares of `prow`).
+#[derive(Clone, Copy, Debug)]
+pub struct M2GateGradIo<'a> {
+    pub dg: &'a wgpu::Buffer,
+    pub dlam: &'a wgpu::Buffer,
+    pub sdt: &'a wgpu::Buffer,
+    pub ddtl: &'a wgpu::Buffer,
+    pub prow: &'a wgpu::Buffer,
+}
+
+/// Buffers of the conv + SiLU over xBC: input `inp` (the xBC columns of in_proj's output),
+/// weight `w`, `bias` (zeros when the model has none), and the pre-activation `pre` and output
+/// `out` (written).
+#[derive(Clone, Copy, Debug)]
+pub struct M2ConvIo<'a> {
+    pub inp: &'a wgpu::Buffer,
+    pub w: &'a wgpu::Buffer,
+    pub bias: &'a wgpu::Buffer,
+    pub pre: &'a wgpu::Buffer,
+    pub out: &'a wgpu::Buffer,
+}
+
+/// Buffers of [`M2TrainKernels::qkv`]: the conv output `xbc` and `dt` in; the per-head q, k, v
+/// out.
+#[derive(Clone, Copy, Debug)]
+pub struct M2QkvIo<'a> {
+    pub xbc: &'a wgpu::Buffer,
+    pub dt: &'a wgpu::Buffer,
+    pub q: &'a wgpu::Buffer,
+    pub k: &'a wgpu::Buffer,
+    pub v: &'a wgpu::Buffer,
+}
+
+/// Buffers of [`M2TrainKernels::x_backward`]: the forward's `xbc`, `dt` and D (`d_skip`), the
+/// gradients `dy` of y = o + D·x and `dv` of v = x·dt in; the x columns of `dxbc`, `sdt` and
+/// the D share of `prow` out.
+#[derive(Clone, Copy, Debug)]
+pub struct M2XGradIo<'a> {
+    pub xbc: &'a wgpu::Buffer,
+    pub dt: &'a wgpu::Buffer,
+    pub d_skip: &'a wgpu::Buffer,
+    pub dy: &'a wgpu::Buffer,
+    pub dv: &'a wgpu::Buffer,
+    pub dxbc: &'a wgpu::Buffer,
+    pub sdt: &'a wgpu::Buffer,
+    pub prow: &'a wgpu::Buffer,
+}
+
 impl M2TrainKernels {
     /// Compiles every kernel.
     pub fn new(gpu: &Gpu) -> Result<Self, GpuError> {
-        let k = |label: &str, src: &str| gpu.kernel(label, &format!("{COMMON}\n{src}"), "main");
+        let k = |label: &str, body: &str| gpu.kernel(label, &with_common(body), "main");
         Ok(Self {
-            conv: k(
-                "train_m2_conv",
-                include_str!("../shaders/train_m2_conv.wgsl"),
-            )?,
-            conv_db: k(
-                "train_m2_conv_db",
-                include_str!("../shaders/train_m2_conv_db.wgsl"),
-            )?,
-            fwd_gates: k(
-                "train_m2_fwd_gates",
-                include_str!("../shaders/train_m2_fwd_gates.wgsl"),
-            )?,
-            fwd_qkv: k(
-                "train_m2_fwd_qkv",
-                include_str!("../shaders/train_m2_fwd_qkv.wgsl"),
-            )?,
-            skip: k(
-                "train_m2_skip",
-                include_str!("../shaders/train_m2_skip.wgsl"),
-            )?,
-            bwd_x: k(
-                "train_m2_bwd_x",
-                include_str!("../shaders/train_m2_bwd_x.wgsl"),
-            )?,
-            bwd_gates: k(
-                "train_m2_bwd_gates",
-                include_str!("../shaders/train_m2_bwd_gates.wgsl"),
-            )?,
-            bwd_bc: k(
-                "train_m2_bwd_bc",
-                include_str!("../shaders/train_m2_bwd_bc.wgsl"),
-            )?,
-            gnorm: k(
-                "train_m2_gnorm",
-                include_str!("../shaders/train_m2_gnorm.wgsl"),
-            )?,
-            gnorm_bwd: k(
-                "train_m2_gnorm_bwd",
-                include_str!("../shaders/train_m2_gnorm_bwd.wgsl"),
-            )?,
+            conv: k("train_m2_conv", CONV_WGSL)?,
+            conv_db: k("train_m2_conv_db", CONV_DB_WGSL)?,
+            fwd_gates: k("train_m2_fwd_gates", FWD_GATES_WGSL)?,
+            fwd_qkv: k("train_m2_fwd_qkv", FWD_QKV_WGSL)?,
+            skip: k("train_m2_skip", SKIP_WGSL)?,
+            bwd_x: k("train_m2_bwd_x", BWD_X_WGSL)?,
+            bwd_gates: k("train_m2_bwd_gates", BWD_GATES_WGSL)?,
+            bwd_bc: k("train_m2_bwd_bc", BWD_BC_WGSL)?,
+            gnorm: k("train_m2_gnorm", GNORM_WGSL)?,
+            gnorm_bwd: k("train_m2_gnorm_bwd", GNORM_BWD_WGSL)?,
         })
     }
 
-    fn step(
-        gpu: &Gpu,
-        kernel: &Kernel,
-        buffers: &[&wgpu::Buffer],
-        words: &[u32],
-        groups: [u32; 3],
-    ) -> Step {
-        TrainKernels::step(gpu, kernel, buffers, words, groups)
-    }
-
-    /// Conv (with `bias`: zeros when the model has none) + SiLU over xBC `[rows][channels]`:
-    /// `pre` and `out` written.
-    #[allow(clippy::too_many_arguments)]
-    pub fn conv(
-        &self,
-        gpu: &Gpu,
-        s: M2Shape,
-        inp: &wgpu::Buffer,
-        w: &wgpu::Buffer,
-        bias: &wgpu::Buffer,
-        pre: &wgpu::Buffer,
-        out: &wgpu::Buffer,
-    ) -> Result<Step, GpuError> {
-        let words = [u(s.rows)?, u(s.batch)?, u(s.channels())?, u(s.conv_width)?];
-        Ok(Self::step(
+    /// Conv (with bias) + SiLU over xBC `[rows][channels]`: `io.pre` and `io.out` written.
+    pub fn conv(&self, gpu: &Gpu, s: M2Shape, io: M2ConvIo<'_>) -> Result<Step, GpuError> {
+        let params = ConvParams {
+            rows: u(s.rows)?,
+            batch: u(s.batch)?,
+            channels: u(s.channels())?,
+            width: u(s.conv_width)?,
+        };
+        Ok(TrainKernels::step(
             gpu,
             &self.conv,
-            &[inp, w, bias, pre, out],
-            &words,
+            &[io.inp, io.w, io.bias, io.pre, io.out],
+            &params,
             grid_threads(s.rows * s.channels())?,
         ))
     }
@@ -162,26 +280,17 @@ impl M2TrainKernels {
         dout: &wgpu::Buffer,
         db: &wgpu::Buffer,
     ) -> Result<Step, GpuError> {
-        let words = [u(s.rows)?, u(s.channels())?];
-        Ok(Self::step(
+        let params = SumParams {
+            rows: u(s.rows)?,
+            channels: u(s.channels())?,
+        };
+        Ok(TrainKernels::step(
             gpu,
             &self.conv_db,
             &[pre, dout, db],
-            &words,
+            &params,
             grid(s.channels())?,
         ))
-    }
-
-    fn gate_words(s: M2Shape) -> Result<[u32; 7], GpuError> {
-        Ok([
-            u(s.rows)?,
-            u(s.heads)?,
-            u(s.lambda_cols)?,
-            u(s.dtl_stride())?,
-            u32::from(s.log_linear),
-            u(s.levels)?,
-            u(s.prow_stride())?,
-        ])
     }
 
     /// dt, g and λ from the dt | dl rows.
@@ -194,64 +303,66 @@ impl M2TrainKernels {
         lam: &wgpu::Buffer,
         dt: &wgpu::Buffer,
     ) -> Result<Step, GpuError> {
-        Ok(Self::step(
+        let params = FwdGateParams {
+            rows: u(s.rows)?,
+            heads: u(s.heads)?,
+            lambda_cols: u(s.lambda_cols)?,
+            dtl_stride: u(s.dtl_stride())?,
+            log_linear: u32::from(s.log_linear),
+        };
+        Ok(TrainKernels::step(
             gpu,
             &self.fwd_gates,
             &[io.dtl, io.dt_bias, io.a_log, io.l_scale, g, lam, dt],
-            &Self::gate_words(s)?[..5],
+            &params,
             grid_threads(s.rows * s.heads)?,
         ))
     }
 
-    /// Backward of [`M2TrainKernels::gates`]: `ddtl` and the A_log, dt_bias, L shares of
-    /// `prow` written.
-    #[allow(clippy::too_many_arguments)]
+    /// Backward of [`M2TrainKernels::gates`]: `grads.ddtl` and the A_log, dt_bias, L shares of
+    /// `grads.prow` written.
     pub fn gates_backward(
         &self,
         gpu: &Gpu,
         s: M2Shape,
         io: &M2GateIo<'_>,
-        dg: &wgpu::Buffer,
-        dlam: &wgpu::Buffer,
-        sdt: &wgpu::Buffer,
-        ddtl: &wgpu::Buffer,
-        prow: &wgpu::Buffer,
+        grads: M2GateGradIo<'_>,
     ) -> Result<Step, GpuError> {
-        Ok(Self::step(
+        let params = BwdGateParams {
+            rows: u(s.rows)?,
+            heads: u(s.heads)?,
+            lambda_cols: u(s.lambda_cols)?,
+            dtl_stride: u(s.dtl_stride())?,
+            log_linear: u32::from(s.log_linear),
+            levels: u(s.levels)?,
+            prow_stride: u(s.prow_stride())?,
+        };
+        Ok(TrainKernels::step(
             gpu,
             &self.bwd_gates,
             &[
-                io.dtl, io.dt_bias, io.a_log, io.l_scale, dg, dlam, sdt, ddtl, prow,
+                io.dtl, io.dt_bias, io.a_log, io.l_scale, grads.dg, grads.dlam, grads.sdt,
+                grads.ddtl, grads.prow,
             ],
-            &Self::gate_words(s)?,
+            &params,
             grid_threads(s.rows * s.heads)?,
         ))
     }
 
     /// Per-head q = C, k = B and v = x·dt from the conv output.
-    #[allow(clippy::too_many_arguments)]
-    pub fn qkv(
-        &self,
-        gpu: &Gpu,
-        s: M2Shape,
-        xbc: &wgpu::Buffer,
-        dt: &wgpu::Buffer,
-        q: &wgpu::Buffer,
-        k: &wgpu::Buffer,
-        v: &wgpu::Buffer,
-    ) -> Result<Step, GpuError> {
-        let words = [
-            u(s.rows)?,
-            u(s.heads)?,
-            u(s.groups)?,
-            u(s.state)?,
-            u(s.head_dim)?,
-        ];
-        Ok(Self::step(
+    pub fn qkv(&self, gpu: &Gpu, s: M2Shape, io: M2QkvIo<'_>) -> Result<Step, GpuError> {
+        let params = QkvParams {
+            rows: u(s.rows)?,
+            heads: u(s.heads)?,
+            groups: u(s.groups)?,
+            n: u(s.state)?,
+            p: u(s.head_dim)?,
+        };
+        Ok(TrainKernels::step(
             gpu,
             &self.fwd_qkv,
-            &[xbc, dt, q, k, v],
-            &words,
+            &[io.xbc, io.dt, io.q, io.k, io.v],
+            &params,
             grid_threads(s.rows * s.heads)?,
         ))
     }
@@ -266,44 +377,38 @@ impl M2TrainKernels {
         d_skip: &wgpu::Buffer,
         y: &wgpu::Buffer,
     ) -> Result<Step, GpuError> {
-        let words = [u(s.rows)?, u(s.heads)?, u(s.head_dim)?, u(s.channels())?];
-        Ok(Self::step(
+        let params = SkipParams {
+            rows: u(s.rows)?,
+            heads: u(s.heads)?,
+            p: u(s.head_dim)?,
+            stride: u(s.channels())?,
+        };
+        Ok(TrainKernels::step(
             gpu,
             &self.skip,
             &[o, xbc, d_skip, y],
-            &words,
+            &params,
             grid_threads(s.rows * s.d_inner())?,
         ))
     }
 
-    /// Backward of v = x·dt and the skip: the x columns of `dxbc`, `sdt` and the D share of
-    /// `prow` written.
-    #[allow(clippy::too_many_arguments)]
-    pub fn x_backward(
-        &self,
-        gpu: &Gpu,
-        s: M2Shape,
-        xbc: &wgpu::Buffer,
-        dt: &wgpu::Buffer,
-        d_skip: &wgpu::Buffer,
-        dy: &wgpu::Buffer,
-        dv: &wgpu::Buffer,
-        dxbc: &wgpu::Buffer,
-        sdt: &wgpu::Buffer,
-        prow: &wgpu::Buffer,
-    ) -> Result<Step, GpuError> {
-        let words = [
-            u(s.rows)?,
-            u(s.heads)?,
-            u(s.head_dim)?,
-            u(s.channels())?,
-            u(s.prow_stride())?,
-        ];
-        Ok(Self::step(
+    /// Backward of v = x·dt and the skip: the x columns of `io.dxbc`, `io.sdt` and the D share
+    /// of `io.prow` written.
+    pub fn x_backward(&self, gpu: &Gpu, s: M2Shape, io: M2XGradIo<'_>) -> Result<Step, GpuError> {
+        let params = XBwdParams {
+            rows: u(s.rows)?,
+            heads: u(s.heads)?,
+            p: u(s.head_dim)?,
+            stride: u(s.channels())?,
+            prow_stride: u(s.prow_stride())?,
+        };
+        Ok(TrainKernels::step(
             gpu,
             &self.bwd_x,
-            &[xbc, dt, d_skip, dy, dv, dxbc, sdt, prow],
-            &words,
+            &[
+                io.xbc, io.dt, io.d_skip, io.dy, io.dv, io.dxbc, io.sdt, io.prow,
+            ],
+            &params,
             grid_threads(s.rows * s.heads)?,
         ))
     }
@@ -317,70 +422,95 @@ impl M2TrainKernels {
         dk: &wgpu::Buffer,
         dxbc: &wgpu::Buffer,
     ) -> Result<Step, GpuError> {
-        let words = [
-            u(s.rows)?,
-            u(s.heads)?,
-            u(s.groups)?,
-            u(s.state)?,
-            u(s.d_inner())?,
-        ];
-        Ok(Self::step(
+        let params = BcParams {
+            rows: u(s.rows)?,
+            heads: u(s.heads)?,
+            groups: u(s.groups)?,
+            n: u(s.state)?,
+            di: u(s.d_inner())?,
+        };
+        Ok(TrainKernels::step(
             gpu,
             &self.bwd_bc,
             &[dq, dk, dxbc],
-            &words,
+            &params,
             grid_threads(s.rows * 2 * s.groups * s.state)?,
         ))
     }
 
     /// Grouped RMSNorm (the gated norm): `rows` rows of `cols` (the group size), `groups`
     /// consecutive rows per token, weight `[groups][cols]`; `rstd` per row kept.
-    #[allow(clippy::too_many_arguments)]
     pub fn group_norm(
         &self,
         gpu: &Gpu,
-        x: &wgpu::Buffer,
-        w: &wgpu::Buffer,
-        out: &wgpu::Buffer,
-        rstd: &wgpu::Buffer,
+        io: NormIo<'_>,
         rows: usize,
         cols: usize,
         groups: usize,
         eps: f32,
     ) -> Result<Step, GpuError> {
-        let words = [u(rows)?, u(cols)?, eps.to_bits(), u(groups)?];
-        Ok(Self::step(
+        let params = GroupNormParams {
+            rows: u(rows)?,
+            cols: u(cols)?,
+            eps,
+            groups: u(groups)?,
+        };
+        Ok(TrainKernels::step(
             gpu,
             &self.gnorm,
-            &[x, w, out, rstd],
-            &words,
+            &[io.x, io.w, io.out, io.rstd],
+            &params,
             grid(rows)?,
         ))
     }
 
-    /// Backward of [`M2TrainKernels::group_norm`]: `dx` written and the per-row shares of dw in
-    /// `wrow` `[rows][cols]` = `[tokens][groups·cols]` (column sums over tokens make dw).
-    #[allow(clippy::too_many_arguments)]
+    /// Backward of [`M2TrainKernels::group_norm`] from the forward's `x`, `w` and `rstd`:
+    /// `grads.dx` written and the per-row shares of dw in `grads.wrow` `[rows][cols]` =
+    /// `[tokens][groups·cols]` (column sums over tokens make dw).
     pub fn group_norm_backward(
         &self,
         gpu: &Gpu,
-        x: &wgpu::Buffer,
-        w: &wgpu::Buffer,
-        rstd: &wgpu::Buffer,
-        dy: &wgpu::Buffer,
-        dx: &wgpu::Buffer,
-        wrow: &wgpu::Buffer,
+        forward: NormIo<'_>,
+        grads: NormGrads<'_>,
         rows: usize,
         cols: usize,
         groups: usize,
     ) -> Result<Step, GpuError> {
-        let words = [u(rows)?, u(cols)?, 0, 0, u(groups)?];
-        Ok(Self::step(
+        let params = GroupNormBwdParams {
+            rows: u(rows)?,
+            cols: u(cols)?,
+            eps: 0.0,
+            acc: 0,
+            groups: u(groups)?,
+        };
+        let f = forward;
+        Ok(TrainKernels::step(
             gpu,
             &self.gnorm_bwd,
-            &[x, w, rstd, dy, dx, wrow],
-            &words,
+            &[f.x, f.w, f.rstd, grads.dy, grads.dx, grads.wrow],
+            &params,
             grid(rows)?,
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::wgsl_uniform_size;
+
+    #[test]
+    fn uniforms_match_their_wgsl_structs() {
+        let size = |body: &str| wgsl_uniform_size(&with_common(body));
+        assert_eq!(size_of::<ConvParams>(), size(CONV_WGSL));
+        assert_eq!(size_of::<SumParams>(), size(CONV_DB_WGSL));
+        assert_eq!(size_of::<FwdGateParams>(), size(FWD_GATES_WGSL));
+        assert_eq!(size_of::<BwdGateParams>(), size(BWD_GATES_WGSL));
+        assert_eq!(size_of::<QkvParams>(), size(FWD_QKV_WGSL));
+        assert_eq!(size_of::<SkipParams>(), size(SKIP_WGSL));
+        assert_eq!(size_of::<XBwdParams>(), size(BWD_X_WGSL));
+        assert_eq!(size_of::<BcParams>(), size(BWD_BC_WGSL));
+        assert_eq!(size_of::<GroupNormParams>(), size(GNORM_WGSL));
+        assert_eq!(size_of::<GroupNormBwdParams>(), size(GNORM_BWD_WGSL));
     }
 }

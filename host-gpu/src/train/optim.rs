@@ -60,23 +60,27 @@ pub struct StepReport {
     pub clip_factor: f32,
 }
 
+/// `SumsqParams` of train_grad_norm.wgsl.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct SumsqParams {
     len: u32,
     out_offset: u32,
-    pad: [u32; 2],
+    _pad0: u32,
+    _pad1: u32,
 }
 
+/// `FinishParams` of train_grad_norm_finish.wgsl.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct FinishParams {
     count: u32,
     clip_on: u32,
     max_norm: f32,
-    pad: u32,
+    _pad: u32,
 }
 
+/// `AdamParams` of train_adamw.wgsl.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct AdamParams {
@@ -87,7 +91,7 @@ struct AdamParams {
     eps: f32,
     step_size: f32,
     bc2_sqrt: f32,
-    pad: u32,
+    _pad: u32,
 }
 
 /// The optimizer state of one parameter and its bound dispatches.
@@ -160,7 +164,8 @@ impl AdamW {
                 &SumsqParams {
                     len: p.len as u32,
                     out_offset: offset as u32,
-                    pad: [0; 2],
+                    _pad0: 0,
+                    _pad1: 0,
                 },
             );
             let sumsq_bind = gpu.bind(&sumsq, &[&p.grad, &partials, &sumsq_params]);
@@ -231,7 +236,7 @@ impl AdamW {
                 count: self.partial_count as u32,
                 clip_on: u32::from(max_norm.is_some()),
                 max_norm: max_norm.unwrap_or(0.0),
-                pad: 0,
+                _pad: 0,
             }],
         );
         for s in &self.slots {
@@ -278,7 +283,7 @@ impl AdamW {
                     eps: c.eps as f32,
                     step_size: (lr / bc1) as f32,
                     bc2_sqrt: bc2.sqrt() as f32,
-                    pad: 0,
+                    _pad: 0,
                 }],
             );
             let [x, y] = s.adam_groups;
@@ -354,5 +359,21 @@ impl AdamW {
         gpu.write(&s.m, m);
         gpu.write(&s.v, v);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::wgsl_uniform_size;
+
+    #[test]
+    fn uniforms_match_their_wgsl_structs() {
+        assert_eq!(size_of::<SumsqParams>(), wgsl_uniform_size(GRAD_NORM));
+        assert_eq!(
+            size_of::<FinishParams>(),
+            wgsl_uniform_size(GRAD_NORM_FINISH)
+        );
+        assert_eq!(size_of::<AdamParams>(), wgsl_uniform_size(ADAMW));
     }
 }

@@ -7,7 +7,7 @@ use crate::model::shared::{copy_targets, f32_bytes};
 use crate::model::{init_weight, GraphOptions, InitRng, Stage, StageMark, TrainGraph};
 use loglinear_host_gpu::gpu::{Gpu, GpuError};
 use loglinear_host_gpu::train::head::{Head, HeadIo, HeadShape};
-use loglinear_host_gpu::train::kernels::{Step, TrainKernels};
+use loglinear_host_gpu::train::kernels::{EmbedShape, Step, TrainKernels};
 use loglinear_host_gpu::train::{NamedTensor, Param};
 use loglinear_host_gpu::wgpu;
 use loglinear_runtime::ModelConfig;
@@ -157,15 +157,18 @@ impl SkeletonSteps {
             },
             parts.options.head_rows,
         )?;
+        let embed_shape = EmbedShape {
+            seq_len,
+            batch,
+            d,
+            vocab,
+        };
         let embed_bwd = k.embed_backward(
             gpu,
             &parts.windows.tokens,
             dx,
             &p[parts.embedding].grad,
-            seq_len,
-            batch,
-            d,
-            vocab,
+            embed_shape,
         )?;
         let shift = k.shift_targets(
             gpu,

@@ -3,9 +3,25 @@
 use super::{grid, grid_threads, u, Step, TrainKernels};
 use crate::gpu::{Gpu, GpuError};
 
+pub(super) const CONV_WGSL: &str = include_str!("../../shaders/train_conv.wgsl");
+pub(super) const CONV_BWD_WGSL: &str = include_str!("../../shaders/train_conv_bwd.wgsl");
+pub(super) const CONV_BWD_W_WGSL: &str = include_str!("../../shaders/train_conv_bwd_w.wgsl");
+
+/// `ConvParams` of train_conv.wgsl, train_conv_bwd.wgsl and train_conv_bwd_w.wgsl (one
+/// layout).
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct ConvParams {
+    rows: u32,
+    batch: u32,
+    stride: u32,
+    c0: u32,
+    channels: u32,
+    width: u32,
+}
+
 impl TrainKernels {
     /// Short conv + SiLU forward on channels `[c0, c0 + channels)` of rows of `stride`.
-    #[allow(clippy::too_many_arguments)]
     pub fn conv(
         &self,
         gpu: &Gpu,
@@ -19,7 +35,7 @@ impl TrainKernels {
             gpu,
             &self.conv,
             &[inp, w, pre, out],
-            &shape.words()?,
+            &shape.params()?,
             grid_threads(shape.rows * shape.channels)?,
         ))
     }
@@ -38,7 +54,7 @@ impl TrainKernels {
             gpu,
             &self.conv_bwd,
             &[pre, dout, w, din],
-            &shape.words()?,
+            &shape.params()?,
             grid_threads(shape.rows * shape.channels)?,
         ))
     }
@@ -63,7 +79,7 @@ impl TrainKernels {
             gpu,
             &self.conv_bwd_w,
             &[pre, dout, inp, dw],
-            &shape.words()?,
+            &shape.params()?,
             grid(shape.channels)?,
         ))
     }
@@ -82,14 +98,28 @@ pub struct ConvShape {
 }
 
 impl ConvShape {
-    fn words(&self) -> Result<[u32; 6], GpuError> {
-        Ok([
-            u(self.rows)?,
-            u(self.batch)?,
-            u(self.stride)?,
-            u(self.c0)?,
-            u(self.channels)?,
-            u(self.width)?,
-        ])
+    fn params(&self) -> Result<ConvParams, GpuError> {
+        Ok(ConvParams {
+            rows: u(self.rows)?,
+            batch: u(self.batch)?,
+            stride: u(self.stride)?,
+            c0: u(self.c0)?,
+            channels: u(self.channels)?,
+            width: u(self.width)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::{wgsl_uniform_size, with_common};
+
+    #[test]
+    fn uniforms_match_their_wgsl_structs() {
+        let size = |body: &str| wgsl_uniform_size(&with_common(body));
+        assert_eq!(size_of::<ConvParams>(), size(CONV_WGSL));
+        assert_eq!(size_of::<ConvParams>(), size(CONV_BWD_WGSL));
+        assert_eq!(size_of::<ConvParams>(), size(CONV_BWD_W_WGSL));
     }
 }

@@ -4,50 +4,83 @@
 use super::{grid, grid_threads, u, Step, TrainKernels};
 use crate::gpu::{Gpu, GpuError};
 
+pub(super) const EMBED_WGSL: &str = include_str!("../../shaders/train_embed.wgsl");
+pub(super) const TARGETS_WGSL: &str = include_str!("../../shaders/train_targets.wgsl");
+
+/// `EmbedParams` of train_embed.wgsl.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct EmbedParams {
+    t: u32,
+    batch: u32,
+    d: u32,
+    vocab: u32,
+}
+
+/// `TargetParams` of train_targets.wgsl.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct TargetParams {
+    t: u32,
+    batch: u32,
+}
+
+/// Sizes of the embedding: `batch` windows of `seq_len` tokens (and one more, the last
+/// target), rows of `d`, a vocabulary of `vocab`.
+#[derive(Clone, Copy, Debug)]
+pub struct EmbedShape {
+    pub seq_len: usize,
+    pub batch: usize,
+    pub d: usize,
+    pub vocab: usize,
+}
+
+impl EmbedShape {
+    fn params(&self) -> Result<EmbedParams, GpuError> {
+        Ok(EmbedParams {
+            t: u(self.seq_len)?,
+            batch: u(self.batch)?,
+            d: u(self.d)?,
+            vocab: u(self.vocab)?,
+        })
+    }
+}
+
 impl TrainKernels {
-    /// Embedding forward `x[r] = E[id(r)]` for windows `tokens` `[batch][t+1]`, rows (t, b).
-    #[allow(clippy::too_many_arguments)]
+    /// Embedding forward `x[r] = E[id(r)]` for windows `tokens` `[batch][seq_len + 1]`, rows
+    /// (t, b).
     pub fn embed(
         &self,
         gpu: &Gpu,
         tokens: &wgpu::Buffer,
         e: &wgpu::Buffer,
         x: &wgpu::Buffer,
-        t: usize,
-        batch: usize,
-        d: usize,
-        vocab: usize,
+        shape: EmbedShape,
     ) -> Result<Step, GpuError> {
-        let words = [u(t)?, u(batch)?, u(d)?, u(vocab)?];
         Ok(Self::step(
             gpu,
             &self.embed_fwd,
             &[tokens, e, x],
-            &words,
-            grid_threads(t * batch * d)?,
+            &shape.params()?,
+            grid_threads(shape.seq_len * shape.batch * shape.d)?,
         ))
     }
 
     /// Embedding backward `dE[v] += Σ_{id(r) = v} dx[r]`.
-    #[allow(clippy::too_many_arguments)]
     pub fn embed_backward(
         &self,
         gpu: &Gpu,
         tokens: &wgpu::Buffer,
         dx: &wgpu::Buffer,
         de: &wgpu::Buffer,
-        t: usize,
-        batch: usize,
-        d: usize,
-        vocab: usize,
+        shape: EmbedShape,
     ) -> Result<Step, GpuError> {
-        let words = [u(t)?, u(batch)?, u(d)?, u(vocab)?];
         Ok(Self::step(
             gpu,
             &self.embed_bwd,
             &[tokens, dx, de],
-            &words,
-            grid(vocab)?,
+            &shape.params()?,
+            grid(shape.vocab)?,
         ))
     }
 
@@ -60,11 +93,15 @@ impl TrainKernels {
         t: usize,
         batch: usize,
     ) -> Result<Step, GpuError> {
+        let params = TargetParams {
+            t: u(t)?,
+            batch: u(batch)?,
+        };
         Ok(Self::step(
             gpu,
             &self.shift_targets,
             &[windows, targets],
-            &[u(t)?, u(batch)?],
+            &params,
             grid_threads(t * batch)?,
         ))
     }
@@ -78,12 +115,29 @@ impl TrainKernels {
         t: usize,
         batch: usize,
     ) -> Result<Step, GpuError> {
+        let params = TargetParams {
+            t: u(t)?,
+            batch: u(batch)?,
+        };
         Ok(Self::step(
             gpu,
             &self.pack_inputs,
             &[inputs, windows],
-            &[u(t)?, u(batch)?],
+            &params,
             grid_threads((t + 1) * batch)?,
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::{wgsl_uniform_size, with_common};
+
+    #[test]
+    fn uniforms_match_their_wgsl_structs() {
+        let size = |body: &str| wgsl_uniform_size(&with_common(body));
+        assert_eq!(size_of::<EmbedParams>(), size(EMBED_WGSL));
+        assert_eq!(size_of::<TargetParams>(), size(TARGETS_WGSL));
     }
 }

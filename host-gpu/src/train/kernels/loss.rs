@@ -4,105 +4,144 @@
 use super::{grid, u, Step, TrainKernels};
 use crate::gpu::{Gpu, GpuError};
 
+pub(super) const LOSS_WGSL: &str = include_str!("../../shaders/train_loss.wgsl");
+pub(super) const MASKED_LOSS_WGSL: &str = include_str!("../../shaders/train_loss_masked.wgsl");
+
+/// `LossParams` of train_loss.wgsl and train_loss_masked.wgsl (one layout).
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct LossParams {
+    t: u32,
+    batch: u32,
+    vocab: u32,
+    _pad: u32,
+}
+
+/// Sizes of the loss: `batch` windows of `seq_len` rows of `vocab` logits, rows in (t, b)
+/// order, per-target outputs `[batch][seq_len]`.
+#[derive(Clone, Copy, Debug)]
+pub struct LossShape {
+    pub seq_len: usize,
+    pub batch: usize,
+    pub vocab: usize,
+}
+
+impl LossShape {
+    fn params(&self) -> Result<LossParams, GpuError> {
+        Ok(LossParams {
+            t: u(self.seq_len)?,
+            batch: u(self.batch)?,
+            vocab: u(self.vocab)?,
+            _pad: 0,
+        })
+    }
+}
+
+/// What the next-token loss reads and keeps: token windows `[batch][seq_len + 1]` (the targets
+/// are each row's next token), the logits, the per-row log-sum-exp `lse` (written by the
+/// forward) and the backward's loss scale (one f32).
+#[derive(Clone, Copy, Debug)]
+pub struct LossIo<'a> {
+    pub tokens: &'a wgpu::Buffer,
+    pub logits: &'a wgpu::Buffer,
+    pub lse: &'a wgpu::Buffer,
+    pub scale: &'a wgpu::Buffer,
+}
+
+/// What the loss against explicit targets reads and keeps: `targets` `[batch][seq_len]` (u32,
+/// `u32::MAX` = ignored), the logits, the per-row log-sum-exp `lse` and the per-target
+/// correctness `correct` (both written by the forward), and the backward's loss scale.
+#[derive(Clone, Copy, Debug)]
+pub struct MaskedLossIo<'a> {
+    pub targets: &'a wgpu::Buffer,
+    pub logits: &'a wgpu::Buffer,
+    pub lse: &'a wgpu::Buffer,
+    pub scale: &'a wgpu::Buffer,
+    pub correct: &'a wgpu::Buffer,
+}
+
 impl TrainKernels {
-    /// Cross-entropy forward: `lse` per row and `loss` `[batch][t]`.
-    #[allow(clippy::too_many_arguments)]
+    /// Cross-entropy forward: `io.lse` per row and `loss` `[batch][seq_len]`.
     pub fn loss(
         &self,
         gpu: &Gpu,
-        tokens: &wgpu::Buffer,
-        logits: &wgpu::Buffer,
-        lse: &wgpu::Buffer,
+        io: LossIo<'_>,
         loss: &wgpu::Buffer,
-        scale: &wgpu::Buffer,
-        t: usize,
-        batch: usize,
-        vocab: usize,
+        shape: LossShape,
     ) -> Result<Step, GpuError> {
-        let words = [u(t)?, u(batch)?, u(vocab)?];
         Ok(Self::step(
             gpu,
             &self.loss_fwd,
-            &[tokens, logits, lse, loss, scale],
-            &words,
-            grid(t * batch)?,
+            &[io.tokens, io.logits, io.lse, loss, io.scale],
+            &shape.params()?,
+            grid(shape.seq_len * shape.batch)?,
         ))
     }
 
     /// Cross-entropy backward: `dlogits = scale[0]·(softmax − onehot(target))`.
-    #[allow(clippy::too_many_arguments)]
     pub fn loss_backward(
         &self,
         gpu: &Gpu,
-        tokens: &wgpu::Buffer,
-        logits: &wgpu::Buffer,
-        lse: &wgpu::Buffer,
+        io: LossIo<'_>,
         dlogits: &wgpu::Buffer,
-        scale: &wgpu::Buffer,
-        t: usize,
-        batch: usize,
-        vocab: usize,
+        shape: LossShape,
     ) -> Result<Step, GpuError> {
-        let words = [u(t)?, u(batch)?, u(vocab)?];
         Ok(Self::step(
             gpu,
             &self.loss_bwd,
-            &[tokens, logits, lse, dlogits, scale],
-            &words,
-            grid(t * batch)?,
+            &[io.tokens, io.logits, io.lse, dlogits, io.scale],
+            &shape.params()?,
+            grid(shape.seq_len * shape.batch)?,
         ))
     }
 
-    /// Cross-entropy forward against explicit `targets` `[batch][t]` (u32, `u32::MAX` =
-    /// ignored: loss 0, correct 0): `lse` per row, `loss` and `correct` `[batch][t]` (1.0 where
-    /// the first largest logit is the target).
-    #[allow(clippy::too_many_arguments)]
+    /// Cross-entropy forward against explicit targets (ignored ones: loss 0, correct 0):
+    /// `io.lse` per row, `losses` and `io.correct` `[batch][seq_len]` (1.0 where the first
+    /// largest logit is the target).
     pub fn masked_loss(
         &self,
         gpu: &Gpu,
-        targets: &wgpu::Buffer,
-        logits: &wgpu::Buffer,
-        lse: &wgpu::Buffer,
-        loss: &wgpu::Buffer,
-        scale: &wgpu::Buffer,
-        correct: &wgpu::Buffer,
-        t: usize,
-        batch: usize,
-        vocab: usize,
+        io: MaskedLossIo<'_>,
+        losses: &wgpu::Buffer,
+        shape: LossShape,
     ) -> Result<Step, GpuError> {
-        let words = [u(t)?, u(batch)?, u(vocab)?];
         Ok(Self::step(
             gpu,
             &self.masked_loss_fwd,
-            &[targets, logits, lse, loss, scale, correct],
-            &words,
-            grid(t * batch)?,
+            &[io.targets, io.logits, io.lse, losses, io.scale, io.correct],
+            &shape.params()?,
+            grid(shape.seq_len * shape.batch)?,
         ))
     }
 
     /// Backward of [`TrainKernels::masked_loss`]: `dlogits = scale[0]·(softmax − onehot)`,
     /// zero on ignored rows.
-    #[allow(clippy::too_many_arguments)]
     pub fn masked_loss_backward(
         &self,
         gpu: &Gpu,
-        targets: &wgpu::Buffer,
-        logits: &wgpu::Buffer,
-        lse: &wgpu::Buffer,
+        io: MaskedLossIo<'_>,
         dlogits: &wgpu::Buffer,
-        scale: &wgpu::Buffer,
-        correct: &wgpu::Buffer,
-        t: usize,
-        batch: usize,
-        vocab: usize,
+        shape: LossShape,
     ) -> Result<Step, GpuError> {
-        let words = [u(t)?, u(batch)?, u(vocab)?];
         Ok(Self::step(
             gpu,
             &self.masked_loss_bwd,
-            &[targets, logits, lse, dlogits, scale, correct],
-            &words,
-            grid(t * batch)?,
+            &[io.targets, io.logits, io.lse, dlogits, io.scale, io.correct],
+            &shape.params()?,
+            grid(shape.seq_len * shape.batch)?,
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::{wgsl_uniform_size, with_common};
+
+    #[test]
+    fn uniforms_match_their_wgsl_structs() {
+        let size = |body: &str| wgsl_uniform_size(&with_common(body));
+        assert_eq!(size_of::<LossParams>(), size(LOSS_WGSL));
+        assert_eq!(size_of::<LossParams>(), size(MASKED_LOSS_WGSL));
     }
 }

@@ -3,7 +3,10 @@
 
 use super::{grid_threads, u, Step, TrainKernels};
 use crate::gpu::MAX_GROUPS;
-use crate::gpu::{Gpu, GpuError};
+use crate::gpu::{Gpu, GpuError, Rows};
+
+pub(super) const MATMUL_WGSL: &str = include_str!("../../shaders/train_matmul.wgsl");
+pub(super) const SPLIT_SUM_WGSL: &str = include_str!("../../shaders/train_split_sum.wgsl");
 
 /// Output tile of the training matmul.
 const TILE: usize = 64;
@@ -47,22 +50,80 @@ impl<'a> Operand<'a> {
     }
 }
 
+/// `MatmulParams` of train_matmul.wgsl.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct MatmulParams {
+    m: u32,
+    n: u32,
+    k: u32,
+    a_off: u32,
+    a_rs: u32,
+    a_cs: u32,
+    b_off: u32,
+    b_rs: u32,
+    b_cs: u32,
+    c_off: u32,
+    c_rs: u32,
+    acc: u32,
+    kz: u32,
+    z_stride: u32,
+}
+
+/// `SumParams` of train_split_sum.wgsl.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct SplitSumParams {
+    m: u32,
+    n: u32,
+    splits: u32,
+    c_off: u32,
+    c_rs: u32,
+    acc: u32,
+}
+
+/// One product of [`TrainKernels::matmul`]: `C = (accumulate ? C : 0) + A·B` with A m × k,
+/// B k × n and C m × n.
+#[derive(Clone, Copy, Debug)]
+pub struct Matmul<'a> {
+    pub m: usize,
+    pub n: usize,
+    pub k: usize,
+    pub a: Operand<'a>,
+    pub b: Operand<'a>,
+    pub c: Rows<'a>,
+    /// Add into C rather than overwrite it.
+    pub accumulate: bool,
+}
+
+/// Sizes of a linear layer `Y = X·Wᵀ` over `rows` rows, W `[out_dim][in_dim]`.
+#[derive(Clone, Copy, Debug)]
+pub struct LinearShape {
+    pub rows: usize,
+    pub in_dim: usize,
+    pub out_dim: usize,
+}
+
+/// Buffers of [`TrainKernels::linear_backward`]: the forward's input `x` (`in_dim` columns)
+/// and weight `w`, the weight gradient `dw` (added into), the output gradient `dy`
+/// (`out_dim` columns) and the input gradient `dx` (`in_dim` columns).
+#[derive(Clone, Copy, Debug)]
+pub struct LinearGradIo<'a> {
+    pub x: Rows<'a>,
+    pub w: &'a wgpu::Buffer,
+    pub dw: &'a wgpu::Buffer,
+    pub dy: Rows<'a>,
+    pub dx: Rows<'a>,
+    /// Add dX into `dx` (a later term of a sum) rather than overwrite it.
+    pub accumulate_dx: bool,
+}
+
 impl TrainKernels {
-    /// `C[m][n] = (acc ? C : 0) + Σ_k A(m, k)·B(k, n)`, C rows of `c_stride` from float `c_off`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn matmul(
-        &self,
-        gpu: &Gpu,
-        m: usize,
-        n: usize,
-        k: usize,
-        a: Operand<'_>,
-        b: Operand<'_>,
-        c: &wgpu::Buffer,
-        c_off: usize,
-        c_stride: usize,
-        acc: bool,
-    ) -> Result<Step, GpuError> {
+    /// Records `op.c (+)= op.a · op.b`.
+    pub fn matmul(&self, gpu: &Gpu, op: Matmul<'_>) -> Result<Step, GpuError> {
+        let Matmul {
+            m, n, k, a, b, c, ..
+        } = op;
         let gy = m.div_ceil(TILE);
         let gx = n.div_ceil(TILE);
         if gx > MAX_GROUPS || gy > MAX_GROUPS {
@@ -90,128 +151,126 @@ impl TrainKernels {
         let (c_buf, part_off, part_stride, z_stride, part_acc) = if splits > 1 {
             (&self.split_scratch, 0, n, m * n, false)
         } else {
-            (c, c_off, c_stride, 0, acc)
+            (c.buf, c.off, c.stride, 0, op.accumulate)
         };
-        let words = [
-            u(m)?,
-            u(n)?,
-            u(k)?,
-            u(a.off)?,
-            u(a.rs)?,
-            u(a.cs)?,
-            u(b.off)?,
-            u(b.rs)?,
-            u(b.cs)?,
-            u(part_off)?,
-            u(part_stride)?,
-            u32::from(part_acc),
-            u(kz)?,
-            u(z_stride)?,
-        ];
+        let params = MatmulParams {
+            m: u(m)?,
+            n: u(n)?,
+            k: u(k)?,
+            a_off: u(a.off)?,
+            a_rs: u(a.rs)?,
+            a_cs: u(a.cs)?,
+            b_off: u(b.off)?,
+            b_rs: u(b.rs)?,
+            b_cs: u(b.cs)?,
+            c_off: u(part_off)?,
+            c_rs: u(part_stride)?,
+            acc: u32::from(part_acc),
+            kz: u(kz)?,
+            z_stride: u(z_stride)?,
+        };
         let mut parts = vec![Self::dispatch(
             gpu,
             &self.matmul,
             &[a.buf, b.buf, c_buf],
-            &words,
+            &params,
             [gx as u32, gy as u32, splits as u32],
         )];
         if splits > 1 {
-            let sum_words = [
-                u(m)?,
-                u(n)?,
-                u(splits)?,
-                u(c_off)?,
-                u(c_stride)?,
-                u32::from(acc),
-            ];
+            let sum = SplitSumParams {
+                m: u(m)?,
+                n: u(n)?,
+                splits: u(splits)?,
+                c_off: u(c.off)?,
+                c_rs: u(c.stride)?,
+                acc: u32::from(op.accumulate),
+            };
             parts.push(Self::dispatch(
                 gpu,
                 &self.split_sum,
-                &[&self.split_scratch, c],
-                &sum_words,
+                &[&self.split_scratch, c.buf],
+                &sum,
                 grid_threads(m * n)?,
             ));
         }
         Ok(Step { parts })
     }
 
-    /// Forward of a linear layer `Y = X·Wᵀ`: X rows of `x_stride` (first `in_dim` columns from
-    /// `x_off`), W `[out_dim][in_dim]`, Y columns `[y_off, y_off + out_dim)` of rows of `y_stride`.
-    #[allow(clippy::too_many_arguments)]
+    /// Forward of a linear layer `Y = X·Wᵀ`: `x` the first `in_dim` columns of its rows, W
+    /// `[out_dim][in_dim]`, `y` the first `out_dim` columns of its rows (written).
     pub fn linear(
         &self,
         gpu: &Gpu,
-        rows: usize,
-        in_dim: usize,
-        out_dim: usize,
-        x: &wgpu::Buffer,
-        x_off: usize,
-        x_stride: usize,
+        shape: LinearShape,
+        x: Rows<'_>,
         w: &wgpu::Buffer,
-        y: &wgpu::Buffer,
-        y_off: usize,
-        y_stride: usize,
+        y: Rows<'_>,
     ) -> Result<Step, GpuError> {
         self.matmul(
             gpu,
-            rows,
-            out_dim,
-            in_dim,
-            Operand::rows(x, x_off, x_stride),
-            Operand::cols(w, 0, in_dim),
-            y,
-            y_off,
-            y_stride,
-            false,
+            Matmul {
+                m: shape.rows,
+                n: shape.out_dim,
+                k: shape.in_dim,
+                a: Operand::rows(x.buf, x.off, x.stride),
+                b: Operand::cols(w, 0, shape.in_dim),
+                c: y,
+                accumulate: false,
+            },
         )
     }
 
     /// The two backward products of [`TrainKernels::linear`] with the same layouts:
-    /// `dX (+)= dY·W` (added when `acc_dx`) and `dW += dYᵀ·X`.
-    #[allow(clippy::too_many_arguments)]
+    /// `dX (+)= dY·W` and `dW += dYᵀ·X`.
     pub fn linear_backward(
         &self,
         gpu: &Gpu,
-        rows: usize,
-        in_dim: usize,
-        out_dim: usize,
-        x: &wgpu::Buffer,
-        x_off: usize,
-        x_stride: usize,
-        w: &wgpu::Buffer,
-        dw: &wgpu::Buffer,
-        dy: &wgpu::Buffer,
-        dy_off: usize,
-        dy_stride: usize,
-        dx: &wgpu::Buffer,
-        dx_off: usize,
-        dx_stride: usize,
-        acc_dx: bool,
+        shape: LinearShape,
+        io: LinearGradIo<'_>,
     ) -> Result<[Step; 2], GpuError> {
-        let dx_step = self.matmul(
-            gpu,
+        let LinearShape {
             rows,
             in_dim,
             out_dim,
-            Operand::rows(dy, dy_off, dy_stride),
-            Operand::rows(w, 0, in_dim),
-            dx,
-            dx_off,
-            dx_stride,
-            acc_dx,
+        } = shape;
+        let dy = io.dy;
+        let dx_step = self.matmul(
+            gpu,
+            Matmul {
+                m: rows,
+                n: in_dim,
+                k: out_dim,
+                a: Operand::rows(dy.buf, dy.off, dy.stride),
+                b: Operand::rows(io.w, 0, in_dim),
+                c: io.dx,
+                accumulate: io.accumulate_dx,
+            },
         )?;
         let dw_step = self.matmul(
             gpu,
-            out_dim,
-            in_dim,
-            rows,
-            Operand::cols(dy, dy_off, dy_stride),
-            Operand::rows(x, x_off, x_stride),
-            dw,
-            0,
-            in_dim,
-            true,
+            Matmul {
+                m: out_dim,
+                n: in_dim,
+                k: rows,
+                a: Operand::cols(dy.buf, dy.off, dy.stride),
+                b: Operand::rows(io.x.buf, io.x.off, io.x.stride),
+                c: Rows::new(io.dw, 0, in_dim),
+                accumulate: true,
+            },
         )?;
         Ok([dx_step, dw_step])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::{wgsl_uniform_size, with_common};
+
+    #[test]
+    fn uniforms_match_their_wgsl_structs() {
+        let size = |body: &str| wgsl_uniform_size(&with_common(body));
+        assert_eq!(size_of::<MatmulParams>(), size(MATMUL_WGSL));
+        assert_eq!(size_of::<SplitSumParams>(), size(SPLIT_SUM_WGSL));
     }
 }

@@ -7,7 +7,7 @@
 //! calls them sizes its buffers from one config.
 
 use crate::gpu::MAX_GROUPS;
-use crate::gpu::{Gpu, GpuError, Kernel};
+use crate::gpu::{with_common, Gpu, GpuError, Kernel};
 
 mod conv;
 mod elementwise;
@@ -18,11 +18,13 @@ mod matmul;
 mod norm;
 
 pub use conv::ConvShape;
-pub use gdn::{GateIo, GateShape};
-pub use matmul::Operand;
+pub use elementwise::GateSiluGradIo;
+pub use embed::EmbedShape;
+pub use gdn::{GateIo, GateShape, QkvIo, QkvShape};
+pub use loss::{LossIo, LossShape, MaskedLossIo};
 use matmul::SPLIT_FLOATS;
-
-const COMMON: &str = include_str!("../../shaders/common.wgsl");
+pub use matmul::{LinearGradIo, LinearShape, Matmul, Operand};
+pub use norm::{NormGrads, NormIo};
 
 /// One op: one dispatch or a few in order (a split-k matmul and its sum), bound once and
 /// encoded as often as wanted.
@@ -118,101 +120,51 @@ pub struct TrainKernels {
     gates: Kernel,
     gate_silu: Kernel,
     add: Kernel,
+    /// One word bound where an entry point touches nothing (the SiLU gate's forward leaves its
+    /// gradient bindings alone).
+    placeholder: wgpu::Buffer,
 }
 
 impl TrainKernels {
     /// Compiles every kernel.
     pub fn new(gpu: &Gpu) -> Result<Self, GpuError> {
-        let k = |label: &str, src: &str, entry: &str| {
-            gpu.kernel(label, &format!("{COMMON}\n{src}"), entry)
-        };
-        let embed = include_str!("../../shaders/train_embed.wgsl");
-        let loss = include_str!("../../shaders/train_loss.wgsl");
-        let masked = include_str!("../../shaders/train_loss_masked.wgsl");
-        let targets = include_str!("../../shaders/train_targets.wgsl");
+        let k = |label: &str, body: &str, entry: &str| gpu.kernel(label, &with_common(body), entry);
         Ok(Self {
-            matmul: k(
-                "train_matmul",
-                include_str!("../../shaders/train_matmul.wgsl"),
-                "main",
-            )?,
-            split_sum: k(
-                "train_split_sum",
-                include_str!("../../shaders/train_split_sum.wgsl"),
-                "main",
-            )?,
+            matmul: k("train_matmul", matmul::MATMUL_WGSL, "main")?,
+            split_sum: k("train_split_sum", matmul::SPLIT_SUM_WGSL, "main")?,
             split_scratch: gpu.storage_zeroed("split-k partials", 4 * SPLIT_FLOATS as u64)?,
-            rmsnorm: k(
-                "train_rmsnorm",
-                include_str!("../../shaders/train_rmsnorm.wgsl"),
-                "main",
-            )?,
-            rmsnorm_bwd: k(
-                "train_rmsnorm_bwd",
-                include_str!("../../shaders/train_rmsnorm_bwd.wgsl"),
-                "main",
-            )?,
-            colsum: k(
-                "train_colsum",
-                include_str!("../../shaders/train_colsum.wgsl"),
-                "main",
-            )?,
-            embed_fwd: k("train_embed_fwd", embed, "forward")?,
-            embed_bwd: k("train_embed_bwd", embed, "backward")?,
-            loss_fwd: k("train_loss_fwd", loss, "forward")?,
-            loss_bwd: k("train_loss_bwd", loss, "backward")?,
-            masked_loss_fwd: k("train_loss_masked_fwd", masked, "forward")?,
-            masked_loss_bwd: k("train_loss_masked_bwd", masked, "backward")?,
-            shift_targets: k("train_shift_targets", targets, "shift")?,
-            pack_inputs: k("train_pack_inputs", targets, "pack")?,
-            conv: k(
-                "train_conv",
-                include_str!("../../shaders/train_conv.wgsl"),
-                "main",
-            )?,
-            conv_bwd: k(
-                "train_conv_bwd",
-                include_str!("../../shaders/train_conv_bwd.wgsl"),
-                "main",
-            )?,
-            conv_bwd_w: k(
-                "train_conv_bwd_w",
-                include_str!("../../shaders/train_conv_bwd_w.wgsl"),
-                "main",
-            )?,
-            qkv: k(
-                "train_qkv",
-                include_str!("../../shaders/train_qkv.wgsl"),
-                "main",
-            )?,
-            gates: k(
-                "train_gates",
-                include_str!("../../shaders/train_gates.wgsl"),
-                "main",
-            )?,
-            gate_silu: k(
-                "train_gate_silu",
-                include_str!("../../shaders/train_gate_silu.wgsl"),
-                "main",
-            )?,
-            add: k(
-                "train_add",
-                include_str!("../../shaders/train_add.wgsl"),
-                "main",
-            )?,
+            rmsnorm: k("train_rmsnorm", norm::RMSNORM_WGSL, "main")?,
+            rmsnorm_bwd: k("train_rmsnorm_bwd", norm::RMSNORM_BWD_WGSL, "main")?,
+            colsum: k("train_colsum", norm::COLSUM_WGSL, "main")?,
+            embed_fwd: k("train_embed_fwd", embed::EMBED_WGSL, "forward")?,
+            embed_bwd: k("train_embed_bwd", embed::EMBED_WGSL, "backward")?,
+            loss_fwd: k("train_loss_fwd", loss::LOSS_WGSL, "forward")?,
+            loss_bwd: k("train_loss_bwd", loss::LOSS_WGSL, "backward")?,
+            masked_loss_fwd: k("train_loss_masked_fwd", loss::MASKED_LOSS_WGSL, "forward")?,
+            masked_loss_bwd: k("train_loss_masked_bwd", loss::MASKED_LOSS_WGSL, "backward")?,
+            shift_targets: k("train_shift_targets", embed::TARGETS_WGSL, "shift")?,
+            pack_inputs: k("train_pack_inputs", embed::TARGETS_WGSL, "pack")?,
+            conv: k("train_conv", conv::CONV_WGSL, "main")?,
+            conv_bwd: k("train_conv_bwd", conv::CONV_BWD_WGSL, "main")?,
+            conv_bwd_w: k("train_conv_bwd_w", conv::CONV_BWD_W_WGSL, "main")?,
+            qkv: k("train_qkv", gdn::QKV_WGSL, "main")?,
+            gates: k("train_gates", gdn::GATES_WGSL, "main")?,
+            gate_silu: k("train_gate_silu", elementwise::GATE_SILU_WGSL, "main")?,
+            add: k("train_add", elementwise::ADD_WGSL, "main")?,
+            placeholder: gpu.storage_zeroed("unused binding", 4)?,
         })
     }
 
-    fn dispatch(
+    /// One dispatch of `kernel` with `buffers` at bindings 0.. and `params` (the `#[repr(C)]`
+    /// mirror of the kernel's uniform struct) in a uniform block after them.
+    fn dispatch<P: bytemuck::Pod>(
         gpu: &Gpu,
         kernel: &Kernel,
         buffers: &[&wgpu::Buffer],
-        words: &[u32],
+        params: &P,
         groups: [u32; 3],
     ) -> Dispatch {
-        let mut block = [0u32; 16];
-        block[..words.len()].copy_from_slice(words);
-        let params = gpu.uniform_from(&kernel.label, &block);
+        let params = gpu.uniform_from(&kernel.label, params);
         let mut all: Vec<&wgpu::Buffer> = buffers.to_vec();
         all.push(&params);
         Dispatch {
@@ -223,16 +175,17 @@ impl TrainKernels {
         }
     }
 
-    /// One bound dispatch as a [`Step`] (also the Mamba-2 kernels' way to bind theirs).
-    pub(crate) fn step(
+    /// One bound dispatch as a [`Step`] (also the Mamba-2 kernels' and the head's way to bind
+    /// theirs).
+    pub(crate) fn step<P: bytemuck::Pod>(
         gpu: &Gpu,
         kernel: &Kernel,
         buffers: &[&wgpu::Buffer],
-        words: &[u32],
+        params: &P,
         groups: [u32; 3],
     ) -> Step {
         Step {
-            parts: vec![Self::dispatch(gpu, kernel, buffers, words, groups)],
+            parts: vec![Self::dispatch(gpu, kernel, buffers, params, groups)],
         }
     }
 }

@@ -2,77 +2,138 @@
 //! shares into a gradient.
 
 use super::{grid, u, Step, TrainKernels};
-use crate::gpu::{Gpu, GpuError};
+use crate::gpu::{Gpu, GpuError, Rows};
+
+pub(super) const RMSNORM_WGSL: &str = include_str!("../../shaders/train_rmsnorm.wgsl");
+pub(super) const RMSNORM_BWD_WGSL: &str = include_str!("../../shaders/train_rmsnorm_bwd.wgsl");
+pub(super) const COLSUM_WGSL: &str = include_str!("../../shaders/train_colsum.wgsl");
+
+/// `NormParams` of train_rmsnorm.wgsl and train_rmsnorm_bwd.wgsl (one layout).
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct NormParams {
+    rows: u32,
+    cols: u32,
+    eps: f32,
+    acc: u32,
+}
+
+/// `SumParams` of train_colsum.wgsl.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct SumParams {
+    rows: u32,
+    cols: u32,
+    stride: u32,
+    in_off: u32,
+}
+
+/// Buffers of a norm's forward: input `x`, weight `w`, output `out` and the per-row
+/// 1/rms `rstd` that the backward reads.
+#[derive(Clone, Copy, Debug)]
+pub struct NormIo<'a> {
+    pub x: &'a wgpu::Buffer,
+    pub w: &'a wgpu::Buffer,
+    pub out: &'a wgpu::Buffer,
+    pub rstd: &'a wgpu::Buffer,
+}
+
+/// The gradients of a norm's backward: the output gradient `dy` in; the input gradient `dx` and
+/// the per-row shares of dw `wrow` `[rows][cols]` out (sum them with [`TrainKernels::colsum`]).
+#[derive(Clone, Copy, Debug)]
+pub struct NormGrads<'a> {
+    pub dy: &'a wgpu::Buffer,
+    pub dx: &'a wgpu::Buffer,
+    pub wrow: &'a wgpu::Buffer,
+}
 
 impl TrainKernels {
     /// RMSNorm of `rows` rows of `cols` with weight `w` (`cols`), keeping `rstd` per row.
-    #[allow(clippy::too_many_arguments)]
     pub fn rmsnorm(
         &self,
         gpu: &Gpu,
-        x: &wgpu::Buffer,
-        w: &wgpu::Buffer,
-        out: &wgpu::Buffer,
-        rstd: &wgpu::Buffer,
+        io: NormIo<'_>,
         rows: usize,
         cols: usize,
         eps: f32,
     ) -> Result<Step, GpuError> {
-        let words = [u(rows)?, u(cols)?, eps.to_bits(), 0];
+        let params = NormParams {
+            rows: u(rows)?,
+            cols: u(cols)?,
+            eps,
+            acc: 0,
+        };
         Ok(Self::step(
             gpu,
             &self.rmsnorm,
-            &[x, w, out, rstd],
-            &words,
+            &[io.x, io.w, io.out, io.rstd],
+            &params,
             grid(rows)?,
         ))
     }
 
-    /// RMSNorm backward: `dx` (written, or added when `acc`) and the per-row shares of dw in
-    /// `wrow` `[rows][cols]` (sum them with [`TrainKernels::colsum`]).
-    #[allow(clippy::too_many_arguments)]
+    /// RMSNorm backward from the forward's `x`, `w` and `rstd`: `grads.dx` written (added when
+    /// `accumulate_dx`) and `grads.wrow` written.
     pub fn rmsnorm_backward(
         &self,
         gpu: &Gpu,
-        x: &wgpu::Buffer,
-        w: &wgpu::Buffer,
-        rstd: &wgpu::Buffer,
-        dy: &wgpu::Buffer,
-        dx: &wgpu::Buffer,
-        wrow: &wgpu::Buffer,
+        forward: NormIo<'_>,
+        grads: NormGrads<'_>,
         rows: usize,
         cols: usize,
-        acc: bool,
+        accumulate_dx: bool,
     ) -> Result<Step, GpuError> {
-        let words = [u(rows)?, u(cols)?, 0, u32::from(acc)];
+        let params = NormParams {
+            rows: u(rows)?,
+            cols: u(cols)?,
+            eps: 0.0,
+            acc: u32::from(accumulate_dx),
+        };
+        let f = forward;
         Ok(Self::step(
             gpu,
             &self.rmsnorm_bwd,
-            &[x, w, rstd, dy, dx, wrow],
-            &words,
+            &[f.x, f.w, f.rstd, grads.dy, grads.dx, grads.wrow],
+            &params,
             grid(rows)?,
         ))
     }
 
-    /// `out[c] += Σ_r inp[in_off + r·stride + c]` for `c < cols`, `r < rows`.
-    #[allow(clippy::too_many_arguments)]
+    /// `out[c] += Σ_r inp(r, c)` over the first `cols` columns of `rows` rows of `inp`.
     pub fn colsum(
         &self,
         gpu: &Gpu,
-        inp: &wgpu::Buffer,
-        in_off: usize,
-        stride: usize,
+        inp: Rows<'_>,
         rows: usize,
         cols: usize,
         out: &wgpu::Buffer,
     ) -> Result<Step, GpuError> {
-        let words = [u(rows)?, u(cols)?, u(stride)?, u(in_off)?];
+        let params = SumParams {
+            rows: u(rows)?,
+            cols: u(cols)?,
+            stride: u(inp.stride)?,
+            in_off: u(inp.off)?,
+        };
         Ok(Self::step(
             gpu,
             &self.colsum,
-            &[inp, out],
-            &words,
+            &[inp.buf, out],
+            &params,
             grid(cols)?,
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::{wgsl_uniform_size, with_common};
+
+    #[test]
+    fn uniforms_match_their_wgsl_structs() {
+        let size = |body: &str| wgsl_uniform_size(&with_common(body));
+        assert_eq!(size_of::<NormParams>(), size(RMSNORM_WGSL));
+        assert_eq!(size_of::<NormParams>(), size(RMSNORM_BWD_WGSL));
+        assert_eq!(size_of::<SumParams>(), size(COLSUM_WGSL));
     }
 }

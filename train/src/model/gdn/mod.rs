@@ -26,11 +26,12 @@ use crate::model::skeleton::{SkeletonParts, SkeletonSteps, WindowBuffers};
 use crate::model::{Blocks, Stage, StageMark, TrainModel};
 use crate::model::{GraphOptions, InitRng};
 use loglinear_host_gpu::chunk_scan::{ChunkScan, Form, ScanIo, ScanKernels, ScanShape};
-use loglinear_host_gpu::gpu::{Gpu, GpuError};
+use loglinear_host_gpu::gpu::{Gpu, GpuError, Rows};
 use loglinear_host_gpu::grad::OpGradIo;
 use loglinear_host_gpu::train::head::head_capacity;
 use loglinear_host_gpu::train::kernels::{
-    encode_all, ConvShape, GateIo, GateShape, Step, TrainKernels,
+    encode_all, ConvShape, EmbedShape, GateIo, GateShape, GateSiluGradIo, LinearGradIo,
+    LinearShape, NormGrads, NormIo, QkvIo, QkvShape, Step, TrainKernels,
 };
 use loglinear_host_gpu::train::Param;
 use loglinear_host_gpu::wgpu;
@@ -293,16 +294,13 @@ impl GdnTrainModel {
         let pv = |i: usize| &params[i].value;
         let pg = |i: usize| &params[i].grad;
 
-        let embed = k.embed(
-            gpu,
-            &windows.tokens,
-            pv(embedding),
-            &xs[0],
+        let embed_shape = EmbedShape {
             seq_len,
             batch,
             d,
             vocab,
-        )?;
+        };
+        let embed = k.embed(gpu, &windows.tokens, pv(embedding), &xs[0], embed_shape)?;
         let mut steps = Vec::with_capacity(c.num_layers);
         for (l, (bp, a)) in blocks.iter().zip(&acts).enumerate() {
             let (x_in, x_out) = (&xs[l], &xs[l + 1]);
@@ -329,24 +327,44 @@ impl GdnTrainModel {
                 levels,
             };
             let l_scale = bp.l_scale.map_or(&unused, |i| pv(i));
+            let linear = |in_dim, out_dim| LinearShape {
+                rows: n,
+                in_dim,
+                out_dim,
+            };
+            let qkv_shape = QkvShape {
+                rows: n,
+                heads: h,
+                dk,
+                dv,
+            };
+            let h1 = Rows::new(&a.h1, 0, d);
+            let proj = |off| Rows::new(&a.proj, off, ch);
+            let abl = |off| Rows::new(&a.abl, off, abl_stride);
+            let attn_norm = NormIo {
+                x: x_in,
+                w: pv(bp.attn_norm),
+                out: &a.h1,
+                rstd: &a.rstd1,
+            };
+            let o_norm = NormIo {
+                x: &a.o,
+                w: pv(bp.o_norm),
+                out: &a.y,
+                rstd: &a.rstd_o,
+            };
+            let mlp_norm = NormIo {
+                x: &a.x_mid,
+                w: pv(bp.mlp_norm),
+                out: &a.h2,
+                rstd: &a.rstd2,
+            };
             // Forward, before the operator.
             let mut before = vec![
-                k.rmsnorm(gpu, x_in, pv(bp.attn_norm), &a.h1, &a.rstd1, n, d, eps)?,
-                k.linear(gpu, n, d, kd, &a.h1, 0, d, pv(bp.q_proj), &a.proj, 0, ch)?,
-                k.linear(gpu, n, d, kd, &a.h1, 0, d, pv(bp.k_proj), &a.proj, kd, ch)?,
-                k.linear(
-                    gpu,
-                    n,
-                    d,
-                    vd,
-                    &a.h1,
-                    0,
-                    d,
-                    pv(bp.v_proj),
-                    &a.proj,
-                    2 * kd,
-                    ch,
-                )?,
+                k.rmsnorm(gpu, attn_norm, n, d, eps)?,
+                k.linear(gpu, linear(d, kd), h1, pv(bp.q_proj), proj(0))?,
+                k.linear(gpu, linear(d, kd), h1, pv(bp.k_proj), proj(kd))?,
+                k.linear(gpu, linear(d, vd), h1, pv(bp.v_proj), proj(2 * kd))?,
             ];
             for &(wi, c0, cn) in &convs {
                 before.push(k.conv(
@@ -358,59 +376,19 @@ impl GdnTrainModel {
                     conv_shape(c0, cn),
                 )?);
             }
-            before.push(k.qkv(
-                gpu,
-                &a.conv_out,
-                &gs.dconv_out,
-                &a.q,
-                &a.k,
-                &a.v,
-                n,
-                h,
-                dk,
-                dv,
-                false,
-            )?);
-            before.push(k.linear(
-                gpu,
-                n,
-                d,
-                h,
-                &a.h1,
-                0,
-                d,
-                pv(bp.a_proj),
-                &a.abl,
-                0,
-                abl_stride,
-            )?);
-            before.push(k.linear(
-                gpu,
-                n,
-                d,
-                h,
-                &a.h1,
-                0,
-                d,
-                pv(bp.b_proj),
-                &a.abl,
-                h,
-                abl_stride,
-            )?);
+            let qkv_io = QkvIo {
+                x: &a.conv_out,
+                dx: &gs.dconv_out,
+                q: &a.q,
+                k: &a.k,
+                v: &a.v,
+            };
+            before.push(k.qkv(gpu, qkv_io, qkv_shape, false)?);
+            before.push(k.linear(gpu, linear(d, h), h1, pv(bp.a_proj), abl(0))?);
+            before.push(k.linear(gpu, linear(d, h), h1, pv(bp.b_proj), abl(h))?);
             if let Some(lp) = bp.l_proj {
-                before.push(k.linear(
-                    gpu,
-                    n,
-                    d,
-                    LAMBDA_LEVELS * h,
-                    &a.h1,
-                    0,
-                    d,
-                    pv(lp),
-                    &a.abl,
-                    2 * h,
-                    abl_stride,
-                )?);
+                let l_shape = linear(d, LAMBDA_LEVELS * h);
+                before.push(k.linear(gpu, l_shape, h1, pv(lp), abl(2 * h))?);
             }
             before.push(k.gates(
                 gpu,
@@ -428,142 +406,100 @@ impl GdnTrainModel {
                 gate_shape,
                 false,
             )?);
-            before.push(k.linear(gpu, n, d, vd, &a.h1, 0, d, pv(bp.g_proj), &a.gp, 0, vd)?);
+            let gp = Rows::new(&a.gp, 0, vd);
+            before.push(k.linear(gpu, linear(d, vd), h1, pv(bp.g_proj), gp)?);
             // Forward, after the operator: output norm and gate, o_proj, residual, MLP.
+            let (yg, h2, act) = (
+                Rows::new(&a.yg, 0, vd),
+                Rows::new(&a.h2, 0, d),
+                Rows::new(&a.act, 0, im),
+            );
+            let (mix_rows, mlp_rows) = (Rows::new(&mix_out, 0, d), Rows::new(&mlp_out, 0, d));
             let after = vec![
-                k.rmsnorm(gpu, &a.o, pv(bp.o_norm), &a.y, &a.rstd_o, n * h, dv, eps)?,
-                k.gate_silu(gpu, &a.y, &a.gp, &a.yg, &unused, &unused, n * vd, false)?,
-                k.linear(gpu, n, vd, d, &a.yg, 0, vd, pv(bp.o_proj), &mix_out, 0, d)?,
+                k.rmsnorm(gpu, o_norm, n * h, dv, eps)?,
+                k.gate_silu(gpu, &a.y, &a.gp, &a.yg, n * vd)?,
+                k.linear(gpu, linear(vd, d), yg, pv(bp.o_proj), mix_rows)?,
                 k.add(gpu, x_in, &mix_out, &a.x_mid, n * d)?,
-                k.rmsnorm(gpu, &a.x_mid, pv(bp.mlp_norm), &a.h2, &a.rstd2, n, d, eps)?,
-                k.linear(gpu, n, d, im, &a.h2, 0, d, pv(bp.gate), &a.mg, 0, im)?,
-                k.linear(gpu, n, d, im, &a.h2, 0, d, pv(bp.up), &a.mu, 0, im)?,
-                k.gate_silu(gpu, &a.mu, &a.mg, &a.act, &unused, &unused, n * im, false)?,
-                k.linear(gpu, n, im, d, &a.act, 0, im, pv(bp.down), &mlp_out, 0, d)?,
+                k.rmsnorm(gpu, mlp_norm, n, d, eps)?,
+                k.linear(gpu, linear(d, im), h2, pv(bp.gate), Rows::new(&a.mg, 0, im))?,
+                k.linear(gpu, linear(d, im), h2, pv(bp.up), Rows::new(&a.mu, 0, im))?,
+                k.gate_silu(gpu, &a.mu, &a.mg, &a.act, n * im)?,
+                k.linear(gpu, linear(im, d), act, pv(bp.down), mlp_rows)?,
                 k.add(gpu, &a.x_mid, &mlp_out, x_out, n * d)?,
             ];
 
             // Backward, top down. gs.dx holds dL/d x_out on entry.
             let mut bwd_after = Vec::new();
+            let (dh, wrow) = (Rows::new(&gs.dh, 0, d), &gs.wrow);
             bwd_after.extend(k.linear_backward(
                 gpu,
-                n,
-                im,
-                d,
-                &a.act,
-                0,
-                im,
-                pv(bp.down),
-                pg(bp.down),
-                &gs.dx,
-                0,
-                d,
-                &gs.dact,
-                0,
-                im,
-                false,
+                linear(im, d),
+                LinearGradIo {
+                    x: act,
+                    w: pv(bp.down),
+                    dw: pg(bp.down),
+                    dy: Rows::new(&gs.dx, 0, d),
+                    dx: Rows::new(&gs.dact, 0, im),
+                    accumulate_dx: false,
+                },
             )?);
-            bwd_after.push(k.gate_silu(
-                gpu,
-                &a.mu,
-                &a.mg,
-                &gs.dact,
-                &gs.dmu,
-                &gs.dmg,
-                n * im,
-                true,
-            )?);
-            bwd_after.extend(k.linear_backward(
-                gpu,
-                n,
-                d,
-                im,
-                &a.h2,
-                0,
-                d,
-                pv(bp.gate),
-                pg(bp.gate),
-                &gs.dmg,
-                0,
-                im,
-                &gs.dh,
-                0,
-                d,
-                false,
-            )?);
-            bwd_after.extend(k.linear_backward(
-                gpu,
-                n,
-                d,
-                im,
-                &a.h2,
-                0,
-                d,
-                pv(bp.up),
-                pg(bp.up),
-                &gs.dmu,
-                0,
-                im,
-                &gs.dh,
-                0,
-                d,
-                true,
-            )?);
-            bwd_after.push(k.rmsnorm_backward(
-                gpu,
-                &a.x_mid,
-                pv(bp.mlp_norm),
-                &a.rstd2,
-                &gs.dh,
-                &gs.dx,
-                &gs.wrow,
-                n,
-                d,
-                true,
-            )?);
-            bwd_after.push(k.colsum(gpu, &gs.wrow, 0, d, n, d, pg(bp.mlp_norm))?);
+            let swiglu = GateSiluGradIo {
+                a: &a.mu,
+                b: &a.mg,
+                dout: &gs.dact,
+                da: &gs.dmu,
+                db: &gs.dmg,
+            };
+            bwd_after.push(k.gate_silu_backward(gpu, swiglu, n * im)?);
+            for (wi, dy, accumulate_dx) in [(bp.gate, &gs.dmg, false), (bp.up, &gs.dmu, true)] {
+                bwd_after.extend(k.linear_backward(
+                    gpu,
+                    linear(d, im),
+                    LinearGradIo {
+                        x: h2,
+                        w: pv(wi),
+                        dw: pg(wi),
+                        dy: Rows::new(dy, 0, im),
+                        dx: dh,
+                        accumulate_dx,
+                    },
+                )?);
+            }
+            let into_dx = NormGrads {
+                dy: &gs.dh,
+                dx: &gs.dx,
+                wrow,
+            };
+            bwd_after.push(k.rmsnorm_backward(gpu, mlp_norm, into_dx, n, d, true)?);
+            bwd_after.push(k.colsum(gpu, Rows::new(&gs.wrow, 0, d), n, d, pg(bp.mlp_norm))?);
             // gs.dx now holds dL/d x_mid.
             bwd_after.extend(k.linear_backward(
                 gpu,
-                n,
-                vd,
-                d,
-                &a.yg,
-                0,
-                vd,
-                pv(bp.o_proj),
-                pg(bp.o_proj),
-                &gs.dx,
-                0,
-                d,
-                &gs.dyg,
-                0,
-                vd,
-                false,
+                linear(vd, d),
+                LinearGradIo {
+                    x: yg,
+                    w: pv(bp.o_proj),
+                    dw: pg(bp.o_proj),
+                    dy: Rows::new(&gs.dx, 0, d),
+                    dx: Rows::new(&gs.dyg, 0, vd),
+                    accumulate_dx: false,
+                },
             )?);
-            bwd_after.push(k.gate_silu(
-                gpu,
-                &a.y,
-                &a.gp,
-                &gs.dyg,
-                &gs.dy,
-                &gs.dgp,
-                n * vd,
-                true,
-            )?);
-            bwd_after.push(k.rmsnorm_backward(
-                gpu,
-                &a.o,
-                pv(bp.o_norm),
-                &a.rstd_o,
-                &gs.dy,
-                &gs.d_o,
-                &gs.wrow,
-                n * h,
-                dv,
-                false,
-            )?);
-            bwd_after.push(k.colsum(gpu, &gs.wrow, 0, dv, n * h, dv, pg(bp.o_norm))?);
+            let output_gate = GateSiluGradIo {
+                a: &a.y,
+                b: &a.gp,
+                dout: &gs.dyg,
+                da: &gs.dy,
+                db: &gs.dgp,
+            };
+            bwd_after.push(k.gate_silu_backward(gpu, output_gate, n * vd)?);
+            let into_d_o = NormGrads {
+                dy: &gs.dy,
+                dx: &gs.d_o,
+                wrow,
+            };
+            bwd_after.push(k.rmsnorm_backward(gpu, o_norm, into_d_o, n * h, dv, false)?);
+            bwd_after.push(k.colsum(gpu, Rows::new(&gs.wrow, 0, dv), n * h, dv, pg(bp.o_norm))?);
             let mut bwd_before = vec![k.gates(
                 gpu,
                 GateIo {
@@ -580,32 +516,24 @@ impl GdnTrainModel {
                 gate_shape,
                 true,
             )?];
-            bwd_before.push(k.colsum(gpu, &gs.prow, 0, pw, n, h, pg(bp.a_log))?);
-            bwd_before.push(k.colsum(gpu, &gs.prow, h, pw, n, h, pg(bp.dt_bias))?);
+            bwd_before.push(k.colsum(gpu, Rows::new(&gs.prow, 0, pw), n, h, pg(bp.a_log))?);
+            bwd_before.push(k.colsum(gpu, Rows::new(&gs.prow, h, pw), n, h, pg(bp.dt_bias))?);
             if let Some(li) = bp.l_scale {
                 bwd_before.push(k.colsum(
                     gpu,
-                    &gs.prow,
-                    2 * h,
-                    pw,
+                    Rows::new(&gs.prow, 2 * h, pw),
                     n,
                     LAMBDA_LEVELS * h,
                     pg(li),
                 )?);
             }
-            bwd_before.push(k.qkv(
-                gpu,
-                &a.conv_out,
-                &gs.dconv_out,
-                &gs.dq,
-                &gs.dk,
-                &gs.dv,
-                n,
-                h,
-                dk,
-                dv,
-                true,
-            )?);
+            let qkv_grads = QkvIo {
+                q: &gs.dq,
+                k: &gs.dk,
+                v: &gs.dv,
+                ..qkv_io
+            };
+            bwd_before.push(k.qkv(gpu, qkv_grads, qkv_shape, true)?);
             for &(wi, c0, cn) in &convs {
                 let s = conv_shape(c0, cn);
                 bwd_before.push(k.conv_backward(
@@ -640,36 +568,19 @@ impl GdnTrainModel {
             for (i, &(wi, out_dim, dy, off, stride)) in projections.iter().enumerate() {
                 bwd_before.extend(k.linear_backward(
                     gpu,
-                    n,
-                    d,
-                    out_dim,
-                    &a.h1,
-                    0,
-                    d,
-                    pv(wi),
-                    pg(wi),
-                    dy,
-                    off,
-                    stride,
-                    &gs.dh,
-                    0,
-                    d,
-                    i > 0,
+                    linear(d, out_dim),
+                    LinearGradIo {
+                        x: h1,
+                        w: pv(wi),
+                        dw: pg(wi),
+                        dy: Rows::new(dy, off, stride),
+                        dx: dh,
+                        accumulate_dx: i > 0,
+                    },
                 )?);
             }
-            bwd_before.push(k.rmsnorm_backward(
-                gpu,
-                x_in,
-                pv(bp.attn_norm),
-                &a.rstd1,
-                &gs.dh,
-                &gs.dx,
-                &gs.wrow,
-                n,
-                d,
-                true,
-            )?);
-            bwd_before.push(k.colsum(gpu, &gs.wrow, 0, d, n, d, pg(bp.attn_norm))?);
+            bwd_before.push(k.rmsnorm_backward(gpu, attn_norm, into_dx, n, d, true)?);
+            bwd_before.push(k.colsum(gpu, Rows::new(&gs.wrow, 0, d), n, d, pg(bp.attn_norm))?);
             steps.push(BlockSteps {
                 before_scan: before,
                 after_scan: after,

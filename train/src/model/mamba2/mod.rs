@@ -21,12 +21,17 @@ use crate::model::skeleton::{SkeletonParts, SkeletonSteps, WindowBuffers};
 use crate::model::{Blocks, Stage, StageMark, TrainModel};
 use crate::model::{GraphOptions, InitRng};
 use loglinear_host_gpu::chunk_scan::{ChunkScan, Form, ScanIo, ScanKernels, ScanShape};
-use loglinear_host_gpu::gpu::{Gpu, GpuError};
+use loglinear_host_gpu::gpu::{Gpu, GpuError, Rows};
 use loglinear_host_gpu::grad::op_m2::{M2Backward, M2Kernels};
 use loglinear_host_gpu::grad::OpGradIo;
 use loglinear_host_gpu::train::head::head_capacity;
-use loglinear_host_gpu::train::kernels::{encode_all, ConvShape, Operand, Step, TrainKernels};
-use loglinear_host_gpu::train::mamba2_kernels::{M2GateIo, M2Shape, M2TrainKernels};
+use loglinear_host_gpu::train::kernels::{
+    encode_all, ConvShape, EmbedShape, GateSiluGradIo, LinearGradIo, LinearShape, Matmul,
+    NormGrads, NormIo, Operand, Step, TrainKernels,
+};
+use loglinear_host_gpu::train::mamba2_kernels::{
+    M2ConvIo, M2GateGradIo, M2GateIo, M2QkvIo, M2Shape, M2TrainKernels, M2XGradIo,
+};
 use loglinear_host_gpu::train::Param;
 use loglinear_host_gpu::wgpu;
 use loglinear_runtime::{exact_levels, ModelConfig, LAMBDA_LEVELS};
@@ -72,15 +77,15 @@ fn linear_rows(
 ) -> Result<Step, GpuError> {
     k.matmul(
         gpu,
-        rows,
-        w.out_dim,
-        w.in_dim,
-        Operand::rows(x, 0, w.in_dim),
-        Operand::cols(w.w, w.row0 * w.in_dim, w.in_dim),
-        y,
-        0,
-        w.out_dim,
-        false,
+        Matmul {
+            m: rows,
+            n: w.out_dim,
+            k: w.in_dim,
+            a: Operand::rows(x, 0, w.in_dim),
+            b: Operand::cols(w.w, w.row0 * w.in_dim, w.in_dim),
+            c: Rows::new(y, 0, w.out_dim),
+            accumulate: false,
+        },
     )
 }
 
@@ -98,27 +103,27 @@ fn linear_rows_backward(
 ) -> Result<[Step; 2], GpuError> {
     let dx_step = k.matmul(
         gpu,
-        rows,
-        w.in_dim,
-        w.out_dim,
-        Operand::rows(dy, 0, w.out_dim),
-        Operand::rows(w.w, w.row0 * w.in_dim, w.in_dim),
-        dx,
-        0,
-        w.in_dim,
-        acc_dx,
+        Matmul {
+            m: rows,
+            n: w.in_dim,
+            k: w.out_dim,
+            a: Operand::rows(dy, 0, w.out_dim),
+            b: Operand::rows(w.w, w.row0 * w.in_dim, w.in_dim),
+            c: Rows::new(dx, 0, w.in_dim),
+            accumulate: acc_dx,
+        },
     )?;
     let dw_step = k.matmul(
         gpu,
-        w.out_dim,
-        w.in_dim,
-        rows,
-        Operand::cols(dy, 0, w.out_dim),
-        Operand::rows(x, 0, w.in_dim),
-        w.dw,
-        w.row0 * w.in_dim,
-        w.in_dim,
-        true,
+        Matmul {
+            m: w.out_dim,
+            n: w.in_dim,
+            k: rows,
+            a: Operand::cols(dy, 0, w.out_dim),
+            b: Operand::rows(x, 0, w.in_dim),
+            c: Rows::new(w.dw, w.row0 * w.in_dim, w.in_dim),
+            accumulate: true,
+        },
     )?;
     Ok([dx_step, dw_step])
 }
@@ -334,16 +339,13 @@ impl Mamba2TrainModel {
         let pv = |i: usize| &params[i].value;
         let pg = |i: usize| &params[i].grad;
 
-        let embed = k.embed(
-            gpu,
-            &windows.tokens,
-            pv(embedding),
-            &xs[0],
+        let embed_shape = EmbedShape {
             seq_len,
             batch,
             d,
             vocab,
-        )?;
+        };
+        let embed = k.embed(gpu, &windows.tokens, pv(embedding), &xs[0], embed_shape)?;
         let mut steps = Vec::with_capacity(c.num_layers);
         for (l, (bp, a)) in blocks.iter().zip(&acts).enumerate() {
             let (x_in, x_out) = (&xs[l], &xs[l + 1]);
@@ -374,27 +376,56 @@ impl Mamba2TrainModel {
                 channels: ch,
                 width: w,
             };
+            let linear = |in_dim, out_dim| LinearShape {
+                rows: n,
+                in_dim,
+                out_dim,
+            };
+            let mixer_norm = NormIo {
+                x: x_in,
+                w: pv(bp.mixer_norm),
+                out: &a.h1,
+                rstd: &a.rstd1,
+            };
+            let gated_norm = NormIo {
+                x: &a.yg,
+                w: pv(bp.norm),
+                out: &a.yn,
+                rstd: &a.rstd_n,
+            };
+            let mlp_norm = NormIo {
+                x: &a.x_mid,
+                w: pv(bp.mlp_norm),
+                out: &a.h2,
+                rstd: &a.rstd2,
+            };
+            let conv_io = M2ConvIo {
+                inp: &a.proj,
+                w: pv(bp.conv),
+                bias: conv_bias,
+                pre: &a.conv_pre,
+                out: &a.xbc,
+            };
+            let qkv_io = M2QkvIo {
+                xbc: &a.xbc,
+                dt: &oi.dt,
+                q: &oi.q,
+                k: &oi.k,
+                v: &oi.v,
+            };
             // Forward, before the operator.
             let before = vec![
-                k.rmsnorm(gpu, x_in, pv(bp.mixer_norm), &a.h1, &a.rstd1, n, d, eps)?,
+                k.rmsnorm(gpu, mixer_norm, n, d, eps)?,
                 linear_rows(&k, gpu, n, &a.h1, w_z, &a.z)?,
                 linear_rows(&k, gpu, n, &a.h1, w_xbc, &a.proj)?,
                 linear_rows(&k, gpu, n, &a.h1, w_dtl, &a.dtl)?,
-                mk.conv(
-                    gpu,
-                    ms,
-                    &a.proj,
-                    pv(bp.conv),
-                    conv_bias,
-                    &a.conv_pre,
-                    &a.xbc,
-                )?,
+                mk.conv(gpu, ms, conv_io)?,
                 mk.gates(gpu, ms, &gate_io, &oi.g, &oi.lam, &oi.dt)?,
-                mk.qkv(gpu, ms, &a.xbc, &oi.dt, &oi.q, &oi.k, &oi.v)?,
+                mk.qkv(gpu, ms, qkv_io)?,
             ];
             let recompute = vec![
                 mk.gates(gpu, ms, &gate_io, &oi.g, &oi.lam, &oi.dt)?,
-                mk.qkv(gpu, ms, &a.xbc, &oi.dt, &oi.q, &oi.k, &oi.v)?,
+                mk.qkv(gpu, ms, qkv_io)?,
             ];
             let scan = ChunkScan::new(
                 gpu,
@@ -412,27 +443,23 @@ impl Mamba2TrainModel {
                 },
             )?;
             // Forward, after the operator: skip, gated norm, out_proj, residual, MLP.
+            let (yn, h2, act) = (
+                Rows::new(&a.yn, 0, di),
+                Rows::new(&a.h2, 0, d),
+                Rows::new(&a.act, 0, im),
+            );
+            let (mix_rows, mlp_rows) = (Rows::new(&mix_out, 0, d), Rows::new(&mlp_out, 0, d));
             let after = vec![
                 mk.skip(gpu, ms, &oi.o, &a.xbc, pv(bp.d_skip), &a.y)?,
-                k.gate_silu(gpu, &a.y, &a.z, &a.yg, &unused, &unused, n * di, false)?,
-                mk.group_norm(
-                    gpu,
-                    &a.yg,
-                    pv(bp.norm),
-                    &a.yn,
-                    &a.rstd_n,
-                    n * ngroups,
-                    gsize,
-                    ngroups,
-                    eps,
-                )?,
-                k.linear(gpu, n, di, d, &a.yn, 0, di, pv(bp.out_proj), &mix_out, 0, d)?,
+                k.gate_silu(gpu, &a.y, &a.z, &a.yg, n * di)?,
+                mk.group_norm(gpu, gated_norm, n * ngroups, gsize, ngroups, eps)?,
+                k.linear(gpu, linear(di, d), yn, pv(bp.out_proj), mix_rows)?,
                 k.add(gpu, x_in, &mix_out, &a.x_mid, n * d)?,
-                k.rmsnorm(gpu, &a.x_mid, pv(bp.mlp_norm), &a.h2, &a.rstd2, n, d, eps)?,
-                k.linear(gpu, n, d, im, &a.h2, 0, d, pv(bp.gate), &a.mg, 0, im)?,
-                k.linear(gpu, n, d, im, &a.h2, 0, d, pv(bp.up), &a.mu, 0, im)?,
-                k.gate_silu(gpu, &a.mu, &a.mg, &a.act, &unused, &unused, n * im, false)?,
-                k.linear(gpu, n, im, d, &a.act, 0, im, pv(bp.down), &mlp_out, 0, d)?,
+                k.rmsnorm(gpu, mlp_norm, n, d, eps)?,
+                k.linear(gpu, linear(d, im), h2, pv(bp.gate), Rows::new(&a.mg, 0, im))?,
+                k.linear(gpu, linear(d, im), h2, pv(bp.up), Rows::new(&a.mu, 0, im))?,
+                k.gate_silu(gpu, &a.mu, &a.mg, &a.act, n * im)?,
+                k.linear(gpu, linear(im, d), act, pv(bp.down), mlp_rows)?,
                 k.add(gpu, &a.x_mid, &mlp_out, x_out, n * d)?,
             ];
 
@@ -443,105 +470,87 @@ impl Mamba2TrainModel {
                 &mut bwd_after,
                 k.linear_backward(
                     gpu,
-                    n,
-                    im,
-                    d,
-                    &a.act,
-                    0,
-                    im,
-                    pv(bp.down),
-                    pg(bp.down),
-                    &gs.dx,
-                    0,
-                    d,
-                    &gs.dact,
-                    0,
-                    im,
-                    false,
+                    linear(im, d),
+                    LinearGradIo {
+                        x: act,
+                        w: pv(bp.down),
+                        dw: pg(bp.down),
+                        dy: Rows::new(&gs.dx, 0, d),
+                        dx: Rows::new(&gs.dact, 0, im),
+                        accumulate_dx: false,
+                    },
                 )?,
             );
-            bwd_after.push(k.gate_silu(
-                gpu,
-                &a.mu,
-                &a.mg,
-                &gs.dact,
-                &gs.dmu,
-                &gs.dmg,
-                n * im,
-                true,
-            )?);
+            let swiglu = GateSiluGradIo {
+                a: &a.mu,
+                b: &a.mg,
+                dout: &gs.dact,
+                da: &gs.dmu,
+                db: &gs.dmg,
+            };
+            bwd_after.push(k.gate_silu_backward(gpu, swiglu, n * im)?);
             for (wi, dy, acc) in [(bp.gate, &gs.dmg, false), (bp.up, &gs.dmu, true)] {
                 shared(
                     &mut bwd_after,
                     k.linear_backward(
                         gpu,
-                        n,
-                        d,
-                        im,
-                        &a.h2,
-                        0,
-                        d,
-                        pv(wi),
-                        pg(wi),
-                        dy,
-                        0,
-                        im,
-                        &gs.dh,
-                        0,
-                        d,
-                        acc,
+                        linear(d, im),
+                        LinearGradIo {
+                            x: h2,
+                            w: pv(wi),
+                            dw: pg(wi),
+                            dy: Rows::new(dy, 0, im),
+                            dx: Rows::new(&gs.dh, 0, d),
+                            accumulate_dx: acc,
+                        },
                     )?,
                 );
             }
-            bwd_after.push(k.rmsnorm_backward(
-                gpu,
-                &a.x_mid,
-                pv(bp.mlp_norm),
-                &a.rstd2,
-                &gs.dh,
-                &gs.dx,
-                &gs.wrow,
-                n,
-                d,
-                true,
-            )?);
-            bwd_after.push(k.colsum(gpu, &gs.wrow, 0, d, n, d, pg(bp.mlp_norm))?);
+            let into_dx = NormGrads {
+                dy: &gs.dh,
+                dx: &gs.dx,
+                wrow: &gs.wrow,
+            };
+            bwd_after.push(k.rmsnorm_backward(gpu, mlp_norm, into_dx, n, d, true)?);
+            bwd_after.push(k.colsum(gpu, Rows::new(&gs.wrow, 0, d), n, d, pg(bp.mlp_norm))?);
             // gs.dx now holds dL/d x_mid.
             shared(
                 &mut bwd_after,
                 k.linear_backward(
                     gpu,
-                    n,
-                    di,
-                    d,
-                    &a.yn,
-                    0,
-                    di,
-                    pv(bp.out_proj),
-                    pg(bp.out_proj),
-                    &gs.dx,
-                    0,
-                    d,
-                    &gs.dyn_,
-                    0,
-                    di,
-                    false,
+                    linear(di, d),
+                    LinearGradIo {
+                        x: yn,
+                        w: pv(bp.out_proj),
+                        dw: pg(bp.out_proj),
+                        dy: Rows::new(&gs.dx, 0, d),
+                        dx: Rows::new(&gs.dyn_, 0, di),
+                        accumulate_dx: false,
+                    },
                 )?,
             );
+            let into_dyg = NormGrads {
+                dy: &gs.dyn_,
+                dx: &gs.dyg,
+                wrow: &gs.wrow,
+            };
             bwd_after.push(mk.group_norm_backward(
                 gpu,
-                &a.yg,
-                pv(bp.norm),
-                &a.rstd_n,
-                &gs.dyn_,
-                &gs.dyg,
-                &gs.wrow,
+                gated_norm,
+                into_dyg,
                 n * ngroups,
                 gsize,
                 ngroups,
             )?);
-            bwd_after.push(k.colsum(gpu, &gs.wrow, 0, di, n, di, pg(bp.norm))?);
-            bwd_after.push(k.gate_silu(gpu, &a.y, &a.z, &gs.dyg, &gs.dy, &gs.dz, n * di, true)?);
+            bwd_after.push(k.colsum(gpu, Rows::new(&gs.wrow, 0, di), n, di, pg(bp.norm))?);
+            let output_gate = GateSiluGradIo {
+                a: &a.y,
+                b: &a.z,
+                dout: &gs.dyg,
+                da: &gs.dy,
+                db: &gs.dz,
+            };
+            bwd_after.push(k.gate_silu_backward(gpu, output_gate, n * di)?);
             // d_o = dy (y = o + D·x).
             let op_bwd = M2Backward::with_kernels(
                 gpu,
@@ -563,33 +572,35 @@ impl Mamba2TrainModel {
                     dlam: &gs.dlam,
                 },
             )?;
+            let x_grads = M2XGradIo {
+                xbc: &a.xbc,
+                dt: &oi.dt,
+                d_skip: pv(bp.d_skip),
+                dy: &gs.dy,
+                dv: &gs.dv,
+                dxbc: &gs.dxbc,
+                sdt: &gs.sdt,
+                prow: &gs.prow,
+            };
+            let gate_grads = M2GateGradIo {
+                dg: &gs.dg,
+                dlam: &gs.dlam,
+                sdt: &gs.sdt,
+                ddtl: &gs.ddtl,
+                prow: &gs.prow,
+            };
             let mut bwd_before = vec![
-                mk.x_backward(
-                    gpu,
-                    ms,
-                    &a.xbc,
-                    &oi.dt,
-                    pv(bp.d_skip),
-                    &gs.dy,
-                    &gs.dv,
-                    &gs.dxbc,
-                    &gs.sdt,
-                    &gs.prow,
-                )?,
-                mk.gates_backward(
-                    gpu, ms, &gate_io, &gs.dg, &gs.dlam, &gs.sdt, &gs.ddtl, &gs.prow,
-                )?,
+                mk.x_backward(gpu, ms, x_grads)?,
+                mk.gates_backward(gpu, ms, &gate_io, gate_grads)?,
                 mk.bc_backward(gpu, ms, &gs.dq, &gs.dk, &gs.dxbc)?,
-                k.colsum(gpu, &gs.prow, 0, pw, n, h, pg(bp.a_log))?,
-                k.colsum(gpu, &gs.prow, h, pw, n, h, pg(bp.dt_bias))?,
-                k.colsum(gpu, &gs.prow, 2 * h, pw, n, h, pg(bp.d_skip))?,
+                k.colsum(gpu, Rows::new(&gs.prow, 0, pw), n, h, pg(bp.a_log))?,
+                k.colsum(gpu, Rows::new(&gs.prow, h, pw), n, h, pg(bp.dt_bias))?,
+                k.colsum(gpu, Rows::new(&gs.prow, 2 * h, pw), n, h, pg(bp.d_skip))?,
             ];
             if let Some(li) = bp.l_scale {
                 bwd_before.push(k.colsum(
                     gpu,
-                    &gs.prow,
-                    3 * h,
-                    pw,
+                    Rows::new(&gs.prow, 3 * h, pw),
                     n,
                     LAMBDA_LEVELS * h,
                     pg(li),
@@ -624,19 +635,8 @@ impl Mamba2TrainModel {
                     linear_rows_backward(&k, gpu, n, &a.h1, wr, dy, &gs.dh, i > 0)?,
                 );
             }
-            bwd_before.push(k.rmsnorm_backward(
-                gpu,
-                x_in,
-                pv(bp.mixer_norm),
-                &a.rstd1,
-                &gs.dh,
-                &gs.dx,
-                &gs.wrow,
-                n,
-                d,
-                true,
-            )?);
-            bwd_before.push(k.colsum(gpu, &gs.wrow, 0, d, n, d, pg(bp.mixer_norm))?);
+            bwd_before.push(k.rmsnorm_backward(gpu, mixer_norm, into_dx, n, d, true)?);
+            bwd_before.push(k.colsum(gpu, Rows::new(&gs.wrow, 0, d), n, d, pg(bp.mixer_norm))?);
             steps.push(BlockSteps {
                 before_scan: before,
                 scan,
