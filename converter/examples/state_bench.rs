@@ -79,7 +79,6 @@ impl<E: StateElem> Old<'_, E> {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn transition_delta(
         &mut self,
         t: u64,

@@ -75,26 +75,54 @@ pub struct Work {
     mlp_up: Vec<f32>,
 }
 
+/// The input of a short convolution: channel `ch` of token t is
+/// `src[t * stride + offset + ch]`, for tokens `0..t_len`.
+pub struct ConvInput<'a> {
+    /// Token-major rows that hold the channels.
+    pub src: &'a [f32],
+    /// Floats per token row of `src`.
+    pub stride: usize,
+    /// Where the channels start in each row.
+    pub offset: usize,
+    /// Tokens.
+    pub t_len: usize,
+}
+
+/// A short convolution's parameters.
+pub struct ConvWeights<'a> {
+    /// Taps `[channels][width]`.
+    pub weight: &'a [f32],
+    /// Per-channel bias (Mamba-2), or none (GDN).
+    pub bias: Option<&'a [f32]>,
+    /// Taps per channel (W).
+    pub width: usize,
+}
+
 /// The depthwise causal convolution + SiLU over all tokens, and the conv state it leaves.
 ///
-/// Input channel `ch` of token t is `src[t * stride + offset + ch]`. Output `[T][channels]`
-/// is SiLU(Σ_w in[t − W + 1 + w] · weight[ch][w] + bias[ch]) with zeros before the first token,
-/// summed in the decoder's order (w ascending, from zero); `state` (`[channels][W]`) gets the
-/// last W inputs, newest in column W − 1, zero where that token does not exist (the decoder's
-/// conv state after T tokens). The loops run along channels, so they vectorize.
-#[allow(clippy::too_many_arguments)]
+/// Output `[T][channels]` is SiLU(Σ_w in[t − W + 1 + w] · weight[ch][w] + bias[ch]) with zeros
+/// before the first token, summed in the decoder's order (w ascending, from zero); `state`
+/// (`[channels][W]`) gets the last W inputs, newest in column W − 1, zero where that token does
+/// not exist (the decoder's conv state after T tokens). The loops run along channels, so they
+/// vectorize.
 pub fn short_conv(
     threads: usize,
-    src: &[f32],
-    stride: usize,
-    offset: usize,
-    t_len: usize,
-    weight: &[f32],
-    bias: Option<&[f32]>,
-    width: usize,
+    input: &ConvInput<'_>,
+    weights: &ConvWeights<'_>,
     out: &mut [f32],
     state: &mut [f32],
 ) {
+    let ConvInput {
+        src,
+        stride,
+        offset,
+        t_len,
+    } = *input;
+    let ConvWeights {
+        weight,
+        bias,
+        width,
+    } = *weights;
     let channels = state.len() / width;
     // Weights as [W][channels], so that tap w of every channel is one contiguous row.
     let mut taps = vec![0.0f32; width * channels];
@@ -140,6 +168,16 @@ pub fn short_conv(
     }
 }
 
+/// What every mixer of one prefill runs with.
+pub struct MixerSetup<'a> {
+    /// The model's shape.
+    pub config: &'a ModelConfig,
+    /// Worker threads.
+    pub threads: usize,
+    /// Which Fenwick levels the hand-off state keeps.
+    pub policy: LevelPolicy,
+}
+
 /// What a mixer leaves besides its output: the layer's hand-off state.
 pub struct MixerState {
     /// Fenwick state `[levels][heads][dk][dv]`.
@@ -149,17 +187,19 @@ pub struct MixerState {
 }
 
 /// The (Log-Linear) Mamba-2 mixer over all tokens: `h` `[T][D]` (normed) → `out` `[T][D]`.
-#[allow(clippy::too_many_arguments)]
 pub fn mamba2(
-    c: &ModelConfig,
+    setup: &MixerSetup<'_>,
     w: &Mamba2Weights<'_>,
-    threads: usize,
-    policy: LevelPolicy,
     h: &[f32],
     out: &mut [f32],
     work: &mut Work,
     timer: &mut Timer,
 ) -> MixerState {
+    let MixerSetup {
+        config: c,
+        threads,
+        policy,
+    } = *setup;
     let t_len = h.len() / c.hidden_size;
     let (d, di, hc, p, n, groups) = (
         c.hidden_size,
@@ -180,18 +220,18 @@ pub fn mamba2(
     // 2. xBC ← SiLU(conv(xBC)), split x | B | C.
     let xbc = sized(&mut work.xbc, t_len * ch);
     let mut conv = vec![0.0f32; ch * c.conv_kernel];
-    short_conv(
-        threads,
-        zx,
-        rows,
-        di,
+    let input = ConvInput {
+        src: zx,
+        stride: rows,
+        offset: di,
         t_len,
-        w.conv,
-        w.conv_bias,
-        c.conv_kernel,
-        xbc,
-        &mut conv,
-    );
+    };
+    let weights = ConvWeights {
+        weight: w.conv,
+        bias: w.conv_bias,
+        width: c.conv_kernel,
+    };
+    short_conv(threads, &input, &weights, xbc, &mut conv);
     let xbc = &*xbc;
     // 3-4. Scan inputs: q = C, k = B per group; dt, g = −exp(A_log)·dt, v = x·dt, λ (1 for
     // plain models), in parallel blocks of tokens.
@@ -286,17 +326,19 @@ pub fn mamba2(
 }
 
 /// The (Log-Linear) Gated DeltaNet mixer over all tokens: `h` `[T][D]` → `out` `[T][D]`.
-#[allow(clippy::too_many_arguments)]
 pub fn gdn(
-    c: &ModelConfig,
+    setup: &MixerSetup<'_>,
     w: &GdnWeights<'_>,
-    threads: usize,
-    policy: LevelPolicy,
     h: &[f32],
     out: &mut [f32],
     work: &mut Work,
     timer: &mut Timer,
 ) -> MixerState {
+    let MixerSetup {
+        config: c,
+        threads,
+        policy,
+    } = *setup;
     let t_len = h.len() / c.hidden_size;
     let (d, hc, dk, dv, kd, vd) = (
         c.hidden_size,
@@ -318,7 +360,18 @@ pub fn gdn(
         let pre = sized(pre, t_len * n);
         project(threads, h, d, &dense(wt), n, pre);
         let post = sized(post, t_len * n);
-        short_conv(threads, pre, n, 0, t_len, cw, None, width, post, state);
+        let input = ConvInput {
+            src: pre,
+            stride: n,
+            offset: 0,
+            t_len,
+        };
+        let weights = ConvWeights {
+            weight: cw,
+            bias: None,
+            width,
+        };
+        short_conv(threads, &input, &weights, post, state);
     };
     conv_one(&w.q_proj, kd, w.q_conv, conv_q, &mut work.q);
     conv_one(&w.k_proj, kd, w.k_conv, conv_k, &mut work.k);

@@ -283,15 +283,20 @@ pub fn prefill(
     let mut states = Vec::new();
     let mut conv = Vec::new();
     timer.lap(Timer::HEAD);
+    let setup = layers::MixerSetup {
+        config: &c,
+        threads,
+        policy,
+    };
     for layer in 0..c.num_layers {
         let norms = model.norms(layer)?;
         layers::rmsnorm_rows(threads, &x, norms.mixer, c.norm_eps, &mut h);
         let st = if c.arch.is_mamba2() {
             let w = model.mamba2(layer)?;
-            layers::mamba2(&c, &w, threads, policy, &h, &mut out, &mut work, &mut timer)
+            layers::mamba2(&setup, &w, &h, &mut out, &mut work, &mut timer)
         } else {
             let w = model.gdn(layer)?;
-            layers::gdn(&c, &w, threads, policy, &h, &mut out, &mut work, &mut timer)
+            layers::gdn(&setup, &w, &h, &mut out, &mut work, &mut timer)
         };
         states.extend_from_slice(&st.fenwick);
         conv.extend_from_slice(&st.conv);

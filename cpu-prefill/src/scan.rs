@@ -154,6 +154,26 @@ fn columns(m: ArrayView2<'_, f32>, v0: usize, bw: usize) -> ArrayView2<'_, f32> 
     m.slice_axis_move(Axis(1), Slice::from(v0..v0 + bw))
 }
 
+/// Value columns `v0..v0 + width` of head `head`: one inter-chunk job's share of the state.
+#[derive(Clone, Copy)]
+struct ColumnBlock {
+    head: usize,
+    v0: usize,
+    width: usize,
+}
+
+impl ColumnBlock {
+    /// Inter-chunk job `j`, for `blocks` column blocks per head of `dv` value columns.
+    fn of_job(j: usize, blocks: usize, dv: usize) -> Self {
+        let (head, v0) = (j / blocks, (j % blocks) * BV);
+        ColumnBlock {
+            head,
+            v0,
+            width: BV.min(dv - v0),
+        }
+    }
+}
+
 /// Runs the scan with `threads` workers: writes o (`[T][heads][dv]`) into `o` and returns the
 /// hand-off state `[levels][heads][dk][dv]`. `scratch` is reused between calls (it holds the
 /// level readouts of the inter-chunk jobs), so that a prefill does not fault in fresh pages
@@ -198,16 +218,19 @@ pub fn chunk_scan(
         .enumerate()
         .collect();
     let states = par::map(threads, jobs, |(j, out)| {
-        let (h, v0) = (j / blocks, (j % blocks) * BV);
-        let bw = BV.min(dv - v0);
-        inter_chunk(s, x, head_chunks[h], h, v0, bw, &mut out[..s.t * bw])
+        let cols = ColumnBlock::of_job(j, blocks, dv);
+        let out = &mut out[..s.t * cols.width];
+        inter_chunk(s, x, head_chunks[cols.head], &cols, out)
     });
 
     // Merge: o = intra + inter, states scattered into `[levels][heads][dk][dv]`.
     let mut state = vec![0.0f32; s.levels * h_count * dk * dv];
     for (j, part_state) in states.iter().enumerate() {
-        let (h, v0) = (j / blocks, (j % blocks) * BV);
-        let bw = BV.min(dv - v0);
+        let ColumnBlock {
+            head: h,
+            v0,
+            width: bw,
+        } = ColumnBlock::of_job(j, blocks, dv);
         let part = &scratch[j * part_len..][..s.t * bw];
         for (c, d) in head_chunks[h].iter().enumerate() {
             for i in 0..d.n {
@@ -433,17 +456,20 @@ fn intra_chunk<'a>(
     }
 }
 
-/// Phase 2 for head `h`, value columns `v0..v0 + bw`: the level readouts go to `out`
-/// (`[T][bw]`); returns the hand-off state of these columns, `[levels][dk][bw]`.
+/// Phase 2 for the columns `cols` (head h, value columns `v0..v0 + bw`): the level readouts go
+/// to `out` (`[T][bw]`); returns the hand-off state of these columns, `[levels][dk][bw]`.
 fn inter_chunk(
     s: &ScanShape,
     x: &ScanInputs<'_>,
     chunks: &[ChunkData<'_>],
-    h: usize,
-    v0: usize,
-    bw: usize,
+    cols: &ColumnBlock,
     out: &mut [f32],
 ) -> Vec<f32> {
+    let ColumnBlock {
+        head: h,
+        v0,
+        width: bw,
+    } = *cols;
     let (dk, dv, nt) = (s.dk, s.dv, s.chunks());
     let (scans, m_top) = (s.scans(), s.m_top());
     let mut hs = vec![vec![0.0f32; dk * bw]; scans];
@@ -529,11 +555,12 @@ fn inter_chunk(
         }
     }
 
-    hand_off(s, x, chunks, &hs, &live, h, v0, bw)
+    hand_off(s, x, chunks, &hs, &live, cols)
 }
 
-/// The decoder's state after token T−1 for columns `v0..v0 + bw` of head `h`, `[levels][dk][bw]`.
-/// `hs` / `live` are the cascade's level states as the last chunk reads them.
+/// The decoder's state after token T−1 for the columns `cols` (value columns `v0..v0 + bw` of
+/// head `h`), `[levels][dk][bw]`. `hs` / `live` are the cascade's level states as the last
+/// chunk reads them.
 ///
 /// Level j holds the tokens of its bucket decayed to T−1 (runtime `LevelPolicy`): level 0 <
 /// top holds token T−1; an exact level 1 ≤ j < top holds [(T−1 >> j) << j, + 2^(j−1)) when bit
@@ -541,17 +568,19 @@ fn inter_chunk(
 /// (all tokens when top = 0). Tokens before the last chunk come from the cascade state of the
 /// matching chunk level; tokens of the last chunk are added in closed form (Mamba-2) or stepped
 /// exactly as the decoder steps them (GDN).
-#[allow(clippy::too_many_arguments)]
 fn hand_off(
     s: &ScanShape,
     x: &ScanInputs<'_>,
     chunks: &[ChunkData<'_>],
     hs: &[Vec<f32>],
     live: &[bool],
-    h: usize,
-    v0: usize,
-    bw: usize,
+    cols: &ColumnBlock,
 ) -> Vec<f32> {
+    let ColumnBlock {
+        head: h,
+        v0,
+        width: bw,
+    } = *cols;
     let (dk, dv, nt, top) = (s.dk, s.dv, s.chunks(), s.top());
     let last = s.t - 1;
     let s0 = (nt - 1) * CHUNK;

@@ -73,20 +73,16 @@ impl<E: StateElem> Reference<'_, E> {
     }
 
     /// Transition, insert and readout of head `h`; returns the readout.
-    #[allow(clippy::too_many_arguments)]
-    fn head_step(
-        &mut self,
-        t: u64,
-        h: usize,
-        form: Form,
-        alpha: f32,
-        beta: f32,
-        k: &[f32],
-        q: &[f32],
-        v: &[f32],
-        lam: &[f32],
-    ) -> Vec<f32> {
+    fn head_step(&mut self, t: u64, h: usize, form: Form, head: &HeadInputs<'_>) -> Vec<f32> {
         let Shape { dk, dv, .. } = self.sh;
+        let HeadInputs {
+            alpha,
+            beta,
+            k,
+            q,
+            v,
+            lam,
+        } = *head;
         let history: Vec<u32> = self.policy.history_levels(t).collect();
         for &l in &history {
             let l = l as usize;
@@ -147,6 +143,30 @@ struct Inputs {
     q: Vec<f32>,
     v: Vec<f32>,
     lam: Vec<f32>,
+}
+
+/// One head's inputs at one step.
+#[derive(Clone, Copy)]
+struct HeadInputs<'a> {
+    alpha: f32,
+    beta: f32,
+    k: &'a [f32],
+    q: &'a [f32],
+    v: &'a [f32],
+    lam: &'a [f32],
+}
+
+impl Inputs {
+    fn head(&self, sh: Shape, h: usize) -> HeadInputs<'_> {
+        HeadInputs {
+            alpha: self.alpha[h],
+            beta: self.beta[h],
+            k: &self.k[h * sh.dk..][..sh.dk],
+            q: &self.q[h * sh.dk..][..sh.dk],
+            v: &self.v[h * sh.dv..][..sh.dv],
+            lam: &self.lam[h * sh.levels..][..sh.levels],
+        }
+    }
 }
 
 fn inputs(sh: Shape, rng: &mut Rng) -> Inputs {
@@ -213,12 +233,16 @@ fn compare<E: StateElem>(sh: Shape, form: Form, t0: u64, steps: u64, seed: u64) 
         reference.merge(t);
         fused.merge(t);
         for h in 0..sh.heads {
-            let k = &inp.k[h * sh.dk..][..sh.dk];
-            let q = &inp.q[h * sh.dk..][..sh.dk];
-            let v = &inp.v[h * sh.dv..][..sh.dv];
-            let lam = &inp.lam[h * sh.levels..][..sh.levels];
-            let (alpha, beta) = (inp.alpha[h], inp.beta[h]);
-            let want = reference.head_step(t, h, form, alpha, beta, k, q, v, lam);
+            let head = inp.head(sh, h);
+            let want = reference.head_step(t, h, form, &head);
+            let HeadInputs {
+                alpha,
+                beta,
+                k,
+                q,
+                v,
+                lam,
+            } = head;
             let mut got = v.to_vec();
             let lam_fn = |l: u32| lam[l as usize];
             match form {

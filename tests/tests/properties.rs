@@ -59,7 +59,12 @@ impl Lcg {
     }
 }
 
+/// Random operator inputs `[T][heads][..]` and the shape they were made for.
 struct Inputs {
+    heads: usize,
+    dk: usize,
+    /// GDN (β and the delta rule) or Mamba-2 (β = 1, decay only).
+    gdn: bool,
     q: Vec<f64>,
     k: Vec<f64>,
     v: Vec<f64>,
@@ -80,6 +85,9 @@ fn inputs(seed: u64, t_len: usize, h: usize, dk: usize, dv: usize, gdn: bool, nl
         }
     }
     Inputs {
+        heads: h,
+        dk,
+        gdn,
         q: (0..t_len * h * dk).map(|_| f(r.sym())).collect(),
         k: k.into_iter().map(f).collect(),
         v: (0..t_len * h * dv).map(|_| f(r.sym())).collect(),
@@ -91,18 +99,9 @@ fn inputs(seed: u64, t_len: usize, h: usize, dk: usize, dv: usize, gdn: bool, nl
     }
 }
 
-/// [Π_{r=s+1..t} A_r] x, with A_r = α_r (I − β_r k_r k_rᵀ) (GDN) or α_r I, in f64.
-#[allow(clippy::too_many_arguments)] // the reference spells out every index it uses
-fn carry(
-    x: &mut [f64],
-    inp: &Inputs,
-    s: usize,
-    t: usize,
-    hh: usize,
-    h: usize,
-    dk: usize,
-    gdn: bool,
-) {
+/// [Π_{r=s+1..t} A_r] x for head `hh`, with A_r = α_r (I − β_r k_r k_rᵀ) (GDN) or α_r I, in f64.
+fn carry(x: &mut [f64], inp: &Inputs, s: usize, t: usize, hh: usize) {
+    let (h, dk, gdn) = (inp.heads, inp.dk, inp.gdn);
     for r in s + 1..=t {
         let i = r * h + hh;
         if gdn {
@@ -138,7 +137,7 @@ proptest! {
                 for s in 0..=t {
                     let j = s * h + hh;
                     let mut w = inp.k[j * dk..][..dk].to_vec();
-                    carry(&mut w, &inp, s, t, hh, h, dk, gdn);
+                    carry(&mut w, &inp, s, t, hh);
                     let qk: f64 = inp.q[i * dk..][..dk].iter().zip(&w).map(|(a, b)| a * b).sum();
                     let p = inp.lam[i * nl + lev(t, s) as usize] * inp.beta[j] * qk;
                     for c in 0..dv {
@@ -186,7 +185,7 @@ proptest! {
                 for s in (0..=t).filter(|&s| lev(t, s) == l) {
                     let j = s * h + hh;
                     let mut w = inp.k[j * dk..][..dk].to_vec();
-                    carry(&mut w, &inp, s, t, hh, h, dk, gdn);
+                    carry(&mut w, &inp, s, t, hh);
                     for a in 0..dk {
                         for c in 0..dv {
                             s_ref[a * dv + c] += inp.beta[j] * w[a] * inp.v[j * dv + c];

@@ -194,6 +194,15 @@ impl Budget {
     }
 }
 
+/// One run of the sweep: what the results file tells runs apart by.
+#[derive(Clone, Copy)]
+struct RunId {
+    arch: MqarArch,
+    dim: usize,
+    lr: f64,
+    seed: u64,
+}
+
 /// How a run of this command ended.
 enum Outcome {
     Done(RunRecord),
@@ -219,7 +228,12 @@ pub(super) fn run(args: &MqarArgs) -> Res<()> {
             for &lr in &args.lrs {
                 for &seed in &args.seeds {
                     if !runs.iter().any(|r| r.same_run(arch, dim, lr, seed)) {
-                        todo.push((arch, dim, lr, seed));
+                        todo.push(RunId {
+                            arch,
+                            dim,
+                            lr,
+                            seed,
+                        });
                     }
                 }
             }
@@ -242,7 +256,7 @@ pub(super) fn run(args: &MqarArgs) -> Res<()> {
             paused = None;
         } else if let Some(i) = todo
             .iter()
-            .position(|&(a, d, l, sd)| (a, d, sd) == (s.arch, s.dim, s.seed) && same_lr(l, s.lr))
+            .position(|r| (r.arch, r.dim, r.seed) == (s.arch, s.dim, s.seed) && same_lr(r.lr, s.lr))
         {
             let run = todo.remove(i);
             todo.insert(0, run);
@@ -305,7 +319,13 @@ pub(super) fn run(args: &MqarArgs) -> Res<()> {
     // One graph per (arch, dim), reused by its learning rates and seeds.
     let mut current: Option<((MqarArch, usize), Runner)> = None;
     let runs_left = todo.len();
-    for (done, (arch, dim, lr, seed)) in todo.into_iter().enumerate() {
+    for (done, run) in todo.into_iter().enumerate() {
+        let RunId {
+            arch,
+            dim,
+            lr,
+            seed,
+        } = run;
         if budget.spent() {
             eprintln!(
                 "mqar: this command's budget is spent with {} runs left; run the same \
@@ -366,16 +386,7 @@ pub(super) fn run(args: &MqarArgs) -> Res<()> {
             checkpoint_every: args.checkpoint_every.unwrap_or(eval_every),
             run_dir: &run_dir,
         };
-        let rec = match train_one(
-            args,
-            &gpu,
-            runner,
-            &data,
-            (arch, dim, lr, seed),
-            &plan,
-            from,
-            &mut budget,
-        )? {
+        let rec = match train_one(args, runner, &data, &run, &plan, from, &mut budget)? {
             Outcome::Done(rec) => rec,
             Outcome::Paused { step, steps } => {
                 eprintln!(
@@ -469,19 +480,24 @@ fn load_checkpoint(gpu: &Gpu, r: &Runner, opt: &mut AdamW, dir: &std::path::Path
     Ok(())
 }
 
-/// Trains one run, from scratch or from `from` (its paused state), until it ends or
+/// Trains `run` on `r`'s GPU, from scratch or from `from` (its paused state), until it ends or
 /// `budget` is spent (then it is checkpointed and `Paused`).
-#[allow(clippy::too_many_arguments)]
 fn train_one(
     args: &MqarArgs,
-    gpu: &Gpu,
     r: &Runner,
     data: &Data,
-    (arch, dim, lr, seed): (MqarArch, usize, f64, u64),
+    run: &RunId,
     plan: &Plan,
     from: Option<resume::Paused>,
     budget: &mut Budget,
 ) -> Res<Outcome> {
+    let RunId {
+        arch,
+        dim,
+        lr,
+        seed,
+    } = *run;
+    let gpu = r.gpu;
     let start = Instant::now();
     let adam = AdamWConfig {
         beta1: 0.9,

@@ -89,8 +89,15 @@ fn linear_rows(
     )
 }
 
+/// Where a backward writes the input gradient dX: into `dx`, added to what it holds when
+/// `accumulate` (a later part of a sum), else overwriting it.
+#[derive(Clone, Copy)]
+struct InputGrad<'a> {
+    dx: &'a wgpu::Buffer,
+    accumulate: bool,
+}
+
 /// Backward of [`linear_rows`]: `dX (+)= dY·W[row0..]` and `dW[row0..] += dYᵀ·X`.
-#[allow(clippy::too_many_arguments)]
 fn linear_rows_backward(
     k: &TrainKernels,
     gpu: &Gpu,
@@ -98,8 +105,7 @@ fn linear_rows_backward(
     x: &wgpu::Buffer,
     w: WeightRows<'_>,
     dy: &wgpu::Buffer,
-    dx: &wgpu::Buffer,
-    acc_dx: bool,
+    dx: InputGrad<'_>,
 ) -> Result<[Step; 2], GpuError> {
     let dx_step = k.matmul(
         gpu,
@@ -109,8 +115,8 @@ fn linear_rows_backward(
             k: w.out_dim,
             a: Operand::rows(dy, 0, w.out_dim),
             b: Operand::rows(w.w, w.row0 * w.in_dim, w.in_dim),
-            c: Rows::new(dx, 0, w.in_dim),
-            accumulate: acc_dx,
+            c: Rows::new(dx.dx, 0, w.in_dim),
+            accumulate: dx.accumulate,
         },
     )?;
     let dw_step = k.matmul(
@@ -630,9 +636,13 @@ impl Mamba2TrainModel {
                 .into_iter()
                 .enumerate()
             {
+                let dh = InputGrad {
+                    dx: &gs.dh,
+                    accumulate: i > 0,
+                };
                 shared(
                     &mut bwd_before,
-                    linear_rows_backward(&k, gpu, n, &a.h1, wr, dy, &gs.dh, i > 0)?,
+                    linear_rows_backward(&k, gpu, n, &a.h1, wr, dy, dh)?,
                 );
             }
             bwd_before.push(k.rmsnorm_backward(gpu, mixer_norm, into_dx, n, d, true)?);
