@@ -38,6 +38,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use loglinear_planner::{plan_file_bytes, Activations, BoardProfile, StateType, Transport};
+use loglinear_runtime::gguf::format::tokenizer;
+use loglinear_runtime::gguf::GgufFile;
 
 fn main() {
     if let Err(msg) = run() {
@@ -75,6 +77,7 @@ fn run() -> Result<(), String> {
     println!("cargo::rustc-check-cfg=cfg(semihosting)");
     println!("cargo::rustc-check-cfg=cfg(model_region)");
     println!("cargo::rustc-check-cfg=cfg(hal_board)");
+    println!("cargo::rustc-check-cfg=cfg(tokenizer_bpe)");
     println!(
         "cargo::rustc-check-cfg=cfg(uart, values({}))",
         UART_DRIVERS
@@ -236,6 +239,10 @@ fn run() -> Result<(), String> {
     if plan.state == StateType::F16 {
         println!("cargo:rustc-cfg=state_f16");
     }
+    // A BPE vocabulary links the runtime's BPE encoder; a byte-level image carries none.
+    if tokenizer_kind(&bytes).as_deref() == Some(tokenizer::MODEL_GPT2) {
+        println!("cargo:rustc-cfg=tokenizer_bpe");
+    }
     println!(
         "cargo:rustc-env=LOGLINEAR_MODEL_PATH={}",
         model_path.display()
@@ -331,4 +338,16 @@ fn run() -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The model file's `tokenizer.ggml.model`, if it has one.
+fn tokenizer_kind(bytes: &[u8]) -> Option<String> {
+    // The reader views tensors in place and wants them aligned: copy into u64 words.
+    let mut words = vec![0u64; bytes.len().div_ceil(8)];
+    bytemuck::cast_slice_mut::<u64, u8>(&mut words)[..bytes.len()].copy_from_slice(bytes);
+    let aligned = &bytemuck::cast_slice::<u64, u8>(&words)[..bytes.len()];
+    let file = GgufFile::parse(aligned).ok()?;
+    file.get(tokenizer::MODEL)
+        .and_then(|v| v.as_str())
+        .map(str::to_string)
 }

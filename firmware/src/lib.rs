@@ -27,6 +27,7 @@ mod fmt;
 pub mod link;
 mod snapshot;
 pub mod stack;
+mod text;
 
 use core::cell::UnsafeCell;
 // `portable-atomic`: the arena's `swap` is native on thumbv7em and rv32imac; on thumbv6m
@@ -38,7 +39,7 @@ use embedded_io::{Read, Write};
 use loglinear_runtime::gguf::GgufModel;
 use loglinear_runtime::quant::{self, Activations, KernelPath};
 use loglinear_runtime::Model;
-use loglinear_runtime::{tokenizer, Sampler, SamplerConfig, Session, SessionConfig};
+use loglinear_runtime::{Sampler, SamplerConfig, Session, SessionConfig};
 
 #[cfg(feature = "defmt-rtt")]
 use defmt_rtt as _;
@@ -47,7 +48,8 @@ use defmt_semihosting as _;
 
 use crate::fmt::{error, info};
 use loglinear_protocol::{self as protocol, request};
-use protocol::{reply_err, reply_tok, Command, CommandError, ErrCode, Line, LineReader};
+use protocol::{reply_err, Command, CommandError, ErrCode, Line, LineReader};
+use text::{FeedError, Text};
 
 /// Build-time constants from `build.rs`: BOARD, MODEL_NAME, LEVELS, ARENA_BYTES, VOCAB, ...
 pub mod board {
@@ -139,6 +141,10 @@ pub fn run<R: Read, W: Write>(rx: &mut R, tx: &mut W) -> Result<(), i32> {
         error!("model: {}", e);
         EXIT_RUNTIME
     })?;
+    let text = Text::new(gguf.file()).map_err(|e| {
+        error!("tokenizer: {}", e);
+        EXIT_RUNTIME
+    })?;
     info!(
         "loglinear-firmware on {}: model {} ({} B in flash), {} state, arena {} B for {} levels",
         board::BOARD,
@@ -171,13 +177,14 @@ pub fn run<R: Read, W: Write>(rx: &mut R, tx: &mut W) -> Result<(), i32> {
     let fingerprint = loglinear_runtime::snapshot::model_fingerprint(&MODEL.0);
     // The A/B snapshot store (`SAVE`, `LOAD`, `RESTORE`), on boards with a `[snapshot]` region.
     let mut store = flash::open_store();
-    serve(&model, arena, fingerprint, store.as_mut(), rx, tx)
+    serve(&model, &text, arena, fingerprint, store.as_mut(), rx, tx)
 }
 
 /// Serves protocol commands from `rx`, replies on `tx`, until end of input or `QUIT`. Only a
 /// failure to build the session or to read `rx` ends it with an error; bad requests get `ERR`.
 fn serve<R: Read, W: Write>(
     model: &Model<'_>,
+    text: &Text<'_>,
     arena: &mut [u8],
     fingerprint: u64,
     mut store: Option<&mut flash::Store>,
@@ -335,7 +342,7 @@ fn serve<R: Read, W: Write>(
                     Err(e) => reply_err(tx, ErrCode::BadParam, format_args!("{e}")),
                 },
                 Ok(Command::Gen(args)) => match request::parse_gen(args) {
-                    Ok(params) => match generate(&mut session, &params, tx) {
+                    Ok(params) => match generate(&mut session, text, &params, tx) {
                         Ok((n, rng)) => {
                             generated += n;
                             rng_state = rng;
@@ -413,6 +420,7 @@ fn load<W: Write>(
 /// the number generated and the sampler's final PRNG state.
 fn generate<W: Write>(
     session: &mut Session<'_, StateElem>,
+    text: &Text<'_>,
     params: &request::GenParams<'_>,
     tx: &mut W,
 ) -> Result<(usize, u64), &'static str> {
@@ -425,9 +433,15 @@ fn generate<W: Write>(
         error!("step: {}", e);
         "model step failed"
     };
-    for tok in tokenizer::encode(prompt) {
-        session.step(tok).map_err(step_err)?;
-    }
+    text.feed(prompt, |tok| session.step(tok).map(|_| ()))
+        .map_err(|e| match e {
+            #[cfg(tokenizer_bpe)]
+            FeedError::Encode(e) => {
+                error!("prompt: {}", e);
+                "the prompt does not encode"
+            }
+            FeedError::Step(e) => step_err(e),
+        })?;
     let mut sampler = Sampler::new(SamplerConfig {
         temperature: params.temperature,
         top_k: params.top_k,
@@ -439,7 +453,7 @@ fn generate<W: Write>(
         let next = sampler
             .sample(session.logits(), &mut scratch)
             .map_err(|_| "sampling failed")?;
-        reply_tok(tx, next, tokenizer::decode(next));
+        text.reply(tx, next);
         session.step(next).map_err(step_err)?;
     }
     Ok((params.tokens, sampler.rng_state()))

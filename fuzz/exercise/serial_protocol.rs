@@ -92,7 +92,7 @@ fn answer(line: &mut [u8], out: &mut Sink) {
                 assert!(p.temperature.is_finite() && p.temperature >= 0.0);
                 assert!(p.top_p > 0.0 && p.top_p <= 1.0);
                 for &b in p.prompt.unwrap_or(&[]) {
-                    reply_tok(out, u32::from(b), Some(b));
+                    reply_tok(out, u32::from(b), &[b]);
                 }
                 assert!(p.prompt.is_none_or(|t| !t.is_empty() && t.len() <= len));
             }

@@ -209,12 +209,15 @@ pub fn reply_err<W: Write>(out: &mut W, code: ErrCode, msg: core::fmt::Arguments
     let _ = out.flush();
 }
 
-/// Writes one token's `TOK <id> <escaped byte>\n` line (the byte as [`escaped`] writes it). An
-/// id that is not a byte gets no byte field: `TOK <id>\n`.
-pub fn reply_tok<W: Write>(out: &mut W, id: u32, byte: Option<u8>) {
+/// Writes one token's `TOK <id> <escaped bytes>\n` line: the bytes the token stands for (one
+/// for a byte-level vocabulary, any number for BPE), each as [`escaped`] writes it. A token that
+/// stands for no bytes gets no field: `TOK <id>\n`.
+pub fn reply_tok<W: Write>(out: &mut W, id: u32, bytes: &[u8]) {
     let _ = write!(out, "TOK {id}");
-    if let Some(b) = byte {
+    if !bytes.is_empty() {
         let _ = out.write_all(b" ");
+    }
+    for &b in bytes {
         let _ = out.write_all(escaped(b).as_bytes());
     }
     let _ = out.write_all(b"\n");

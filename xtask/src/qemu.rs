@@ -343,6 +343,7 @@ impl<'a> BoardTest<'a> {
         self.hostile_input()?;
         if name == "mps2-an386" {
             self.session()?;
+            self.bpe()?;
         }
         if board.uart.is_some() && board.uart_runner.is_some() {
             self.uart_test()?;
@@ -362,6 +363,94 @@ impl<'a> BoardTest<'a> {
         println!(
             "  ok: stack peak {peak} B ≤ planner stack estimate {stack_estimate} B ({} %)",
             peak * 100 / stack_estimate
+        );
+        Ok(())
+    }
+
+    /// A model with a GPT-2 BPE vocabulary (the tests' trained fixture): the board encodes
+    /// the prompt text with the runtime's BPE and `loglinear serial` prints byte for byte what
+    /// `loglinear generate` prints (the host encodes with the `tokenizers` crate); a prompt
+    /// piece longer than the board's encoder takes is refused with an error.
+    fn bpe(&mut self) -> anyhow::Result<()> {
+        let name = &self.board.name;
+        let folder = self.setup.work.join("bpe-model");
+        tasks::run(
+            Command::new("cargo")
+                .args([
+                    "run",
+                    "-q",
+                    "--release",
+                    "-p",
+                    "loglinear-tests",
+                    "--example",
+                ])
+                .args(["bpe_model", "--"])
+                .arg(&folder)
+                .stdout(Stdio::null()),
+        )?;
+        let model = self.setup.work.join("bpe-model-q8_0.gguf");
+        tasks::run(
+            Command::new(&self.setup.cli)
+                .arg("convert")
+                .arg(&folder)
+                .arg("-o")
+                .arg(&model)
+                .args(["--type", "q8_0", "--no-eval"])
+                .stdout(Stdio::null()),
+        )?;
+        let elf = self.work_file("-bpe.elf");
+        FirmwareBuild::new(self.board, &model, &self.setup.fw_target_dir).build(&elf)?;
+        let base = self.work_file("-bpe");
+        let prompt = r"The quick brown fox didn't jump: caf\u{e9}, \u{6771}\u{4eac} 42";
+        let host_out = suffixed(&base, ".host.out");
+        self.host_generate(
+            &model,
+            &["--prompt", prompt, "-n", "24", "--temperature", "0"],
+            &host_out,
+            None,
+        )?;
+        let serial =
+            |prompt: &str, suffix: &str| -> anyhow::Result<(process::Ended, PathBuf, PathBuf)> {
+                let (out, err) = (
+                    suffixed(&base, &format!("{suffix}.out")),
+                    suffixed(&base, &format!("{suffix}.err")),
+                );
+                let mut cmd = Command::new(&self.setup.cli);
+                cmd.args(["serial", "--qemu-board", name, "--elf"])
+                    .arg(&elf)
+                    .args(["--prompt", prompt, "-n", "24", "--temperature", "0"]);
+                let (ended, _) = process::run_timed(&mut cmd, &out, &err, self.setup.limit)?;
+                Ok((ended, out, err))
+            };
+        let (ended, out, err) = serial(prompt, ".client")?;
+        if !ended.success() {
+            bail!(
+                "{name} BPE: loglinear serial {ended}: {}",
+                read_text(&err)?.trim_end()
+            );
+        }
+        if std::fs::read(&out).ok() != std::fs::read(&host_out).ok() {
+            bail!(
+                "{name} BPE: loglinear serial printed other text than loglinear generate \
+                 ({} against {})",
+                out.display(),
+                host_out.display()
+            );
+        }
+        // One letter run over the encoder's 128-byte piece limit.
+        let long = "a".repeat(200);
+        let (ended, _, err) = serial(&long, ".long")?;
+        let err_text = read_text(&err)?;
+        if ended.success() || !err_text.contains("does not encode") {
+            bail!(
+                "{name} BPE: a 200-byte piece was not refused: {}",
+                err_text.trim_end()
+            );
+        }
+        println!(
+            "  ok: BPE model ({}): the board's encoding and text = the host's; an over-long \
+             piece is refused",
+            model.display()
         );
         Ok(())
     }
