@@ -15,7 +15,7 @@ use clap::{CommandFactory, FromArgMatches, Parser};
 use loglinear_converter::export::parse_dtype;
 use loglinear_host_gpu::ops::{encode_steps, Kernels, MatmulPath};
 use loglinear_host_gpu::weights::GpuMatrix;
-use loglinear_host_gpu::{Gpu, GpuError};
+use loglinear_host_gpu::{Gpu, GpuError, Rows};
 use loglinear_runtime::quant::{BlockQ8_0, QK};
 use loglinear_runtime::DType;
 use std::time::Instant;
@@ -132,7 +132,8 @@ fn main() -> Result<(), GpuError> {
                 let mut fp32_y: Option<Vec<f32>> = None;
                 for &(name, kernels) in &paths {
                     let yb = gpu.storage_zeroed("y", (t * n * 4) as u64)?;
-                    let step = kernels.matmul(&gpu, &matrix, &xb, 0, k, t, &yb, 0, n)?;
+                    let (x, y) = (Rows::new(&xb, 0, k), Rows::new(&yb, 0, n));
+                    let step = kernels.matmul(&gpu, &matrix, x, y, t)?;
                     let mut enc = gpu.encoder("warm-up");
                     step.encode(&mut enc);
                     gpu.submit_and_wait(enc)?;

@@ -8,8 +8,11 @@
 //! scan's final state and the conv state of each layer are copied into whole-model buffers laid
 //! out as [`Session::states`] and [`Session::conv_states`].
 
-use crate::gpu::{Gpu, GpuError};
-use crate::ops::{encode_steps, Kernels, Mamba2Shape, Step};
+use crate::gpu::{Gpu, GpuError, Rows};
+use crate::ops::{
+    encode_steps, ConvShape, GdnGatesIo, GdnQkvIo, GdnShape, Kernels, Mamba2PostIo, Mamba2PreIo,
+    Mamba2QkIo, Mamba2Shape, NormShape, Step,
+};
 use crate::scan_link::{ScanBuffers, ScanDims, ScanForm, ScanLink};
 use crate::weights::{GpuMixer, GpuWeights};
 use loglinear_runtime::{
@@ -304,116 +307,110 @@ impl<'g> GpuModel<'g> {
         let w = &self.weights.layers[layer];
         let mut before = Vec::new();
         let mut after = Vec::new();
+        let h = Rows::new(&b.h, 0, d);
+        let (y_norm, out) = (Rows::new(&b.y_norm, 0, vd), Rows::new(&b.out, 0, d));
         match &w.mixer {
             GpuMixer::Mamba2(m) => {
                 let sh = self.mamba2_shape();
                 let ch = sh.conv_channels();
                 let rows = sh.in_rows();
-                before.push(k.matmul(g, &m.in_proj, &b.h, 0, d, t, &b.proj, 0, rows)?);
-                before.push(k.conv(
-                    g,
-                    &b.proj,
-                    vd,
-                    rows,
-                    &m.conv,
-                    &m.conv_bias,
-                    &b.conv_out,
+                let conv_shape = ConvShape {
                     t,
-                    ch,
-                    c.conv_kernel,
-                )?);
-                before.push(k.conv_state(
-                    g,
-                    &b.proj,
-                    vd,
-                    rows,
-                    &b.conv_state,
-                    t,
-                    ch,
-                    c.conv_kernel,
-                )?);
+                    channels: ch,
+                    width: c.conv_kernel,
+                };
+                // The conv reads the xBC columns of in_proj's output.
+                let xbc_in = Rows::new(&b.proj, vd, rows);
+                before.push(k.matmul(g, &m.in_proj, h, Rows::new(&b.proj, 0, rows), t)?);
+                before.push(k.conv(g, xbc_in, &m.conv, &m.conv_bias, &b.conv_out, conv_shape)?);
+                before.push(k.conv_state(g, xbc_in, &b.conv_state, conv_shape)?);
                 let qk_heads = self.scan_dims(t, 1).qk_heads;
-                before.push(k.mamba2_qk(g, &b.conv_out, &s.q, &s.k, t, qk_heads, &sh)?);
-                before.push(k.mamba2_pre(
-                    g,
-                    &b.proj,
-                    &b.conv_out,
-                    &m.vecs,
-                    &s.v,
-                    &s.g,
-                    &s.lam,
-                    t,
-                    &sh,
-                )?);
-                after.push(k.mamba2_post(g, &s.o, &b.conv_out, &b.proj, &m.vecs, &b.y, t, &sh)?);
+                let qk_io = Mamba2QkIo {
+                    xbc: &b.conv_out,
+                    q: &s.q,
+                    k: &s.k,
+                };
+                before.push(k.mamba2_qk(g, qk_io, t, qk_heads, &sh)?);
+                let pre_io = Mamba2PreIo {
+                    zx: &b.proj,
+                    xbc: &b.conv_out,
+                    vecs: &m.vecs,
+                    v: &s.v,
+                    g: &s.g,
+                    lam: &s.lam,
+                };
+                before.push(k.mamba2_pre(g, pre_io, t, &sh)?);
+                let post_io = Mamba2PostIo {
+                    o: &s.o,
+                    xbc: &b.conv_out,
+                    zx: &b.proj,
+                    vecs: &m.vecs,
+                    y: &b.y,
+                };
+                after.push(k.mamba2_post(g, post_io, t, &sh)?);
                 let gs = c.norm_group_size;
-                after.push(k.rmsnorm(
-                    g,
-                    &b.y,
-                    &m.norm,
-                    &b.y_norm,
-                    t * vd / gs,
-                    gs,
-                    vd / gs,
-                    c.norm_eps,
-                )?);
-                after.push(k.matmul(g, &m.out_proj, &b.y_norm, 0, vd, t, &b.out, 0, d)?);
+                let gated_norm = NormShape {
+                    rows: t * vd / gs,
+                    cols: gs,
+                    w_period: vd / gs,
+                    eps: c.norm_eps,
+                };
+                after.push(k.rmsnorm(g, &b.y, &m.norm, &b.y_norm, gated_norm)?);
+                after.push(k.matmul(g, &m.out_proj, y_norm, out, t)?);
             }
             GpuMixer::Gdn(m) => {
-                let (dk, dv) = (c.head_k_dim, c.head_v_dim);
+                let sh = GdnShape {
+                    heads,
+                    dk: c.head_k_dim,
+                    dv: c.head_v_dim,
+                    lambda_cols: c.lambda_levels.max(1),
+                    abl_stride: b.abl_stride,
+                    log_linear: c.arch.is_log_linear(),
+                };
                 let kd = c.key_dim();
                 let ch = c.conv_channels();
-                before.push(k.matmul(g, &m.q_proj, &b.h, 0, d, t, &b.proj, 0, ch)?);
-                before.push(k.matmul(g, &m.k_proj, &b.h, 0, d, t, &b.proj, kd, ch)?);
-                before.push(k.matmul(g, &m.v_proj, &b.h, 0, d, t, &b.proj, 2 * kd, ch)?);
-                before.push(k.conv(
-                    g,
-                    &b.proj,
-                    0,
-                    ch,
-                    &m.conv,
-                    &m.conv_bias,
-                    &b.conv_out,
+                let proj = |off| Rows::new(&b.proj, off, ch);
+                let abl = |off| Rows::new(&b.abl, off, sh.abl_stride);
+                let conv_shape = ConvShape {
                     t,
-                    ch,
-                    c.conv_kernel,
-                )?);
-                before.push(k.conv_state(
-                    g,
-                    &b.proj,
-                    0,
-                    ch,
-                    &b.conv_state,
-                    t,
-                    ch,
-                    c.conv_kernel,
-                )?);
-                before.push(k.gdn_qkv(g, &b.conv_out, &s.q, &s.k, &s.v, t, heads, dk, dv)?);
-                let abl = b.abl_stride;
-                before.push(k.matmul(g, &m.a_proj, &b.h, 0, d, t, &b.abl, 0, abl)?);
-                before.push(k.matmul(g, &m.b_proj, &b.h, 0, d, t, &b.abl, heads, abl)?);
+                    channels: ch,
+                    width: c.conv_kernel,
+                };
+                before.push(k.matmul(g, &m.q_proj, h, proj(0), t)?);
+                before.push(k.matmul(g, &m.k_proj, h, proj(kd), t)?);
+                before.push(k.matmul(g, &m.v_proj, h, proj(2 * kd), t)?);
+                before.push(k.conv(g, proj(0), &m.conv, &m.conv_bias, &b.conv_out, conv_shape)?);
+                before.push(k.conv_state(g, proj(0), &b.conv_state, conv_shape)?);
+                let qkv_io = GdnQkvIo {
+                    qkv: &b.conv_out,
+                    q: &s.q,
+                    k: &s.k,
+                    v: &s.v,
+                };
+                before.push(k.gdn_qkv(g, qkv_io, t, &sh)?);
+                before.push(k.matmul(g, &m.a_proj, h, abl(0), t)?);
+                before.push(k.matmul(g, &m.b_proj, h, abl(heads), t)?);
                 if let Some(lp) = &m.l_proj {
-                    before.push(k.matmul(g, lp, &b.h, 0, d, t, &b.abl, 2 * heads, abl)?);
+                    before.push(k.matmul(g, lp, h, abl(2 * heads), t)?);
                 }
-                let lc = c.lambda_levels.max(1);
-                before.push(k.gdn_gates(
-                    g,
-                    &b.abl,
-                    &m.vecs,
-                    &s.beta,
-                    &s.g,
-                    &s.lam,
-                    t,
-                    heads,
-                    lc,
-                    abl,
-                    c.arch.is_log_linear(),
-                    dk,
-                )?);
-                before.push(k.matmul(g, &m.g_proj, &b.h, 0, d, t, &b.gate, 0, vd)?);
-                after.push(k.rmsnorm(g, &s.o, &m.o_norm, &b.y, t * heads, dv, 1, c.norm_eps)?);
+                let gates_io = GdnGatesIo {
+                    abl: &b.abl,
+                    vecs: &m.vecs,
+                    beta: &s.beta,
+                    g: &s.g,
+                    lam: &s.lam,
+                };
+                before.push(k.gdn_gates(g, gates_io, t, &sh)?);
+                before.push(k.matmul(g, &m.g_proj, h, Rows::new(&b.gate, 0, vd), t)?);
+                let o_norm = NormShape {
+                    rows: t * heads,
+                    cols: sh.dv,
+                    w_period: 1,
+                    eps: c.norm_eps,
+                };
+                after.push(k.rmsnorm(g, &s.o, &m.o_norm, &b.y, o_norm)?);
                 after.push(k.gate_silu(g, &b.y, &b.gate, &b.y_norm, t * vd)?);
-                after.push(k.matmul(g, &m.o_proj, &b.y_norm, 0, vd, t, &b.out, 0, d)?);
+                after.push(k.matmul(g, &m.o_proj, y_norm, out, t)?);
             }
         }
         Ok(MixerSteps {
@@ -456,59 +453,36 @@ impl<'g> GpuModel<'g> {
         // Every step, made before anything is encoded.
         let embed = k.gather(g, &self.weights.embedding, &b.ids, t, &b.x)?;
         let mut layers = Vec::with_capacity(c.num_layers);
+        // Every token's hidden state, one weight row for all.
+        let token_norm = NormShape {
+            rows: t,
+            cols: d,
+            w_period: 1,
+            eps: c.norm_eps,
+        };
+        let im = c.intermediate_size;
+        let h = Rows::new(&b.h, 0, d);
+        let (mlp_gate, mlp_up) = (Rows::new(&b.mlp_gate, 0, im), Rows::new(&b.mlp_up, 0, im));
+        let (mlp_act, out) = (Rows::new(&b.mlp_act, 0, im), Rows::new(&b.out, 0, d));
         for (l, w) in self.weights.layers.iter().enumerate() {
-            let norm1 = k.rmsnorm(g, &b.x, &w.mixer_norm, &b.h, t, d, 1, c.norm_eps)?;
+            let norm1 = k.rmsnorm(g, &b.x, &w.mixer_norm, &b.h, token_norm)?;
             let mixer = self.mixer_steps(l, &b)?;
             let mlp = vec![
                 k.add(g, &b.x, &b.out, t * d)?,
-                k.rmsnorm(g, &b.x, &w.mlp_norm, &b.h, t, d, 1, c.norm_eps)?,
-                k.matmul(
-                    g,
-                    &w.gate,
-                    &b.h,
-                    0,
-                    d,
-                    t,
-                    &b.mlp_gate,
-                    0,
-                    c.intermediate_size,
-                )?,
-                k.matmul(g, &w.up, &b.h, 0, d, t, &b.mlp_up, 0, c.intermediate_size)?,
-                k.gate_silu(
-                    g,
-                    &b.mlp_up,
-                    &b.mlp_gate,
-                    &b.mlp_act,
-                    t * c.intermediate_size,
-                )?,
-                k.matmul(
-                    g,
-                    &w.down,
-                    &b.mlp_act,
-                    0,
-                    c.intermediate_size,
-                    t,
-                    &b.out,
-                    0,
-                    d,
-                )?,
+                k.rmsnorm(g, &b.x, &w.mlp_norm, &b.h, token_norm)?,
+                k.matmul(g, &w.gate, h, mlp_gate, t)?,
+                k.matmul(g, &w.up, h, mlp_up, t)?,
+                k.gate_silu(g, &b.mlp_up, &b.mlp_gate, &b.mlp_act, t * im)?,
+                k.matmul(g, &w.down, mlp_act, out, t)?,
                 k.add(g, &b.x, &b.out, t * d)?,
             ];
             layers.push((norm1, mixer, mlp));
         }
-        let final_norm = k.rmsnorm(g, &b.x, &self.weights.final_norm, &b.h, t, d, 1, c.norm_eps)?;
+        let final_norm = k.rmsnorm(g, &b.x, &self.weights.final_norm, &b.h, token_norm)?;
         let head_from = (t - logit_rows) * d;
-        let lm_head = k.matmul(
-            g,
-            &self.weights.lm_head,
-            &b.h,
-            head_from,
-            d,
-            logit_rows,
-            &b.logits,
-            0,
-            c.vocab_size,
-        )?;
+        let last_rows = Rows::new(&b.h, head_from, d);
+        let logits = Rows::new(&b.logits, 0, c.vocab_size);
+        let lm_head = k.matmul(g, &self.weights.lm_head, last_rows, logits, logit_rows)?;
 
         let mut phases: Vec<(&'static str, f64)> = [
             "pre-scan ops",

@@ -15,7 +15,7 @@ use loglinear_converter::Checkpoint;
 use loglinear_host_gpu::gpu::{CoopMatmul, GpuOptions};
 use loglinear_host_gpu::ops::{Kernels, MatmulPath};
 use loglinear_host_gpu::weights::GpuMatrix;
-use loglinear_host_gpu::{Gpu, GpuModel, PrefillOptions};
+use loglinear_host_gpu::{Gpu, GpuModel, PrefillOptions, Rows};
 use loglinear_runtime::quant::{BlockQ4_0, BlockQ8_0, QK};
 use loglinear_runtime::{DType, Session, SessionConfig};
 use loglinear_tests::*;
@@ -171,11 +171,9 @@ fn coop_matmul_matches_the_exact_product(gpu: Gpu, cfg: CoopMatmul) {
                 let yb = gpu
                     .storage_zeroed("y", ((y_offset + m * y_stride) * 4) as u64)
                     .unwrap();
-                let step = kernels
-                    .matmul(
-                        &gpu, &matrix, &xb, x_offset, x_stride, m, &yb, y_offset, y_stride,
-                    )
-                    .unwrap();
+                let x = Rows::new(&xb, x_offset, x_stride);
+                let y = Rows::new(&yb, y_offset, y_stride);
+                let step = kernels.matmul(&gpu, &matrix, x, y, m).unwrap();
                 let mut enc = gpu.encoder("matmul");
                 step.encode(&mut enc);
                 gpu.submit_and_wait(enc).unwrap();

@@ -1,6 +1,6 @@
 // GDN per-token, per-head gates from abl = [a (H) | b (H) | l_proj x (H·15, log-linear only)]:
 // β = sigmoid(b), g = −exp(A_log)·softplus(a + dt_bias), λ = softplus(L·l)·√dk (or 1 when plain).
-struct GateParams {
+struct GdnGateParams {
     t: u32,
     heads: u32,
     lambda_cols: u32,
@@ -14,7 +14,7 @@ struct GateParams {
 @group(0) @binding(2) var<storage, read_write> beta: array<f32>;
 @group(0) @binding(3) var<storage, read_write> g: array<f32>;
 @group(0) @binding(4) var<storage, read_write> lam: array<f32>;
-@group(0) @binding(5) var<uniform> p: GateParams;
+@group(0) @binding(5) var<uniform> p: GdnGateParams;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>,
