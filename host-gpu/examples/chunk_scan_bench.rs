@@ -231,18 +231,16 @@ struct Row {
     state: Vec<f32>,
 }
 
-#[allow(clippy::too_many_arguments)]
 fn bench_gpu(
     gpu: &Gpu,
     a: &Args,
-    form: Form,
-    t: usize,
+    shape: ScanShape,
     strategy: ScanStrategy,
     x: &Inputs,
     kernels: &ScanKernels,
     timer: Option<&Timer>,
 ) -> Result<Row, GpuError> {
-    let shape = shape(a, form, t);
+    let (form, t) = (shape.form, shape.t);
     let bq = gpu.storage_from("q", &x.q)?;
     let bk = gpu.storage_from("k", &x.k)?;
     let bv = gpu.storage_from("v", &x.v)?;
@@ -432,10 +430,11 @@ fn main() {
             }
         };
         for &t in &a.ts {
-            let x = inputs(&shape(&a, form, t));
+            let s = shape(&a, form, t);
+            let x = inputs(&s);
             let mut first: Option<Row> = None;
             for &strategy in &a.strategies {
-                match bench_gpu(&gpu, &a, form, t, strategy, &x, &kernels, timer.as_ref()) {
+                match bench_gpu(&gpu, &a, s, strategy, &x, &kernels, timer.as_ref()) {
                     Ok(r) => {
                         let (o_diff, s_diff) = match &first {
                             Some(f) => (

@@ -125,30 +125,34 @@ impl ScanLimits for ScanShape {
     }
 }
 
-/// The uniform block of every chunk kernel (`Params` in chunk_common.wgsl).
+/// `Params` of chunk_common.wgsl: the uniform block of every chunk kernel, forward and
+/// backward (grad/).
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct Params {
-    t: u32,
-    heads: u32,
-    qk_heads: u32,
-    dk: u32,
-    dv: u32,
-    lam_cols: u32,
-    top: u32,
-    nt: u32,
-    m_top: u32,
-    n_scans: u32,
-    gdn: u32,
-    levels: u32,
-    half_nt: u32,
+pub(crate) struct ChunkParams {
+    pub(crate) t: u32,
+    pub(crate) heads: u32,
+    pub(crate) qk_heads: u32,
+    pub(crate) dk: u32,
+    pub(crate) dv: u32,
+    pub(crate) lam_cols: u32,
+    pub(crate) top: u32,
+    pub(crate) nt: u32,
+    pub(crate) m_top: u32,
+    pub(crate) n_scans: u32,
+    pub(crate) gdn: u32,
+    pub(crate) levels: u32,
+    pub(crate) half_nt: u32,
     /// Chunk level of one up-sweep dispatch (precomputed strategy); 0 elsewhere.
-    level: u32,
-    pad: [u32; 2],
+    pub(crate) level: u32,
+    /// First operator head of a GDN backward dispatch's head group; 0 elsewhere.
+    pub(crate) head0: u32,
+    /// Heads of that group; 0 elsewhere.
+    pub(crate) group_heads: u32,
 }
 
 const COMMON: &str = include_str!("shaders/chunk_common.wgsl");
-const GAMMA: &str = include_str!("shaders/chunk_gamma.wgsl");
+pub(crate) const GAMMA: &str = include_str!("shaders/chunk_gamma.wgsl");
 const INTRA_M2: &str = include_str!("shaders/chunk_intra_m2.wgsl");
 const INTRA_GDN: &str = include_str!("shaders/chunk_intra_gdn.wgsl");
 const SCAN_M2: &str = include_str!("shaders/chunk_scan_m2.wgsl");
@@ -161,6 +165,16 @@ const PRE_CONTRIB_M2: &str = include_str!("shaders/chunk_pre_contrib_m2.wgsl");
 const PRE_SWEEP: &str = include_str!("shaders/chunk_pre_sweep.wgsl");
 const PRE_PREFIX: &str = include_str!("shaders/chunk_pre_prefix.wgsl");
 const PRE_READ_M2: &str = include_str!("shaders/chunk_pre_read_m2.wgsl");
+
+/// A chunk kernel's full source: chunk_common.wgsl, then `parts` in order.
+pub(crate) fn chunk_source(parts: &[&str]) -> String {
+    let mut s = String::from(COMMON);
+    for p in parts {
+        s.push('\n');
+        s.push_str(p);
+    }
+    s
+}
 
 /// Environment variable that picks the inter-chunk strategy: `walk` or `precomputed`.
 pub const SCAN_STRATEGY_ENV: &str = "LOGLINEAR_SCAN";
@@ -246,14 +260,7 @@ impl ScanKernels {
                 l.max_storage_buffers_per_shader_stage
             )));
         }
-        let src = |parts: &[&str]| -> String {
-            let mut s = String::from(COMMON);
-            for p in parts {
-                s.push('\n');
-                s.push_str(p);
-            }
-            s
-        };
+        let src = chunk_source;
         let (intra_label, intra_src, scan_label, scan_head) = match form {
             Form::Mamba2 => ("chunk_intra_m2", INTRA_M2, "chunk_scan_m2", SCAN_M2),
             Form::Gdn => ("chunk_intra_gdn", INTRA_GDN, "chunk_scan_gdn", SCAN_GDN),
@@ -406,7 +413,7 @@ impl ChunkScan {
 
         let nt = s.chunks();
         let scans = s.scans();
-        let params = Params {
+        let params = ChunkParams {
             t: s.t as u32,
             heads: s.heads as u32,
             qk_heads: s.qk_heads as u32,
@@ -421,7 +428,8 @@ impl ChunkScan {
             levels: s.levels as u32,
             half_nt: nt.div_ceil(2) as u32,
             level: 0,
-            pad: [0; 2],
+            head0: 0,
+            group_heads: 0,
         };
         let f = 4u64;
         let th = (s.t * s.heads) as u64;
@@ -515,7 +523,7 @@ impl ChunkScan {
                     // 2^m ≤ NT − 1 for every m < scans: at least one block.
                     let level = gpu.uniform_from(
                         "chunk sweep params",
-                        &Params {
+                        &ChunkParams {
                             level: m as u32,
                             ..params
                         },
@@ -694,39 +702,47 @@ impl ChunkScan {
     }
 }
 
+/// The operator's inputs on the host, in the layouts of [`ScanIo`] (`beta`: GDN only, may be
+/// empty for Mamba-2), for the convenience runners ([`run_scan`] and the backwards' in
+/// [`crate::grad`]).
+#[derive(Clone, Copy, Debug)]
+pub struct ScanInputs<'a> {
+    pub q: &'a [f32],
+    pub k: &'a [f32],
+    pub v: &'a [f32],
+    pub g: &'a [f32],
+    pub beta: &'a [f32],
+    pub lam: &'a [f32],
+}
+
 /// Convenience for tests and benchmarks: upload, run, read back `(o, state)`, with the strategy
 /// [`ScanStrategy::from_env`] picks.
-#[allow(clippy::too_many_arguments)]
 pub fn run_scan(
     gpu: &Gpu,
     shape: ScanShape,
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    g: &[f32],
-    beta: &[f32],
-    lam: &[f32],
+    inputs: &ScanInputs<'_>,
 ) -> Result<(Vec<f32>, Vec<f32>), GpuError> {
-    let strategy = ScanStrategy::from_env();
-    run_scan_with_strategy(gpu, shape, strategy, q, k, v, g, beta, lam)
+    run_scan_with_strategy(gpu, shape, ScanStrategy::from_env(), inputs)
 }
 
 /// [`run_scan`] with an explicit strategy.
-#[allow(clippy::too_many_arguments)]
 pub fn run_scan_with_strategy(
     gpu: &Gpu,
     shape: ScanShape,
     strategy: ScanStrategy,
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    g: &[f32],
-    beta: &[f32],
-    lam: &[f32],
+    inputs: &ScanInputs<'_>,
 ) -> Result<(Vec<f32>, Vec<f32>), GpuError> {
     shape.validate()?;
     let kernels = ScanKernels::new(gpu, shape.form)?;
     let s = shape;
+    let ScanInputs {
+        q,
+        k,
+        v,
+        g,
+        beta,
+        lam,
+    } = *inputs;
     let lens = [
         ("q", q.len(), s.t * s.qk_heads * s.dk),
         ("k", k.len(), s.t * s.qk_heads * s.dk),
@@ -782,4 +798,30 @@ pub fn run_scan_with_strategy(
     let mut state = gpu.read_f32(&bs)?;
     state.truncate(st_len);
     Ok((o, state))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::wgsl_uniform_size;
+
+    #[test]
+    fn the_uniform_matches_every_forward_kernel() {
+        let sources = [
+            chunk_source(&[GAMMA]),
+            chunk_source(&[INTRA_M2]),
+            chunk_source(&[INTRA_GDN]),
+            chunk_source(&[SCAN_M2, SCAN_BODY]),
+            chunk_source(&[SCAN_GDN]),
+            chunk_source(&[COMBINE]),
+            chunk_source(&[STATE]),
+            chunk_source(&[PRE_CONTRIB_M2, PRE_COMMON]),
+            chunk_source(&[PRE_SWEEP, PRE_COMMON]),
+            chunk_source(&[PRE_PREFIX, PRE_COMMON]),
+            chunk_source(&[PRE_READ_M2, PRE_COMMON]),
+        ];
+        for source in &sources {
+            assert_eq!(size_of::<ChunkParams>(), wgsl_uniform_size(source));
+        }
+    }
 }

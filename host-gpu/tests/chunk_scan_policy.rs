@@ -3,7 +3,8 @@
 //! outputs and the final state, both forms, partial chunks, shared q/k and odd dk/dv.
 
 use loglinear_host_gpu::chunk_scan::{
-    run_scan, run_scan_with_strategy, ChunkScan, Form, ScanIo, ScanKernels, ScanShape, ScanStrategy,
+    run_scan, run_scan_with_strategy, ChunkScan, Form, ScanInputs, ScanIo, ScanKernels, ScanShape,
+    ScanStrategy,
 };
 use loglinear_host_gpu::Gpu;
 use loglinear_runtime::{FenwickState, LevelPolicy};
@@ -33,6 +34,19 @@ struct Inputs {
     g: Vec<f32>,
     beta: Vec<f32>,
     lam: Vec<f32>,
+}
+
+impl Inputs {
+    fn scan(&self) -> ScanInputs<'_> {
+        ScanInputs {
+            q: &self.q,
+            k: &self.k,
+            v: &self.v,
+            g: &self.g,
+            beta: &self.beta,
+            lam: &self.lam,
+        }
+    }
 }
 
 fn inputs(s: &ScanShape, seed: u64) -> Inputs {
@@ -129,7 +143,7 @@ fn report(what: &str, worst: &[f64; 4]) {
 fn check_with(gpu: &Gpu, s: ScanShape, strategy: ScanStrategy, seed: u64, worst: &mut f64) {
     let x = inputs(&s, seed);
     let (o_ref, s_ref) = decoder(&s, &x);
-    let (o, st) = run_scan_with_strategy(gpu, s, strategy, &x.q, &x.k, &x.v, &x.g, &x.beta, &x.lam)
+    let (o, st) = run_scan_with_strategy(gpu, s, strategy, &x.scan())
         .unwrap_or_else(|e| panic!("{s:?} {strategy:?}: {e}"));
     let wide = |a: &[f32]| a.iter().map(|&x| x as f64).collect::<Vec<f64>>();
     let (o_ref, s_ref) = (wide(&o_ref), wide(&s_ref));
@@ -240,7 +254,7 @@ fn bad_shapes_are_errors() {
     let gpu = Gpu::new().expect("GPU adapter (lavapipe in CI)");
     let ok = shape(Form::Mamba2, 10, 3, 2, 16, 8);
     let x = inputs(&ok, 7);
-    let run = |s: ScanShape| run_scan(&gpu, s, &x.q, &x.k, &x.v, &x.g, &x.beta, &x.lam);
+    let run = |s: ScanShape| run_scan(&gpu, s, &x.scan());
     assert!(run(ok).is_ok());
     assert!(run(ScanShape { t: 0, ..ok }).is_err());
     assert!(run(ScanShape { dk: 300, ..ok }).is_err());

@@ -2,7 +2,9 @@
 //! `S` after the last token (15 levels), and for `_lameq` cases the plain single-state run
 //! (levels = 1) against `o_plain` / `S_plain`. Tolerance: golden README §7 (fp32, 2e-5).
 
-use loglinear_host_gpu::chunk_scan::{run_scan_with_strategy, Form, ScanShape, ScanStrategy};
+use loglinear_host_gpu::chunk_scan::{
+    run_scan_with_strategy, Form, ScanInputs, ScanShape, ScanStrategy,
+};
 use loglinear_host_gpu::Gpu;
 use loglinear_tests::*;
 
@@ -60,18 +62,16 @@ fn chunk_scan_matches_golden_operator_cases() {
                     lambda_cols: lam_cols,
                     levels,
                 };
-                run_scan_with_strategy(
-                    &gpu,
-                    shape,
-                    strategy,
-                    &sl(&q, per_qk),
-                    &sl(&k, per_qk),
-                    &sl(&v, per_v),
-                    &sl(&g, per_g),
-                    &beta_b,
-                    &sl(&lam, per_l),
-                )
-                .unwrap_or_else(|e| panic!("{name} {strategy:?}: {e}"))
+                let inputs = ScanInputs {
+                    q: &sl(&q, per_qk),
+                    k: &sl(&k, per_qk),
+                    v: &sl(&v, per_v),
+                    g: &sl(&g, per_g),
+                    beta: &beta_b,
+                    lam: &sl(&lam, per_l),
+                };
+                run_scan_with_strategy(&gpu, shape, strategy, &inputs)
+                    .unwrap_or_else(|e| panic!("{name} {strategy:?}: {e}"))
             };
             let mut check = |ours: &[f32], refs: &[f64], what: String| {
                 let e = rel_max(ours, refs);

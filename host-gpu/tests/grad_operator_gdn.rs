@@ -4,7 +4,7 @@
 //! 2. a longer random case (several chunk levels, partial last chunk) against central finite
 //!    differences of L = Σ o·d_o through an fp64 recurrent forward (spec §4.2).
 
-use loglinear_host_gpu::chunk_scan::{Form, ScanShape};
+use loglinear_host_gpu::chunk_scan::{Form, ScanInputs, ScanShape};
 use loglinear_host_gpu::grad::op_gdn::{run_backward, run_backward_grouped, GdnBackward};
 use loglinear_host_gpu::grad::OpGradIo;
 use loglinear_host_gpu::Gpu;
@@ -68,18 +68,16 @@ fn gdn_backward_matches_golden_operator_gradients() {
         let f = |key: &str| get(&arrays, key, &name).f32();
         let r = |key: &str| get(&arrays, key, &name).data.clone();
         let cols = get(&arrays, "lam", &name).shape[3];
-        let grads = run_backward(
-            &gpu,
-            shape(t, h, dk, dv, cols),
-            &f("q"),
-            &f("k"),
-            &f("v"),
-            &f("g"),
-            &f("beta"),
-            &f("lam"),
-            &f("do"),
-        )
-        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let inputs = ScanInputs {
+            q: &f("q"),
+            k: &f("k"),
+            v: &f("v"),
+            g: &f("g"),
+            beta: &f("beta"),
+            lam: &f("lam"),
+        };
+        let grads = run_backward(&gpu, shape(t, h, dk, dv, cols), &inputs, &f("do"))
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
         let pairs: [(&str, &[f32]); 6] = [
             ("dq", &grads.dq),
             ("dk", &grads.dk),
@@ -146,6 +144,27 @@ struct Inputs {
     beta: Vec<f64>,
     lam: Vec<f64>,
     d_o: Vec<f64>,
+}
+
+impl Inputs {
+    /// q, k, v, g, β, λ in f32, the GPU's inputs.
+    fn f32_inputs(&self) -> [Vec<f32>; 6] {
+        [&self.q, &self.k, &self.v, &self.g, &self.beta, &self.lam]
+            .map(|x| x.iter().map(|&a| a as f32).collect())
+    }
+}
+
+/// The runner's view of [`Inputs::f32_inputs`].
+fn scan_inputs(x: &[Vec<f32>; 6]) -> ScanInputs<'_> {
+    let [q, k, v, g, beta, lam] = x;
+    ScanInputs {
+        q,
+        k,
+        v,
+        g,
+        beta,
+        lam,
+    }
 }
 
 /// L = Σ o·d_o with o from the recurrent (decoding) form of spec §4.2, in f64.
@@ -250,15 +269,11 @@ fn check_finite_differences(gpu: &Gpu, dims: [usize; 5], seed: u64, tokens: &[us
     let what = format!("random T={t} H={h} dk={dk} dv={dv}");
     let x = random_inputs(t, h, dk, dv, cols, seed);
     let f32s = |v: &[f64]| v.iter().map(|&a| a as f32).collect::<Vec<f32>>();
+    let xs = x.f32_inputs();
     let grads = run_backward(
         gpu,
         shape(t, h, dk, dv, cols),
-        &f32s(&x.q),
-        &f32s(&x.k),
-        &f32s(&x.v),
-        &f32s(&x.g),
-        &f32s(&x.beta),
-        &f32s(&x.lam),
+        &scan_inputs(&xs),
         &f32s(&x.d_o),
     )
     .expect("GDN backward");
@@ -394,18 +409,14 @@ fn gdn_backward_in_head_groups_equals_all_heads_at_once() {
     let gpu = Gpu::new().expect("GPU adapter (lavapipe in CI)");
     let (t, h, dk, dv, cols) = (150, 5, 16, 12, 9);
     let x = random_inputs(t, h, dk, dv, cols, 77);
+    let xs = x.f32_inputs();
     let f = |v: &[f64]| v.iter().map(|&a| a as f32).collect::<Vec<f32>>();
     let run = |max_group: usize| {
         run_backward_grouped(
             &gpu,
             shape(t, h, dk, dv, cols),
             max_group,
-            &f(&x.q),
-            &f(&x.k),
-            &f(&x.v),
-            &f(&x.g),
-            &f(&x.beta),
-            &f(&x.lam),
+            &scan_inputs(&xs),
             &f(&x.d_o),
         )
         .expect("GDN backward")
@@ -439,18 +450,14 @@ fn gdn_backward_timing() {
     let gpu = Gpu::new().expect("GPU adapter (lavapipe in CI)");
     let (t, h, dk, dv, cols) = (1024, 2, 64, 128, 15);
     let x = random_inputs(t, h, dk, dv, cols, 5);
+    let xs = x.f32_inputs();
     let f32s = |v: &[f64]| v.iter().map(|&a| a as f32).collect::<Vec<f32>>();
     for _ in 0..2 {
         let start = std::time::Instant::now();
         run_backward(
             &gpu,
             shape(t, h, dk, dv, cols),
-            &f32s(&x.q),
-            &f32s(&x.k),
-            &f32s(&x.v),
-            &f32s(&x.g),
-            &f32s(&x.beta),
-            &f32s(&x.lam),
+            &scan_inputs(&xs),
             &f32s(&x.d_o),
         )
         .expect("GDN backward");
@@ -467,18 +474,13 @@ fn gdn_backward_rejects_bad_shapes() {
     let (t, h, dk, dv) = (100, 1, 4, 4);
     let x = random_inputs(t, h, dk, dv, 8, 3);
     let f32s = |v: &[f64]| v.iter().map(|&a| a as f32).collect::<Vec<f32>>();
+    let xs = x.f32_inputs();
     let run = |s: ScanShape, lam: &[f32]| {
-        run_backward(
-            &gpu,
-            s,
-            &f32s(&x.q),
-            &f32s(&x.k),
-            &f32s(&x.v),
-            &f32s(&x.g),
-            &f32s(&x.beta),
+        let inputs = ScanInputs {
             lam,
-            &f32s(&x.d_o),
-        )
+            ..scan_inputs(&xs)
+        };
+        run_backward(&gpu, s, &inputs, &f32s(&x.d_o))
     };
     let lam = f32s(&x.lam);
     assert!(run(shape(t, h, dk, dv, 8), &lam).is_ok());

@@ -4,7 +4,7 @@
 //! Metric: relative L2, ||a − b|| / ||b||, at most 1e-4 per gradient. dλ columns no token reads
 //! (above bitlen(T − 1)) must be exactly 0.
 
-use loglinear_host_gpu::chunk_scan::{Form, ScanShape};
+use loglinear_host_gpu::chunk_scan::{Form, ScanInputs, ScanShape};
 use loglinear_host_gpu::grad::op_m2::run_backward;
 use loglinear_host_gpu::grad::OpGrads;
 use loglinear_host_gpu::Gpu;
@@ -53,7 +53,6 @@ struct RefGrads {
 /// f64 reference: L = Σ_t o_t·do_t with o_t = Σ_{s≤t} (q_t·k_s) exp(G_t − G_s) λ_t[lev(t,s)] v_s
 /// (spec §3.1), differentiated pair by pair; dG from ∂P_ts/∂G_t = P_ts = −∂P_ts/∂G_s, then
 /// dg = reverse cumsum of dG.
-#[allow(clippy::too_many_arguments)]
 fn reference(
     s: &ScanShape,
     q: &[f32],
@@ -176,17 +175,16 @@ fn backward_matches_golden_mamba2_operator_cases() {
             "{name}: λ width"
         );
         let s = shape(t, h, dk, dv);
-        let ours = run_backward(
-            &gpu,
-            s,
-            &f("q"),
-            &f("k"),
-            &f("v"),
-            &f("g"),
-            &f("lam"),
-            &f("do"),
-        )
-        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let inputs = ScanInputs {
+            q: &f("q"),
+            k: &f("k"),
+            v: &f("v"),
+            g: &f("g"),
+            beta: &[],
+            lam: &f("lam"),
+        };
+        let ours =
+            run_backward(&gpu, s, &inputs, &f("do")).unwrap_or_else(|e| panic!("{name}: {e}"));
         let refs = RefGrads {
             dq: d("dq"),
             dk: d("dk"),
@@ -243,6 +241,20 @@ struct Inputs {
     d_o: Vec<f32>,
 }
 
+impl Inputs {
+    /// The forward's inputs (Mamba-2: no β).
+    fn scan(&self) -> ScanInputs<'_> {
+        ScanInputs {
+            q: &self.q,
+            k: &self.k,
+            v: &self.v,
+            g: &self.g,
+            beta: &[],
+            lam: &self.lam,
+        }
+    }
+}
+
 fn random_inputs(s: &ScanShape, seed: u64, log_decay: f64) -> Inputs {
     let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let mut uniform = move || {
@@ -278,8 +290,7 @@ fn check_random(gpu: &Gpu, s: ScanShape, seed: u64) {
 
 fn check_random_decay(gpu: &Gpu, s: ScanShape, seed: u64, log_decay: f64) {
     let x = random_inputs(&s, seed, log_decay);
-    let ours = run_backward(gpu, s, &x.q, &x.k, &x.v, &x.g, &x.lam, &x.d_o)
-        .unwrap_or_else(|e| panic!("{s:?}: {e}"));
+    let ours = run_backward(gpu, s, &x.scan(), &x.d_o).unwrap_or_else(|e| panic!("{s:?}: {e}"));
     let refs = reference(&s, &x.q, &x.k, &x.v, &x.g, &x.lam, &x.d_o);
     let what = format!("T={} H={} dk={} dv={}", s.t, s.heads, s.dk, s.dv);
     check(&what, &s, &ours, &refs);
@@ -326,7 +337,7 @@ fn backward_is_deterministic() {
     let gpu = Gpu::new_fp32().expect("GPU adapter (lavapipe in CI)");
     let s = shape(300, 2, 16, 8);
     let x = random_inputs(&s, 7, -4.5);
-    let run = || run_backward(&gpu, s, &x.q, &x.k, &x.v, &x.g, &x.lam, &x.d_o).unwrap();
+    let run = || run_backward(&gpu, s, &x.scan(), &x.d_o).unwrap();
     let (a, b) = (run(), run());
     let bits = |g: &OpGrads| -> Vec<u32> {
         [&g.dq, &g.dk, &g.dv, &g.dg, &g.dlam]
@@ -345,12 +356,16 @@ fn backward_rejects_bad_shapes() {
     let mut s = shape(100, 1, 8, 8);
     s.lambda_cols = 7;
     s.levels = 7;
-    assert!(run_backward(&gpu, s, &x.q, &x.k, &x.v, &x.g, &x.lam, &x.d_o).is_err());
+    assert!(run_backward(&gpu, s, &x.scan(), &x.d_o).is_err());
     // Gated DeltaNet shape.
     let mut s = shape(100, 1, 8, 8);
     s.form = Form::Gdn;
-    assert!(run_backward(&gpu, s, &x.q, &x.k, &x.v, &x.g, &x.lam, &x.d_o).is_err());
+    assert!(run_backward(&gpu, s, &x.scan(), &x.d_o).is_err());
     // Wrong input length.
     let s = shape(100, 1, 8, 8);
-    assert!(run_backward(&gpu, s, &x.q[1..], &x.k, &x.v, &x.g, &x.lam, &x.d_o).is_err());
+    let short_q = ScanInputs {
+        q: &x.q[1..],
+        ..x.scan()
+    };
+    assert!(run_backward(&gpu, s, &short_q, &x.d_o).is_err());
 }

@@ -36,7 +36,7 @@
 //! workgroup memory per stage (at most 14.25 KiB: grad_gdn_vec).
 
 use super::{check_training_shape, OpGradIo, OpGrads};
-use crate::chunk_scan::{Form, ScanShape, CHUNK};
+use crate::chunk_scan::{chunk_source, ChunkParams, Form, ScanInputs, ScanShape, CHUNK, GAMMA};
 use crate::gpu::MAX_GROUPS;
 use crate::gpu::{Gpu, GpuError, Kernel};
 use loglinear_runtime::chunk::C0P1;
@@ -50,9 +50,7 @@ const KB_COLS: usize = 32;
 /// dk columns per workgroup of grad_gdn_lvl (`LB` in grad_gdn_common.wgsl).
 const LB_COLS: usize = 64;
 
-const COMMON: &str = include_str!("../shaders/chunk_common.wgsl");
 const GRAD_COMMON: &str = include_str!("../shaders/grad_gdn_common.wgsl");
-const GAMMA: &str = include_str!("../shaders/chunk_gamma.wgsl");
 const PREP: &str = include_str!("../shaders/grad_gdn_prep.wgsl");
 const HSCAN: &str = include_str!("../shaders/grad_gdn_hscan.wgsl");
 const DHSCAN: &str = include_str!("../shaders/grad_gdn_dhscan.wgsl");
@@ -60,32 +58,6 @@ const LVL: &str = include_str!("../shaders/grad_gdn_lvl.wgsl");
 const INTRA: &str = include_str!("../shaders/grad_gdn_intra.wgsl");
 const VEC: &str = include_str!("../shaders/grad_gdn_vec.wgsl");
 const FIN: &str = include_str!("../shaders/grad_gdn_fin.wgsl");
-
-/// The uniform block (`Params` in chunk_common.wgsl; same layout as the forward's).
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct Params {
-    t: u32,
-    heads: u32,
-    qk_heads: u32,
-    dk: u32,
-    dv: u32,
-    lam_cols: u32,
-    top: u32,
-    nt: u32,
-    m_top: u32,
-    /// Exact chunk levels M = bitlen(NT − 1) (no saturated level in training).
-    n_scans: u32,
-    gdn: u32,
-    levels: u32,
-    half_nt: u32,
-    level: u32,
-    /// First operator head of a group (`pad1` in chunk_common.wgsl, `head0()` in
-    /// grad_gdn_common.wgsl).
-    head0: u32,
-    /// Heads of the group (`pad2`, `group_heads()`).
-    group_heads: u32,
-}
 
 struct Step {
     label: &'static str,
@@ -208,7 +180,7 @@ impl GdnBackward {
         let group = h.min(fit).min(max_group_heads.max(1));
         let n_groups = h.div_ceil(group);
 
-        let params = Params {
+        let params = ChunkParams {
             t: t as u32,
             heads: h as u32,
             qk_heads: s.qk_heads as u32,
@@ -218,6 +190,7 @@ impl GdnBackward {
             top: (s.levels - 1) as u32,
             nt: nt as u32,
             m_top: (s.levels - 1).saturating_sub(C0P1) as u32,
+            // Exact chunk levels M = bitlen(NT − 1): no saturated level in training.
             n_scans: scans as u32,
             gdn: 1,
             levels: s.levels as u32,
@@ -241,10 +214,9 @@ impl GdnBackward {
         let dlp = gpu.storage_zeroed("gdn bwd dlam partials", sz(dlp_per_head))?;
 
         let compile = |label: &str, body: &str| -> Result<Kernel, GpuError> {
-            let src = format!("{COMMON}\n{GRAD_COMMON}\n{body}");
-            gpu.kernel(label, &src, "main")
+            gpu.kernel(label, &chunk_source(&[GRAD_COMMON, body]), "main")
         };
-        let gamma_k = gpu.kernel("chunk_gamma", &format!("{COMMON}\n{GAMMA}"), "main")?;
+        let gamma_k = gpu.kernel("chunk_gamma", &chunk_source(&[GAMMA]), "main")?;
         let prep_k = compile("grad_gdn_prep", PREP)?;
         let hscan_k = compile("grad_gdn_hscan", HSCAN)?;
         let dhscan_k = compile("grad_gdn_dhscan", DHSCAN)?;
@@ -271,7 +243,7 @@ impl GdnBackward {
         for gi in 0..n_groups {
             let h0 = gi * group;
             let gh = group.min(h - h0);
-            let gp = Params {
+            let gp = ChunkParams {
                 head0: h0 as u32,
                 group_heads: gh as u32,
                 ..params
@@ -390,38 +362,35 @@ impl GdnBackward {
     }
 }
 
-/// Convenience for tests: upload, run the backward, read back the gradients.
-#[allow(clippy::too_many_arguments)]
+/// Convenience for tests: upload the forward's inputs and the upstream gradient `d_o`, run the
+/// backward, read back the gradients.
 pub fn run_backward(
     gpu: &Gpu,
     shape: ScanShape,
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    g: &[f32],
-    beta: &[f32],
-    lam: &[f32],
+    inputs: &ScanInputs<'_>,
     d_o: &[f32],
 ) -> Result<OpGrads, GpuError> {
-    run_backward_grouped(gpu, shape, usize::MAX, q, k, v, g, beta, lam, d_o)
+    run_backward_grouped(gpu, shape, usize::MAX, inputs, d_o)
 }
 
 /// As [`run_backward`], with at most `max_group_heads` heads per group (see
 /// [`GdnBackward::new_grouped`]).
-#[allow(clippy::too_many_arguments)]
 pub fn run_backward_grouped(
     gpu: &Gpu,
     shape: ScanShape,
     max_group_heads: usize,
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    g: &[f32],
-    beta: &[f32],
-    lam: &[f32],
+    inputs: &ScanInputs<'_>,
     d_o: &[f32],
 ) -> Result<OpGrads, GpuError> {
     check_training_shape(&shape)?;
+    let ScanInputs {
+        q,
+        k,
+        v,
+        g,
+        beta,
+        lam,
+    } = *inputs;
     let s = shape;
     let (t, h, dk, dv) = (s.t, s.heads, s.dk, s.dv);
     let lens = [
@@ -486,4 +455,20 @@ pub fn run_backward_grouped(
         dbeta: read(&dbeta, t * h)?,
         dlam: read(&dlam, t * h * s.lambda_cols)?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::wgsl_uniform_size;
+
+    #[test]
+    fn the_uniform_matches_every_kernel() {
+        let size = wgsl_uniform_size(&chunk_source(&[GAMMA]));
+        assert_eq!(size_of::<ChunkParams>(), size);
+        for body in [PREP, HSCAN, DHSCAN, LVL, INTRA, VEC, FIN] {
+            let size = wgsl_uniform_size(&chunk_source(&[GRAD_COMMON, body]));
+            assert_eq!(size_of::<ChunkParams>(), size);
+        }
+    }
 }

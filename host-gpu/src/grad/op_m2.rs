@@ -30,7 +30,7 @@
 //! of workgroup memory and 10 storage buffers per stage.
 
 use super::{check_training_shape, OpGradIo, OpGrads};
-use crate::chunk_scan::{Form, ScanShape, CHUNK};
+use crate::chunk_scan::{chunk_source, ChunkParams, Form, ScanInputs, ScanShape, CHUNK, GAMMA};
 use crate::gpu::MAX_GROUPS;
 use crate::gpu::{Gpu, GpuError, Kernel};
 use loglinear_runtime::chunk::C0P1;
@@ -44,29 +44,6 @@ const NEEDED_WORKGROUP_BYTES: u32 = (64 * 64 + 64 + 2 * 16 * 64) * 4;
 /// Tokens per block of the dg reverse cumsum (`grad_m2_dg`).
 const DG_BLOCK: usize = 256;
 
-/// The uniform block (`Params` in chunk_common.wgsl; same layout as the forward's).
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct Params {
-    t: u32,
-    heads: u32,
-    qk_heads: u32,
-    dk: u32,
-    dv: u32,
-    lam_cols: u32,
-    top: u32,
-    nt: u32,
-    m_top: u32,
-    n_scans: u32,
-    gdn: u32,
-    levels: u32,
-    half_nt: u32,
-    level: u32,
-    pad: [u32; 2],
-}
-
-const COMMON: &str = include_str!("../shaders/chunk_common.wgsl");
-const GAMMA: &str = include_str!("../shaders/chunk_gamma.wgsl");
 const GRAD_COMMON: &str = include_str!("../shaders/grad_m2_common.wgsl");
 const INTRA: &str = include_str!("../shaders/grad_m2_intra.wgsl");
 const DECAY: &str = include_str!("../shaders/grad_m2_decay.wgsl");
@@ -120,14 +97,7 @@ impl M2Kernels {
                 l.max_compute_workgroup_storage_size, l.max_storage_buffers_per_shader_stage
             )));
         }
-        let src = |parts: &[&str]| -> String {
-            let mut s = String::from(COMMON);
-            for p in parts {
-                s.push('\n');
-                s.push_str(p);
-            }
-            s
-        };
+        let src = chunk_source;
         let apply = |mode: u32, label: &str| {
             let head = format!("const MODE: u32 = {mode}u;");
             gpu.kernel(label, &src(&[&head, GRAD_COMMON, APPLY]), "main")
@@ -245,7 +215,7 @@ impl M2Backward {
                  {h} heads, {nt} chunks: more workgroups than a dispatch dimension allows)"
             )));
         }
-        let params = Params {
+        let params = ChunkParams {
             t: t as u32,
             heads: h as u32,
             qk_heads: s.qk_heads as u32,
@@ -260,7 +230,8 @@ impl M2Backward {
             levels: s.levels as u32,
             half_nt: nt.div_ceil(2) as u32,
             level: 0,
-            pad: [0; 2],
+            head0: 0,
+            group_heads: 0,
         };
         let f = 4u64;
         let uniform = gpu.uniform_from("grad m2 params", &params);
@@ -403,20 +374,18 @@ impl M2Backward {
     }
 }
 
-/// Convenience for tests: upload the forward inputs and d_o (layouts of [`OpGradIo`]), run the
-/// backward, read the gradients back (`dbeta` empty).
-#[allow(clippy::too_many_arguments)]
+/// Convenience for tests: upload the forward inputs (`beta` not read) and d_o (layouts of
+/// [`OpGradIo`]), run the backward, read the gradients back (`dbeta` empty).
 pub fn run_backward(
     gpu: &Gpu,
     shape: ScanShape,
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    g: &[f32],
-    lam: &[f32],
+    inputs: &ScanInputs<'_>,
     d_o: &[f32],
 ) -> Result<OpGrads, GpuError> {
     let s = shape;
+    let ScanInputs {
+        q, k, v, g, lam, ..
+    } = *inputs;
     let (nqk, nv, ng, nl) = (
         s.t * s.heads * s.dk,
         s.t * s.heads * s.dv,
@@ -495,3 +464,30 @@ pub fn run_backward(
 
 // Only the chunk size 64 is supported by the shaders (C in chunk_common.wgsl).
 const _: () = assert!(CHUNK == 64 && C0P1 == 7);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gpu::wgsl_uniform_size;
+
+    #[test]
+    fn the_uniform_matches_every_kernel() {
+        let mut sources = vec![
+            chunk_source(&[GAMMA]),
+            chunk_source(&["const PER_CHUNK: bool = true;", GRAD_COMMON, XY]),
+            chunk_source(&["const PER_CHUNK: bool = false;", GRAD_COMMON, XY]),
+            chunk_source(&[DG]),
+            chunk_source(&[DG_CARRY]),
+        ];
+        for body in [INTRA, DECAY, XSUM, ZSUM, DLAM] {
+            sources.push(chunk_source(&[GRAD_COMMON, body]));
+        }
+        for mode in 0..3 {
+            let head = format!("const MODE: u32 = {mode}u;");
+            sources.push(chunk_source(&[&head, GRAD_COMMON, APPLY]));
+        }
+        for source in &sources {
+            assert_eq!(size_of::<ChunkParams>(), wgsl_uniform_size(source));
+        }
+    }
+}

@@ -16,8 +16,8 @@ struct Params {
     levels: u32,
     half_nt: u32,    // ceil(nt / 2): reader chunks of one regular level (slots in olvl)
     level: u32,      // precomputed strategy: the chunk level of one up-sweep dispatch; 0 elsewhere
-    pad1: u32,
-    pad2: u32,
+    head0: u32,      // GDN backward: first operator head of the dispatch's head group; else 0
+    group_heads: u32, // GDN backward: heads of that group; else 0
 }
 
 const C: u32 = 64u;       // chunk size

@@ -1,9 +1,10 @@
 // Shared by the Gated DeltaNet backward kernels (grad/op_gdn.rs prepends chunk_common.wgsl and
 // this file). Index helpers only; every kernel declares its own bindings (uniform `P` at 0).
 //
-// Head groups: one dispatch covers the G = P.pad2 heads h0 = P.pad1 .. h0 + G of the operator
-// (the scratch holds one group, reused group after group). Kernels index inputs, outputs and γ
-// by the operator head h = h0 + workgroup_id.y and the scratch by the group head h − h0.
+// Head groups: one dispatch covers the G = P.group_heads heads h0 = P.head0 .. h0 + G of the
+// operator (the scratch holds one group, reused group after group). Kernels index inputs,
+// outputs and γ by the operator head h = h0 + workgroup_id.y and the scratch by the group head
+// h − h0.
 //
 // Scratch layouts (all f32; H here is the group's G):
 //   fpack [T][H][3 dk + dv]      per token: q̃ | K̃ | W̃ | U (the forward's WY/UT quantities)
@@ -15,16 +16,6 @@
 //   xs, dxs [m][c][H][C][dv]     the chunk products X = σ U − W̃ H and dX = K̃ D
 //   dlp [T][H][n_scans][NLB]     per token, level and dk block: partial sums of dλ (inter)
 //   tiles [c][H][PER_CH]         per chunk: N_TILES C×C tiles, then the rows dβ and dγ
-
-// First operator head of the dispatch's group.
-fn head0() -> u32 {
-    return P.pad1;
-}
-
-// Heads of the group (the scratch's head count).
-fn group_heads() -> u32 {
-    return P.pad2;
-}
 
 const TILE: u32 = 4096u; // C * C
 // Slots are shared by tiles whose lifetimes do not overlap (grad_gdn_intra computes them in
@@ -50,7 +41,7 @@ const ROW_DG: u32 = 49216u; // ROW_DB + C: dγ of the chunk's rows
 const PER_CH: u32 = 49280u; // ROW_DG + C
 
 fn ch_base(c: u32, h: u32) -> u32 {
-    return (c * group_heads() + h - head0()) * PER_CH;
+    return (c * P.group_heads + h - P.head0) * PER_CH;
 }
 
 // Exact Fenwick level of the pair (i, j), j <= i (no saturation: training shapes are exact).
@@ -84,11 +75,11 @@ fn g_dgam(b: u32) -> u32 {
 }
 
 fn frow(t: u32, h: u32) -> u32 {
-    return (t * group_heads() + h - head0()) * f_stride();
+    return (t * P.group_heads + h - P.head0) * f_stride();
 }
 
 fn grow(t: u32, h: u32) -> u32 {
-    return (t * group_heads() + h - head0()) * g_stride();
+    return (t * P.group_heads + h - P.head0) * g_stride();
 }
 
 // Chunk c reads level m (bit m of c set); otherwise it is a source.
@@ -103,24 +94,24 @@ fn group_last(c: u32, m: u32) -> bool {
 }
 
 fn state_at(m: u32, c: u32, h: u32) -> u32 {
-    return ((m * P.nt + c) * group_heads() + h - head0()) * P.dk * P.dv;
+    return ((m * P.nt + c) * P.group_heads + h - P.head0) * P.dk * P.dv;
 }
 
 // Start of the C × dv block of level m, chunk c in xs (X = σ U − W̃ H, from grad_gdn_hscan)
 // and dxs (dX = K̃ D, grad_gdn_dhscan).
 fn xs_at(m: u32, c: u32, h: u32) -> u32 {
-    return ((m * P.nt + c) * group_heads() + h - head0()) * C * P.dv;
+    return ((m * P.nt + c) * P.group_heads + h - P.head0) * C * P.dv;
 }
 
 // Start of the dk × C block of chunk c in fpt: K̃ᵀ (which = 0) or W̃ᵀ (1), element (x, i) at
 // + x C + i (rows i of the chunk consecutive: the scans' row-parallel products read them so).
 fn ft_at(c: u32, h: u32, which: u32) -> u32 {
-    return ((c * group_heads() + h - head0()) * 2u + which) * P.dk * C;
+    return ((c * P.group_heads + h - P.head0) * 2u + which) * P.dk * C;
 }
 
 // Index of the dλ partial of token t, level m, dk block b (dlp, from grad_gdn_lvl).
 fn dlp_idx(t: u32, h: u32, m: u32, b: u32) -> u32 {
-    return ((t * group_heads() + h - head0()) * P.n_scans + m) * n_lb() + b;
+    return ((t * P.group_heads + h - P.head0) * P.n_scans + m) * n_lb() + b;
 }
 
 fn chunk_rows(c: u32) -> u32 {

@@ -22,7 +22,7 @@ var<workgroup> xw: array<vec4<f32>, 128>;  // [C][2]: dX = K̃ D
 @compute @workgroup_size(128) // 2C: one thread per (row, dk half) in phase A
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let v0 = wg.x * BV;
-    let h = head0() + wg.y;
+    let h = P.head0 + wg.y;
     let m = wg.z;
     let nbv = min(BV, P.dv - v0);
     let dk = P.dk;
@@ -32,7 +32,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let ai = lid % C;
     let ak = lid / C;
     let kh = (dk + 1u) / 2u;
-    let fs = group_heads() * f_stride();
+    let fs = P.group_heads * f_stride();
     for (var e = lid; e < ns; e += 128u) {
         st[e] = vec4<f32>(0.0);
     }

@@ -55,7 +55,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let c = wg.x / nlb;
     let kb = wg.x % nlb;
     let k0 = kb * LB;
-    let h = head0() + wg.y;
+    let h = P.head0 + wg.y;
     let t0 = c * C;
     let n = chunk_rows(c);
     let dk = P.dk;

@@ -50,7 +50,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let nb = nkb + (P.dv + KB - 1u) / KB;
     let c = wg.x / nb;
     let kb = wg.x % nb;
-    let h = head0() + wg.y;
+    let h = P.head0 + wg.y;
     let t0 = c * C;
     let n = chunk_rows(c);
     let base = ch_base(c, h);
