@@ -117,7 +117,7 @@ fn run(cli: Cli) -> Res {
         Command::Serial(args) => cmd::serial::run(&args),
         Command::Bench(args) => bench::run(&args),
         Command::Train(args) => loglinear_train::run::train(&args),
-        Command::Mqar(args) => loglinear_train::mqar::run(&args),
+        Command::Mqar(args) => Ok(loglinear_train::mqar::run(&args)?),
         Command::Plan(args) => cmd::plan::run(&args),
         Command::Eval(args) => eval_cli::run(&args),
         Command::Generate(args) => cmd::generate::run(args),

@@ -28,6 +28,10 @@
 
 use loglinear_runtime::rng::SplitMix64;
 
+/// Why data could not be made or scored: the module's error, whose `Config`, `LengthMismatch`
+/// and `LogitShape` are the data's.
+pub use super::MqarError;
+
 /// Zoology's vocabulary for MQAR.
 pub const ZOOLOGY_VOCAB: usize = 8192;
 /// The sequence length of these runs.
@@ -100,32 +104,6 @@ impl MqarConfig {
     pub fn gap_space(&self) -> usize {
         (self.seq_len - self.context_size()) / 2
     }
-}
-
-/// Why data could not be made or scored.
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
-pub enum MqarError {
-    /// Settings out of range.
-    #[error("MQAR settings: {0}")]
-    Config(&'static str),
-    /// Predictions, targets and mask differ in length.
-    #[error("lengths differ: {predictions} predictions, {targets} targets, {mask} mask entries")]
-    LengthMismatch {
-        /// Predictions given.
-        predictions: usize,
-        /// Targets given.
-        targets: usize,
-        /// Mask entries given.
-        mask: usize,
-    },
-    /// Logits are not a whole number of rows of `vocab` (or `vocab` is 0).
-    #[error("{len} logits are not rows of a vocabulary of {vocab}")]
-    LogitShape {
-        /// Logits given.
-        len: usize,
-        /// The vocabulary.
-        vocab: usize,
-    },
 }
 
 /// Examples stored row-major, `[examples][seq_len]`.

@@ -77,10 +77,12 @@
 use std::path::PathBuf;
 
 pub mod data;
+mod error;
 mod results;
 mod resume;
 mod sweep;
 
+pub use error::MqarError;
 pub use results::*;
 
 /// An architecture of the sweep.
@@ -290,7 +292,7 @@ pub struct MqarArgs {
 }
 
 /// Runs `loglinear mqar`.
-pub fn run(args: &MqarArgs) -> Result<(), Box<dyn std::error::Error>> {
+pub fn run(args: &MqarArgs) -> Result<(), MqarError> {
     if !args.merge.is_empty() {
         let table = merge_tables(args)?;
         if let Some(md) = &args.md {
@@ -308,7 +310,7 @@ pub fn model_config(
     dim: usize,
     vocab: usize,
     gdn_expand_v: usize,
-) -> Result<loglinear_runtime::ModelConfig, String> {
+) -> Result<loglinear_runtime::ModelConfig, MqarError> {
     use loglinear_runtime::{Arch, ModelConfig, LAMBDA_LEVELS};
     let (a, gdn) = match arch {
         MqarArch::LlGdn => (Arch::LogLinearGatedDeltaNet, true),
@@ -319,7 +321,7 @@ pub fn model_config(
     let c = if gdn {
         let heads = if dim < 32 { 1 } else { 2 };
         if dim % heads != 0 {
-            return Err(format!("dim {dim} is not divisible by {heads} GDN heads"));
+            return Err(MqarError::GdnHeads { dim, heads });
         }
         ModelConfig {
             arch: a,
@@ -340,9 +342,11 @@ pub fn model_config(
     } else {
         let (head_dim, d_inner) = (16, 2 * dim);
         if d_inner % head_dim != 0 {
-            return Err(format!(
-                "Mamba-2 dim {dim}: d_inner {d_inner} is not a multiple of head_dim 16"
-            ));
+            return Err(MqarError::Mamba2Heads {
+                dim,
+                d_inner,
+                head_dim,
+            });
         }
         ModelConfig {
             arch: a,
@@ -361,7 +365,7 @@ pub fn model_config(
             lambda_levels: if a.is_log_linear() { LAMBDA_LEVELS } else { 0 },
         }
     };
-    c.validate().map_err(|e| format!("model config: {e}"))?;
+    c.validate()?;
     Ok(c)
 }
 
@@ -391,22 +395,23 @@ fn settings_json(args: &MqarArgs) -> serde_json::Value {
 }
 
 /// Checks the arguments; every error names the flag.
-pub fn check_args(args: &MqarArgs) -> Result<(), String> {
+pub fn check_args(args: &MqarArgs) -> Result<(), MqarError> {
+    let flag = |message: String| Err(MqarError::Flag(message));
     if args.archs.is_empty() || args.dims.is_empty() || args.lrs.is_empty() {
-        return Err("--archs, --dims and --lrs must not be empty".into());
+        return flag("--archs, --dims and --lrs must not be empty".into());
     }
     if args.seeds.is_empty() || args.kv.is_empty() {
-        return Err("--seeds and --kv must not be empty".into());
+        return flag("--seeds and --kv must not be empty".into());
     }
     if let Some(lr) = args.lrs.iter().find(|l| !(l.is_finite() && **l > 0.0)) {
-        return Err(format!("--lrs: learning rates must be positive, got {lr}"));
+        return flag(format!("--lrs: learning rates must be positive, got {lr}"));
     }
     if args.batch == 0 {
-        return Err("--batch must be at least 1".into());
+        return flag("--batch must be at least 1".into());
     }
     if let Some(m) = args.micro_batch {
         if m == 0 || args.batch % m != 0 {
-            return Err(format!(
+            return flag(format!(
                 "--micro-batch {m} must be at least 1 and divide --batch {}",
                 args.batch
             ));
@@ -414,49 +419,49 @@ pub fn check_args(args: &MqarArgs) -> Result<(), String> {
     }
     train_counts(args)?;
     if !(1..=4).contains(&args.gdn_expand_v) {
-        return Err(format!(
+        return flag(format!(
             "--gdn-expand-v must be 1 to 4, got {}",
             args.gdn_expand_v
         ));
     }
     if args.test_examples == 0 {
-        return Err("--test-examples must be at least 1".into());
+        return flag("--test-examples must be at least 1".into());
     }
     if args.steps == Some(0) || (args.steps.is_none() && args.epochs == 0) {
-        return Err("--steps / --epochs must be at least 1".into());
+        return flag("--steps / --epochs must be at least 1".into());
     }
     if args.eval_every == Some(0) {
-        return Err("--eval-every must be at least 1".into());
+        return flag("--eval-every must be at least 1".into());
     }
     // NaN would never stop a run and reads as null in the results file's settings.
     if args.early_stop.is_nan() {
-        return Err("--early-stop must be a number (above 1 disables it), got NaN".into());
+        return flag("--early-stop must be a number (above 1 disables it), got NaN".into());
     }
     if let Some(s) = args.max_seconds_per_run {
         if !(s.is_finite() && s > 0.0) {
-            return Err(format!("--max-seconds-per-run must be positive, got {s}"));
+            return flag(format!("--max-seconds-per-run must be positive, got {s}"));
         }
     }
     if args.checkpoint_every == Some(0) {
-        return Err("--checkpoint-every must be at least 1".into());
+        return flag("--checkpoint-every must be at least 1".into());
     }
     if let Some(s) = args.max_seconds {
         if !(s.is_finite() && s > 0.0) {
-            return Err(format!("--max-seconds must be positive, got {s}"));
+            return flag(format!("--max-seconds must be positive, got {s}"));
         }
     }
     if args.pause_after_steps == Some(0) {
-        return Err("--pause-after-steps must be at least 1".into());
+        return flag("--pause-after-steps must be at least 1".into());
     }
     for &kv in &args.kv {
         data_config(args, kv)
             .check()
-            .map_err(|e| format!("--kv {kv}: {e}"))?;
+            .map_err(|e| MqarError::Flag(format!("--kv {kv}: {e}")))?;
     }
     for &arch in &args.archs {
         for &dim in &args.dims {
             model_config(arch, dim, args.vocab, args.gdn_expand_v)
-                .map_err(|e| format!("--dims {dim}: {e}"))?;
+                .map_err(|e| MqarError::Flag(format!("--dims {dim}: {e}")))?;
         }
     }
     Ok(())
@@ -472,7 +477,7 @@ fn data_config(args: &MqarArgs, kv: usize) -> crate::mqar::data::MqarConfig {
 
 /// Training examples per kv setting: `--train-examples` as given (one per setting), its one
 /// number split evenly (the first settings take the remainder), or Zoology's counts.
-pub fn train_counts(args: &MqarArgs) -> Result<Vec<usize>, String> {
+pub fn train_counts(args: &MqarArgs) -> Result<Vec<usize>, MqarError> {
     let n = args.kv.len();
     let Some(given) = &args.train_examples else {
         return Ok(args
@@ -485,17 +490,17 @@ pub fn train_counts(args: &MqarArgs) -> Result<Vec<usize>, String> {
         [all] => (0..n).map(|i| all / n + usize::from(i < all % n)).collect(),
         ref each if each.len() == n => each.to_vec(),
         ref each => {
-            return Err(format!(
+            return Err(MqarError::Flag(format!(
                 "--train-examples: {} numbers for {n} --kv settings (give one per setting, or one \
                  number in all)",
                 each.len()
-            ))
+            )))
         }
     };
     if counts.contains(&0) {
-        return Err(format!(
+        return Err(MqarError::Flag(format!(
             "--train-examples: every kv setting needs at least one example, got {counts:?}"
-        ));
+        )));
     }
     Ok(counts)
 }
@@ -534,6 +539,41 @@ mod tests {
             evals: vec![(10, accuracy)],
             file,
         }
+    }
+
+    /// A flag out of range and results files that cannot be used are refused with the error
+    /// that says which, naming the flag or the file.
+    #[test]
+    fn bad_flags_and_results_files_are_typed_errors() {
+        let dir = std::env::temp_dir().join(format!("mqar-errors-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = dir.join("r.json");
+        let o = out.to_str().unwrap();
+
+        let args = Cli::parse_from(["mqar", "--batch", "0", "--out", o]).mqar;
+        let e = check_args(&args).unwrap_err();
+        assert!(
+            matches!(&e, MqarError::Flag(m) if m.contains("--batch")),
+            "{e}"
+        );
+
+        let args = Cli::parse_from(["mqar", "--out", o]).mqar;
+        std::fs::write(&out, "not json").unwrap();
+        let e = load_results(&args).unwrap_err();
+        assert!(matches!(e, MqarError::NotResultsJson { .. }), "{e}");
+        assert!(e.to_string().contains(o), "{e}");
+        std::fs::write(&out, r#"{"settings": {}, "runs": []}"#).unwrap();
+        let e = load_results(&args).unwrap_err();
+        assert!(matches!(e, MqarError::ResultsOfOtherSettings { .. }), "{e}");
+        std::fs::write(&out, settings_only(&args)).unwrap();
+        let e = load_results(&args).unwrap_err();
+        assert!(matches!(e, MqarError::NoRuns { .. }), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A results file with this command's settings and no `runs`.
+    fn settings_only(args: &MqarArgs) -> String {
+        serde_json::json!({ "settings": settings_json(args) }).to_string()
     }
 
     /// Runs of two results files (other settings) with the same arch, dim, lr and seed are

@@ -108,56 +108,84 @@ pub(super) fn same_lr(a: f64, b: f64) -> bool {
 
 /// Reads the runs of an earlier invocation (none when the file does not exist). A file made
 /// with other settings is an error: mixing them would compare unlike runs.
-pub fn load_results(args: &MqarArgs) -> Result<Vec<RunRecord>, String> {
-    let text = match std::fs::read_to_string(&args.out) {
+pub fn load_results(args: &MqarArgs) -> Result<Vec<RunRecord>, MqarError> {
+    let path = &args.out;
+    let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(format!("cannot read {}: {e}", args.out.display())),
+        Err(source) => {
+            return Err(MqarError::Read {
+                path: path.clone(),
+                source,
+            })
+        }
     };
-    let v: serde_json::Value = serde_json::from_str(&text)
-        .map_err(|e| format!("{} is not MQAR results JSON: {e}", args.out.display()))?;
+    let v = parse_results(path, &text)?;
     let want = settings_json(args);
     if v.get("settings") != Some(&want) {
-        return Err(format!(
-            "{} holds runs made with other settings ({}); these are {}: use another --output",
-            args.out.display(),
-            v.get("settings").map_or("none".into(), |s| s.to_string()),
-            want
-        ));
+        return Err(MqarError::ResultsOfOtherSettings {
+            path: path.clone(),
+            found: settings_text(&v),
+            want: want.to_string(),
+        });
     }
-    let runs = v
-        .get("runs")
-        .and_then(|r| r.as_array())
-        .ok_or_else(|| format!("{}: no `runs` array", args.out.display()))?;
-    runs.iter()
-        .map(|r| {
-            RunRecord::from_json(r)
-                .ok_or_else(|| format!("{}: a run record is malformed: {r}", args.out.display()))
-        })
+    runs_of(path, &v)?
+        .iter()
+        .map(|r| run_from_json(path, r))
         .collect()
+}
+
+/// The results file `path` holding `text`, as JSON.
+fn parse_results(path: &std::path::Path, text: &str) -> Result<serde_json::Value, MqarError> {
+    serde_json::from_str(text).map_err(|source| MqarError::NotResultsJson {
+        path: path.to_path_buf(),
+        source,
+    })
+}
+
+/// The `runs` array of the results file `path`.
+fn runs_of<'a>(
+    path: &std::path::Path,
+    v: &'a serde_json::Value,
+) -> Result<&'a Vec<serde_json::Value>, MqarError> {
+    v.get("runs")
+        .and_then(|r| r.as_array())
+        .ok_or_else(|| MqarError::NoRuns {
+            path: path.to_path_buf(),
+        })
+}
+
+/// One record of the `runs` array of the results file `path`.
+fn run_from_json(path: &std::path::Path, r: &serde_json::Value) -> Result<RunRecord, MqarError> {
+    RunRecord::from_json(r).ok_or_else(|| MqarError::MalformedRun {
+        path: path.to_path_buf(),
+        record: r.to_string(),
+    })
+}
+
+/// A results file's settings as JSON text, `none` when it has none.
+fn settings_text(v: &serde_json::Value) -> String {
+    v.get("settings").map_or("none".into(), |s| s.to_string())
 }
 
 /// One markdown report of the runs in the `--merge` files (their settings may differ: each
 /// is listed, every run names its file, and seeds are pooled within a file only).
-pub fn merge_tables(args: &MqarArgs) -> Result<String, String> {
+pub fn merge_tables(args: &MqarArgs) -> Result<String, MqarError> {
     let mut runs = Vec::new();
     let mut notes = String::from("\n## Results files\n\n");
     for (file, path) in args.merge.iter().enumerate() {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-        let v: serde_json::Value = serde_json::from_str(&text)
-            .map_err(|e| format!("{} is not MQAR results JSON: {e}", path.display()))?;
-        let file_runs = v
-            .get("runs")
-            .and_then(|r| r.as_array())
-            .ok_or_else(|| format!("{}: no `runs` array", path.display()))?;
+        let text = std::fs::read_to_string(path).map_err(|source| MqarError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        let v = parse_results(path, &text)?;
+        let file_runs = runs_of(path, &v)?;
         for r in file_runs {
-            let mut run = RunRecord::from_json(r)
-                .ok_or_else(|| format!("{}: a run record is malformed: {r}", path.display()))?;
+            let mut run = run_from_json(path, r)?;
             run.file = file;
             runs.push(run);
         }
-        let settings = v.get("settings").map_or("none".into(), |s| s.to_string());
+        let settings = settings_text(&v);
         notes.push_str(&format!(
             "- `{}` ({} run{}): {settings}\n",
             path.display(),
@@ -169,12 +197,12 @@ pub fn merge_tables(args: &MqarArgs) -> Result<String, String> {
 }
 
 /// Writes every run (atomically: a temporary file renamed over the old one) and the markdown.
-pub fn save_results(args: &MqarArgs, runs: &[RunRecord]) -> Result<(), String> {
+pub fn save_results(args: &MqarArgs, runs: &[RunRecord]) -> Result<(), MqarError> {
     let v = serde_json::json!({
         "settings": settings_json(args),
         "runs": runs.iter().map(RunRecord::to_json).collect::<Vec<_>>(),
     });
-    let text = serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?;
+    let text = serde_json::to_string_pretty(&v)?;
     write_atomic(&args.out, &text)?;
     if let Some(md) = &args.md {
         write_atomic(md, &markdown(args, runs))?;
@@ -182,8 +210,9 @@ pub fn save_results(args: &MqarArgs, runs: &[RunRecord]) -> Result<(), String> {
     Ok(())
 }
 
-pub(super) fn write_atomic(path: &std::path::Path, text: &str) -> Result<(), String> {
-    loglinear_converter::output_file::write_atomic(path, text.as_bytes()).map_err(|e| e.to_string())
+pub(super) fn write_atomic(path: &std::path::Path, text: &str) -> Result<(), MqarError> {
+    loglinear_converter::output_file::write_atomic(path, text.as_bytes())?;
+    Ok(())
 }
 
 /// Mean and (population) standard deviation.

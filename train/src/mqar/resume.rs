@@ -3,7 +3,7 @@
 //! crash-safely), whose `trainer_state.json` settings hold the sweep's settings and the run's
 //! own state ([`RunState`]).
 
-use super::{settings_json, MqarArch, MqarArgs};
+use super::{settings_json, MqarArch, MqarArgs, MqarError};
 use crate::checkpoint_dir::{self, TrainerState};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
@@ -156,22 +156,18 @@ pub(super) struct Paused {
 
 /// The paused run in `run_dir`, if any. A folder that is there but cannot be read, or holds
 /// another sweep's run (other settings), is an error that names it: it is never discarded.
-pub(super) fn find_paused(run_dir: &Path, args: &MqarArgs) -> Result<Option<Paused>, String> {
+pub(super) fn find_paused(run_dir: &Path, args: &MqarArgs) -> Result<Option<Paused>, MqarError> {
     let Some(dir) = checkpoint_dir::find(run_dir) else {
         if run_dir.exists() {
-            return Err(format!(
-                "{} is not a readable run checkpoint (no trainer_state.json): remove it to start \
-                 its run afresh",
-                run_dir.display()
-            ));
+            return Err(MqarError::NoRunState {
+                dir: run_dir.to_path_buf(),
+            });
         }
         return Ok(None);
     };
-    let unreadable = |why: String| {
-        format!(
-            "the run checkpoint {} cannot be read ({why}): remove it to start its run afresh",
-            dir.display()
-        )
+    let unreadable = |why: String| MqarError::UnreadableRunState {
+        dir: dir.clone(),
+        why,
     };
     let path = dir.join("trainer_state.json");
     let text = std::fs::read_to_string(&path).map_err(|e| unreadable(e.to_string()))?;
@@ -186,25 +182,24 @@ pub(super) fn find_paused(run_dir: &Path, args: &MqarArgs) -> Result<Option<Paus
     })?;
     let want = settings_json(args);
     if settings != want {
-        return Err(format!(
-            "{} holds a paused run ({}) made with other settings ({settings}); these are {want}: \
-             finish it with its settings, or remove the folder",
-            dir.display(),
-            state.label()
-        ));
+        return Err(MqarError::PausedWithOtherSettings {
+            dir,
+            run: state.label(),
+            found: settings.to_string(),
+            want: want.to_string(),
+        });
     }
     Ok(Some(Paused { dir, state }))
 }
 
 /// Removes `run_dir` and the folders a save leaves behind after a crash.
-pub(super) fn remove(run_dir: &Path) -> Result<(), String> {
+pub(super) fn remove(run_dir: &Path) -> Result<(), MqarError> {
     for suffix in ["", ".old", ".tmp"] {
         let mut s = run_dir.as_os_str().to_owned();
         s.push(suffix);
         let d = PathBuf::from(s);
         if d.exists() {
-            std::fs::remove_dir_all(&d)
-                .map_err(|e| format!("cannot remove {}: {e}", d.display()))?;
+            std::fs::remove_dir_all(&d).map_err(|source| MqarError::Remove { path: d, source })?;
         }
     }
     Ok(())

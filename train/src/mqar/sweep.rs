@@ -11,7 +11,7 @@ use loglinear_host_gpu::{wgpu, Gpu, GpuError};
 use loglinear_runtime::rng::SplitMix64;
 use std::time::Instant;
 
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
+type Res<T> = Result<T, MqarError>;
 
 /// Ignored target (no loss, no gradient, not scored).
 const IGNORED: u32 = u32::MAX;
@@ -120,11 +120,10 @@ impl Runner<'_> {
         }
         // The head runs on at most `head_rows` rows; more would be NaN losses.
         if scored > self.head_rows as u64 {
-            return Err(format!(
-                "a micro-batch has {scored} scored positions, over the head's capacity {}",
-                self.head_rows
-            )
-            .into());
+            return Err(MqarError::HeadCapacity {
+                scored,
+                capacity: self.head_rows,
+            });
         }
         inputs.resize(self.batch * l, 0);
         targets.resize(self.batch * l, IGNORED);
@@ -268,13 +267,10 @@ pub(super) fn run(args: &MqarArgs) -> Res<()> {
                 p.dir.display()
             );
         } else {
-            return Err(format!(
-                "{} holds a paused run ({}) that is not among this command's runs: add it \
-                 to --archs / --dims / --lrs / --seeds to finish it, or remove the folder",
-                p.dir.display(),
-                s.label()
-            )
-            .into());
+            return Err(MqarError::PausedRunNotInSweep {
+                dir: p.dir.clone(),
+                run: s.label(),
+            });
         }
     }
     let total = args.archs.len() * args.dims.len() * args.lrs.len() * args.seeds.len();
@@ -462,8 +458,11 @@ fn save_checkpoint(
 /// Loads a paused run's parameters and AdamW state into the graph and optimizer.
 fn load_checkpoint(gpu: &Gpu, r: &Runner, opt: &mut AdamW, dir: &std::path::Path) -> Res<()> {
     let keys: Vec<String> = r.graph.params().iter().map(|p| p.name.clone()).collect();
-    let fail = |e: String| format!("cannot resume from {}: {e}", dir.display());
-    let saved = crate::checkpoint_dir::load(dir, &keys).map_err(|e| fail(e.to_string()))?;
+    let fail = |source: MqarError| MqarError::Resume {
+        dir: dir.to_path_buf(),
+        source: Box::new(source),
+    };
+    let saved = crate::checkpoint_dir::load(dir, &keys).map_err(|e| fail(e.into()))?;
     let by_key: std::collections::HashMap<&str, &Vec<f32>> = saved
         .params
         .iter()
@@ -471,10 +470,9 @@ fn load_checkpoint(gpu: &Gpu, r: &Runner, opt: &mut AdamW, dir: &std::path::Path
         .collect();
     r.graph
         .load_params(gpu, &|k| by_key.get(k).map(|v| (*v).clone()))
-        .map_err(|e| fail(e.to_string()))?;
+        .map_err(|e| fail(e.into()))?;
     for (i, (m, v)) in saved.moments.iter().enumerate() {
-        opt.load_moments(gpu, i, m, v)
-            .map_err(|e| fail(e.to_string()))?;
+        opt.load_moments(gpu, i, m, v).map_err(|e| fail(e.into()))?;
     }
     opt.set_steps(saved.optimizer_steps);
     Ok(())
@@ -546,7 +544,7 @@ fn train_one(
         total: st.steps,
         decay: Decay::Cosine,
     };
-    schedule.validate()?;
+    schedule.validate().map_err(MqarError::Schedule)?;
     let params: usize = r.graph.params().iter().map(|p| p.len).sum();
     let pb = ProgressBar::new(st.steps);
     pb.set_style(
