@@ -3,7 +3,7 @@
 //!
 //! A board with little RAM cannot hold every level; fewer levels saturate the top one earlier
 //! (at 2^(levels − 1) tokens) and f16 halves the state. What that costs is measured, not
-//! modelled: `loglinear eval --levels N --state f16 --ctx T` on the model's validation text,
+//! modelled: `loglinear eval --levels N --state f16 --context T` on the model's validation text,
 //! one row per (context, levels, state), in a CSV file beside the model
 //! (`<model>.levels.csv`, columns `context,levels,state,bits_per_byte`; BENCHMARKS.md says how
 //! it was made). [`recommend`] picks, among the rows that fit the board, the best one at the
