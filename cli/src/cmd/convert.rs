@@ -59,8 +59,10 @@ pub(crate) struct TypeArgs {
     /// `convert` defaults to f32; `quantize` needs it.
     #[arg(long = "type", value_name = "TYPE", value_parser = parse_dtype)]
     matrix_type: Option<DType>,
-    /// Per-tensor type, PATTERN=TYPE (repeatable, last match wins): PATTERN is searched in the
-    /// GGUF tensor name, `*` matching anything, e.g. `output.weight=q8_0`, `blk.0.*=f16`.
+    /// Per-tensor type, PATTERN=TYPE (repeatable, last match wins): PATTERN is a glob searched
+    /// in the GGUF tensor name (`*` any characters, `?` one character, `[0-3]` one of a set,
+    /// `{up,down}` one of the alternatives), e.g. `output.weight=q8_0`, `blk.0.*=f16`,
+    /// `blk.[0-3].ffn_{up,down}=q8_0`.
     #[arg(long = "tensor-type", value_name = "PATTERN=TYPE")]
     tensor_type: Vec<TypeOverride>,
     /// `general.name` (default: the checkpoint folder's name, or the input file's name).
