@@ -1,6 +1,6 @@
 //! Chunkwise CPU prefill against token-by-token stepping on the shipped models.
 //!
-//! `cargo run --release -p loglinear-cpu-prefill --example prefill_bench [-- T [repeats]]`
+//! `cargo run --release -p loglinear-cli --example prefill_bench [-- T [repeats]]`
 //!
 //! The prompt is the bytes of the models' TRAINING.md, repeated up to T tokens (default 4096).
 //! Stepping, 1-thread and 2-thread prefills run interleaved, `repeats` times (default 3), and the

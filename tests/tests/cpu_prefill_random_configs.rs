@@ -2,9 +2,9 @@
 //! with dk > 64 (the scan's two-product transition form) and odd dk/dv, and Mamba-2 with two
 //! B/C groups shared by pairs of heads. Chunkwise prefill against stepping, as elsewhere.
 
-mod common;
+mod cpu_prefill_common;
 
-use common::*;
+use cpu_prefill_common::*;
 use loglinear_converter::{ExportOptions, ExportedModel, Tensor, TensorStore};
 use loglinear_runtime::ModelConfig;
 

@@ -3,9 +3,9 @@
 //! Fenwick states, conv states and last logits, then greedy decoding continued from the
 //! hand-off, for prompt lengths that cover every case of the chunk algorithm.
 
-mod common;
+mod cpu_prefill_common;
 
-use common::*;
+use cpu_prefill_common::*;
 use loglinear_converter::Checkpoint;
 use loglinear_tests::*;
 

@@ -2,9 +2,9 @@
 //! f32 checkpoints, the Q8_0 model file, and F16 / Q4_0 exports (weights dequantized once per
 //! prefill). The prompt is the models' TRAINING.md text, byte-level.
 
-mod common;
+mod cpu_prefill_common;
 
-use common::*;
+use cpu_prefill_common::*;
 use loglinear_converter::model_source::{AlignedBytes, IndexedGguf};
 use loglinear_converter::{Checkpoint, ExportOptions, ExportedModel};
 use loglinear_runtime::DType;

@@ -1,9 +1,9 @@
 //! The public API's contract: bad input gives typed errors (never a panic), and the result
 //! does not depend on the number of threads (bit for bit).
 
-mod common;
+mod cpu_prefill_common;
 
-use common::*;
+use cpu_prefill_common::*;
 use loglinear_converter::Checkpoint;
 use loglinear_cpu_prefill::{prefill, prefill_into, PrefillError, PrefillOptions, PHASES};
 use loglinear_runtime::Model;
