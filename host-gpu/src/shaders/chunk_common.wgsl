@@ -1,5 +1,5 @@
-// Shared by every chunk-scan kernel (prepended by chunk_scan.rs; each kernel file declares its
-// own bindings, with the uniform `P` at binding 0).
+// Shared by every chunk-scan kernel (prepended by chunk_scan/mod.rs; each kernel file declares
+// its own bindings, with the uniform `P` at binding 0).
 
 struct Params {
     t: u32,          // tokens

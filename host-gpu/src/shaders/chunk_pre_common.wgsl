@@ -1,4 +1,4 @@
-// Shared by the kernels of the precomputed inter-chunk strategy (Mamba-2; see chunk_scan.rs).
+// Shared by the kernels of the precomputed inter-chunk strategy (Mamba-2; see chunk_scan/mod.rs).
 // The including kernel declares `gam` (local cumsums γ) and the uniform `P`.
 //
 // The strategy keeps one buffer `xs[NT - 1][heads][dk][dv]`: first every source chunk's own

@@ -36,7 +36,7 @@
 @group(0) @binding(7) var<storage, read_write> olvl: array<f32>;
 @group(0) @binding(8) var<storage, read_write> hstate: array<f32>;
 
-const BV: u32 = 16u; // columns per workgroup: four vec4 (GDN_SCAN_BV in chunk_scan.rs)
+const BV: u32 = 16u; // columns per workgroup: four vec4 (GDN_SCAN_BV in chunk_scan/mod.rs)
 const WG: u32 = 256u;
 const NONE: u32 = 3u; // no product
 

@@ -1,6 +1,6 @@
 // Y[m][n] = Σ_k X[m][k] · W[n][k] on cooperative matrices (tensor cores): the product of
 // matmul.wgsl, with the inputs rounded to ET.
-// Preceded by a header that ops.rs writes from the adapter's configuration: the `enable`
+// Preceded by a header that ops/mod.rs writes from the adapter's configuration: the `enable`
 // directives, `alias ET` (the input element type, f16 or f32), `alias MatA/MatB/MatC` (the
 // S×S cooperative matrix types; C always f32), `const S`, `const SG` (the adapter's fixed
 // subgroup size) and `const THREADS` (8 subgroups); then f16.wgsl and one weights_*.wgsl.
