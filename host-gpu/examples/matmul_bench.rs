@@ -12,7 +12,6 @@
 use clap::builder::RangedU64ValueParser;
 use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches, Parser};
-use loglinear_converter::export::parse_dtype;
 use loglinear_host_gpu::ops::{encode_steps, Kernels, MatmulPath};
 use loglinear_host_gpu::weights::GpuMatrix;
 use loglinear_host_gpu::{Gpu, GpuError, Rows};
@@ -26,6 +25,15 @@ const SHAPES: [(&str, usize, usize); 3] = [
     ("4096->1536 (MLP down)", 1536, 4096),
     ("1536->1536 (q/k/v/o)", 1536, 1536),
 ];
+
+/// A weight type by its ggml name ("f32", "q8_0", ...), any case, as `--types` lists them.
+fn parse_dtype(name: &str) -> Result<DType, String> {
+    // ggml's type ids are below 64; the runtime's DType says which of them it stores.
+    (0..64)
+        .filter_map(DType::from_ggml_id)
+        .find(|t| t.name().eq_ignore_ascii_case(name))
+        .ok_or_else(|| format!("unknown tensor type `{name}`"))
+}
 
 struct Lcg(u32);
 

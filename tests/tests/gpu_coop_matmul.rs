@@ -15,7 +15,7 @@ use loglinear_converter::Checkpoint;
 use loglinear_host_gpu::gpu::{CoopMatmul, GpuOptions};
 use loglinear_host_gpu::ops::{Kernels, MatmulPath};
 use loglinear_host_gpu::weights::GpuMatrix;
-use loglinear_host_gpu::{Gpu, GpuModel, PrefillOptions, Rows};
+use loglinear_host_gpu::{wgpu, Gpu, GpuModel, PrefillOptions, Rows};
 use loglinear_runtime::quant::{BlockQ4_0, BlockQ8_0, QK};
 use loglinear_runtime::{DType, Session, SessionConfig};
 use loglinear_tests::*;
