@@ -43,6 +43,8 @@ except ImportError:  # pragma: no cover
 DOC = Path(__file__).resolve().parent.parent / "docs" / "model-file.md"
 # Metadata keys that only a BPE (`tokenizer.ggml.model` = gpt2) file has.
 GPT2_ONLY_KEYS = {"tokenizer.ggml.merges"}
+# Optional wherever they apply: a BPE tokenizer need not name a bos or an eos token.
+OPTIONAL_KEYS = {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"}
 ALIGNMENT = 32
 QK = 32
 ARCHES = {"loglinear_gdn", "loglinear_mamba2", "gated_deltanet", "mamba2"}
@@ -235,6 +237,9 @@ def check_metadata(c: Checker, reader: GGUFReader) -> dict:
         # Keys of the BPE tokenizer only (docs/model-file.md: "`gpt2` only") may be absent.
         tok_model = fields.get("tokenizer.ggml.model")
         if f is None and key in GPT2_ONLY_KEYS and field_value(tok_model) != "gpt2":
+            continue
+        # Keys the docs call optional (the bos/eos ids a tokenizer may not name).
+        if f is None and key in OPTIONAL_KEYS:
             continue
         if not c.check(f is not None, f"metadata `{key}` is missing"):
             continue
