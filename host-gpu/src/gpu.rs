@@ -531,6 +531,28 @@ pub fn dispatch(
     pass.dispatch_workgroups(workgroups[0], workgroups[1], workgroups[2]);
 }
 
+/// A 2-D grid of `n` workgroups laid out row by row (shaders rebuild the flat index).
+pub(crate) fn grid(n: usize) -> Result<[u32; 3], GpuError> {
+    let n = n.max(1);
+    let x = n.min(MAX_GROUPS);
+    let y = n.div_ceil(x);
+    if y > MAX_GROUPS {
+        return Err(GpuError::Invalid(format!(
+            "{n} workgroups is over the dispatch limit"
+        )));
+    }
+    Ok([x as u32, y as u32, 1])
+}
+
+/// Grid for `n` independent threads in 256-wide workgroups.
+pub(crate) fn grid_threads(n: usize) -> Result<[u32; 3], GpuError> {
+    grid(n.div_ceil(256))
+}
+
+/// A size as the u32 a uniform holds, or an error naming it.
+pub(crate) fn u(n: usize) -> Result<u32, GpuError> {
+    u32::try_from(n).map_err(|_| GpuError::Invalid(format!("size {n} does not fit in 32 bits")))
+}
 /// The size in bytes that naga lays out for the one `var<uniform>` of WGSL `source`: what the
 /// `#[repr(C)]` block bound there must measure.
 #[cfg(test)]

@@ -5,8 +5,8 @@
 //! Layouts are row-major and token-major (`[T][…]`), as in the CPU runtime. Kernel parameters
 //! are small uniform blocks, each a `#[repr(C)]` mirror of its shader's struct.
 
-use crate::gpu::MAX_GROUPS;
-use crate::gpu::{dispatch, with_common, CoopMatmul, Gpu, GpuError, Kernel, Rows};
+use crate::gpu::{dispatch, with_common, CoopMatmul, Gpu, GpuError, Kernel, Rows, MAX_GROUPS};
+pub(crate) use crate::gpu::{grid, grid_threads, u};
 use crate::weights::GpuMatrix;
 use loglinear_runtime::DType;
 
@@ -128,28 +128,6 @@ pub fn encode_steps<'a, 'k: 'a>(
     for s in steps {
         s.record(&mut pass);
     }
-}
-
-/// A 2-D grid of `n` workgroups laid out row by row (shaders rebuild the flat index).
-fn grid(n: usize) -> Result<[u32; 3], GpuError> {
-    let n = n.max(1);
-    let x = n.min(MAX_GROUPS);
-    let y = n.div_ceil(x);
-    if y > MAX_GROUPS {
-        return Err(GpuError::Invalid(format!(
-            "{n} workgroups is over the dispatch limit"
-        )));
-    }
-    Ok([x as u32, y as u32, 1])
-}
-
-/// Grid for `n` independent threads in 256-wide workgroups.
-fn grid_threads(n: usize) -> Result<[u32; 3], GpuError> {
-    grid(n.div_ceil(256))
-}
-
-fn u(n: usize) -> Result<u32, GpuError> {
-    u32::try_from(n).map_err(|_| GpuError::Invalid(format!("size {n} does not fit in 32 bits")))
 }
 
 fn dtype_index(d: DType) -> usize {

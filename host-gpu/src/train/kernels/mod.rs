@@ -6,7 +6,7 @@
 //! Every builder checks nothing about buffer sizes beyond what wgpu checks: the model that
 //! calls them sizes its buffers from one config.
 
-use crate::gpu::MAX_GROUPS;
+pub(crate) use crate::gpu::{grid, grid_threads, u};
 use crate::gpu::{with_common, Gpu, GpuError, Kernel};
 
 mod conv;
@@ -73,27 +73,6 @@ pub fn encode_all<'a>(
     for s in steps {
         s.record(&mut pass);
     }
-}
-
-pub(crate) fn u(n: usize) -> Result<u32, GpuError> {
-    u32::try_from(n).map_err(|_| GpuError::Invalid(format!("size {n} does not fit in 32 bits")))
-}
-
-/// A 2-D grid of `n` workgroups (shaders rebuild the flat index row by row).
-pub(crate) fn grid(n: usize) -> Result<[u32; 3], GpuError> {
-    let n = n.max(1);
-    let x = n.min(MAX_GROUPS);
-    let y = n.div_ceil(x);
-    if y > MAX_GROUPS {
-        return Err(GpuError::Invalid(format!(
-            "{n} workgroups is over the dispatch limit"
-        )));
-    }
-    Ok([x as u32, y as u32, 1])
-}
-
-pub(crate) fn grid_threads(n: usize) -> Result<[u32; 3], GpuError> {
-    grid(n.div_ceil(256))
 }
 
 /// Every training kernel.
