@@ -23,6 +23,12 @@ pub enum TokenizeError {
     /// `tokenizers` failed to encode.
     #[error("encoding failed: {0}")]
     Encode(String),
+    /// Text for a BPE vocabulary that is not UTF-8.
+    #[error("the text is not UTF-8 (byte {at}), and this model's BPE vocabulary encodes text")]
+    NotUtf8 {
+        /// Offset of the first byte that is not UTF-8.
+        at: usize,
+    },
     /// An id the vocabulary does not have.
     #[error("token {id} is not in the vocabulary of {len} tokens")]
     UnknownToken {
@@ -139,6 +145,20 @@ impl HostTokenizer {
                 .encode_fast(text, false)
                 .map(|e| e.get_ids().to_vec())
                 .map_err(|e| TokenizeError::Encode(e.to_string())),
+        }
+    }
+
+    /// The ids of `bytes`: the bytes themselves for a byte-level vocabulary, the encoding of
+    /// their text for BPE (which must then be UTF-8).
+    pub fn encode_bytes(&self, bytes: &[u8]) -> Result<Vec<u32>, TokenizeError> {
+        match &self.kind {
+            Kind::Bytes => Ok(bytes.iter().map(|&b| u32::from(b)).collect()),
+            Kind::Bpe { .. } => {
+                let text = std::str::from_utf8(bytes).map_err(|e| TokenizeError::NotUtf8 {
+                    at: e.valid_up_to(),
+                })?;
+                self.encode(text)
+            }
         }
     }
 

@@ -179,17 +179,13 @@ fn finish_export(
         .ok()
         .as_ref()
         .and_then(Vocabulary::from_gguf);
-    let (tokens, unit): (Vec<u32>, _) = match &vocabulary {
-        Some(v @ Vocabulary::Bpe { .. }) => {
-            let text = std::str::from_utf8(&text).map_err(|e| {
-                format!(
-                    "the evaluation text is not UTF-8 (byte {}), and the model's BPE vocabulary \
-                     encodes text",
-                    e.valid_up_to()
-                )
-            })?;
-            (HostTokenizer::new(v)?.encode(text)?, "token")
-        }
+    let (tokens, unit) = match &vocabulary {
+        Some(v @ Vocabulary::Bpe { .. }) => (
+            HostTokenizer::new(v)?
+                .encode_bytes(&text)
+                .map_err(|e| format!("the evaluation text: {e}"))?,
+            "token",
+        ),
         _ => (text.iter().map(|&b| u32::from(b)).collect(), "byte"),
     };
     let windows = eval::window_count(tokens.len(), quality.eval_context);

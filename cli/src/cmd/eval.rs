@@ -8,7 +8,6 @@ use clap::ValueEnum;
 use loglinear_converter::model_source::ModelSource;
 use loglinear_converter::tokenize::HostTokenizer;
 use loglinear_runtime::quant::Activations;
-use loglinear_runtime::tokenizer;
 use loglinear_train::eval;
 use loglinear_train::per_position::{per_position_loss, PerPosition, StepState, WindowRunner};
 use serde_json::json;
@@ -217,19 +216,13 @@ struct Tokens {
 impl Tokens {
     /// `text` through the model's tokenizer.
     fn of(tokenizer: &HostTokenizer, text: &[u8]) -> Res<Self> {
+        let ids = tokenizer.encode_bytes(text)?;
         if tokenizer.bpe().is_none() {
             return Ok(Self {
-                ids: tokenizer::encode(text).collect(),
+                ids,
                 bytes_per_token: None,
             });
         }
-        let text = std::str::from_utf8(text).map_err(|e| {
-            format!(
-                "the text is not UTF-8 (byte {}), and this model's BPE vocabulary encodes text",
-                e.valid_up_to()
-            )
-        })?;
-        let ids = tokenizer.encode(text)?;
         let bytes_per_token = ids
             .iter()
             .map(|&id| tokenizer.decode(&[id]).map(|b| b.len()))

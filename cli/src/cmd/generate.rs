@@ -7,7 +7,7 @@ use loglinear_converter::model_source::ModelSource;
 use loglinear_converter::tokenize::HostTokenizer;
 use loglinear_runtime::sampler::{Sampler, SamplerConfig};
 use loglinear_runtime::session::{Session, SessionConfig};
-use loglinear_runtime::{tokenizer, Model, StateElem};
+use loglinear_runtime::{Model, StateElem};
 use std::io::Write;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -96,7 +96,9 @@ pub(crate) fn run(args: GenerateArgs) -> Res {
     let source = ModelSource::open(&model)?;
     let tokenizer = source.host_tokenizer(&model)?;
     let prompt = crate::prompt::unescape(&prompt)?;
-    let prompt_tokens = encode_prompt(&tokenizer, &prompt)?;
+    let prompt_tokens = tokenizer
+        .encode_bytes(&prompt)
+        .map_err(|e| format!("the prompt: {e}"))?;
     let sampler = sampling.config();
     let mut cfg = SessionConfig {
         levels,
@@ -152,21 +154,6 @@ pub(crate) fn run(args: GenerateArgs) -> Res {
         StateDtype::F32 => generate::<f32>(m, &job),
         StateDtype::F16 => generate::<half::f16>(m, &job),
     })?
-}
-
-/// The prompt's tokens: its bytes for a byte-level model; for a BPE model, its text encoded
-/// by the `tokenizers` crate (so it must be UTF-8).
-fn encode_prompt(tokenizer: &HostTokenizer, prompt: &[u8]) -> Res<Vec<u32>> {
-    if tokenizer.bpe().is_none() {
-        return Ok(tokenizer::encode(prompt).collect());
-    }
-    let text = std::str::from_utf8(prompt).map_err(|e| {
-        format!(
-            "the prompt is not UTF-8 text (byte {}), and this model's BPE vocabulary encodes text",
-            e.valid_up_to()
-        )
-    })?;
-    Ok(tokenizer.encode(text)?)
 }
 
 /// What one `generate` run does, besides the model.
