@@ -3,6 +3,7 @@
 
 pub mod bpe_fixture;
 pub mod golden;
+pub mod golden_layer;
 pub mod microbit_model;
 pub mod snapshot_fixture;
 

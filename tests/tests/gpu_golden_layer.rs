@@ -2,86 +2,14 @@
 //! chunk scan on their own (the scan output replaced by the golden `o`), then whole mixers
 //! (`y_mixer`) and pre-norm blocks (`y_block`) at T = 50 and 200.
 
-use loglinear_converter::{parse_config, Tensor, TensorStore};
 use loglinear_host_gpu::{Gpu, GpuModel, PrefillOptions};
-use loglinear_runtime::{Model, ModelConfig, Role, TensorName};
+use loglinear_runtime::Model;
+use loglinear_tests::golden_layer::layer_model;
 use loglinear_tests::*;
 use serde_json::Value;
 use std::collections::HashMap;
 
 const KINDS: [&str; 4] = ["ll_mamba2", "mamba2", "ll_gdn", "gdn"];
-
-fn model_type(kind: &str) -> &'static str {
-    match kind {
-        "ll_mamba2" => "hattention",
-        "mamba2" => "mamba2mlp",
-        "ll_gdn" => "h_gated_deltanet",
-        "gdn" => "gated_deltanet",
-        other => panic!("layer kind `{other}` is not implemented"),
-    }
-}
-
-/// A one-block model whose embedding rows are the layer inputs (token t feeds x_t), built as
-/// tests/tests/golden_layer.rs builds it.
-fn layer_model(
-    entry: &Value,
-    arrays: &HashMap<String, Array>,
-    x: &Array,
-) -> (ModelConfig, TensorStore) {
-    let mut cfg = entry["config"].clone();
-    let kind = entry["kind"].as_str().unwrap();
-    let t_len = x.shape[1];
-    cfg["model_type"] = model_type(kind).into();
-    cfg["vocab_size"] = t_len.into();
-    cfg["num_hidden_layers"] = 1.into();
-    let (config, layout) = parse_config(&cfg).unwrap();
-    let mut store = TensorStore::default();
-    for (key, a) in arrays {
-        if key.starts_with('T')
-            && key
-                .split('.')
-                .next()
-                .is_some_and(|p| p[1..].parse::<u32>().is_ok())
-        {
-            continue; // T{n}.* are data, not weights
-        }
-        let role = layout
-            .parse_block_key(key)
-            .unwrap_or_else(|| panic!("unknown weight `{key}`"));
-        let (rows, cols) = match a.shape.as_slice() {
-            [n] => (1, *n),
-            [r, rest @ ..] => (*r, rest.iter().product()),
-            [] => (1, 1),
-        };
-        store.insert(
-            TensorName::block(0, role),
-            Tensor {
-                rows,
-                cols,
-                data: a.f32(),
-            },
-        );
-    }
-    let d = config.hidden_size;
-    let model_tensor = |rows, data| Tensor {
-        rows,
-        cols: d,
-        data,
-    };
-    store.insert(
-        TensorName::model(Role::Embedding),
-        model_tensor(t_len, x.f32()),
-    );
-    store.insert(
-        TensorName::model(Role::FinalNorm),
-        model_tensor(1, vec![1.0; d]),
-    );
-    store.insert(
-        TensorName::model(Role::LmHead),
-        model_tensor(t_len, vec![0.0; t_len * d]),
-    );
-    (config, store)
-}
 
 fn layer_case(kind: &str) -> (Value, HashMap<String, Array>) {
     let m = manifest();
@@ -114,7 +42,7 @@ fn ops_around_the_scan_match_golden() {
     for kind in KINDS {
         let (entry, arrays) = layer_case(kind);
         let x = get(&arrays, "T50.x", kind);
-        let (config, store) = layer_model(&entry, &arrays, x);
+        let (config, store) = layer_model(kind, &entry, &arrays, x);
         let model = Model::new(config, &store).unwrap();
         let gm = GpuModel::new(&gpu, &model).unwrap();
         let o = get(&arrays, "T50.inter.o", kind).f32();
@@ -158,7 +86,7 @@ fn layers_match_golden() {
         for t in [50usize, 200] {
             let what = format!("{name} T{t}");
             let x = get(arrays, &format!("T{t}.x"), &what);
-            let (config, store) = layer_model(&entry, arrays, x);
+            let (config, store) = layer_model(name, &entry, arrays, x);
             let model = Model::new(config, &store).unwrap();
             let gm = GpuModel::new(&gpu, &model).unwrap();
             let tr = gm.mixer_trace(0, &x.f32(), None).unwrap();
