@@ -24,6 +24,7 @@ use clap::{CommandFactory, FromArgMatches, Parser};
 use loglinear_host_gpu::chunk_scan::{
     ChunkScan, Form, ScanIo, ScanKernels, ScanShape, ScanStrategy,
 };
+use loglinear_host_gpu::timestamps::{median, Timestamps};
 use loglinear_host_gpu::{Gpu, GpuError};
 use loglinear_runtime::{FenwickState, LevelPolicy};
 use std::time::Instant;
@@ -148,52 +149,8 @@ fn inputs(s: &ScanShape) -> Inputs {
     }
 }
 
-/// GPU timestamps around the recorded work, when the adapter has them.
-struct Timer {
-    set: wgpu::QuerySet,
-    resolve: wgpu::Buffer,
-    period_ns: f64,
-}
-
-impl Timer {
-    fn new(gpu: &Gpu) -> Option<Self> {
-        if !gpu.features.contains(wgpu::Features::TIMESTAMP_QUERY) {
-            return None;
-        }
-        let set = gpu.device.create_query_set(&wgpu::QuerySetDescriptor {
-            label: Some("bench timestamps"),
-            ty: wgpu::QueryType::Timestamp,
-            count: 2,
-        });
-        let resolve = gpu.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("bench timestamps"),
-            size: 16,
-            usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
-            mapped_at_creation: false,
-        });
-        Some(Self {
-            set,
-            resolve,
-            period_ns: f64::from(gpu.queue.get_timestamp_period()),
-        })
-    }
-
-    /// An empty compute pass that writes timestamp `index` (works without
-    /// TIMESTAMP_QUERY_INSIDE_ENCODERS).
-    fn mark(&self, enc: &mut wgpu::CommandEncoder, index: u32) {
-        let _pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-            label: Some("timestamp"),
-            timestamp_writes: Some(wgpu::ComputePassTimestampWrites {
-                query_set: &self.set,
-                beginning_of_pass_write_index: Some(index),
-                end_of_pass_write_index: None,
-            }),
-        });
-    }
-}
-
 /// One timed run in milliseconds.
-fn time_once(gpu: &Gpu, scan: &ChunkScan, timer: Option<&Timer>) -> Result<f64, GpuError> {
+fn time_once(gpu: &Gpu, scan: &ChunkScan, timer: Option<&Timestamps>) -> Result<f64, GpuError> {
     let mut enc = gpu.encoder("bench");
     if let Some(t) = timer {
         t.mark(&mut enc, 0);
@@ -201,18 +158,13 @@ fn time_once(gpu: &Gpu, scan: &ChunkScan, timer: Option<&Timer>) -> Result<f64, 
     scan.encode(&mut enc);
     if let Some(t) = timer {
         t.mark(&mut enc, 1);
-        enc.resolve_query_set(&t.set, 0..2, &t.resolve, 0);
+        t.resolve(&mut enc);
     }
     let start = Instant::now();
     gpu.submit_and_wait(enc)?;
     let wall = start.elapsed().as_secs_f64() * 1e3;
     match timer {
-        Some(t) => {
-            let b = gpu.read_bytes(&t.resolve, 16)?;
-            let t0 = u64::from_le_bytes(b[0..8].try_into().unwrap());
-            let t1 = u64::from_le_bytes(b[8..16].try_into().unwrap());
-            Ok(t1.saturating_sub(t0) as f64 * t.period_ns / 1e6)
-        }
+        Some(t) => Ok(t.intervals_ms(gpu)?[0]),
         None => Ok(wall),
     }
 }
@@ -238,7 +190,7 @@ fn bench_gpu(
     strategy: ScanStrategy,
     x: &Inputs,
     kernels: &ScanKernels,
-    timer: Option<&Timer>,
+    timer: Option<&Timestamps>,
 ) -> Result<Row, GpuError> {
     let (form, t) = (shape.form, shape.t);
     let bq = gpu.storage_from("q", &x.q)?;
@@ -263,10 +215,9 @@ fn bench_gpu(
     for _ in 0..a.warmup {
         time_once(gpu, &scan, timer)?;
     }
-    let mut times: Vec<f64> = (0..a.runs)
+    let times: Vec<f64> = (0..a.runs)
         .map(|_| time_once(gpu, &scan, timer))
         .collect::<Result<_, _>>()?;
-    times.sort_by(f64::total_cmp);
     if a.breakdown && timer.is_some() {
         print_breakdown(gpu, &scan, form, t)?;
     }
@@ -275,7 +226,7 @@ fn bench_gpu(
         t,
         asked: strategy,
         ran: scan.strategy(),
-        ms: times[times.len() / 2],
+        ms: median(times),
         flops: scan.flops(),
         bytes: scan.bytes(),
         o: gpu.read_f32(&bo)?,
@@ -286,35 +237,19 @@ fn bench_gpu(
 /// Time of each dispatch of one run (one line on stderr).
 fn print_breakdown(gpu: &Gpu, scan: &ChunkScan, form: Form, t: usize) -> Result<(), GpuError> {
     let labels = scan.step_labels();
-    let n = 2 * labels.len() as u32;
-    let set = gpu.device.create_query_set(&wgpu::QuerySetDescriptor {
-        label: Some("breakdown"),
-        ty: wgpu::QueryType::Timestamp,
-        count: n,
-    });
-    let buf = gpu.device.create_buffer(&wgpu::BufferDescriptor {
-        label: Some("breakdown"),
-        size: 8 * u64::from(n),
-        usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
-        mapped_at_creation: false,
-    });
+    let Some(timer) = Timestamps::new(gpu, 2 * labels.len() as u32) else {
+        return Ok(());
+    };
     let mut enc = gpu.encoder("breakdown");
-    scan.encode_timed(&mut enc, &set);
-    enc.resolve_query_set(&set, 0..n, &buf, 0);
+    scan.encode_timed(&mut enc, timer.query_set());
+    timer.resolve(&mut enc);
     gpu.submit_and_wait(enc)?;
-    let b = gpu.read_bytes(&buf, 8 * u64::from(n))?;
-    let ts: Vec<u64> = b
-        .chunks_exact(8)
-        .map(|c| u64::from_le_bytes(c.try_into().unwrap()))
-        .collect();
-    let period = f64::from(gpu.queue.get_timestamp_period());
+    // Pass i writes timestamps 2i (start) and 2i + 1 (end).
+    let between = timer.intervals_ms(gpu)?;
     let parts: Vec<String> = labels
         .iter()
         .enumerate()
-        .map(|(i, l)| {
-            let ms = ts[2 * i + 1].saturating_sub(ts[2 * i]) as f64 * period / 1e6;
-            format!("{l} {ms:.3} ms")
-        })
+        .map(|(i, l)| format!("{l} {:.3} ms", between[2 * i]))
         .collect();
     eprintln!(
         "{} {} T={t}: {}",
@@ -400,7 +335,7 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let timer = Timer::new(&gpu);
+    let timer = Timestamps::new(&gpu, 2);
     let adapter = gpu.info.name.clone();
     println!(
         "adapter: {} ; timing: {} ; heads {} dk {} dv {} levels {} ; median of {} runs after {} warm-up",

@@ -10,6 +10,7 @@ pub mod grad;
 pub mod ops;
 pub mod prefill;
 pub mod scan_link;
+pub mod timestamps;
 pub mod train;
 pub mod weights;
 
