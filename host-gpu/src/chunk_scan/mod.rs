@@ -168,6 +168,32 @@ const PRE_SWEEP: &str = include_str!("../shaders/chunk_pre_sweep.wgsl");
 const PRE_PREFIX: &str = include_str!("../shaders/chunk_pre_prefix.wgsl");
 const PRE_READ_M2: &str = include_str!("../shaders/chunk_pre_read_m2.wgsl");
 
+/// Rows16, sixteen rows of a tile product in four vec4 (shaders/common/rows16.wgsl).
+pub(crate) const ROWS16: &str = include_str!("../shaders/common/rows16.wgsl");
+/// The chunk's γ in workgroup memory (shaders/common/chunk_gammas.wgsl).
+pub(crate) const GAMMAS: &str = include_str!("../shaders/common/chunk_gammas.wgsl");
+const TILE_READS: &str = include_str!("../shaders/common/tile_reads.wgsl");
+
+/// shaders/common/tile_reads.wgsl for the C×C workgroup tile named `tile`: the functions
+/// `{tile}_row4`, `{tile}_col4` and `{tile}_times_v` (needs [`ROWS16`]).
+pub(crate) fn tile_reads(tile: &str) -> String {
+    TILE_READS.replace("TILE", tile)
+}
+
+/// The intra-chunk kernel of `form`: its label and full source.
+fn intra_source(form: Form) -> (&'static str, String) {
+    match form {
+        Form::Mamba2 => (
+            "chunk_intra_m2",
+            chunk_source(&[ROWS16, GAMMAS, &tile_reads("a_tile"), INTRA_M2]),
+        ),
+        Form::Gdn => (
+            "chunk_intra_gdn",
+            chunk_source(&[ROWS16, &tile_reads("sm"), &tile_reads("tm"), INTRA_GDN]),
+        ),
+    }
+}
+
 /// A chunk kernel's full source: chunk_common.wgsl, then `parts` in order.
 pub(crate) fn chunk_source(parts: &[&str]) -> String {
     let mut s = String::from(COMMON);
@@ -263,9 +289,10 @@ impl ScanKernels {
             )));
         }
         let src = chunk_source;
-        let (intra_label, intra_src, scan_label, scan_head) = match form {
-            Form::Mamba2 => ("chunk_intra_m2", INTRA_M2, "chunk_scan_m2", SCAN_M2),
-            Form::Gdn => ("chunk_intra_gdn", INTRA_GDN, "chunk_scan_gdn", SCAN_GDN),
+        let (intra_label, intra_src) = intra_source(form);
+        let (scan_label, scan_head) = match form {
+            Form::Mamba2 => ("chunk_scan_m2", SCAN_M2),
+            Form::Gdn => ("chunk_scan_gdn", SCAN_GDN),
         };
         // The Mamba-2 walk is its accessor header + the shared body; the GDN walk is one file.
         let scan_src = match form {
@@ -275,7 +302,7 @@ impl ScanKernels {
         Ok(Self {
             form,
             gamma: gpu.kernel("chunk_gamma", &src(&[GAMMA]), "main")?,
-            intra: gpu.kernel(intra_label, &src(&[intra_src]), "main")?,
+            intra: gpu.kernel(intra_label, &intra_src, "main")?,
             scan: gpu.kernel(scan_label, &scan_src, "main")?,
             combine: gpu.kernel("chunk_combine", &src(&[COMBINE]), "main")?,
             state: gpu.kernel("chunk_state", &src(&[STATE]), "main")?,
@@ -325,12 +352,68 @@ pub struct ScanIo<'a> {
     pub state: &'a wgpu::Buffer,
 }
 
-/// One recorded dispatch.
-struct Step {
-    label: &'static str,
+/// One recorded dispatch, in a compute pass of its own (the chunk scan's and the operator
+/// backwards' steps).
+pub(crate) struct Step {
+    pub(crate) label: &'static str,
     pipeline: wgpu::ComputePipeline,
     bind: wgpu::BindGroup,
     groups: [u32; 3],
+}
+
+impl Step {
+    /// `k` bound to `bufs` (bindings 0..), dispatched as `groups` workgroups.
+    pub(crate) fn new(
+        gpu: &Gpu,
+        k: &Kernel,
+        label: &'static str,
+        bufs: &[&wgpu::Buffer],
+        groups: [usize; 3],
+    ) -> Self {
+        Self {
+            label,
+            pipeline: k.pipeline.clone(),
+            bind: gpu.bind(k, bufs),
+            groups: groups.map(|x| x as u32),
+        }
+    }
+
+    /// Records the dispatch as a compute pass of its own; with `timestamps` = (set, i), its
+    /// beginning and end are written to queries 2i and 2i + 1 of the set.
+    pub(crate) fn record(
+        &self,
+        encoder: &mut wgpu::CommandEncoder,
+        timestamps: Option<(&wgpu::QuerySet, u32)>,
+    ) {
+        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+            label: Some(self.label),
+            timestamp_writes: timestamps.map(|(q, i)| wgpu::ComputePassTimestampWrites {
+                query_set: q,
+                beginning_of_pass_write_index: Some(2 * i),
+                end_of_pass_write_index: Some(2 * i + 1),
+            }),
+        });
+        pass.set_pipeline(&self.pipeline);
+        pass.set_bind_group(0, &self.bind, &[]);
+        pass.dispatch_workgroups(self.groups[0], self.groups[1], self.groups[2]);
+    }
+}
+
+/// Fails when `buf` is smaller than `floats` f32 (`op` names the operation in the message).
+pub(crate) fn check_buffer(
+    op: &str,
+    name: &str,
+    buf: &wgpu::Buffer,
+    floats: usize,
+) -> Result<(), GpuError> {
+    let need = (floats * 4) as u64;
+    if buf.size() < need {
+        return Err(GpuError::Invalid(format!(
+            "{op}: buffer `{name}` has {} bytes, the shape needs {need}",
+            buf.size()
+        )));
+    }
+    Ok(())
 }
 
 /// Bind groups and scratch made once for one shape and one set of buffers; encode as often as
@@ -363,17 +446,6 @@ fn precomputed_fits(gpu: &Gpu, s: &ScanShape) -> bool {
         && groups.iter().all(|&g| g <= MAX_GROUPS)
 }
 
-fn check_buffer(name: &str, buf: &wgpu::Buffer, floats: usize) -> Result<(), GpuError> {
-    let need = (floats * 4) as u64;
-    if buf.size() < need {
-        return Err(GpuError::Invalid(format!(
-            "chunk scan: buffer `{name}` has {} bytes, the shape needs {need}",
-            buf.size()
-        )));
-    }
-    Ok(())
-}
-
 impl ChunkScan {
     /// Checks shapes and buffer sizes, allocates scratch and makes the bind groups, with the
     /// strategy [`ScanStrategy::from_env`] picks.
@@ -404,14 +476,24 @@ impl ChunkScan {
         }
         let s = shape;
         let gdn = s.form == Form::Gdn;
-        check_buffer("q", io.q, s.t * s.qk_heads * s.dk)?;
-        check_buffer("k", io.k, s.t * s.qk_heads * s.dk)?;
-        check_buffer("v", io.v, s.t * s.heads * s.dv)?;
-        check_buffer("g", io.g, s.t * s.heads)?;
-        check_buffer("beta", io.beta, if gdn { s.t * s.heads } else { 1 })?;
-        check_buffer("lam", io.lam, s.t * s.heads * s.lambda_cols)?;
-        check_buffer("o", io.o, s.t * s.heads * s.dv)?;
-        check_buffer("state", io.state, s.levels * s.heads * s.dk * s.dv)?;
+        check_buffer("chunk scan", "q", io.q, s.t * s.qk_heads * s.dk)?;
+        check_buffer("chunk scan", "k", io.k, s.t * s.qk_heads * s.dk)?;
+        check_buffer("chunk scan", "v", io.v, s.t * s.heads * s.dv)?;
+        check_buffer("chunk scan", "g", io.g, s.t * s.heads)?;
+        check_buffer(
+            "chunk scan",
+            "beta",
+            io.beta,
+            if gdn { s.t * s.heads } else { 1 },
+        )?;
+        check_buffer("chunk scan", "lam", io.lam, s.t * s.heads * s.lambda_cols)?;
+        check_buffer("chunk scan", "o", io.o, s.t * s.heads * s.dv)?;
+        check_buffer(
+            "chunk scan",
+            "state",
+            io.state,
+            s.levels * s.heads * s.dk * s.dv,
+        )?;
 
         let nt = s.chunks();
         let scans = s.scans();
@@ -458,13 +540,9 @@ impl ChunkScan {
             (scans * s.heads * s.dk * s.dv) as u64 * f,
         )?;
 
-        let step =
-            |k: &Kernel, label: &'static str, bufs: &[&wgpu::Buffer], groups: [usize; 3]| Step {
-                label,
-                pipeline: k.pipeline.clone(),
-                bind: gpu.bind(k, bufs),
-                groups: groups.map(|x| x as u32),
-            };
+        let step = |k: &Kernel, label: &'static str, bufs: &[&wgpu::Buffer], groups: [usize; 3]| {
+            Step::new(gpu, k, label, bufs, groups)
+        };
         let mut steps = Vec::new();
         let mut scratch = Vec::new();
         steps.push(step(
@@ -613,18 +691,7 @@ impl ChunkScan {
 
     fn encode_passes(&self, encoder: &mut wgpu::CommandEncoder, ts: Option<&wgpu::QuerySet>) {
         for (i, s) in self.steps.iter().enumerate() {
-            let i = i as u32;
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some(s.label),
-                timestamp_writes: ts.map(|q| wgpu::ComputePassTimestampWrites {
-                    query_set: q,
-                    beginning_of_pass_write_index: Some(2 * i),
-                    end_of_pass_write_index: Some(2 * i + 1),
-                }),
-            });
-            pass.set_pipeline(&s.pipeline);
-            pass.set_bind_group(0, &s.bind, &[]);
-            pass.dispatch_workgroups(s.groups[0], s.groups[1], s.groups[2]);
+            s.record(encoder, ts.map(|q| (q, i as u32)));
         }
     }
 }
@@ -736,8 +803,8 @@ mod tests {
     fn the_uniform_matches_every_forward_kernel() {
         let sources = [
             chunk_source(&[GAMMA]),
-            chunk_source(&[INTRA_M2]),
-            chunk_source(&[INTRA_GDN]),
+            intra_source(Form::Mamba2).1,
+            intra_source(Form::Gdn).1,
             chunk_source(&[SCAN_M2, SCAN_BODY]),
             chunk_source(&[SCAN_GDN]),
             chunk_source(&[COMBINE]),

@@ -36,7 +36,9 @@
 //! workgroup memory per stage (at most 14.25 KiB: grad_gdn_vec).
 
 use super::{check_training_shape, OpGradIo, OpGrads};
-use crate::chunk_scan::{chunk_source, ChunkParams, Form, ScanInputs, ScanShape, CHUNK, GAMMA};
+use crate::chunk_scan::{
+    check_buffer, chunk_source, ChunkParams, Form, ScanInputs, ScanShape, Step, CHUNK, GAMMA,
+};
 use crate::gpu::MAX_GROUPS;
 use crate::gpu::{Gpu, GpuError, Kernel};
 use loglinear_runtime::chunk::C0P1;
@@ -59,30 +61,12 @@ const INTRA: &str = include_str!("../shaders/grad_gdn_intra.wgsl");
 const VEC: &str = include_str!("../shaders/grad_gdn_vec.wgsl");
 const FIN: &str = include_str!("../shaders/grad_gdn_fin.wgsl");
 
-struct Step {
-    label: &'static str,
-    pipeline: wgpu::ComputePipeline,
-    bind: wgpu::BindGroup,
-    groups: [u32; 3],
-}
-
 /// Bind groups and scratch of one GDN operator backward, made once for a shape and a set of
 /// buffers; [`GdnBackward::encode`] as often as wanted (each run overwrites the gradients).
 pub struct GdnBackward {
     steps: Vec<Step>,
     groups: usize,
     _scratch: Vec<wgpu::Buffer>,
-}
-
-fn check_buffer(name: &str, buf: &wgpu::Buffer, floats: usize) -> Result<(), GpuError> {
-    let need = (floats * 4) as u64;
-    if buf.size() < need {
-        return Err(GpuError::Invalid(format!(
-            "GDN backward: buffer `{name}` has {} bytes, the shape needs {need}",
-            buf.size()
-        )));
-    }
-    Ok(())
 }
 
 /// Number of bits of x (0 for 0).
@@ -130,7 +114,7 @@ impl GdnBackward {
             ("dbeta", io.dbeta, t * h),
             ("dlam", io.dlam, t * h * s.lambda_cols),
         ] {
-            check_buffer(name, buf, floats)?;
+            check_buffer("GDN backward", name, buf, floats)?;
         }
         let nt = s.chunks();
         let scans = bitlen(nt - 1);
@@ -225,13 +209,9 @@ impl GdnBackward {
         let vec_k = compile("grad_gdn_vec", VEC)?;
         let fin_k = compile("grad_gdn_fin", FIN)?;
 
-        let step =
-            |k: &Kernel, label: &'static str, bufs: &[&wgpu::Buffer], groups: [usize; 3]| Step {
-                label,
-                pipeline: k.pipeline.clone(),
-                bind: gpu.bind(k, bufs),
-                groups: groups.map(|x| x as u32),
-            };
+        let step = |k: &Kernel, label: &'static str, bufs: &[&wgpu::Buffer], groups: [usize; 3]| {
+            Step::new(gpu, k, label, bufs, groups)
+        };
         // γ of every head at once (it is small); the rest group after group.
         let mut steps = vec![step(
             &gamma_k,
@@ -322,13 +302,7 @@ impl GdnBackward {
     /// Records every dispatch (one compute pass each; wgpu orders them by their buffer use).
     pub fn encode(&self, encoder: &mut wgpu::CommandEncoder) {
         for s in &self.steps {
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some(s.label),
-                timestamp_writes: None,
-            });
-            pass.set_pipeline(&s.pipeline);
-            pass.set_bind_group(0, &s.bind, &[]);
-            pass.dispatch_workgroups(s.groups[0], s.groups[1], s.groups[2]);
+            s.record(encoder, None);
         }
     }
 }
@@ -342,13 +316,7 @@ impl GdnBackward {
         for s in &self.steps {
             let mut encoder = gpu.encoder(s.label);
             {
-                let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                    label: Some(s.label),
-                    timestamp_writes: None,
-                });
-                pass.set_pipeline(&s.pipeline);
-                pass.set_bind_group(0, &s.bind, &[]);
-                pass.dispatch_workgroups(s.groups[0], s.groups[1], s.groups[2]);
+                s.record(&mut encoder, None);
             }
             let start = std::time::Instant::now();
             gpu.submit_and_wait(encoder)?;

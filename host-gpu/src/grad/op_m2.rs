@@ -30,7 +30,10 @@
 //! of workgroup memory and 10 storage buffers per stage.
 
 use super::{check_training_shape, OpGradIo, OpGrads};
-use crate::chunk_scan::{chunk_source, ChunkParams, Form, ScanInputs, ScanShape, CHUNK, GAMMA};
+use crate::chunk_scan::{
+    check_buffer, chunk_source, tile_reads, ChunkParams, Form, ScanInputs, ScanShape, Step, CHUNK,
+    GAMMA, GAMMAS, ROWS16,
+};
 use crate::gpu::MAX_GROUPS;
 use crate::gpu::{Gpu, GpuError, Kernel};
 use loglinear_runtime::chunk::C0P1;
@@ -46,6 +49,11 @@ const DG_BLOCK: usize = 256;
 
 const GRAD_COMMON: &str = include_str!("../shaders/grad_m2_common.wgsl");
 const INTRA: &str = include_str!("../shaders/grad_m2_intra.wgsl");
+
+/// grad_m2_intra.wgsl with what it includes.
+fn intra_source() -> String {
+    chunk_source(&[GRAD_COMMON, ROWS16, GAMMAS, &tile_reads("tile"), INTRA])
+}
 const DECAY: &str = include_str!("../shaders/grad_m2_decay.wgsl");
 const XY: &str = include_str!("../shaders/grad_m2_xy.wgsl");
 const XSUM: &str = include_str!("../shaders/grad_m2_xsum.wgsl");
@@ -104,7 +112,7 @@ impl M2Kernels {
         };
         Ok(Self {
             gamma: gpu.kernel("chunk_gamma", &src(&[GAMMA]), "main")?,
-            intra: gpu.kernel("grad_m2_intra", &src(&[GRAD_COMMON, INTRA]), "main")?,
+            intra: gpu.kernel("grad_m2_intra", &intra_source(), "main")?,
             decay: gpu.kernel("grad_m2_decay", &src(&[GRAD_COMMON, DECAY]), "main")?,
             xc: gpu.kernel(
                 "grad_m2_xc",
@@ -130,14 +138,6 @@ impl M2Kernels {
     }
 }
 
-/// One recorded dispatch.
-struct Step {
-    label: &'static str,
-    pipeline: wgpu::ComputePipeline,
-    bind: wgpu::BindGroup,
-    groups: [u32; 3],
-}
-
 /// Bind groups and scratch of one Mamba-2 operator backward for one shape and one set of
 /// buffers; encode as often as wanted.
 pub struct M2Backward {
@@ -145,17 +145,6 @@ pub struct M2Backward {
     steps: Vec<Step>,
     // Scratch, kept alive for the bind groups.
     _scratch: Vec<wgpu::Buffer>,
-}
-
-fn check_buffer(name: &str, buf: &wgpu::Buffer, floats: usize) -> Result<(), GpuError> {
-    let need = (floats * 4) as u64;
-    if buf.size() < need {
-        return Err(GpuError::Invalid(format!(
-            "Mamba-2 backward: buffer `{name}` has {} bytes, the shape needs {need}",
-            buf.size()
-        )));
-    }
-    Ok(())
 }
 
 impl M2Backward {
@@ -196,7 +185,7 @@ impl M2Backward {
             ("dg", io.dg, t * h),
             ("dlam", io.dlam, t * h * lc),
         ] {
-            check_buffer(name, buf, floats)?;
+            check_buffer("Mamba-2 backward", name, buf, floats)?;
         }
         let nt = s.chunks();
         let levels = inter_levels(nt);
@@ -242,13 +231,9 @@ impl M2Backward {
         let dg_blocks = t.div_ceil(DG_BLOCK);
         let dg_tot = gpu.storage_zeroed("grad m2 dg block totals", (dg_blocks * h) as u64 * f)?;
 
-        let step =
-            |k: &Kernel, label: &'static str, bufs: &[&wgpu::Buffer], groups: [usize; 3]| Step {
-                label,
-                pipeline: k.pipeline.clone(),
-                bind: gpu.bind(k, bufs),
-                groups: groups.map(|x| x as u32),
-            };
+        let step = |k: &Kernel, label: &'static str, bufs: &[&wgpu::Buffer], groups: [usize; 3]| {
+            Step::new(gpu, k, label, bufs, groups)
+        };
         let kn = kernels;
         let mut steps = vec![
             step(
@@ -363,13 +348,7 @@ impl M2Backward {
     /// Records all dispatches (one compute pass each, so each sees the previous one's writes).
     pub fn encode(&self, encoder: &mut wgpu::CommandEncoder) {
         for s in &self.steps {
-            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: Some(s.label),
-                timestamp_writes: None,
-            });
-            pass.set_pipeline(&s.pipeline);
-            pass.set_bind_group(0, &s.bind, &[]);
-            pass.dispatch_workgroups(s.groups[0], s.groups[1], s.groups[2]);
+            s.record(encoder, None);
         }
     }
 }
@@ -479,7 +458,8 @@ mod tests {
             chunk_source(&[DG]),
             chunk_source(&[DG_CARRY]),
         ];
-        for body in [INTRA, DECAY, XSUM, ZSUM, DLAM] {
+        sources.push(intra_source());
+        for body in [DECAY, XSUM, ZSUM, DLAM] {
             sources.push(chunk_source(&[GRAD_COMMON, body]));
         }
         for mode in 0..3 {

@@ -35,103 +35,6 @@ fn bt(t0: u32, i: u32, h: u32) -> f32 {
     return beta[(t0 + i) * P.heads + h];
 }
 
-// Sixteen rows r0..r0+15 of sm · V at column d (sm lower triangular, so j < min(n, r0 + 16)),
-// as four vec4 (rows r0..r0+3, ...). One coalesced v load per row j serves 16 rows; j is unrolled
-// by 4 so that four loads are in flight.
-struct Rows16 {
-    a: vec4<f32>,
-    b: vec4<f32>,
-    c: vec4<f32>,
-    d: vec4<f32>,
-}
-
-fn tile4(i: u32, j: u32) -> vec4<f32> {
-    let b = i * C + j;
-    return vec4<f32>(sm[b], sm[b + 1u], sm[b + 2u], sm[b + 3u]);
-}
-
-fn col4(i: u32, j: u32) -> vec4<f32> {
-    return vec4<f32>(sm[i * C + j], sm[(i + 1u) * C + j], sm[(i + 2u) * C + j], sm[(i + 3u) * C + j]);
-}
-
-fn tile_times_v(t0: u32, n: u32, h: u32, r0: u32, d: u32) -> Rows16 {
-    var o = Rows16(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
-    let jmax = min(n, r0 + 16u);
-    let stride = P.heads * P.dv;
-    let base = (t0 * P.heads + h) * P.dv + d;
-    var j = 0u;
-    for (; j + 3u < jmax; j += 4u) {
-        let x = vec4<f32>(v[base + j * stride], v[base + (j + 1u) * stride],
-                          v[base + (j + 2u) * stride], v[base + (j + 3u) * stride]);
-        o.a += vec4<f32>(dot(tile4(r0, j), x), dot(tile4(r0 + 1u, j), x),
-                         dot(tile4(r0 + 2u, j), x), dot(tile4(r0 + 3u, j), x));
-        o.b += vec4<f32>(dot(tile4(r0 + 4u, j), x), dot(tile4(r0 + 5u, j), x),
-                         dot(tile4(r0 + 6u, j), x), dot(tile4(r0 + 7u, j), x));
-        o.c += vec4<f32>(dot(tile4(r0 + 8u, j), x), dot(tile4(r0 + 9u, j), x),
-                         dot(tile4(r0 + 10u, j), x), dot(tile4(r0 + 11u, j), x));
-        o.d += vec4<f32>(dot(tile4(r0 + 12u, j), x), dot(tile4(r0 + 13u, j), x),
-                         dot(tile4(r0 + 14u, j), x), dot(tile4(r0 + 15u, j), x));
-    }
-    for (; j < jmax; j++) {
-        let x = v[base + j * stride];
-        o.a += x * col4(r0, j);
-        o.b += x * col4(r0 + 4u, j);
-        o.c += x * col4(r0 + 8u, j);
-        o.d += x * col4(r0 + 12u, j);
-    }
-    return o;
-}
-
-fn row_of(o: Rows16, r: u32) -> f32 {
-    let q = r / 4u;
-    let e = r % 4u;
-    if (q == 0u) {
-        return o.a[e];
-    } else if (q == 1u) {
-        return o.b[e];
-    } else if (q == 2u) {
-        return o.c[e];
-    }
-    return o.d[e];
-}
-
-fn tm4(i: u32, j: u32) -> vec4<f32> {
-    let b = i * C + j;
-    return vec4<f32>(tm[b], tm[b + 1u], tm[b + 2u], tm[b + 3u]);
-}
-
-fn tmcol4(i: u32, j: u32) -> vec4<f32> {
-    return vec4<f32>(tm[i * C + j], tm[(i + 1u) * C + j], tm[(i + 2u) * C + j], tm[(i + 3u) * C + j]);
-}
-
-fn tm_times_v(t0: u32, n: u32, h: u32, r0: u32, d: u32) -> Rows16 {
-    var o = Rows16(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
-    let jmax = min(n, r0 + 16u);
-    let stride = P.heads * P.dv;
-    let base = (t0 * P.heads + h) * P.dv + d;
-    var j = 0u;
-    for (; j + 3u < jmax; j += 4u) {
-        let x = vec4<f32>(v[base + j * stride], v[base + (j + 1u) * stride],
-                          v[base + (j + 2u) * stride], v[base + (j + 3u) * stride]);
-        o.a += vec4<f32>(dot(tm4(r0, j), x), dot(tm4(r0 + 1u, j), x),
-                         dot(tm4(r0 + 2u, j), x), dot(tm4(r0 + 3u, j), x));
-        o.b += vec4<f32>(dot(tm4(r0 + 4u, j), x), dot(tm4(r0 + 5u, j), x),
-                         dot(tm4(r0 + 6u, j), x), dot(tm4(r0 + 7u, j), x));
-        o.c += vec4<f32>(dot(tm4(r0 + 8u, j), x), dot(tm4(r0 + 9u, j), x),
-                         dot(tm4(r0 + 10u, j), x), dot(tm4(r0 + 11u, j), x));
-        o.d += vec4<f32>(dot(tm4(r0 + 12u, j), x), dot(tm4(r0 + 13u, j), x),
-                         dot(tm4(r0 + 14u, j), x), dot(tm4(r0 + 15u, j), x));
-    }
-    for (; j < jmax; j++) {
-        let x = v[base + j * stride];
-        o.a += x * tmcol4(r0, j);
-        o.b += x * tmcol4(r0 + 4u, j);
-        o.c += x * tmcol4(r0 + 8u, j);
-        o.d += x * tmcol4(r0 + 12u, j);
-    }
-    return o;
-}
-
 // Row i, columns j0..j0+3: sm = Tril(q_i·k_j), tm = β_i (k_i·k_j) strictly below the diagonal.
 fn store_tiles(t0: u32, n: u32, h: u32, i: u32, j0: u32, qk: vec4<f32>, kk: vec4<f32>) {
     var b_i = 0.0;
@@ -158,8 +61,7 @@ fn m_row(i: u32, j0: u32) -> vec4<f32> {
     var r = vec4<f32>(0.0);
     if (j0 <= i) {
         for (var l = j0; l <= i; l++) {
-            let t = vec4<f32>(tm[l * C + j0], tm[l * C + j0 + 1u], tm[l * C + j0 + 2u], tm[l * C + j0 + 3u]);
-            r += sm[i * C + l] * t;
+            r += sm[i * C + l] * tm_row4(l, j0);
         }
     }
     // Entries with j > i stay zero because T_lj = 0 for l < j.
@@ -275,10 +177,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         for (var ka = lid % 64u; ka < P.dk; ka += 128u) {
             let kb = ka + 64u;
             let has_b = kb < P.dk;
-            var mq = Rows16(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
-            var mw = Rows16(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
-            var nq = Rows16(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
-            var nw = Rows16(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
+            var mq = zero16();
+            var mw = zero16();
+            var nq = zero16();
+            var nw = zero16();
             for (var j = 0u; j < jmax; j++) {
                 let b_j = bt(t0, j, h);
                 let kr = qk_row(t0 + j, h);
@@ -287,14 +189,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 if (has_b) {
                     bkb = b_j * k[kr + kb];
                 }
-                let s0 = col4(r0, j);
-                let s1 = col4(r0 + 4u, j);
-                let s2 = col4(r0 + 8u, j);
-                let s3 = col4(r0 + 12u, j);
-                let w0 = tmcol4(r0, j);
-                let w1 = tmcol4(r0 + 4u, j);
-                let w2 = tmcol4(r0 + 8u, j);
-                let w3 = tmcol4(r0 + 12u, j);
+                let s0 = sm_col4(r0, j);
+                let s1 = sm_col4(r0 + 4u, j);
+                let s2 = sm_col4(r0 + 8u, j);
+                let s3 = sm_col4(r0 + 12u, j);
+                let w0 = tm_col4(r0, j);
+                let w1 = tm_col4(r0 + 4u, j);
+                let w2 = tm_col4(r0 + 8u, j);
+                let w3 = tm_col4(r0 + 12u, j);
                 mq.a += bka * s0;
                 mq.b += bka * s1;
                 mq.c += bka * s2;
@@ -376,7 +278,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     // 6. o = A V: thread = (column d, group of 16 rows).
     if (r0 < n) {
         for (var d = lid % 64u; d < P.dv; d += 64u) {
-            let rows = tile_times_v(t0, n, h, r0, d);
+            let rows = sm_times_v(t0, n, h, r0, d);
             for (var r = 0u; r < 16u; r++) {
                 if (r0 + r < n) {
                     o[((t0 + r0 + r) * P.heads + h) * P.dv + d] = row_of(rows, r);

@@ -11,67 +11,6 @@
 @group(0) @binding(6) var<storage, read_write> o: array<f32>;
 
 var<workgroup> a_tile: array<f32, 4096>;
-var<workgroup> gs: array<f32, 64>;
-
-// Sixteen rows r0..r0+15 of a_tile · V at column d (a_tile lower triangular, so j < min(n, r0 + 16)),
-// as four vec4 (rows r0..r0+3, ...). One coalesced v load per row j serves 16 rows; j is unrolled
-// by 4 so that four loads are in flight.
-struct Rows16 {
-    a: vec4<f32>,
-    b: vec4<f32>,
-    c: vec4<f32>,
-    d: vec4<f32>,
-}
-
-fn tile4(i: u32, j: u32) -> vec4<f32> {
-    let b = i * C + j;
-    return vec4<f32>(a_tile[b], a_tile[b + 1u], a_tile[b + 2u], a_tile[b + 3u]);
-}
-
-fn col4(i: u32, j: u32) -> vec4<f32> {
-    return vec4<f32>(a_tile[i * C + j], a_tile[(i + 1u) * C + j], a_tile[(i + 2u) * C + j], a_tile[(i + 3u) * C + j]);
-}
-
-fn tile_times_v(t0: u32, n: u32, h: u32, r0: u32, d: u32) -> Rows16 {
-    var o = Rows16(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
-    let jmax = min(n, r0 + 16u);
-    let stride = P.heads * P.dv;
-    let base = (t0 * P.heads + h) * P.dv + d;
-    var j = 0u;
-    for (; j + 3u < jmax; j += 4u) {
-        let x = vec4<f32>(v[base + j * stride], v[base + (j + 1u) * stride],
-                          v[base + (j + 2u) * stride], v[base + (j + 3u) * stride]);
-        o.a += vec4<f32>(dot(tile4(r0, j), x), dot(tile4(r0 + 1u, j), x),
-                         dot(tile4(r0 + 2u, j), x), dot(tile4(r0 + 3u, j), x));
-        o.b += vec4<f32>(dot(tile4(r0 + 4u, j), x), dot(tile4(r0 + 5u, j), x),
-                         dot(tile4(r0 + 6u, j), x), dot(tile4(r0 + 7u, j), x));
-        o.c += vec4<f32>(dot(tile4(r0 + 8u, j), x), dot(tile4(r0 + 9u, j), x),
-                         dot(tile4(r0 + 10u, j), x), dot(tile4(r0 + 11u, j), x));
-        o.d += vec4<f32>(dot(tile4(r0 + 12u, j), x), dot(tile4(r0 + 13u, j), x),
-                         dot(tile4(r0 + 14u, j), x), dot(tile4(r0 + 15u, j), x));
-    }
-    for (; j < jmax; j++) {
-        let x = v[base + j * stride];
-        o.a += x * col4(r0, j);
-        o.b += x * col4(r0 + 4u, j);
-        o.c += x * col4(r0 + 8u, j);
-        o.d += x * col4(r0 + 12u, j);
-    }
-    return o;
-}
-
-fn row_of(o: Rows16, r: u32) -> f32 {
-    let q = r / 4u;
-    let e = r % 4u;
-    if (q == 0u) {
-        return o.a[e];
-    } else if (q == 1u) {
-        return o.b[e];
-    } else if (q == 2u) {
-        return o.c[e];
-    }
-    return o.d[e];
-}
 
 // a_tile[i][j0..j0+3] = dots · exp(γ_i − γ_j) · λ_i[col(i, j)] where j <= i < n, else 0.
 fn store_scores(t0: u32, n: u32, h: u32, i: u32, j0: u32, dots: vec4<f32>) {
@@ -92,13 +31,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let h = wg.y;
     let t0 = c * C;
     let n = min(C, P.t - t0);
-    if (lid < C) {
-        var x = 0.0;
-        if (lid < n) {
-            x = gam[(t0 + lid) * P.heads + h];
-        }
-        gs[lid] = x;
-    }
+    load_gammas(t0, n, h, lid);
     workgroupBarrier();
 
     // Each thread: a 4x4 block of the 64x64 score tile (rows i0.., columns j0..), in four vec4
@@ -136,7 +69,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let r0 = (lid / 64u) * 16u;
     if (r0 < n) {
         for (var d = lid % 64u; d < P.dv; d += 64u) {
-            let rows = tile_times_v(t0, n, h, r0, d);
+            let rows = a_tile_times_v(t0, n, h, r0, d);
             for (var r = 0u; r < 16u; r++) {
                 if (r0 + r < n) {
                     o[((t0 + r0 + r) * P.heads + h) * P.dv + d] = row_of(rows, r);

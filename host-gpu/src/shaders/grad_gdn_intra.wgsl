@@ -84,6 +84,55 @@ fn tile_product(base: u32, l_slot: u32, l_tr: bool, r_slot: u32, r_tr: bool, n: 
                           o2.w, o3.x, o3.y, o3.z, o3.w);
 }
 
+const PANELS_DV: u32 = 0u; // dO, dU (rows i) and v (rows j): dv columns
+const PANELS_DK: u32 = 1u; // dq̃, dW̃ (rows i) and k (rows j): dk columns
+
+// PW columns from c0 of the chunk's rows, transposed ([PW][C]), into wm: the two left operands
+// at 0 and 512, the right one at 1024 (0 past the chunk and the width).
+fn stage_panels(panels: u32, t0: u32, n: u32, h: u32, c0: u32, lid: u32) {
+    let dk = P.dk;
+    let dv = P.dv;
+    let width = select(dk, dv, panels == PANELS_DV);
+    for (var e = lid; e < C * PW; e += 256u) {
+        let row = e / PW;
+        let p = e % PW;
+        let d = c0 + p;
+        var x = 0.0;
+        var y = 0.0;
+        var z = 0.0;
+        if (row < n && d < width) {
+            let tr = t0 + row;
+            if (panels == PANELS_DV) {
+                x = dout[(tr * P.heads + h) * dv + d];
+                y = gpack[grow(tr, h) + 3u * dk + d];
+                z = v[(tr * P.heads + h) * dv + d];
+            } else {
+                x = gpack[grow(tr, h) + d];
+                y = gpack[grow(tr, h) + 2u * dk + d];
+                z = k[qk_row(tr, h) + d];
+            }
+        }
+        wm[p * C + row] = x;
+        wm[512u + p * C + row] = y;
+        wm[1024u + p * C + row] = z;
+    }
+}
+
+// The staged panels' `cols` columns added to the lower-block products of thread (ti, tj):
+// `first` += left operand 0 · right operandᵀ, `second` += left operand 1 · right operandᵀ.
+fn panel_products(first: ptr<function, array<f32, 10>>, second: ptr<function, array<f32, 10>>,
+                  cols: u32, ti: u32, tj: u32) {
+    for (var p = 0u; p < cols; p++) {
+        let r = p * C + ti;
+        let l0 = vec4<f32>(wm[r], wm[r + 16u], wm[r + 32u], wm[r + 48u]);
+        let l1 = vec4<f32>(wm[512u + r], wm[528u + r], wm[544u + r], wm[560u + r]);
+        let cj = 1024u + p * C + tj;
+        let rj = vec4<f32>(wm[cj], wm[cj + 16u], wm[cj + 32u], wm[cj + 48u]);
+        tri10(first, l0, rj);
+        tri10(second, l1, rj);
+    }
+}
+
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let c = wg.x;
@@ -104,63 +153,15 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     var s_wk: array<f32, 10>;
     for (var d0 = 0u; d0 < dv; d0 += PW) {
         workgroupBarrier();
-        for (var e = lid; e < C * PW; e += 256u) {
-            let row = e / PW;
-            let p = e % PW;
-            let d = d0 + p;
-            var x = 0.0;
-            var y = 0.0;
-            var z = 0.0;
-            if (row < n && d < dv) {
-                let tr = t0 + row;
-                x = dout[(tr * P.heads + h) * dv + d];
-                y = gpack[grow(tr, h) + 3u * dk + d];
-                z = v[(tr * P.heads + h) * dv + d];
-            }
-            wm[p * C + row] = x;
-            wm[512u + p * C + row] = y;
-            wm[1024u + p * C + row] = z;
-        }
+        stage_panels(PANELS_DV, t0, n, h, d0, lid);
         workgroupBarrier();
-        for (var p = 0u; p < min(PW, dv - d0); p++) {
-            let r = p * C + ti;
-            let oa = vec4<f32>(wm[r], wm[r + 16u], wm[r + 32u], wm[r + 48u]);
-            let ua = vec4<f32>(wm[512u + r], wm[528u + r], wm[544u + r], wm[560u + r]);
-            let cj = 1024u + p * C + tj;
-            let va = vec4<f32>(wm[cj], wm[cj + 16u], wm[cj + 32u], wm[cj + 48u]);
-            tri10(&s_dd, oa, va);
-            tri10(&s_d2, ua, va);
-        }
+        panel_products(&s_dd, &s_d2, min(PW, dv - d0), ti, tj);
     }
     for (var x0 = 0u; x0 < dk; x0 += PW) {
         workgroupBarrier();
-        for (var e = lid; e < C * PW; e += 256u) {
-            let row = e / PW;
-            let p = e % PW;
-            let x = x0 + p;
-            var a = 0.0;
-            var b = 0.0;
-            var z = 0.0;
-            if (row < n && x < dk) {
-                let tr = t0 + row;
-                a = gpack[grow(tr, h) + x];
-                b = gpack[grow(tr, h) + 2u * dk + x];
-                z = k[qk_row(tr, h) + x];
-            }
-            wm[p * C + row] = a;
-            wm[512u + p * C + row] = b;
-            wm[1024u + p * C + row] = z;
-        }
+        stage_panels(PANELS_DK, t0, n, h, x0, lid);
         workgroupBarrier();
-        for (var p = 0u; p < min(PW, dk - x0); p++) {
-            let r = p * C + ti;
-            let qa = vec4<f32>(wm[r], wm[r + 16u], wm[r + 32u], wm[r + 48u]);
-            let wa = vec4<f32>(wm[512u + r], wm[528u + r], wm[544u + r], wm[560u + r]);
-            let cj = 1024u + p * C + tj;
-            let ka = vec4<f32>(wm[cj], wm[cj + 16u], wm[cj + 32u], wm[cj + 48u]);
-            tri10(&s_qk, qa, ka);
-            tri10(&s_wk, wa, ka);
-        }
+        panel_products(&s_qk, &s_wk, min(PW, dk - x0), ti, tj);
     }
 
     // Per-pair quantities (every entry written: 0 outside the chunk's lower triangle).

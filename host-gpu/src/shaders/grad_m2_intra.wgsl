@@ -19,7 +19,6 @@
 @group(0) @binding(10) var<storage, read_write> dlam: array<f32>;
 
 var<workgroup> tile: array<f32, 4096>;
-var<workgroup> gs: array<f32, 64>;
 var<workgroup> stg: array<f32, 2048>; // two staged 16×64 slices of the products' inputs
 
 const KS: u32 = 16u; // depth of one staged slice
@@ -28,44 +27,64 @@ const TILE_DLAM: u32 = 0u; // dP S E
 const TILE_DQK: u32 = 1u;  // dP E Λ
 const TILE_DV: u32 = 2u;   // S E Λ
 
-struct Rows16 {
-    a: vec4<f32>,
-    b: vec4<f32>,
-    c: vec4<f32>,
-    d: vec4<f32>,
-}
-
-fn zero16() -> Rows16 {
-    return Rows16(vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0), vec4<f32>(0.0));
-}
-
-// tile[i..i+4][j] and tile[i][j..j+4].
-fn col4(i: u32, j: u32) -> vec4<f32> {
-    return vec4<f32>(tile[i * C + j], tile[(i + 1u) * C + j], tile[(i + 2u) * C + j], tile[(i + 3u) * C + j]);
-}
-
-fn row4(i: u32, j: u32) -> vec4<f32> {
-    let b = i * C + j;
-    return vec4<f32>(tile[b], tile[b + 1u], tile[b + 2u], tile[b + 3u]);
-}
-
 fn stg4(b: u32) -> vec4<f32> {
     return vec4<f32>(stg[b], stg[b + 1u], stg[b + 2u], stg[b + 3u]);
 }
 
-fn quad_of(o: Rows16, i: u32) -> vec4<f32> {
-    if (i == 0u) {
-        return o.a;
-    } else if (i == 1u) {
-        return o.b;
-    } else if (i == 2u) {
-        return o.c;
-    }
-    return o.d;
-}
-
 fn vrow(t: u32, h: u32) -> u32 {
     return (t * P.heads + h) * P.dv;
+}
+
+const PAIR_QK: u32 = 0u; // S = Q Kᵀ: q and k, dk columns
+const PAIR_OV: u32 = 1u; // dP = dO Vᵀ: dO and v, dv columns
+
+// The 16-deep slice from column a0 of one pair's chunk rows (`width` columns) into `stg`,
+// transposed ([depth][row]): the left factor (q or dO) at 0, the right one (k or v) at 1024.
+fn stage_pair(pair: u32, width: u32, t0: u32, n: u32, h: u32, a0: u32, lid: u32) {
+    for (var x = 0u; x < 4u; x++) {
+        let idx = lid + x * 256u;
+        let r = idx / KS;
+        let kk = idx % KS;
+        var lv = 0.0;
+        var rv = 0.0;
+        if (r < n && a0 + kk < width) {
+            if (pair == PAIR_QK) {
+                let at = qk_row(t0 + r, h) + a0 + kk;
+                lv = q[at];
+                rv = k[at];
+            } else {
+                let at = vrow(t0 + r, h) + a0 + kk;
+                lv = d_o[at];
+                rv = v[at];
+            }
+        }
+        stg[kk * C + r] = lv;
+        stg[1024u + kk * C + r] = rv;
+    }
+}
+
+// The 4×4 block (rows i0.., columns j0..) of one pair's product, reduced over 16-deep slices
+// staged in `stg`. Every thread calls it (barriers inside).
+fn pair_product(pair: u32, t0: u32, n: u32, h: u32, i0: u32, j0: u32, lid: u32) -> Rows16 {
+    let width = select(P.dv, P.dk, pair == PAIR_QK);
+    let live = j0 <= i0 + 3u && i0 < n;
+    var o = zero16();
+    for (var a0 = 0u; a0 < width; a0 += KS) {
+        stage_pair(pair, width, t0, n, h, a0, lid);
+        workgroupBarrier();
+        if (live) {
+            for (var kk = 0u; kk < KS; kk++) {
+                let lv = stg4(kk * C + i0);
+                let rv = stg4(1024u + kk * C + j0);
+                o.a += lv.x * rv;
+                o.b += lv.y * rv;
+                o.c += lv.z * rv;
+                o.d += lv.w * rv;
+            }
+        }
+        workgroupBarrier();
+    }
+    return o;
 }
 
 // tile[i][j0..j0+3] for one of the three products, 0 outside j <= i < n.
@@ -96,13 +115,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let h = wg.y;
     let t0 = c * C;
     let n = min(C, P.t - t0);
-    if (lid < C) {
-        var x = 0.0;
-        if (lid < n) {
-            x = gam[(t0 + lid) * P.heads + h];
-        }
-        gs[lid] = x;
-    }
+    load_gammas(t0, n, h, lid);
     workgroupBarrier();
 
     // Each thread: a 4x4 block (rows i0.., columns j0..) of S = Q Kᵀ and dP = dO Vᵀ, the
@@ -111,78 +124,15 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let j0 = (lid % 16u) * 4u;
     let ty = lid / 16u;
     let tx = lid % 16u;
-    var s0 = vec4<f32>(0.0);
-    var s1 = vec4<f32>(0.0);
-    var s2 = vec4<f32>(0.0);
-    var s3 = vec4<f32>(0.0);
-    var p0 = vec4<f32>(0.0);
-    var p1 = vec4<f32>(0.0);
-    var p2 = vec4<f32>(0.0);
-    var p3 = vec4<f32>(0.0);
-    let live = j0 <= i0 + 3u && i0 < n;
-    for (var a0 = 0u; a0 < P.dk; a0 += KS) {
-        for (var x = 0u; x < 4u; x++) {
-            let idx = lid + x * 256u;
-            let r = idx / KS;
-            let kk = idx % KS;
-            var qv = 0.0;
-            var kv = 0.0;
-            if (r < n && a0 + kk < P.dk) {
-                let at = qk_row(t0 + r, h) + a0 + kk;
-                qv = q[at];
-                kv = k[at];
-            }
-            stg[kk * C + r] = qv;
-            stg[1024u + kk * C + r] = kv;
-        }
-        workgroupBarrier();
-        if (live) {
-            for (var kk = 0u; kk < KS; kk++) {
-                let qv = stg4(kk * C + i0);
-                let kv = stg4(1024u + kk * C + j0);
-                s0 += qv.x * kv;
-                s1 += qv.y * kv;
-                s2 += qv.z * kv;
-                s3 += qv.w * kv;
-            }
-        }
-        workgroupBarrier();
-    }
-    for (var e0 = 0u; e0 < P.dv; e0 += KS) {
-        for (var x = 0u; x < 4u; x++) {
-            let idx = lid + x * 256u;
-            let r = idx / KS;
-            let kk = idx % KS;
-            var ov = 0.0;
-            var vv = 0.0;
-            if (r < n && e0 + kk < P.dv) {
-                let at = vrow(t0 + r, h) + e0 + kk;
-                ov = d_o[at];
-                vv = v[at];
-            }
-            stg[kk * C + r] = ov;
-            stg[1024u + kk * C + r] = vv;
-        }
-        workgroupBarrier();
-        if (live) {
-            for (var kk = 0u; kk < KS; kk++) {
-                let ov = stg4(kk * C + i0);
-                let vv = stg4(1024u + kk * C + j0);
-                p0 += ov.x * vv;
-                p1 += ov.y * vv;
-                p2 += ov.z * vv;
-                p3 += ov.w * vv;
-            }
-        }
-        workgroupBarrier();
-    }
+    let s = pair_product(PAIR_QK, t0, n, h, i0, j0, lid);
+    let p = pair_product(PAIR_OV, t0, n, h, i0, j0, lid);
 
     // dλ, levels 0..6: row i's level-ℓ pairs are j = i (ℓ = 0) or the 2^(ℓ−1) columns from
     // (i >> ℓ) << ℓ when bit ℓ−1 of i is set (spec §2.2); an empty bucket gives exactly 0.
-    store(TILE_DLAM, t0, n, h, i0, j0, s0, p0);
-    store(TILE_DLAM, t0, n, h, i0 + 1u, j0, s1, p1);
-    store(TILE_DLAM, t0, n, h, i0 + 2u, j0, s2, p2);
-    store(TILE_DLAM, t0, n, h, i0 + 3u, j0, s3, p3);
+    store(TILE_DLAM, t0, n, h, i0, j0, s.a, p.a);
+    store(TILE_DLAM, t0, n, h, i0 + 1u, j0, s.b, p.b);
+    store(TILE_DLAM, t0, n, h, i0 + 2u, j0, s.c, p.c);
+    store(TILE_DLAM, t0, n, h, i0 + 3u, j0, s.d, p.d);
     workgroupBarrier();
     let row = lid % C;
     for (var l = lid / C; l < min(C0P1, P.lam_cols); l += 4u) {
@@ -204,10 +154,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     // dq = B K, dk = Bᵀ Q with B = dP E Λ (B, then A, in `tile`): per 64 columns of dk, each
     // thread a 4×4 block (rows ty·4.., columns tx·4..); the chunk rows of K and Q in 16-row
     // slices staged in `stg` ([row][column]).
-    store(TILE_DQK, t0, n, h, i0, j0, s0, p0);
-    store(TILE_DQK, t0, n, h, i0 + 1u, j0, s1, p1);
-    store(TILE_DQK, t0, n, h, i0 + 2u, j0, s2, p2);
-    store(TILE_DQK, t0, n, h, i0 + 3u, j0, s3, p3);
+    store(TILE_DQK, t0, n, h, i0, j0, s.a, p.a);
+    store(TILE_DQK, t0, n, h, i0 + 1u, j0, s.b, p.b);
+    store(TILE_DQK, t0, n, h, i0 + 2u, j0, s.c, p.c);
+    store(TILE_DQK, t0, n, h, i0 + 3u, j0, s.d, p.d);
     workgroupBarrier();
     for (var c0 = 0u; c0 < P.dk; c0 += C) {
         var oq = zero16();
@@ -234,11 +184,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 let qv = stg4(1024u + kk * C + tx * 4u);
                 // B is lower triangular (j <= i): skipping its zero blocks changes nothing.
                 if (r <= ty * 4u + 3u) {
-                    let bc = col4(ty * 4u, r);
+                    let bc = tile_col4(ty * 4u, r);
                     oq = Rows16(oq.a + bc.x * kv, oq.b + bc.y * kv, oq.c + bc.z * kv, oq.d + bc.w * kv);
                 }
                 if (r >= ty * 4u) {
-                    let br = row4(r, ty * 4u);
+                    let br = tile_row4(r, ty * 4u);
                     ok = Rows16(ok.a + br.x * qv, ok.b + br.y * qv, ok.c + br.z * qv, ok.d + br.w * qv);
                 }
             }
@@ -262,10 +212,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     workgroupBarrier();
 
     // dv = Aᵀ dO with A = S E Λ, the same way.
-    store(TILE_DV, t0, n, h, i0, j0, s0, p0);
-    store(TILE_DV, t0, n, h, i0 + 1u, j0, s1, p1);
-    store(TILE_DV, t0, n, h, i0 + 2u, j0, s2, p2);
-    store(TILE_DV, t0, n, h, i0 + 3u, j0, s3, p3);
+    store(TILE_DV, t0, n, h, i0, j0, s.a, p.a);
+    store(TILE_DV, t0, n, h, i0 + 1u, j0, s.b, p.b);
+    store(TILE_DV, t0, n, h, i0 + 2u, j0, s.c, p.c);
+    store(TILE_DV, t0, n, h, i0 + 3u, j0, s.d, p.d);
     workgroupBarrier();
     for (var c0 = 0u; c0 < P.dv; c0 += C) {
         var ov = zero16();
@@ -285,7 +235,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 let r = r0 + kk;
                 let dov = stg4(kk * C + tx * 4u);
                 if (r >= ty * 4u) {
-                    let ar = row4(r, ty * 4u);
+                    let ar = tile_row4(r, ty * 4u);
                     ov = Rows16(ov.a + ar.x * dov, ov.b + ar.y * dov, ov.c + ar.z * dov, ov.d + ar.w * dov);
                 }
             }
