@@ -199,6 +199,20 @@ fn choose_coop_matmul(
 /// Scalar maths the layer and training kernels share (sigmoid, SiLU, softplus, …).
 const COMMON_WGSL: &str = include_str!("shaders/common.wgsl");
 
+/// The text of `shaders/common/<name>.wgsl`, a piece several kernels share, for `concat!` ahead
+/// of a kernel's own file (each piece says what it needs from the kernel).
+macro_rules! common_wgsl {
+    ($name:literal) => {
+        include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/src/shaders/common/",
+            $name,
+            ".wgsl"
+        ))
+    };
+}
+pub(crate) use common_wgsl;
+
 /// A layer or training kernel's full source: common.wgsl, then `body`.
 pub(crate) fn with_common(body: &str) -> String {
     format!("{COMMON_WGSL}\n{body}")

@@ -5,7 +5,9 @@
 //! Layouts are row-major and token-major (`[T][…]`), as in the CPU runtime. Kernel parameters
 //! are small uniform blocks, each a `#[repr(C)]` mirror of its shader's struct.
 
-use crate::gpu::{dispatch, with_common, CoopMatmul, Gpu, GpuError, Kernel, Rows, MAX_GROUPS};
+use crate::gpu::{
+    common_wgsl, dispatch, with_common, CoopMatmul, Gpu, GpuError, Kernel, Rows, MAX_GROUPS,
+};
 pub(crate) use crate::gpu::{grid, grid_threads, u};
 use crate::weights::GpuMatrix;
 use loglinear_runtime::DType;
@@ -27,7 +29,11 @@ const WEIGHT_ACCESS: [(&str, &str); 4] = [
     ("q8_0", include_str!("../shaders/weights_q8_0.wgsl")),
     ("q4_0", include_str!("../shaders/weights_q4_0.wgsl")),
 ];
-const RMSNORM: &str = include_str!("../shaders/rmsnorm.wgsl");
+const RMSNORM: &str = concat!(
+    common_wgsl!("workgroup_sum"),
+    common_wgsl!("inv_rms"),
+    include_str!("../shaders/rmsnorm.wgsl")
+);
 const ADD: &str = include_str!("../shaders/add.wgsl");
 const GATE_SILU: &str = include_str!("../shaders/gate_silu.wgsl");
 const CONV: &str = include_str!("../shaders/conv.wgsl");

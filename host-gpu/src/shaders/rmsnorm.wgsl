@@ -14,7 +14,7 @@ struct NormParams {
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;
 @group(0) @binding(3) var<uniform> p: NormParams;
 
-var<workgroup> partial: array<f32, 64>;
+const WG: u32 = 64u;
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>,
@@ -24,20 +24,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<
         return; // uniform across the workgroup
     }
     let base = r * p.cols;
-    var s = 0.0;
-    for (var i = li; i < p.cols; i += 64u) {
-        let v = x[base + i];
-        s += v * v;
-    }
-    partial[li] = s;
-    workgroupBarrier();
-    for (var span = 32u; span > 0u; span >>= 1u) {
-        if (li < span) {
-            partial[li] += partial[li + span];
-        }
-        workgroupBarrier();
-    }
-    let inv = 1.0 / sqrt(partial[0] / f32(p.cols) + p.eps);
+    let inv = inv_rms(base, p.cols, p.eps, li);
     let wbase = (r % p.w_period) * p.cols;
     for (var i = li; i < p.cols; i += 64u) {
         out[base + i] = x[base + i] * inv * w[wbase + i];

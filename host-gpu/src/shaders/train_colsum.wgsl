@@ -11,7 +11,7 @@ struct SumParams {
 @group(0) @binding(1) var<storage, read_write> out: array<f32>;
 @group(0) @binding(2) var<uniform> p: SumParams;
 
-var<workgroup> partial: array<f32, 256>;
+const WG: u32 = 256u;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>,
@@ -24,15 +24,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<
     for (var r = li; r < p.rows; r += 256u) {
         s += inp[p.in_off + r * p.stride + c];
     }
-    partial[li] = s;
-    workgroupBarrier();
-    for (var span = 128u; span > 0u; span >>= 1u) {
-        if (li < span) {
-            partial[li] += partial[li + span];
-        }
-        workgroupBarrier();
-    }
+    let total = workgroup_sum(s, li);
     if (li == 0u) {
-        out[c] = out[c] + partial[0];
+        out[c] = out[c] + total;
     }
 }

@@ -2,13 +2,6 @@
 //   forward:  lse[r] = log Σ_v exp(logits[r][v]); loss[b·T + t] = lse[r] − logits[r][target(r)]
 //   backward: dlogits[r][v] = scale · (exp(logits[r][v] − lse[r]) − [v = target(r)])
 // target(r) = tokens[b·(T+1) + t + 1]. One 64-thread workgroup per row.
-struct LossParams {
-    t: u32,
-    batch: u32,
-    vocab: u32,
-    _pad: u32,
-}
-
 @group(0) @binding(0) var<storage, read> tokens: array<u32>;
 @group(0) @binding(1) var<storage, read> logits: array<f32>;
 @group(0) @binding(2) var<storage, read_write> lse: array<f32>;
@@ -16,7 +9,7 @@ struct LossParams {
 @group(0) @binding(4) var<storage, read> scale: array<f32>;
 @group(0) @binding(5) var<uniform> p: LossParams;
 
-var<workgroup> partial: array<f32, 64>;
+const WG: u32 = 64u;
 
 fn target_of(r: u32) -> u32 {
     let t = r / p.batch;
@@ -47,20 +40,8 @@ fn forward(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: ve
     }
     let mx = partial[0];
     workgroupBarrier();
-    var s = 0.0;
-    for (var v = li; v < p.vocab; v += 64u) {
-        s += exp(logits[base + v] - mx);
-    }
-    partial[li] = s;
-    workgroupBarrier();
-    for (var span = 32u; span > 0u; span >>= 1u) {
-        if (li < span) {
-            partial[li] += partial[li + span];
-        }
-        workgroupBarrier();
-    }
+    let l = row_lse(base, mx, li);
     if (li == 0u) {
-        let l = mx + log(partial[0]);
         lse[r] = l;
         let tgt = min(target_of(r), p.vocab - 1u);
         out[(r % p.batch) * p.t + r / p.batch] = l - logits[base + tgt];
@@ -77,12 +58,5 @@ fn backward(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: v
     let base = r * p.vocab;
     let l = lse[r];
     let tgt = min(target_of(r), p.vocab - 1u); // as the forward
-    let s = scale[0];
-    for (var v = li; v < p.vocab; v += 64u) {
-        var d = exp(logits[base + v] - l);
-        if (v == tgt) {
-            d -= 1.0;
-        }
-        out[base + v] = s * d;
-    }
+    write_dlogits(base, l, tgt, li);
 }

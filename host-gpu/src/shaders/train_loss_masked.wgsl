@@ -6,13 +6,6 @@
 //   backward: dlogits[r][v] = scale · (exp(logits[r][v] − lse[r]) − [v = tgt]); ignored rows 0
 // Other targets ≥ V are clamped to V − 1, as the next-token loss does. One 64-thread workgroup
 // per row.
-struct LossParams {
-    t: u32,
-    batch: u32,
-    vocab: u32,
-    _pad: u32,
-}
-
 @group(0) @binding(0) var<storage, read> targets: array<u32>;
 @group(0) @binding(1) var<storage, read> logits: array<f32>;
 @group(0) @binding(2) var<storage, read_write> lse: array<f32>;
@@ -23,7 +16,8 @@ struct LossParams {
 
 const IGNORED: u32 = 0xFFFFFFFFu;
 
-var<workgroup> partial: array<f32, 64>;
+const WG: u32 = 64u;
+
 var<workgroup> arg: array<u32, 64>;
 
 // Index of row r's target in [B][T].
@@ -68,20 +62,8 @@ fn forward(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: ve
     let mx = partial[0];
     let best = arg[0];
     workgroupBarrier();
-    var s = 0.0;
-    for (var v = li; v < p.vocab; v += 64u) {
-        s += exp(logits[base + v] - mx);
-    }
-    partial[li] = s;
-    workgroupBarrier();
-    for (var span = 32u; span > 0u; span >>= 1u) {
-        if (li < span) {
-            partial[li] += partial[li + span];
-        }
-        workgroupBarrier();
-    }
+    let l = row_lse(base, mx, li);
     if (li == 0u) {
-        let l = mx + log(partial[0]);
         lse[r] = l;
         let i = target_index(r);
         let raw = targets[i];
@@ -114,12 +96,5 @@ fn backward(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: v
     }
     let l = lse[r];
     let tgt = min(raw, p.vocab - 1u);
-    let s = scale[0];
-    for (var v = li; v < p.vocab; v += 64u) {
-        var d = exp(logits[base + v] - l);
-        if (v == tgt) {
-            d -= 1.0;
-        }
-        out[base + v] = s * d;
-    }
+    write_dlogits(base, l, tgt, li);
 }

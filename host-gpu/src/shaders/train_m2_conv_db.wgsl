@@ -10,7 +10,7 @@ struct SumParams {
 @group(0) @binding(2) var<storage, read_write> db: array<f32>;
 @group(0) @binding(3) var<uniform> p: SumParams;
 
-var<workgroup> partial: array<f32, 256>;
+const WG: u32 = 256u;
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>,
@@ -25,15 +25,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<
         let sg = sigmoid(z);
         s += dout[r * p.channels + c] * sg * (1.0 + z * (1.0 - sg));
     }
-    partial[li] = s;
-    workgroupBarrier();
-    for (var span = 128u; span > 0u; span >>= 1u) {
-        if (li < span) {
-            partial[li] += partial[li + span];
-        }
-        workgroupBarrier();
-    }
+    let total = workgroup_sum(s, li);
     if (li == 0u) {
-        db[c] = db[c] + partial[0];
+        db[c] = db[c] + total;
     }
 }

@@ -1,4 +1,5 @@
-// RMSNorm backward. With y = x·r·w, r = (mean x² + eps)^-½:
+// RMSNorm backward (train_rmsnorm.wgsl: row r's weight w = w_all[(r % groups)·cols ..]).
+// With y = x·r·w, r = (mean x² + eps)^-½:
 //   dx[i] = r·w[i]·dy[i] − x[i]·r³/n · Σ_j w[j]·dy[j]·x[j]   (written, or added when acc = 1),
 //   wrow[r][i] = dy[i]·x[i]·r                                (this row's share of dw; a column
 //                                                             sum over rows makes dw).
@@ -7,6 +8,7 @@ struct NormParams {
     cols: u32,
     eps: f32,
     acc: u32,
+    groups: u32,
 }
 
 @group(0) @binding(0) var<storage, read> x: array<f32>;
@@ -17,7 +19,7 @@ struct NormParams {
 @group(0) @binding(5) var<storage, read_write> wrow: array<f32>;
 @group(0) @binding(6) var<uniform> p: NormParams;
 
-var<workgroup> partial: array<f32, 64>;
+const WG: u32 = 64u;
 
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>,
@@ -27,23 +29,16 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<
         return;
     }
     let base = r * p.cols;
+    let wbase = (r % p.groups) * p.cols;
     var s = 0.0;
     for (var i = li; i < p.cols; i += 64u) {
-        s += w[i] * dy[base + i] * x[base + i];
-    }
-    partial[li] = s;
-    workgroupBarrier();
-    for (var span = 32u; span > 0u; span >>= 1u) {
-        if (li < span) {
-            partial[li] += partial[li + span];
-        }
-        workgroupBarrier();
+        s += w[wbase + i] * dy[base + i] * x[base + i];
     }
     let inv = rstd[r];
-    let corr = inv * inv * inv * partial[0] / f32(p.cols);
+    let corr = inv * inv * inv * workgroup_sum(s, li) / f32(p.cols);
     for (var i = li; i < p.cols; i += 64u) {
         let xi = x[base + i];
-        let d = inv * w[i] * dy[base + i] - xi * corr;
+        let d = inv * w[wbase + i] * dy[base + i] - xi * corr;
         if (p.acc != 0u) {
             dx[base + i] = dx[base + i] + d;
         } else {

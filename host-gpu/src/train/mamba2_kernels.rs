@@ -4,19 +4,23 @@
 //!
 //! Rows are in (t, b) order as everywhere in training: the previous token of row r is r − B.
 
-use crate::gpu::{with_common, Gpu, GpuError, Kernel};
-use crate::train::kernels::{grid, grid_threads, u, NormGrads, NormIo, Step, TrainKernels};
+use crate::gpu::{common_wgsl, with_common, Gpu, GpuError, Kernel};
+use crate::train::kernels::{
+    grid, grid_threads, u, NormGrads, NormIo, NormRows, Step, TrainKernels, RMSNORM_BWD_WGSL,
+    RMSNORM_WGSL,
+};
 
 const CONV_WGSL: &str = include_str!("../shaders/train_m2_conv.wgsl");
-const CONV_DB_WGSL: &str = include_str!("../shaders/train_m2_conv_db.wgsl");
+const CONV_DB_WGSL: &str = concat!(
+    common_wgsl!("workgroup_sum"),
+    include_str!("../shaders/train_m2_conv_db.wgsl")
+);
 const FWD_GATES_WGSL: &str = include_str!("../shaders/train_m2_fwd_gates.wgsl");
 const FWD_QKV_WGSL: &str = include_str!("../shaders/train_m2_fwd_qkv.wgsl");
 const SKIP_WGSL: &str = include_str!("../shaders/train_m2_skip.wgsl");
 const BWD_X_WGSL: &str = include_str!("../shaders/train_m2_bwd_x.wgsl");
 const BWD_GATES_WGSL: &str = include_str!("../shaders/train_m2_bwd_gates.wgsl");
 const BWD_BC_WGSL: &str = include_str!("../shaders/train_m2_bwd_bc.wgsl");
-const GNORM_WGSL: &str = include_str!("../shaders/train_m2_gnorm.wgsl");
-const GNORM_BWD_WGSL: &str = include_str!("../shaders/train_m2_gnorm_bwd.wgsl");
 
 /// Sizes of one Mamba-2 mixer as the kernels see it: `rows` rows (t, b) of a batch of
 /// `batch` windows, H heads of P values, G groups of N, λ columns, exact levels.
@@ -142,27 +146,6 @@ struct BcParams {
     di: u32,
 }
 
-/// `GroupNormParams` of train_m2_gnorm.wgsl.
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct GroupNormParams {
-    rows: u32,
-    cols: u32,
-    eps: f32,
-    groups: u32,
-}
-
-/// `GroupNormBwdParams` of train_m2_gnorm_bwd.wgsl.
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct GroupNormBwdParams {
-    rows: u32,
-    cols: u32,
-    eps: f32,
-    acc: u32,
-    groups: u32,
-}
-
 /// Every Mamba-2-only training kernel.
 pub struct M2TrainKernels {
     conv: Kernel,
@@ -249,8 +232,8 @@ impl M2TrainKernels {
             bwd_x: k("train_m2_bwd_x", BWD_X_WGSL)?,
             bwd_gates: k("train_m2_bwd_gates", BWD_GATES_WGSL)?,
             bwd_bc: k("train_m2_bwd_bc", BWD_BC_WGSL)?,
-            gnorm: k("train_m2_gnorm", GNORM_WGSL)?,
-            gnorm_bwd: k("train_m2_gnorm_bwd", GNORM_BWD_WGSL)?,
+            gnorm: k("train_m2_gnorm", RMSNORM_WGSL)?,
+            gnorm_bwd: k("train_m2_gnorm_bwd", RMSNORM_BWD_WGSL)?,
         })
     }
 
@@ -449,19 +432,8 @@ impl M2TrainKernels {
         groups: usize,
         eps: f32,
     ) -> Result<Step, GpuError> {
-        let params = GroupNormParams {
-            rows: u(rows)?,
-            cols: u(cols)?,
-            eps,
-            groups: u(groups)?,
-        };
-        Ok(TrainKernels::step(
-            gpu,
-            &self.gnorm,
-            &[io.x, io.w, io.out, io.rstd],
-            &params,
-            grid(rows)?,
-        ))
+        let rows = NormRows { rows, cols, groups };
+        rows.forward(gpu, &self.gnorm, io, eps)
     }
 
     /// Backward of [`M2TrainKernels::group_norm`] from the forward's `x`, `w` and `rstd`:
@@ -476,21 +448,8 @@ impl M2TrainKernels {
         cols: usize,
         groups: usize,
     ) -> Result<Step, GpuError> {
-        let params = GroupNormBwdParams {
-            rows: u(rows)?,
-            cols: u(cols)?,
-            eps: 0.0,
-            acc: 0,
-            groups: u(groups)?,
-        };
-        let f = forward;
-        Ok(TrainKernels::step(
-            gpu,
-            &self.gnorm_bwd,
-            &[f.x, f.w, f.rstd, grads.dy, grads.dx, grads.wrow],
-            &params,
-            grid(rows)?,
-        ))
+        let rows = NormRows { rows, cols, groups };
+        rows.backward(gpu, &self.gnorm_bwd, forward, grads, false)
     }
 }
 
@@ -510,7 +469,5 @@ mod tests {
         assert_eq!(size_of::<SkipParams>(), size(SKIP_WGSL));
         assert_eq!(size_of::<XBwdParams>(), size(BWD_X_WGSL));
         assert_eq!(size_of::<BcParams>(), size(BWD_BC_WGSL));
-        assert_eq!(size_of::<GroupNormParams>(), size(GNORM_WGSL));
-        assert_eq!(size_of::<GroupNormBwdParams>(), size(GNORM_BWD_WGSL));
     }
 }

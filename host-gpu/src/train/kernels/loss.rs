@@ -2,12 +2,20 @@
 //! forward and backward.
 
 use super::{grid, u, Step, TrainKernels};
-use crate::gpu::{Gpu, GpuError};
+use crate::gpu::{common_wgsl, Gpu, GpuError};
 
-pub(super) const LOSS_WGSL: &str = include_str!("../../shaders/train_loss.wgsl");
-pub(super) const MASKED_LOSS_WGSL: &str = include_str!("../../shaders/train_loss_masked.wgsl");
+pub(super) const LOSS_WGSL: &str = concat!(
+    common_wgsl!("workgroup_sum"),
+    common_wgsl!("loss_rows"),
+    include_str!("../../shaders/train_loss.wgsl")
+);
+pub(super) const MASKED_LOSS_WGSL: &str = concat!(
+    common_wgsl!("workgroup_sum"),
+    common_wgsl!("loss_rows"),
+    include_str!("../../shaders/train_loss_masked.wgsl")
+);
 
-/// `LossParams` of train_loss.wgsl and train_loss_masked.wgsl (one layout).
+/// `LossParams` of shaders/common/loss_rows.wgsl (train_loss.wgsl, train_loss_masked.wgsl).
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
 struct LossParams {

@@ -25,6 +25,7 @@ pub use loss::{LossIo, LossShape, MaskedLossIo};
 use matmul::SPLIT_FLOATS;
 pub use matmul::{LinearGradIo, LinearShape, Matmul, Operand};
 pub use norm::{NormGrads, NormIo};
+pub(crate) use norm::{NormRows, RMSNORM_BWD_WGSL, RMSNORM_WGSL};
 
 /// One op: one dispatch or a few in order (a split-k matmul and its sum), bound once and
 /// encoded as often as wanted.

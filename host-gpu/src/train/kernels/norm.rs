@@ -2,11 +2,21 @@
 //! shares into a gradient.
 
 use super::{grid, u, Step, TrainKernels};
-use crate::gpu::{Gpu, GpuError, Rows};
+use crate::gpu::{common_wgsl, Gpu, GpuError, Kernel, Rows};
 
-pub(super) const RMSNORM_WGSL: &str = include_str!("../../shaders/train_rmsnorm.wgsl");
-pub(super) const RMSNORM_BWD_WGSL: &str = include_str!("../../shaders/train_rmsnorm_bwd.wgsl");
-pub(super) const COLSUM_WGSL: &str = include_str!("../../shaders/train_colsum.wgsl");
+pub(crate) const RMSNORM_WGSL: &str = concat!(
+    common_wgsl!("workgroup_sum"),
+    common_wgsl!("inv_rms"),
+    include_str!("../../shaders/train_rmsnorm.wgsl")
+);
+pub(crate) const RMSNORM_BWD_WGSL: &str = concat!(
+    common_wgsl!("workgroup_sum"),
+    include_str!("../../shaders/train_rmsnorm_bwd.wgsl")
+);
+pub(super) const COLSUM_WGSL: &str = concat!(
+    common_wgsl!("workgroup_sum"),
+    include_str!("../../shaders/train_colsum.wgsl")
+);
 
 /// `NormParams` of train_rmsnorm.wgsl and train_rmsnorm_bwd.wgsl (one layout).
 #[repr(C)]
@@ -16,6 +26,7 @@ struct NormParams {
     cols: u32,
     eps: f32,
     acc: u32,
+    groups: u32,
 }
 
 /// `SumParams` of train_colsum.wgsl.
@@ -26,6 +37,64 @@ struct SumParams {
     cols: u32,
     stride: u32,
     in_off: u32,
+}
+
+/// The rows of a norm: `rows` rows of `cols`, row r scaled by group `r % groups` of a weight
+/// `[groups][cols]` (groups = 1: one weight for every row).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct NormRows {
+    pub rows: usize,
+    pub cols: usize,
+    pub groups: usize,
+}
+
+impl NormRows {
+    fn params(&self, eps: f32, accumulate_dx: bool) -> Result<NormParams, GpuError> {
+        Ok(NormParams {
+            rows: u(self.rows)?,
+            cols: u(self.cols)?,
+            eps,
+            acc: u32::from(accumulate_dx),
+            groups: u(self.groups)?,
+        })
+    }
+
+    /// The forward ([`RMSNORM_WGSL`] compiled as `kernel`): `io.out` and `io.rstd` written.
+    pub(crate) fn forward(
+        &self,
+        gpu: &Gpu,
+        kernel: &Kernel,
+        io: NormIo<'_>,
+        eps: f32,
+    ) -> Result<Step, GpuError> {
+        Ok(TrainKernels::step(
+            gpu,
+            kernel,
+            &[io.x, io.w, io.out, io.rstd],
+            &self.params(eps, false)?,
+            grid(self.rows)?,
+        ))
+    }
+
+    /// The backward ([`RMSNORM_BWD_WGSL`] compiled as `kernel`) from the forward's `x`, `w` and
+    /// `rstd`: `grads.dx` written (added when `accumulate_dx`) and `grads.wrow` written.
+    pub(crate) fn backward(
+        &self,
+        gpu: &Gpu,
+        kernel: &Kernel,
+        forward: NormIo<'_>,
+        grads: NormGrads<'_>,
+        accumulate_dx: bool,
+    ) -> Result<Step, GpuError> {
+        let f = forward;
+        Ok(TrainKernels::step(
+            gpu,
+            kernel,
+            &[f.x, f.w, f.rstd, grads.dy, grads.dx, grads.wrow],
+            &self.params(0.0, accumulate_dx)?,
+            grid(self.rows)?,
+        ))
+    }
 }
 
 /// Buffers of a norm's forward: input `x`, weight `w`, output `out` and the per-row
@@ -57,19 +126,12 @@ impl TrainKernels {
         cols: usize,
         eps: f32,
     ) -> Result<Step, GpuError> {
-        let params = NormParams {
-            rows: u(rows)?,
-            cols: u(cols)?,
-            eps,
-            acc: 0,
+        let rows = NormRows {
+            rows,
+            cols,
+            groups: 1,
         };
-        Ok(Self::step(
-            gpu,
-            &self.rmsnorm,
-            &[io.x, io.w, io.out, io.rstd],
-            &params,
-            grid(rows)?,
-        ))
+        rows.forward(gpu, &self.rmsnorm, io, eps)
     }
 
     /// RMSNorm backward from the forward's `x`, `w` and `rstd`: `grads.dx` written (added when
@@ -83,20 +145,12 @@ impl TrainKernels {
         cols: usize,
         accumulate_dx: bool,
     ) -> Result<Step, GpuError> {
-        let params = NormParams {
-            rows: u(rows)?,
-            cols: u(cols)?,
-            eps: 0.0,
-            acc: u32::from(accumulate_dx),
+        let rows = NormRows {
+            rows,
+            cols,
+            groups: 1,
         };
-        let f = forward;
-        Ok(Self::step(
-            gpu,
-            &self.rmsnorm_bwd,
-            &[f.x, f.w, f.rstd, grads.dy, grads.dx, grads.wrow],
-            &params,
-            grid(rows)?,
-        ))
+        rows.backward(gpu, &self.rmsnorm_bwd, forward, grads, accumulate_dx)
     }
 
     /// `out[c] += Σ_r inp(r, c)` over the first `cols` columns of `rows` rows of `inp`.
