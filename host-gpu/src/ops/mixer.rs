@@ -23,31 +23,43 @@ struct QkParams {
     conv_channels: u32,
 }
 
-/// `PreParams` of mamba2_pre.wgsl.
+/// The first six fields of `PreParams` and `PostParams` (mamba2_pre.wgsl, mamba2_post.wgsl):
+/// `t` tokens of a Mamba-2 mixer's rows.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct PreParams {
+struct Mamba2Rows {
     t: u32,
     heads: u32,
     head_dim: u32,
     d_inner: u32,
     conv_channels: u32,
     in_rows: u32,
+}
+
+impl Mamba2Rows {
+    fn new(t: usize, shape: &Mamba2Shape) -> Result<Self, GpuError> {
+        Ok(Self {
+            t: u(t)?,
+            heads: u(shape.heads)?,
+            head_dim: u(shape.p)?,
+            d_inner: u(shape.d_inner())?,
+            conv_channels: u(shape.conv_channels())?,
+            in_rows: u(shape.in_rows())?,
+        })
+    }
+}
+
+/// `PreParams` of mamba2_pre.wgsl.
+#[repr(C)]
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+struct PreParams {
+    rows: Mamba2Rows,
     lambda_cols: u32,
     log_linear: u32,
 }
 
 /// `PostParams` of mamba2_post.wgsl.
-#[repr(C)]
-#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
-struct PostParams {
-    t: u32,
-    heads: u32,
-    head_dim: u32,
-    d_inner: u32,
-    conv_channels: u32,
-    in_rows: u32,
-}
+type PostParams = Mamba2Rows;
 
 /// `QkvParams` of gdn_qkv.wgsl.
 #[repr(C)]
@@ -106,12 +118,7 @@ impl Kernels {
         shape: &Mamba2Shape,
     ) -> Result<Step<'k>, GpuError> {
         let params = PreParams {
-            t: u(t)?,
-            heads: u(shape.heads)?,
-            head_dim: u(shape.p)?,
-            d_inner: u(shape.d_inner())?,
-            conv_channels: u(shape.conv_channels())?,
-            in_rows: u(shape.in_rows())?,
+            rows: Mamba2Rows::new(t, shape)?,
             lambda_cols: u(shape.lambda_cols())?,
             log_linear: u32::from(shape.log_linear),
         };
@@ -128,14 +135,7 @@ impl Kernels {
         t: usize,
         shape: &Mamba2Shape,
     ) -> Result<Step<'k>, GpuError> {
-        let params = PostParams {
-            t: u(t)?,
-            heads: u(shape.heads)?,
-            head_dim: u(shape.p)?,
-            d_inner: u(shape.d_inner())?,
-            conv_channels: u(shape.conv_channels())?,
-            in_rows: u(shape.in_rows())?,
-        };
+        let params: PostParams = Mamba2Rows::new(t, shape)?;
         let groups = grid_threads(t * shape.d_inner())?;
         let buffers = [io.o, io.xbc, io.zx, io.vecs, io.y];
         Ok(self.step(gpu, &self.mamba2_post, &buffers, &params, groups))

@@ -25,6 +25,15 @@ struct TargetParams {
     batch: u32,
 }
 
+impl TargetParams {
+    fn new(t: usize, batch: usize) -> Result<Self, GpuError> {
+        Ok(Self {
+            t: u(t)?,
+            batch: u(batch)?,
+        })
+    }
+}
+
 /// Sizes of the embedding: `batch` windows of `seq_len` tokens (and one more, the last
 /// target), rows of `d`, a vocabulary of `vocab`.
 #[derive(Clone, Copy, Debug)]
@@ -93,15 +102,11 @@ impl TrainKernels {
         t: usize,
         batch: usize,
     ) -> Result<Step, GpuError> {
-        let params = TargetParams {
-            t: u(t)?,
-            batch: u(batch)?,
-        };
         Ok(Self::step(
             gpu,
             &self.shift_targets,
             &[windows, targets],
-            &params,
+            &TargetParams::new(t, batch)?,
             grid_threads(t * batch)?,
         ))
     }
@@ -115,15 +120,11 @@ impl TrainKernels {
         t: usize,
         batch: usize,
     ) -> Result<Step, GpuError> {
-        let params = TargetParams {
-            t: u(t)?,
-            batch: u(batch)?,
-        };
         Ok(Self::step(
             gpu,
             &self.pack_inputs,
             &[inputs, windows],
-            &params,
+            &TargetParams::new(t, batch)?,
             grid_threads((t + 1) * batch)?,
         ))
     }
