@@ -1,5 +1,5 @@
 //! State-step benchmark: the Fenwick state maths of one layer alone (merge, transition,
-//! insert, readout for every head), the previous separate-pass code against the fused steps
+//! insert, readout for every head), the separate-pass steps against the fused steps
 //! (`FenwickState::step_delta` / `step_decay`), f32 and f16 storage, in one run.
 //!
 //! ```text
@@ -10,13 +10,14 @@
 //! gdn-mcu (the same with 1 level: the plain recurrence) and ll-mamba2-mcu (4 heads,
 //! dk = d_state 64, dv = head_dim 64, 15 levels). Two workloads: `t = 16383` repeated (all 15
 //! levels live, a one-level merge) and a sweep over t = 12288..16384 (the mix of merges and
-//! live-level counts of long contexts). The old code is a copy of the runtime's code before
-//! the fusion, kept here so that both run in the same process. LAYERS (default 4, the shipped
-//! models' depth) independent layer states are stepped in turn, so that the state sizes and
-//! cache misses are those of decoding (4 f32 layers do not fit in a 2 MiB L2). Old and new are
-//! interleaved repetition by repetition (the machine is shared) and the median time per layer
-//! step is reported. Each run also checks that old and new give bit-identical states and
-//! outputs.
+//! live-level counts of long contexts). The separate-pass side ("old") is the runtime's plain
+//! steps (`transition_delta`, `transition_decay`, `insert`, `read`) after an
+//! element-by-element merge written here (the runtime's merge works in column blocks). LAYERS
+//! (default 4, the shipped models' depth) independent layer states are stepped in turn, so
+//! that the state sizes and cache misses are those of decoding (4 f32 layers do not fit in a
+//! 2 MiB L2). Old and new are interleaved repetition by repetition (the machine is shared) and
+//! the median time per layer step is reported. Each run also checks that old and new give
+//! bit-identical states and outputs.
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -24,135 +25,36 @@ use std::time::Instant;
 use clap::builder::RangedU64ValueParser;
 use clap::Parser;
 use half::f16;
-use loglinear_runtime::{FenwickState, LevelPolicy, StateElem};
+use loglinear_runtime::rng::SplitMix64;
+use loglinear_runtime::{FenwickState, HeadStep, LevelPolicy, StateElem};
 
 /// Repetitions per variant (median reported).
 const REPS: usize = 9;
 /// Levels of the shipped models.
 const LEVELS: usize = 15;
 
-/// The runtime's separate-pass state code before the fusion (merge, transition, insert, read),
-/// verbatim apart from working on a borrowed slice.
-struct Old<'a, E: StateElem> {
-    data: &'a mut [E],
-    policy: LevelPolicy,
-    heads: usize,
-    dk: usize,
-    dv: usize,
+/// Step 1 of §4.2 element by element: levels `0..target` added into `target` (each element's
+/// levels summed in order from zero, as the blocked merge of the runtime does), then zeroed.
+fn merge_elementwise<E: StateElem>(st: &mut FenwickState<'_, E>, sh: Shape, t: u64) {
+    let Some(target) = st.policy().merge_target(t) else {
+        return;
+    };
+    let n = sh.heads * sh.dk * sh.dv;
+    let target = target as usize;
+    let (low, high) = st.as_mut_slice().split_at_mut(target * n);
+    for (i, d) in high[..n].iter_mut().enumerate() {
+        let mut acc = 0.0f32;
+        for l in 0..target {
+            acc += low[l * n + i].load();
+        }
+        *d = E::store(d.load() + acc);
+    }
+    low.fill(E::default());
 }
 
-impl<E: StateElem> Old<'_, E> {
-    fn level_len(&self) -> usize {
-        self.heads * self.dk * self.dv
-    }
-
-    fn matrix_range(&self, level: u32, head: usize) -> core::ops::Range<usize> {
-        let m = self.dk * self.dv;
-        let start = level as usize * self.level_len() + head * m;
-        start..start + m
-    }
-
-    fn merge(&mut self, t: u64) {
-        let Some(target) = self.policy.merge_target(t) else {
-            return;
-        };
-        let n = self.level_len();
-        let target = target as usize;
-        let (low, high) = self.data.split_at_mut(target * n);
-        let dst = &mut high[..n];
-        for (i, d) in dst.iter_mut().enumerate() {
-            let mut acc = 0.0f32;
-            for l in 0..target {
-                acc += low[l * n + i].load();
-            }
-            *d = E::store(d.load() + acc);
-        }
-        low.fill(E::default());
-    }
-
-    fn transition_decay(&mut self, t: u64, head: usize, alpha: f32) {
-        for l in self.policy.history_levels(t) {
-            let r = self.matrix_range(l, head);
-            for s in &mut self.data[r] {
-                *s = E::store(alpha * s.load());
-            }
-        }
-    }
-
-    fn transition_delta(
-        &mut self,
-        t: u64,
-        head: usize,
-        alpha: f32,
-        beta: f32,
-        k: &[f32],
-        u: &mut [f32],
-    ) {
-        let (dk, dv) = (self.dk, self.dv);
-        let u = &mut u[..dv];
-        for l in self.policy.history_levels(t) {
-            let r = self.matrix_range(l, head);
-            let s = &mut self.data[r];
-            u.fill(0.0);
-            for i in 0..dk {
-                let ki = k[i];
-                for (uj, sij) in u.iter_mut().zip(&s[i * dv..(i + 1) * dv]) {
-                    *uj += ki * sij.load();
-                }
-            }
-            for i in 0..dk {
-                let bk = beta * k[i];
-                for (sij, uj) in s[i * dv..(i + 1) * dv].iter_mut().zip(u.iter()) {
-                    *sij = E::store(alpha * (sij.load() - bk * uj));
-                }
-            }
-        }
-    }
-
-    fn insert(&mut self, head: usize, k: &[f32], v: &[f32], beta: f32) {
-        let dv = self.dv;
-        let r = self.matrix_range(0, head);
-        let s = &mut self.data[r];
-        for (i, &ki) in k.iter().enumerate().take(self.dk) {
-            let bk = beta * ki;
-            for (sij, &vj) in s[i * dv..(i + 1) * dv].iter_mut().zip(v) {
-                *sij = E::store(sij.load() + bk * vj);
-            }
-        }
-    }
-
-    fn read(&self, t: u64, head: usize, q: &[f32], lambda: impl Fn(u32) -> f32, out: &mut [f32]) {
-        let out = &mut out[..self.dv];
-        out.fill(0.0);
-        self.read_level(0, head, q, lambda(0), out);
-        for l in self.policy.live_upper_levels(t) {
-            self.read_level(l, head, q, lambda(l), out);
-        }
-    }
-
-    fn read_level(&self, level: u32, head: usize, q: &[f32], lam: f32, out: &mut [f32]) {
-        let dv = self.dv;
-        let s = &self.data[self.matrix_range(level, head)];
-        for (i, &qi) in q.iter().enumerate().take(self.dk) {
-            let w = lam * qi;
-            for (o, sij) in out.iter_mut().zip(&s[i * dv..(i + 1) * dv]) {
-                *o += w * sij.load();
-            }
-        }
-    }
-}
-
-/// Small deterministic generator (xorshift64*), values in [-1, 1).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> f32 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        let x = self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 40;
-        x as f32 / (1u64 << 23) as f32 - 1.0
-    }
+/// Values in [-1, 1) from the project's generator.
+fn uniform(rng: &mut SplitMix64) -> f32 {
+    rng.unit_f32() * 2.0 - 1.0
 }
 
 #[derive(Clone, Copy, PartialEq)]
@@ -184,8 +86,8 @@ struct Inputs {
 }
 
 impl Inputs {
-    fn new(sh: Shape, rng: &mut Rng) -> Self {
-        let mut vecs = |n: usize| (0..n).map(|_| rng.next()).collect::<Vec<f32>>();
+    fn new(sh: Shape, rng: &mut SplitMix64) -> Self {
+        let mut vecs = |n: usize| (0..n).map(|_| uniform(rng)).collect::<Vec<f32>>();
         let mut q = vecs(sh.heads * sh.dk);
         let mut k = vecs(sh.heads * sh.dk);
         let v = vecs(sh.heads * sh.dv);
@@ -213,10 +115,16 @@ impl Inputs {
     }
 }
 
-/// One layer step with the old code; outputs into `out` (heads × dv).
-fn step_old<E: StateElem>(st: &mut Old<'_, E>, sh: Shape, inp: &Inputs, t: u64, out: &mut [f32]) {
+/// One layer step with the separate passes; outputs into `out` (heads × dv).
+fn step_old<E: StateElem>(
+    st: &mut FenwickState<'_, E>,
+    sh: Shape,
+    inp: &Inputs,
+    t: u64,
+    out: &mut [f32],
+) {
     let mut u = vec![0f32; sh.dv];
-    st.merge(t);
+    merge_elementwise(st, sh, t);
     for h in 0..sh.heads {
         let k = &inp.k[h * sh.dk..][..sh.dk];
         let q = &inp.q[h * sh.dk..][..sh.dk];
@@ -251,10 +159,17 @@ fn step_new<E: StateElem>(
         let q = &inp.q[h * sh.dk..][..sh.dk];
         let o = &mut out[h * sh.dv..][..sh.dv];
         o.copy_from_slice(&inp.v[h * sh.dv..][..sh.dv]);
-        let lam = |l: u32| inp.lam[h * LEVELS + l as usize];
+        let step = HeadStep {
+            t,
+            head: h,
+            k,
+            q,
+            lambda: |l: u32| inp.lam[h * LEVELS + l as usize],
+            v_out: o,
+        };
         match sh.form {
-            Form::Delta => st.step_delta(t, h, inp.alpha[h], inp.beta[h], k, q, lam, o),
-            Form::Decay => st.step_decay(t, h, inp.alpha[h], k, q, lam, o),
+            Form::Delta => st.step_delta(step, inp.alpha[h], inp.beta[h]),
+            Form::Decay => st.step_decay(step, inp.alpha[h]),
         }
     }
 }
@@ -269,8 +184,10 @@ fn median(mut xs: Vec<f64>) -> f64 {
 fn time_pair<E: StateElem>(sh: Shape, ts: &[u64], steps: usize, layers: usize) -> (f64, f64) {
     let policy = LevelPolicy::new(sh.levels).expect("levels");
     let len = sh.levels * sh.heads * sh.dk * sh.dv;
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
-    let init: Vec<E> = (0..len).map(|_| E::store(0.1 * rng.next())).collect();
+    let mut rng = SplitMix64::new(0x9e37_79b9_7f4a_7c15);
+    let init: Vec<E> = (0..len)
+        .map(|_| E::store(0.1 * uniform(&mut rng)))
+        .collect();
     let inp = Inputs::new(sh, &mut rng);
     let mut out = vec![0f32; sh.heads * sh.dv];
 
@@ -280,13 +197,7 @@ fn time_pair<E: StateElem>(sh: Shape, ts: &[u64], steps: usize, layers: usize) -
     let mut oa = out.clone();
     let mut ob = out.clone();
     {
-        let mut old = Old {
-            data: &mut a,
-            policy,
-            heads: sh.heads,
-            dk: sh.dk,
-            dv: sh.dv,
-        };
+        let mut old = FenwickState::new(&mut a, policy, sh.heads, sh.dk, sh.dv).expect("len");
         let mut new = FenwickState::new(&mut b, policy, sh.heads, sh.dk, sh.dv).expect("len");
         for &t in ts.iter().cycle().take(ts.len().min(64)) {
             step_old(&mut old, sh, &inp, t, &mut oa);
@@ -315,13 +226,8 @@ fn time_pair<E: StateElem>(sh: Shape, ts: &[u64], steps: usize, layers: usize) -
         let start = Instant::now();
         for &t in ts.iter().cycle().take(steps) {
             for layer in data.chunks_exact_mut(len) {
-                let mut old = Old {
-                    data: layer,
-                    policy,
-                    heads: sh.heads,
-                    dk: sh.dk,
-                    dv: sh.dv,
-                };
+                let mut old =
+                    FenwickState::new(layer, policy, sh.heads, sh.dk, sh.dv).expect("len");
                 step_old(&mut old, sh, &inp, black_box(t), &mut out);
             }
         }

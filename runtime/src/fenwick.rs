@@ -22,24 +22,42 @@ pub trait StateElem: Copy + Default + bytemuck::Pod + 'static {
     /// the narrow blocks keep the stack small and the block in registers.
     const WIDE_BLOCKS: bool = false;
 
-    /// Widens the first `W` elements of `src` into `dst` (`dst` is left as it is if `src` is
-    /// shorter). The fused steps move the state through this a block of columns at a time,
-    /// so that f32 storage is plain vector loads and f16 storage converts a block per call
-    /// (with `half`'s vector conversions where it has them) instead of element by element.
+    /// Widens `src` into `dst`, of the same length. The fused steps move the state through
+    /// this a block of columns at a time, so that f32 storage is plain copies and f16 storage
+    /// converts a block per call (with `half`'s vector conversions where it has them) instead
+    /// of element by element.
     #[inline(always)]
-    fn load_block<const W: usize>(src: &[Self], dst: &mut [f32; W]) {
+    fn load_slice(src: &[Self], dst: &mut [f32]) {
         for (d, s) in dst.iter_mut().zip(src) {
             *d = s.load();
         }
     }
 
-    /// Narrows `src` into the first `W` elements of `dst`, then leaves in `src` the values as
-    /// stored (narrowed and widened again): what a later read of the state would see.
+    /// Narrows `src` into `dst`, of the same length, then leaves in `src` the values as stored
+    /// (narrowed and widened again): what a later read of the state would see.
     #[inline(always)]
-    fn store_block<const W: usize>(src: &mut [f32; W], dst: &mut [Self]) {
+    fn store_slice(src: &mut [f32], dst: &mut [Self]) {
         for (s, d) in src.iter_mut().zip(dst.iter_mut()) {
             *d = Self::store(*s);
             *s = d.load();
+        }
+    }
+
+    /// [`load_slice`](Self::load_slice) of the first `W` elements of `src` (`dst` is left as it
+    /// is if `src` is shorter).
+    #[inline(always)]
+    fn load_block<const W: usize>(src: &[Self], dst: &mut [f32; W]) {
+        if let Some(src) = src.get(..W) {
+            Self::load_slice(src, dst);
+        }
+    }
+
+    /// [`store_slice`](Self::store_slice) into the first `W` elements of `dst` (nothing is done
+    /// if `dst` is shorter).
+    #[inline(always)]
+    fn store_block<const W: usize>(src: &mut [f32; W], dst: &mut [Self]) {
+        if let Some(dst) = dst.get_mut(..W) {
+            Self::store_slice(src, dst);
         }
     }
 }
@@ -55,17 +73,13 @@ impl StateElem for f32 {
         x
     }
     #[inline(always)]
-    fn load_block<const W: usize>(src: &[Self], dst: &mut [f32; W]) {
-        if let Some(src) = src.get(..W) {
-            dst.copy_from_slice(src);
-        }
+    fn load_slice(src: &[Self], dst: &mut [f32]) {
+        dst.copy_from_slice(src);
     }
     #[inline(always)]
-    fn store_block<const W: usize>(src: &mut [f32; W], dst: &mut [Self]) {
+    fn store_slice(src: &mut [f32], dst: &mut [Self]) {
         // f32 storage keeps the value exactly: nothing to read back.
-        if let Some(dst) = dst.get_mut(..W) {
-            dst.copy_from_slice(src);
-        }
+        dst.copy_from_slice(src);
     }
 }
 
@@ -88,19 +102,15 @@ impl StateElem for half::f16 {
         half::f16::from_f32(x)
     }
     #[inline(always)]
-    fn load_block<const W: usize>(src: &[Self], dst: &mut [f32; W]) {
-        if let Some(src) = src.get(..W) {
-            // On x86 hosts with `std`: one F16C check and 8-wide conversions per call,
-            // instead of a check and a scalar conversion per element in `to_f32`.
-            src.convert_to_f32_slice(dst);
-        }
+    fn load_slice(src: &[Self], dst: &mut [f32]) {
+        // On x86 hosts with `std`: one F16C check and 8-wide conversions per call, instead of
+        // a check and a scalar conversion per element in `to_f32`.
+        src.convert_to_f32_slice(dst);
     }
     #[inline(always)]
-    fn store_block<const W: usize>(src: &mut [f32; W], dst: &mut [Self]) {
-        if let Some(dst) = dst.get_mut(..W) {
-            dst.convert_from_f32_slice(src);
-            dst.convert_to_f32_slice(src);
-        }
+    fn store_slice(src: &mut [f32], dst: &mut [Self]) {
+        dst.convert_from_f32_slice(src);
+        dst.convert_to_f32_slice(src);
     }
 }
 
@@ -345,157 +355,142 @@ enum Transition {
     Decay { alpha: f32 },
 }
 
+impl Transition {
+    /// β of the insert S[0] += β k vᵀ: the gate for Gated DeltaNet, 1 for Mamba-2.
+    #[inline(always)]
+    fn insert_beta(self) -> f32 {
+        match self {
+            Self::Delta { beta, .. } => beta,
+            Self::Decay { .. } => 1.0,
+        }
+    }
+}
+
+/// One head's token for a fused step ([`FenwickState::step_delta`],
+/// [`FenwickState::step_decay`]): where it is, its key and query, its level weights, and the
+/// buffer that brings its value in and takes the readout out.
+pub struct HeadStep<'a, L> {
+    /// The token's position.
+    pub t: u64,
+    /// The head.
+    pub head: usize,
+    /// The key, dk floats.
+    pub k: &'a [f32],
+    /// The query, dk floats.
+    pub q: &'a [f32],
+    /// λ(ℓ) of a level; called once per live level.
+    pub lambda: L,
+    /// v (dv floats) on entry, the readout on exit.
+    pub v_out: &'a mut [f32],
+}
+
+/// What the passes over one column block of one head read, the same for every level.
+#[derive(Clone, Copy)]
+struct BlockInputs<'a> {
+    tr: Transition,
+    /// The head's key and query, dk floats each.
+    k: &'a [f32],
+    q: &'a [f32],
+    /// Floats per row of a state matrix.
+    dv: usize,
+    /// The block's first column.
+    j0: usize,
+}
+
 impl<E: StateElem> FenwickState<'_, E> {
     /// Steps 2–4 of §4.2 for one head, Gated DeltaNet form, fused: the transition
     /// S ← α (S − β k (kᵀ S)) on every level holding history, the insert S[0] += β k vᵀ and the
     /// readout Σ_ℓ λ(ℓ) S[ℓ]ᵀ q over the live levels. Call [`merge`](Self::merge) first, as
-    /// with the separate steps.
-    ///
-    /// `v_out` holds v (dv floats) on entry and the readout on exit. `k` and `q` hold dk
-    /// floats; with shorter slices nothing is done.
+    /// with the separate steps. With `k` or `q` shorter than dk, or `v_out` shorter than dv,
+    /// nothing is done.
     ///
     /// The result is bit-identical to `transition_delta`, `insert`, `read`: every sum is taken
     /// in the same order and the readout sees each level as stored (rounded to f16 for f16
-    /// storage). What changes is the passes over the state: a history level is read once for
-    /// kᵀS, then read, updated, written and read out in one more pass (three passes before);
-    /// level 0 is inserted and read out in one pass (two before).
-    #[allow(clippy::too_many_arguments)]
-    pub fn step_delta(
-        &mut self,
-        t: u64,
-        head: usize,
-        alpha: f32,
-        beta: f32,
-        k: &[f32],
-        q: &[f32],
-        lambda: impl Fn(u32) -> f32,
-        v_out: &mut [f32],
-    ) {
-        self.fused_step(
-            t,
-            head,
-            Transition::Delta { alpha, beta },
-            beta,
-            k,
-            q,
-            lambda,
-            v_out,
-        );
+    /// storage). The fused form passes over the state fewer times: a history level is read
+    /// once for kᵀS, then read, updated, written and read out in one more pass (three passes
+    /// in the separate steps); level 0 is inserted and read out in one pass (two).
+    pub fn step_delta<L: Fn(u32) -> f32>(&mut self, step: HeadStep<'_, L>, alpha: f32, beta: f32) {
+        self.fused_step(step, Transition::Delta { alpha, beta });
     }
 
     /// Steps 2–4 of §4.2 for one head, Mamba-2 form, fused: S ← α S on every level holding
     /// history, S[0] += k vᵀ, and the readout Σ_ℓ λ(ℓ) S[ℓ]ᵀ q over the live levels, in one
-    /// read-modify-write pass per level (two passes before). Call [`merge`](Self::merge)
-    /// first.
+    /// read-modify-write pass per level (two in the separate steps). Call
+    /// [`merge`](Self::merge) first.
     ///
-    /// `v_out` holds v (dv floats) on entry and the readout on exit; `k` and `q` hold dk floats
-    /// (with shorter slices nothing is done). Bit-identical to `transition_decay`,
-    /// `insert(.., 1.0)`, `read`, as for [`step_delta`](Self::step_delta).
-    #[allow(clippy::too_many_arguments)]
-    pub fn step_decay(
-        &mut self,
-        t: u64,
-        head: usize,
-        alpha: f32,
-        k: &[f32],
-        q: &[f32],
-        lambda: impl Fn(u32) -> f32,
-        v_out: &mut [f32],
-    ) {
-        self.fused_step(
+    /// Bit-identical to `transition_decay`, `insert(.., 1.0)`, `read`, and with the same
+    /// length rules, as [`step_delta`](Self::step_delta).
+    pub fn step_decay<L: Fn(u32) -> f32>(&mut self, step: HeadStep<'_, L>, alpha: f32) {
+        self.fused_step(step, Transition::Decay { alpha });
+    }
+
+    #[inline(always)]
+    fn fused_step<L: Fn(u32) -> f32>(&mut self, step: HeadStep<'_, L>, tr: Transition) {
+        let HeadStep {
             t,
             head,
-            Transition::Decay { alpha },
-            1.0,
             k,
             q,
             lambda,
             v_out,
-        );
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    #[inline(always)]
-    fn fused_step(
-        &mut self,
-        t: u64,
-        head: usize,
-        tr: Transition,
-        beta: f32,
-        k: &[f32],
-        q: &[f32],
-        lambda: impl Fn(u32) -> f32,
-        v_out: &mut [f32],
-    ) {
+        } = step;
         let (dk, dv) = (self.dk, self.dv);
         let (Some(k), Some(q), Some(v_out)) = (k.get(..dk), q.get(..dk), v_out.get_mut(..dv))
         else {
             return;
         };
         let lam = Lambdas::new(self.policy.history_levels(t), lambda);
-        let mut j0 = 0;
+        let mut inp = BlockInputs {
+            tr,
+            k,
+            q,
+            dv,
+            j0: 0,
+        };
         if E::WIDE_BLOCKS {
-            while j0 + WIDE_BLOCK <= dv {
-                self.fused_block::<WIDE_BLOCK>(t, head, tr, beta, k, q, &lam, v_out, j0);
-                j0 += WIDE_BLOCK;
+            while inp.j0 + WIDE_BLOCK <= dv {
+                self.fused_block::<WIDE_BLOCK>(t, head, inp, &lam, v_out);
+                inp.j0 += WIDE_BLOCK;
             }
         }
-        while j0 + BLOCK <= dv {
-            self.fused_block::<BLOCK>(t, head, tr, beta, k, q, &lam, v_out, j0);
-            j0 += BLOCK;
+        while inp.j0 + BLOCK <= dv {
+            self.fused_block::<BLOCK>(t, head, inp, &lam, v_out);
+            inp.j0 += BLOCK;
         }
-        while j0 < dv {
-            self.fused_block::<1>(t, head, tr, beta, k, q, &lam, v_out, j0);
-            j0 += 1;
+        while inp.j0 < dv {
+            self.fused_block::<1>(t, head, inp, &lam, v_out);
+            inp.j0 += 1;
         }
     }
 
     /// Columns `j0..j0 + W` of one head through every live level. Level order and, within a
     /// level, row order are those of the separate steps, so each output is summed in the same
     /// order.
-    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn fused_block<const W: usize>(
         &mut self,
         t: u64,
         head: usize,
-        tr: Transition,
-        beta: f32,
-        k: &[f32],
-        q: &[f32],
+        inp: BlockInputs<'_>,
         lam: &Lambdas,
         v_out: &mut [f32],
-        j0: usize,
     ) {
-        let dv = self.dv;
+        let cols = inp.j0..inp.j0 + W;
         let mut v = [0.0f32; W];
-        v.copy_from_slice(&v_out[j0..j0 + W]);
+        v.copy_from_slice(&v_out[cols.clone()]);
         let mut out = [0.0f32; W];
+        let r = self.matrix_range(0, head);
         if self.policy.levels() == 1 {
             // Level 0 holds the whole history: transition, then insert, then read.
-            let r = self.matrix_range(0, head);
-            let s = &mut self.data[r];
-            level_pass(s, dv, j0, tr, k, q, Some((beta, &v)), lam.get(0), &mut out);
+            level_pass(&mut self.data[r], inp, Some(&v), lam.get(0), &mut out);
         } else {
-            let r = self.matrix_range(0, head);
-            insert_pass(
-                &mut self.data[r],
-                dv,
-                j0,
-                k,
-                q,
-                beta,
-                &v,
-                lam.get(0),
-                &mut out,
-            );
+            insert_pass(&mut self.data[r], inp, &v, lam.get(0), &mut out);
             for l in self.policy.live_upper_levels(t) {
                 let r = self.matrix_range(l, head);
-                let s = &mut self.data[r];
-                level_pass(s, dv, j0, tr, k, q, None, lam.get(l), &mut out);
+                level_pass(&mut self.data[r], inp, None, lam.get(l), &mut out);
             }
         }
-        v_out[j0..j0 + W].copy_from_slice(&out);
+        v_out[cols].copy_from_slice(&out);
     }
 }
 
@@ -519,24 +514,20 @@ fn merge_block<E: StateElem, const W: usize>(low: &[E], n: usize, dst: &mut [E],
 }
 
 /// One level's columns `j0..j0 + W` (rows of `dv` in `s`): the transition, then the insert
-/// S += β k vᵀ when `insert` is given (the plain single-level case), storing after each as the
+/// S += β k vᵀ when `insert` gives v (the plain single-level case), storing after each as the
 /// separate steps do, and out += λ Sᵀ q on the stored values. The Gated DeltaNet transition
 /// needs kᵀS of the whole column first: one read pass more.
-#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn level_pass<E: StateElem, const W: usize>(
     s: &mut [E],
-    dv: usize,
-    j0: usize,
-    tr: Transition,
-    k: &[f32],
-    q: &[f32],
-    insert: Option<(f32, &[f32; W])>,
+    inp: BlockInputs<'_>,
+    insert: Option<&[f32; W]>,
     lam: f32,
     out: &mut [f32; W],
 ) {
+    let BlockInputs { tr, k, q, dv, j0 } = inp;
     let mut x = [0.0f32; W];
-    // u = kᵀ S over the block (GDN only), summed over rows in order as before.
+    // u = kᵀ S over the block (GDN only), summed over rows in order, as `transition_delta`.
     let mut u = [0.0f32; W];
     if let Transition::Delta { .. } = tr {
         for (row, &ki) in s.chunks_exact(dv).zip(k) {
@@ -562,9 +553,9 @@ fn level_pass<E: StateElem, const W: usize>(
                 }
             }
         }
-        if let Some((beta, v)) = insert {
+        if let Some(v) = insert {
             E::store_block(&mut x, row);
-            let bk = beta * ki;
+            let bk = tr.insert_beta() * ki;
             for (xj, &vj) in x.iter_mut().zip(v) {
                 *xj += bk * vj;
             }
@@ -578,19 +569,16 @@ fn level_pass<E: StateElem, const W: usize>(
 }
 
 /// Level 0's columns `j0..j0 + W`: S += β k vᵀ and out += λ Sᵀ q, in one pass.
-#[allow(clippy::too_many_arguments)]
 #[inline(always)]
 fn insert_pass<E: StateElem, const W: usize>(
     s: &mut [E],
-    dv: usize,
-    j0: usize,
-    k: &[f32],
-    q: &[f32],
-    beta: f32,
+    inp: BlockInputs<'_>,
     v: &[f32; W],
     lam: f32,
     out: &mut [f32; W],
 ) {
+    let BlockInputs { tr, k, q, dv, j0 } = inp;
+    let beta = tr.insert_beta();
     let mut x = [0.0f32; W];
     for ((row, &ki), &qi) in s.chunks_exact_mut(dv).zip(k).zip(q) {
         let row = &mut row[j0..];

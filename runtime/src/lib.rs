@@ -39,7 +39,7 @@ pub mod tensor;
 pub mod tokenizer;
 
 pub use config::{Arch, ConfigError, ModelConfig};
-pub use fenwick::{FenwickState, StateElem};
+pub use fenwick::{FenwickState, HeadStep, StateElem};
 pub use level::{bitlen, exact_levels, level_of, LevelPolicy, LAMBDA_LEVELS};
 pub use model::{Model, ModelError};
 pub use sampler::{Sampler, SamplerConfig};

@@ -6,7 +6,7 @@
 //! column blocks. Both must agree within 1e-6 relative (they are meant to be bit-identical).
 
 use half::f16;
-use loglinear_runtime::{FenwickState, LevelPolicy, StateElem};
+use loglinear_runtime::{FenwickState, HeadStep, LevelPolicy, StateElem};
 
 /// Relative tolerance of the comparison (the maths is the same, in the same order).
 const TOL: f64 = 1e-6;
@@ -244,10 +244,17 @@ fn compare<E: StateElem>(sh: Shape, form: Form, t0: u64, steps: u64, seed: u64) 
                 lam,
             } = head;
             let mut got = v.to_vec();
-            let lam_fn = |l: u32| lam[l as usize];
+            let step = HeadStep {
+                t,
+                head: h,
+                k,
+                q,
+                lambda: |l: u32| lam[l as usize],
+                v_out: &mut got,
+            };
             match form {
-                Form::Delta => fused.step_delta(t, h, alpha, beta, k, q, lam_fn, &mut got),
-                Form::Decay => fused.step_decay(t, h, alpha, k, q, lam_fn, &mut got),
+                Form::Delta => fused.step_delta(step, alpha, beta),
+                Form::Decay => fused.step_decay(step, alpha),
             }
             let e = rel(&got, &want);
             assert!(
@@ -356,8 +363,24 @@ fn short_inputs_do_nothing() {
     let before = data.clone();
     let mut st = FenwickState::new(&mut data, policy, 1, 2, 4).unwrap();
     let mut out = [1.0f32; 4];
-    st.step_delta(5, 0, 0.9, 0.5, &[1.0], &[1.0, 0.0], |_| 1.0, &mut out);
-    st.step_decay(5, 0, 0.9, &[1.0, 0.0], &[1.0, 0.0], |_| 1.0, &mut out[..3]);
+    let short_k = HeadStep {
+        t: 5,
+        head: 0,
+        k: &[1.0],
+        q: &[1.0, 0.0],
+        lambda: |_| 1.0,
+        v_out: &mut out,
+    };
+    st.step_delta(short_k, 0.9, 0.5);
+    let short_v = HeadStep {
+        t: 5,
+        head: 0,
+        k: &[1.0, 0.0],
+        q: &[1.0, 0.0],
+        lambda: |_| 1.0,
+        v_out: &mut out[..3],
+    };
+    st.step_decay(short_v, 0.9);
     assert_eq!(out, [1.0; 4]);
     assert_eq!(st.as_slice(), &before[..]);
 }

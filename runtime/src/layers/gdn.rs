@@ -1,11 +1,11 @@
 //! (Log-Linear) Gated DeltaNet mixer, one token (spec §6.2).
 
 use crate::config::ModelConfig;
-use crate::fenwick::{FenwickState, StateElem};
-use crate::layers::{conv_step, level_weight};
+use crate::fenwick::{HeadStep, StateElem};
+use crate::layers::{conv_step, level_weight, MixerContext};
 use crate::math::{exp, l2norm_in_place, rmsnorm_in_place, sigmoid, silu, softplus, sqrt};
 use crate::model::GdnWeights;
-use crate::quant::{ActBlock, Activations};
+use crate::quant::Activations;
 use crate::tensor::MatvecInput;
 
 /// Scratch floats: q, k, v, gate, a, b, λ inputs, and dv that the separate transition step
@@ -18,22 +18,23 @@ pub fn scratch_len(c: &ModelConfig) -> usize {
         + c.head_v_dim
 }
 
-/// One token through the mixer: `x` (D) → `out` (D). `t` is the token's position.
-/// `conv` holds the q, k and v conv states one after another; `act` is scratch for
-/// [`Activations::Q8`] inputs.
-#[allow(clippy::too_many_arguments)]
+/// One token through the mixer: `x` (D) → `out` (D). The conv state in `cx` holds the q, k
+/// and v conv states one after another.
 pub fn step<E: StateElem>(
     c: &ModelConfig,
     w: &GdnWeights<'_>,
     mode: Activations,
-    state: &mut FenwickState<'_, E>,
-    conv: &mut [f32],
-    t: u64,
     x: &[f32],
     out: &mut [f32],
-    scratch: &mut [f32],
-    act: &mut [ActBlock],
+    cx: MixerContext<'_, '_, E>,
 ) {
+    let MixerContext {
+        t,
+        state,
+        conv,
+        scratch,
+        act,
+    } = cx;
     let (h_count, dk, dv, kd, vd) = (
         c.num_heads,
         c.head_k_dim,
@@ -87,7 +88,15 @@ pub fn step<E: StateElem>(
         let lam = |l: u32| level_weight(w.lambda_scale, l_in, h * nl + l as usize, lam_scale);
         // Transition, insert and readout in one fused step (bit-identical to the separate
         // ones, fewer passes over the state); v is consumed and its slot gets the output.
-        state.step_delta(t, h, alpha, beta, kh, qh, lam, vh);
+        let step = HeadStep {
+            t,
+            head: h,
+            k: kh,
+            q: qh,
+            lambda: lam,
+            v_out: vh,
+        };
+        state.step_delta(step, alpha, beta);
         // Output norm and gate, per head: RMSNorm_dv(o) · w · SiLU(g_proj x).
         rmsnorm_in_place(vh, w.o_norm, c.norm_eps);
         for (o, g) in vh.iter_mut().zip(&gate[h * dv..(h + 1) * dv]) {

@@ -1,11 +1,11 @@
 //! (Log-Linear) Mamba-2 mixer, one token (spec §6.1).
 
 use crate::config::ModelConfig;
-use crate::fenwick::{FenwickState, StateElem};
-use crate::layers::{conv_step, level_weight};
+use crate::fenwick::{HeadStep, StateElem};
+use crate::layers::{conv_step, level_weight, MixerContext};
 use crate::math::{exp, rmsnorm_in_place, silu, softplus};
 use crate::model::Mamba2Weights;
-use crate::quant::{ActBlock, Activations};
+use crate::quant::Activations;
 use crate::tensor::MatvecInput;
 
 /// Scratch floats: the in_proj output and the d_inner output.
@@ -13,21 +13,22 @@ pub fn scratch_len(c: &ModelConfig) -> usize {
     c.in_proj_rows() + c.d_inner()
 }
 
-/// One token through the mixer: `x` (D) → `out` (D). `t` is the token's position; `act` is
-/// scratch for [`Activations::Q8`] inputs.
-#[allow(clippy::too_many_arguments)]
+/// One token through the mixer: `x` (D) → `out` (D).
 pub fn step<E: StateElem>(
     c: &ModelConfig,
     w: &Mamba2Weights<'_>,
     mode: Activations,
-    state: &mut FenwickState<'_, E>,
-    conv: &mut [f32],
-    t: u64,
     x: &[f32],
     out: &mut [f32],
-    scratch: &mut [f32],
-    act: &mut [ActBlock],
+    cx: MixerContext<'_, '_, E>,
 ) {
+    let MixerContext {
+        t,
+        state,
+        conv,
+        scratch,
+        act,
+    } = cx;
     let (di, h_count, p, n) = (c.d_inner(), c.num_heads, c.head_v_dim, c.head_k_dim);
     let nl = c.lambda_levels;
     let heads_per_group = h_count / c.num_groups;
@@ -62,7 +63,15 @@ pub fn step<E: StateElem>(
         let lam = |l: u32| level_weight(w.lambda_scale, dl, h * nl + l as usize, 1.0);
         // Decay, insert and readout in one fused step (bit-identical to the separate ones,
         // one pass per level); v in yh is consumed and yh gets the output.
-        state.step_decay(t, h, alpha, k, q, lam, yh);
+        let step = HeadStep {
+            t,
+            head: h,
+            k,
+            q,
+            lambda: lam,
+            v_out: yh,
+        };
+        state.step_decay(step, alpha);
         let d = w.d_skip[h];
         for (yv, xv) in yh.iter_mut().zip(xh) {
             *yv += d * xv;

@@ -86,30 +86,37 @@ pub fn mixer_scratch_len(c: &ModelConfig) -> usize {
     }
 }
 
+/// One layer's mixer state and buffers for the step of token `t`.
+pub struct MixerContext<'a, 's, E: StateElem> {
+    /// The token's position.
+    pub t: u64,
+    /// The layer's Fenwick state.
+    pub state: &'a mut FenwickState<'s, E>,
+    /// The layer's conv state.
+    pub conv: &'a mut [f32],
+    /// [`mixer_scratch_len`] floats.
+    pub scratch: &'a mut [f32],
+    /// [`Model::act_blocks`] blocks, used when the model runs with [`Activations::Q8`].
+    pub act: &'a mut [ActBlock],
+}
+
 /// One token through the mixer of block `layer`, whichever architecture the model has:
-/// `x` (D) → `out` (D). `conv` is the layer's conv state, `scratch` has
-/// [`mixer_scratch_len`] floats and `act` [`Model::act_blocks`] blocks (used when the model
-/// runs with [`Activations::Q8`]).
-#[allow(clippy::too_many_arguments)]
+/// `x` (D) → `out` (D).
 pub fn mixer_step<E: StateElem>(
     model: &Model<'_>,
     layer: usize,
-    state: &mut FenwickState<'_, E>,
-    conv: &mut [f32],
-    t: u64,
     x: &[f32],
     out: &mut [f32],
-    scratch: &mut [f32],
-    act: &mut [ActBlock],
+    cx: MixerContext<'_, '_, E>,
 ) -> Result<(), ModelError> {
     let c = model.config();
     let mode = model.activations();
     if c.arch.is_mamba2() {
         let w = model.mamba2(layer)?;
-        mamba2::step(c, &w, mode, state, conv, t, x, out, scratch, act);
+        mamba2::step(c, &w, mode, x, out, cx);
     } else {
         let w = model.gdn(layer)?;
-        gdn::step(c, &w, mode, state, conv, t, x, out, scratch, act);
+        gdn::step(c, &w, mode, x, out, cx);
     }
     Ok(())
 }
