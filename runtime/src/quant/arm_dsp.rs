@@ -549,24 +549,26 @@ fn widen_q4(act: &[ActBlock], wide: &mut [WideQ4]) {
 
 /// out = W x for Q8_0 weights and quantized activations (as [`super::portable::matvec_q8_0`]).
 pub fn matvec_q8_0(w: &[BlockQ8_0], act: &[ActBlock], out: &mut [f32]) {
-    let per_row = act.len();
-    if per_row == 0 {
-        out.fill(0.0);
-        return;
-    }
-    let rows = out.len().min(w.len() / per_row);
-    let out = &mut out[..rows];
-    out.fill(0.0);
-    let mut wide = [WideQ8::ZERO; CHUNK];
-    for c0 in (0..per_row).step_by(CHUNK) {
-        let n = (per_row - c0).min(CHUNK);
-        widen_q8(&act[c0..c0 + n], &mut wide[..n]);
-        chunk(w, per_row, c0, &wide[..n], out, run_q8);
-    }
+    matvec(w, act, out, WideQ8::ZERO, widen_q8, run_q8);
 }
 
 /// out = W x for Q4_0 weights and quantized activations (as [`super::portable::matvec_q4_0`]).
 pub fn matvec_q4_0(w: &[BlockQ4_0], act: &[ActBlock], out: &mut [f32]) {
+    matvec(w, act, out, WideQ4::ZERO, widen_q4, run_q4);
+}
+
+/// out = W x, a chunk of activation blocks at a time: `widen` makes the chunk's wide blocks
+/// (from `zero`), `run` continues every row's sum over them. Inlined into each public matvec,
+/// so each is the one loop with its own kernels.
+#[inline(always)]
+fn matvec<W, A: Copy>(
+    w: &[W],
+    act: &[ActBlock],
+    out: &mut [f32],
+    zero: A,
+    widen: impl Fn(&[ActBlock], &mut [A]),
+    run: impl Fn(Rows, &[A]),
+) {
     let per_row = act.len();
     if per_row == 0 {
         out.fill(0.0);
@@ -575,10 +577,10 @@ pub fn matvec_q4_0(w: &[BlockQ4_0], act: &[ActBlock], out: &mut [f32]) {
     let rows = out.len().min(w.len() / per_row);
     let out = &mut out[..rows];
     out.fill(0.0);
-    let mut wide = [WideQ4::ZERO; CHUNK];
+    let mut wide = [zero; CHUNK];
     for c0 in (0..per_row).step_by(CHUNK) {
         let n = (per_row - c0).min(CHUNK);
-        widen_q4(&act[c0..c0 + n], &mut wide[..n]);
-        chunk(w, per_row, c0, &wide[..n], out, run_q4);
+        widen(&act[c0..c0 + n], &mut wide[..n]);
+        chunk(w, per_row, c0, &wide[..n], out, &run);
     }
 }

@@ -41,9 +41,41 @@ pub fn available() -> bool {
 
 /// [`portable::matvec_q8_0`] with AVX2 (falls back to it on a CPU without AVX2).
 pub fn matvec_q8_0(w: &[BlockQ8_0], act: &[ActBlock], out: &mut [f32]) {
+    let kernels = Kernels {
+        portable: portable::matvec_q8_0,
+        rows8: rows8_q8_0,
+        row1: row1_q8_0,
+    };
+    matvec(w, act, out, kernels);
+}
+
+/// [`portable::matvec_q4_0`] with AVX2 (falls back to it on a CPU without AVX2).
+pub fn matvec_q4_0(w: &[BlockQ4_0], act: &[ActBlock], out: &mut [f32]) {
+    let kernels = Kernels {
+        portable: portable::matvec_q4_0,
+        rows8: rows8_q4_0,
+        row1: row1_q4_0,
+    };
+    matvec(w, act, out, kernels);
+}
+
+/// The kernels of one weight block type `B`.
+struct Kernels<B> {
+    /// The reference, for a CPU without AVX2 or an empty row.
+    portable: fn(&[B], &[ActBlock], &mut [f32]),
+    /// [`ROWS`] rows of `act.len()` blocks (`w`) into `out`. Needs AVX2 and F16C.
+    rows8: unsafe fn(&[B], &[ActBlock], &mut [f32; ROWS]),
+    /// One row of `act.len()` blocks. Needs AVX2 and F16C.
+    row1: unsafe fn(&[B], &[ActBlock]) -> f32,
+}
+
+/// out = W x: groups of [`ROWS`] rows, then the rows left over one by one. Inlined into each
+/// public matvec, so that the kernels are direct calls.
+#[inline(always)]
+fn matvec<B>(w: &[B], act: &[ActBlock], out: &mut [f32], kernels: Kernels<B>) {
     let per_row = act.len();
     if per_row == 0 || !available() {
-        return portable::matvec_q8_0(w, act, out);
+        return (kernels.portable)(w, act, out);
     }
     // As the reference: rows beyond the weights are left alone.
     let rows = out.len().min(w.len() / per_row);
@@ -58,40 +90,13 @@ pub fn matvec_q8_0(w: &[BlockQ8_0], act: &[ActBlock], out: &mut [f32]) {
     {
         let o: &mut [f32; ROWS] = o.try_into().expect("chunk of ROWS");
         // SAFETY: `available()` returned true above, so the CPU has AVX2 and F16C, the
-        // features the callee is compiled for. `wr` holds exactly ROWS rows of `act.len()`
-        // blocks (chunks_exact), which is the callee's precondition.
-        unsafe { rows8_q8_0(wr, act, o) };
+        // features the kernel is compiled for. `wr` holds exactly ROWS rows of `act.len()`
+        // blocks (chunks_exact), which is its precondition.
+        unsafe { (kernels.rows8)(wr, act, o) };
     }
     for (o, row) in out1.iter_mut().zip(w1.chunks_exact(per_row)) {
-        // SAFETY: as above, the CPU has AVX2; `row` and `act` have the same length.
-        *o = unsafe { row1_q8_0(row, act) };
-    }
-}
-
-/// [`portable::matvec_q4_0`] with AVX2 (falls back to it on a CPU without AVX2).
-pub fn matvec_q4_0(w: &[BlockQ4_0], act: &[ActBlock], out: &mut [f32]) {
-    let per_row = act.len();
-    if per_row == 0 || !available() {
-        return portable::matvec_q4_0(w, act, out);
-    }
-    let rows = out.len().min(w.len() / per_row);
-    let out = &mut out[..rows];
-    let w = &w[..rows * per_row];
-    let full = rows / ROWS * ROWS;
-    let (out8, out1) = out.split_at_mut(full);
-    let (w8, w1) = w.split_at(full * per_row);
-    for (o, wr) in out8
-        .chunks_exact_mut(ROWS)
-        .zip(w8.chunks_exact(ROWS * per_row))
-    {
-        let o: &mut [f32; ROWS] = o.try_into().expect("chunk of ROWS");
-        // SAFETY: `available()` returned true above (AVX2 and F16C present); `wr` holds
-        // exactly ROWS rows of `act.len()` blocks.
-        unsafe { rows8_q4_0(wr, act, o) };
-    }
-    for (o, row) in out1.iter_mut().zip(w1.chunks_exact(per_row)) {
-        // SAFETY: as above, the CPU has AVX2; `row` and `act` have the same length.
-        *o = unsafe { row1_q4_0(row, act) };
+        // SAFETY: as above, the CPU has AVX2 and F16C; `row` and `act` have the same length.
+        *o = unsafe { (kernels.row1)(row, act) };
     }
 }
 
