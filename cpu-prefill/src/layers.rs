@@ -7,7 +7,7 @@
 use crate::act::silu;
 use crate::linalg::{dense, gemm, mat, mat_mut, project, PROJ_ROWS};
 use crate::par;
-use crate::scan::{chunk_scan, Form, ScanInputs, ScanShape};
+use crate::scan::{chunk_scan, Form, ScanInputs, ScanScratch, ScanShape};
 use crate::Timer;
 use loglinear_runtime::layers::level_weight;
 use loglinear_runtime::math::{
@@ -68,8 +68,7 @@ pub struct Work {
     /// Scan output `[T][heads][dv]`, then the mixer's pre-out_proj activations.
     o: Vec<f32>,
     /// The scan's level readouts and per-chunk quantities.
-    scan: Vec<f32>,
-    chunks: Vec<f32>,
+    scan: ScanScratch,
     /// MLP gate and up activations `[T][I]`.
     mlp_gate: Vec<f32>,
     mlp_up: Vec<f32>,
@@ -178,6 +177,25 @@ pub struct MixerSetup<'a> {
     pub policy: LevelPolicy,
 }
 
+impl MixerSetup<'_> {
+    /// The chunk scan's shape for `t_len` tokens of this model: Mamba-2 heads share q and k
+    /// (C and B) per group, GDN heads have their own; one λ column for a plain model.
+    fn scan_shape(&self, t_len: usize) -> ScanShape {
+        let c = self.config;
+        let mamba = c.arch.is_mamba2();
+        ScanShape {
+            form: if mamba { Form::Mamba2 } else { Form::Gdn },
+            t: t_len,
+            heads: c.num_heads,
+            qk_heads: if mamba { c.num_groups } else { c.num_heads },
+            dk: c.head_k_dim,
+            dv: c.head_v_dim,
+            lambda_cols: c.lambda_levels.max(1),
+            levels: self.policy.levels(),
+        }
+    }
+}
+
 /// What a mixer leaves besides its output: the layer's hand-off state.
 pub struct MixerState {
     /// Fenwick state `[levels][heads][dk][dv]`.
@@ -195,12 +213,9 @@ pub fn mamba2(
     work: &mut Work,
     timer: &mut Timer,
 ) -> MixerState {
-    let MixerSetup {
-        config: c,
-        threads,
-        policy,
-    } = *setup;
+    let (c, threads) = (setup.config, setup.threads);
     let t_len = h.len() / c.hidden_size;
+    let shape = setup.scan_shape(t_len);
     let (d, di, hc, p, n, groups) = (
         c.hidden_size,
         c.d_inner(),
@@ -210,7 +225,7 @@ pub fn mamba2(
         c.num_groups,
     );
     let (nl, ch, rows) = (c.lambda_levels, c.conv_channels(), c.in_proj_rows());
-    let cols = nl.max(1);
+    let cols = shape.lambda_cols;
     let gn = groups * n;
 
     // 1. in_proj, split z | xBC | dt | dl per token.
@@ -272,32 +287,16 @@ pub fn mamba2(
     timer.lap(Timer::PRE);
 
     // 5. The chunk scan.
-    let shape = ScanShape {
-        form: Form::Mamba2,
-        t: t_len,
-        heads: hc,
-        qk_heads: groups,
-        dk: n,
-        dv: p,
-        lambda_cols: cols,
-        levels: policy.levels(),
+    let inputs = ScanInputs {
+        q,
+        k,
+        v,
+        g,
+        beta: &[],
+        lam,
     };
     let y = sized(&mut work.o, t_len * di);
-    let fenwick = chunk_scan(
-        threads,
-        &shape,
-        &ScanInputs {
-            q,
-            k,
-            v,
-            g,
-            beta: &[],
-            lam,
-        },
-        y,
-        &mut work.scan,
-        &mut work.chunks,
-    );
+    let fenwick = chunk_scan(threads, &shape, &inputs, y, &mut work.scan);
     timer.lap(Timer::SCAN);
 
     // 5b-7. y = o + D·x (x before the dt scaling), gated RMSNorm per group, out_proj.
@@ -334,12 +333,9 @@ pub fn gdn(
     work: &mut Work,
     timer: &mut Timer,
 ) -> MixerState {
-    let MixerSetup {
-        config: c,
-        threads,
-        policy,
-    } = *setup;
+    let (c, threads) = (setup.config, setup.threads);
     let t_len = h.len() / c.hidden_size;
+    let shape = setup.scan_shape(t_len);
     let (d, hc, dk, dv, kd, vd) = (
         c.hidden_size,
         c.num_heads,
@@ -349,7 +345,7 @@ pub fn gdn(
         c.d_inner(),
     );
     let (nl, width) = (c.lambda_levels, c.conv_kernel);
-    let cols = nl.max(1);
+    let cols = shape.lambda_cols;
 
     // 1. q, k, v = SiLU(ShortConv(proj x)); the conv states q, k, v one after another.
     let mut conv = vec![0.0f32; c.conv_channels() * width];
@@ -435,32 +431,16 @@ pub fn gdn(
     timer.lap(Timer::PRE);
 
     // 4. The chunk scan.
-    let shape = ScanShape {
-        form: Form::Gdn,
-        t: t_len,
-        heads: hc,
-        qk_heads: hc,
-        dk,
-        dv,
-        lambda_cols: cols,
-        levels: policy.levels(),
+    let inputs = ScanInputs {
+        q,
+        k,
+        v,
+        g,
+        beta,
+        lam,
     };
     let o = sized(&mut work.o, t_len * vd);
-    let fenwick = chunk_scan(
-        threads,
-        &shape,
-        &ScanInputs {
-            q,
-            k,
-            v,
-            g,
-            beta,
-            lam,
-        },
-        o,
-        &mut work.scan,
-        &mut work.chunks,
-    );
+    let fenwick = chunk_scan(threads, &shape, &inputs, o, &mut work.scan);
     timer.lap(Timer::SCAN);
 
     // 5-6. Per head RMSNorm_dv(o) · w · SiLU(g_proj x), then o_proj.

@@ -174,49 +174,49 @@ impl ColumnBlock {
     }
 }
 
+/// `count` parts of `len` floats of `buf` (grown if needed), numbered: one for each job.
+fn job_parts(buf: &mut Vec<f32>, count: usize, len: usize) -> Vec<(usize, &mut [f32])> {
+    if buf.len() < count * len {
+        buf.resize(count * len, 0.0);
+    }
+    buf.chunks_mut(len).take(count).enumerate().collect()
+}
+
+/// Buffers a scan reuses between calls, so that a prefill does not fault in fresh pages for
+/// every layer.
+#[derive(Default)]
+pub struct ScanScratch {
+    /// The level readouts of the inter-chunk jobs.
+    levels: Vec<f32>,
+    /// The intra-chunk jobs' results.
+    chunks: Vec<f32>,
+}
+
 /// Runs the scan with `threads` workers: writes o (`[T][heads][dv]`) into `o` and returns the
-/// hand-off state `[levels][heads][dk][dv]`. `scratch` is reused between calls (it holds the
-/// level readouts of the inter-chunk jobs), so that a prefill does not fault in fresh pages
-/// for every layer.
+/// hand-off state `[levels][heads][dk][dv]`.
 pub fn chunk_scan(
     threads: usize,
     s: &ScanShape,
     x: &ScanInputs<'_>,
     o: &mut [f32],
-    scratch: &mut Vec<f32>,
-    chunk_scratch: &mut Vec<f32>,
+    scratch: &mut ScanScratch,
 ) -> Vec<f32> {
     let nt = s.chunks();
     let (h_count, dk, dv) = (s.heads, s.dk, s.dv);
 
     // Phase 1: intra-chunk, one job per (head, chunk), each storing its results in its own
-    // part of `chunk_scratch`.
-    let per = chunk_floats(s);
-    if chunk_scratch.len() < h_count * nt * per {
-        chunk_scratch.resize(h_count * nt * per, 0.0);
-    }
-    let jobs: Vec<(usize, &mut [f32])> = chunk_scratch
-        .chunks_mut(per)
-        .take(h_count * nt)
-        .enumerate()
-        .collect();
+    // part of `scratch.chunks`.
+    let jobs = job_parts(&mut scratch.chunks, h_count * nt, chunk_floats(s));
     let chunk_data = par::map(threads, jobs, |(j, mem)| {
         intra_chunk(s, x, j / nt, j % nt, mem)
     });
     let head_chunks: Vec<&[ChunkData]> = chunk_data.chunks(nt).collect();
 
     // Phase 2: inter-chunk cascade and hand-off state, one job per (head, column block); job
-    // j writes its level readouts `[T][bw]` into its own part of `scratch`.
+    // j writes its level readouts `[T][bw]` into its own part of `scratch.levels`.
     let blocks = dv.div_ceil(BV);
     let part_len = s.t * BV.min(dv);
-    if scratch.len() < h_count * blocks * part_len {
-        scratch.resize(h_count * blocks * part_len, 0.0);
-    }
-    let jobs: Vec<(usize, &mut [f32])> = scratch
-        .chunks_mut(part_len)
-        .take(h_count * blocks)
-        .enumerate()
-        .collect();
+    let jobs = job_parts(&mut scratch.levels, h_count * blocks, part_len);
     let states = par::map(threads, jobs, |(j, out)| {
         let cols = ColumnBlock::of_job(j, blocks, dv);
         let out = &mut out[..s.t * cols.width];
@@ -231,7 +231,7 @@ pub fn chunk_scan(
             v0,
             width: bw,
         } = ColumnBlock::of_job(j, blocks, dv);
-        let part = &scratch[j * part_len..][..s.t * bw];
+        let part = &scratch.levels[j * part_len..][..s.t * bw];
         for (c, d) in head_chunks[h].iter().enumerate() {
             for i in 0..d.n {
                 let t = c * CHUNK + i;
@@ -258,6 +258,30 @@ fn gather(src: &[f32], t0: usize, n: usize, heads: usize, h: usize, width: usize
     for (i, row) in out.chunks_exact_mut(width).take(n).enumerate() {
         row.copy_from_slice(&src[((t0 + i) * heads + h) * width..][..width]);
     }
+}
+
+/// Calls `f(i, j, e^{γ_i − γ_j})` for every pair j ≤ i of the chunk (`gam` holds γ) whose
+/// decay is not zero: the causal mask, applied before the decay multiplies anything.
+fn for_lower_decays(gam: &[f32], mut f: impl FnMut(usize, usize, f32)) {
+    for i in 0..gam.len() {
+        for j in 0..=i {
+            let e = decay(gam[i] - gam[j]);
+            if e != 0.0 {
+                f(i, j, e);
+            }
+        }
+    }
+}
+
+/// o = A V for the chunk's attention tile `att` (n × n) and values `v` (n × dv).
+fn attend(att: &[f32], v: &[f32], n: usize, dv: usize, o: &mut [f32]) {
+    gemm(
+        1.0,
+        &mat(att, n, n),
+        &mat(v, n, dv),
+        0.0,
+        &mut mat_mut(o, n, dv),
+    );
 }
 
 /// Phase 1 for one (head, chunk), its results stored in `mem` (at least [`chunk_floats`]).
@@ -315,23 +339,12 @@ fn intra_chunk<'a>(
     let (mut a, mut kk_out, mut w_out): (&[f32], &[f32], &[f32]) = (&[], &[], &[]);
     match s.form {
         Form::Mamba2 => {
-            // A_ij = (q_i·k_j) e^{γ_i − γ_j} λ_i[col(i, j)], j ≤ i (masked before exp).
+            // A_ij = (q_i·k_j) e^{γ_i − γ_j} λ_i[col(i, j)], j ≤ i.
             let mut att = vec![0.0f32; n * n];
-            for i in 0..n {
-                for j in 0..=i {
-                    let e = decay(gam[i] - gam[j]);
-                    if e != 0.0 {
-                        att[i * n + j] = s1[i * n + j] * e * lam(i, j);
-                    }
-                }
-            }
-            gemm(
-                1.0,
-                &mat(&att, n, n),
-                &mat(u, n, dv),
-                0.0,
-                &mut mat_mut(o, n, dv),
-            );
+            for_lower_decays(gam, |i, j, e| {
+                att[i * n + j] = s1[i * n + j] * e * lam(i, j)
+            });
+            attend(&att, u, n, dv, o);
         }
         Form::Gdn => {
             let beta: Vec<f32> = (0..n).map(|i| x.beta[(t0 + i) * hc + h]).collect();
@@ -395,23 +408,12 @@ fn intra_chunk<'a>(
             // `u` holds until U replaces it.
             let mut au = vec![0.0f32; n * n];
             let mut att = vec![0.0f32; n * n];
-            for i in 0..n {
-                for j in 0..=i {
-                    let e = decay(gam[i] - gam[j]);
-                    if e != 0.0 {
-                        let eb = e * beta[j];
-                        au[i * n + j] = aw[i * n + j] * eb;
-                        att[i * n + j] = m[i * n + j] * eb * lam(i, j);
-                    }
-                }
-            }
-            gemm(
-                1.0,
-                &mat(&att, n, n),
-                &mat(u, n, dv),
-                0.0,
-                &mut mat_mut(o, n, dv),
-            );
+            for_lower_decays(gam, |i, j, e| {
+                let eb = e * beta[j];
+                au[i * n + j] = aw[i * n + j] * eb;
+                att[i * n + j] = m[i * n + j] * eb * lam(i, j);
+            });
+            attend(&att, u, n, dv, o);
             let v = u.to_vec();
             gemm(
                 1.0,
