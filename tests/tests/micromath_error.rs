@@ -115,6 +115,15 @@ fn mean_squares(x: &[f64], n: usize, eps: f64) -> impl Iterator<Item = f64> + '_
         .map(move |r| r.iter().map(|v| v * v).sum::<f64>() / n as f64 + eps)
 }
 
+/// `f(x[i], w[i mod len(w)])` for every element: a per-head vector `w` applied along
+/// token-major `[T][heads]` values.
+fn per_head(x: &[f64], w: &[f64], f: impl Fn(f64, f64) -> f64) -> Vec<f64> {
+    x.iter()
+        .enumerate()
+        .map(|(i, &v)| f(v, w[i % w.len()]))
+        .collect()
+}
+
 /// Sum of squares (+ eps) of each `n`-long chunk.
 fn sum_squares(x: &[f64], n: usize, eps: f64) -> impl Iterator<Item = f64> + '_ {
     x.chunks_exact(n)
@@ -215,13 +224,13 @@ impl Samples {
     }
 
     /// Every softplus input x: e^x, and ln(1 + e^x) in the non-linear regime.
-    fn add_softplus(&mut self, source_exp: &'static str, source_ln: &'static str, xs: &[f64]) {
-        self.add(Func::Exp, source_exp, xs.iter().copied());
+    fn add_softplus(&mut self, xs: &[f64]) {
+        self.add(Func::Exp, "e^x in softplus", xs.iter().copied());
         self.add(Func::Softplus, "softplus inputs", xs.iter().copied());
         // The runtime computes 1 + e^x in f32 with libm, then takes the log.
         self.add(
             Func::Ln,
-            source_ln,
+            "ln(1+e^x), softplus",
             xs.iter()
                 .filter(|&&x| x <= 20.0)
                 .map(|&x| 1.0 + libm::expf(x as f32) as f64),
@@ -229,9 +238,35 @@ impl Samples {
     }
 
     /// SiLU / sigmoid input x: e^−x, and the sigmoid itself.
-    fn add_sigmoid(&mut self, source_exp: &'static str, source_sig: &'static str, xs: &[f64]) {
-        self.add(Func::Exp, source_exp, xs.iter().map(|x| -x));
-        self.add(Func::Sigmoid, source_sig, xs.iter().copied());
+    fn add_sigmoid(&mut self, xs: &[f64]) {
+        self.add(Func::Exp, "e^-x in sigmoid/SiLU", xs.iter().map(|x| -x));
+        self.add(Func::Sigmoid, "SiLU/sigmoid inputs", xs.iter().copied());
+    }
+
+    /// RMSNorm over each `n`-long chunk of `x`: the square root of mean(x²) + eps.
+    fn add_rmsnorm(&mut self, x: &[f64], n: usize, eps: f64) {
+        self.add(Func::Sqrt, "RMSNorm mean(x²)+eps", mean_squares(x, n, eps));
+    }
+
+    /// The block norms (width `d`) on the stored residual streams.
+    fn add_block_norms(&mut self, st: &SafeTensors<'_>, d: usize, eps: f64) {
+        for name in [
+            "T50.x",
+            "T50.y_mixer",
+            "T50.y_block",
+            "T200.x",
+            "T200.y_block",
+        ] {
+            self.add_rmsnorm(&tensor(st, name), d, eps);
+        }
+    }
+
+    /// λ = softplus(L ⊙ λ input) · `scale` (spec §5): the f64 maths checked against the
+    /// stored λ, then its softplus inputs sampled.
+    fn add_lambda(&mut self, what: &str, lam_in: &[f64], scale: f64, stored: &[f64]) {
+        let lam: Vec<f64> = lam_in.iter().map(|&v| softplus64(v) * scale).collect();
+        check_close(what, &lam, stored, 1e-6);
+        self.add_softplus(lam_in);
     }
 }
 
@@ -247,41 +282,28 @@ fn collect_mamba2(s: &mut Samples, st: &SafeTensors<'_>, log_linear: bool) {
     // dt = softplus(dt_raw + dt_bias).
     let dt_raw = tensor(st, "T50.inter.dt_raw");
     let dt_bias = tensor(st, "mixer.dt_bias");
-    let h = dt_bias.len();
-    let sp_in: Vec<f64> = dt_raw
-        .iter()
-        .enumerate()
-        .map(|(i, v)| v + dt_bias[i % h])
-        .collect();
+    let sp_in = per_head(&dt_raw, &dt_bias, |v, b| v + b);
     check_close(
         "mamba2 dt",
         &sp_in.iter().map(|&v| softplus64(v)).collect::<Vec<_>>(),
         &tensor(st, "T50.inter.dt"),
         1e-6,
     );
-    s.add_softplus("e^x in softplus", "ln(1+e^x), softplus", &sp_in);
+    s.add_softplus(&sp_in);
 
     // λ = softplus(L ⊙ dl).
     if log_linear {
-        let dl = tensor(st, "T50.inter.dl");
-        let l = tensor(st, "mixer.L");
-        let lam_in: Vec<f64> = dl
-            .iter()
-            .enumerate()
-            .map(|(i, v)| v * l[i % l.len()])
-            .collect();
-        check_close(
-            "mamba2 λ",
-            &lam_in.iter().map(|&v| softplus64(v)).collect::<Vec<_>>(),
-            &tensor(st, "T50.inter.lam"),
-            1e-6,
+        let lam_in = per_head(
+            &tensor(st, "T50.inter.dl"),
+            &tensor(st, "mixer.L"),
+            |v, l| v * l,
         );
-        s.add_softplus("e^x in softplus", "ln(1+e^x), softplus", &lam_in);
+        s.add_lambda("mamba2 λ", &lam_in, 1.0, &tensor(st, "T50.inter.lam"));
     }
 
     // SiLU inputs: z, and the conv outputs (x | B | C before SiLU).
     let z = tensor(st, "T50.inter.z");
-    s.add_sigmoid("e^-x in sigmoid/SiLU", "SiLU/sigmoid inputs", &z);
+    s.add_sigmoid(&z);
     let xbc = tensor(st, "T50.inter.xBC");
     let pre = conv(
         &xbc,
@@ -307,29 +329,13 @@ fn collect_mamba2(s: &mut Samples, st: &SafeTensors<'_>, log_linear: bool) {
         })
         .collect();
     check_close("mamba2 conv", &post, &stored, 1e-6);
-    s.add_sigmoid("e^-x in sigmoid/SiLU", "SiLU/sigmoid inputs", &pre);
+    s.add_sigmoid(&pre);
 
     // RMSNorm: the gated norm over d_inner sees y·SiLU(z).
     let y = tensor(st, "T50.inter.y");
     let gated: Vec<f64> = y.iter().zip(&z).map(|(a, b)| a * silu64(*b)).collect();
-    s.add(
-        Func::Sqrt,
-        "RMSNorm mean(x²)+eps",
-        mean_squares(&gated, di, eps),
-    );
-    for name in [
-        "T50.x",
-        "T50.y_mixer",
-        "T50.y_block",
-        "T200.x",
-        "T200.y_block",
-    ] {
-        s.add(
-            Func::Sqrt,
-            "RMSNorm mean(x²)+eps",
-            mean_squares(&tensor(st, name), d, eps),
-        );
-    }
+    s.add_rmsnorm(&gated, di, eps);
+    s.add_block_norms(st, d, eps);
 }
 
 fn collect_gdn(s: &mut Samples, st: &SafeTensors<'_>, log_linear: bool) {
@@ -345,18 +351,10 @@ fn collect_gdn(s: &mut Samples, st: &SafeTensors<'_>, log_linear: bool) {
     // g = −e^A_log · softplus(a + dt_bias), a = a_proj x.
     let dt_bias = tensor(st, "attn.dt_bias");
     let a = project(&tensor(st, "attn.a_proj.weight"), &x, d);
-    let sp_in: Vec<f64> = a
-        .iter()
-        .enumerate()
-        .map(|(i, v)| v + dt_bias[i % h])
-        .collect();
-    let g: Vec<f64> = sp_in
-        .iter()
-        .enumerate()
-        .map(|(i, &v)| -a_log[i % h].exp() * softplus64(v))
-        .collect();
+    let sp_in = per_head(&a, &dt_bias, |v, b| v + b);
+    let g = per_head(&sp_in, &a_log, |v, a_log| -a_log.exp() * softplus64(v));
     check_close("gdn g", &g, &tensor(st, "T50.inter.g"), 1e-6);
-    s.add_softplus("e^x in softplus", "ln(1+e^x), softplus", &sp_in);
+    s.add_softplus(&sp_in);
 
     // β = sigmoid(b_proj x).
     let b = project(&tensor(st, "attn.b_proj.weight"), &x, d);
@@ -366,27 +364,14 @@ fn collect_gdn(s: &mut Samples, st: &SafeTensors<'_>, log_linear: bool) {
         &tensor(st, "T50.inter.beta"),
         1e-6,
     );
-    s.add_sigmoid("e^-x in sigmoid/SiLU", "SiLU/sigmoid inputs", &b);
+    s.add_sigmoid(&b);
 
     // λ_used = softplus(L ⊙ l_proj x) · √dk.
     if log_linear {
-        let l = tensor(st, "attn.L");
         let lin = project(&tensor(st, "attn.l_proj.weight"), &x, d);
-        let lam_in: Vec<f64> = lin
-            .iter()
-            .enumerate()
-            .map(|(i, v)| v * l[i % l.len()])
-            .collect();
-        check_close(
-            "gdn λ",
-            &lam_in
-                .iter()
-                .map(|&v| softplus64(v) * (dk as f64).sqrt())
-                .collect::<Vec<_>>(),
-            &tensor(st, "T50.inter.lam_used"),
-            1e-6,
-        );
-        s.add_softplus("e^x in softplus", "ln(1+e^x), softplus", &lam_in);
+        let lam_in = per_head(&lin, &tensor(st, "attn.L"), |v, l| v * l);
+        let stored = tensor(st, "T50.inter.lam_used");
+        s.add_lambda("gdn λ", &lam_in, (dk as f64).sqrt(), &stored);
     }
 
     // SiLU inputs: q, k, v conv outputs and the output gate.
@@ -417,10 +402,10 @@ fn collect_gdn(s: &mut Samples, st: &SafeTensors<'_>, log_linear: bool) {
             &tensor(st, stored),
             1e-6,
         );
-        s.add_sigmoid("e^-x in sigmoid/SiLU", "SiLU/sigmoid inputs", &pre);
+        s.add_sigmoid(&pre);
     }
     let gate = project(&tensor(st, "attn.g_proj.weight"), &x, d);
-    s.add_sigmoid("e^-x in sigmoid/SiLU", "SiLU/sigmoid inputs", &gate);
+    s.add_sigmoid(&gate);
 
     // l2norm Σx² + 1e-6 on q, k (per head); o_norm mean over dv; block norms; √dk.
     for name in ["T50.inter.q", "T50.inter.k"] {
@@ -430,24 +415,8 @@ fn collect_gdn(s: &mut Samples, st: &SafeTensors<'_>, log_linear: bool) {
             sum_squares(&tensor(st, name), dk, 1e-6),
         );
     }
-    s.add(
-        Func::Sqrt,
-        "RMSNorm mean(x²)+eps",
-        mean_squares(&tensor(st, "T50.inter.o"), dv, eps),
-    );
-    for name in [
-        "T50.x",
-        "T50.y_mixer",
-        "T50.y_block",
-        "T200.x",
-        "T200.y_block",
-    ] {
-        s.add(
-            Func::Sqrt,
-            "RMSNorm mean(x²)+eps",
-            mean_squares(&tensor(st, name), d, eps),
-        );
-    }
+    s.add_rmsnorm(&tensor(st, "T50.inter.o"), dv, eps);
+    s.add_block_norms(st, d, eps);
     s.add(Func::Sqrt, "√dk", [dk as f64]);
 }
 
