@@ -110,6 +110,32 @@ fn markdown_table_has_llama_bench_shape() {
 }
 
 #[test]
+fn prefill_picks_the_pp_rows() {
+    for (pick, backends) in [
+        ("chunkwise", &["CPU chunkwise"][..]),
+        ("step", &["CPU"][..]),
+        ("step,chunkwise", &["CPU", "CPU chunkwise"][..]),
+    ] {
+        let args = [
+            "--model",
+            TINY,
+            "-p",
+            "16",
+            "-n",
+            "0",
+            "--reps",
+            "1",
+            "--prefill",
+            pick,
+        ];
+        let stdout = bench_ok(&args);
+        let t = &tables(&stdout)[0];
+        let rows: Vec<&str> = t[1..].iter().map(|r| r[3].as_str()).collect();
+        assert_eq!(rows, backends, "--prefill {pick}: {stdout}");
+    }
+}
+
+#[test]
 fn every_kernel_path_and_both_activation_modes_get_rows() {
     let mut args = TINY_ARGS.to_vec();
     args.extend(["--activations", "both", "--kernel", "all", "--state", "f16"]);
@@ -321,7 +347,7 @@ fn qemu_table_is_folded_in() {
 
 #[test]
 fn bad_arguments_give_clear_errors() {
-    let cases: [(&[&str], &str); 11] = [
+    let cases: [(&[&str], &str); 13] = [
         (&["--reps", "0"], "--reps"),
         (&["--depth", "16Q"], "not a token count"),
         (&["-p", "99999999999"], "more than this benchmark takes"),
@@ -331,6 +357,8 @@ fn bad_arguments_give_clear_errors() {
         (&["-o", "csv", "--json"], "cannot be used with"),
         (&["-p", "0", "-n", "0"], "nothing to measure"),
         (&["--reach", "gpu"], "--reach gpu needs --gpu"),
+        (&["--prefill", "chunkwise,gpu"], "--prefill gpu needs --gpu"),
+        (&["--prefill", "walk"], "--prefill"),
         (&["--activations", "q4"], "--activations"),
         (
             &["-p", "0", "-n", "0", "--qemu-table", "Cargo.toml"],

@@ -183,7 +183,7 @@ struct Snapshots {
 }
 
 /// `--prefill`.
-#[derive(Clone, Copy, ValueEnum)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub(crate) enum PrefillArg {
     Step,
     Chunkwise,

@@ -154,7 +154,7 @@ pub(super) fn standard_tests<E: StateElem>(
         quant::set_forced_path(config.kernel);
         let mut owned = OwnedSession::<E>::new(model, config.act)?;
         let mut session = owned.session(model)?;
-        if args.n_prompt > 0 {
+        if args.n_prompt > 0 && args.measures(PrefillArg::Step) {
             let what = format!("pp{} CPU {}", args.n_prompt, config.kernel_name());
             let samples = timed_reps(&what, args.reps, prompt.len(), || {
                 session.reset();
@@ -189,21 +189,23 @@ pub(super) fn standard_tests<E: StateElem>(
         // The prefills compute in f32 and ignore the activation mode and kernel path.
         let mut owned = OwnedSession::<E>::new(model, Activations::F32)?;
         let mut session = owned.session(model)?;
-        let opts = prefill_options(args);
-        let what = format!("pp{} CPU chunkwise", args.n_prompt);
-        let samples = timed_reps(&what, args.reps, prompt.len(), || {
-            let start = Instant::now();
-            loglinear_cpu_prefill::prefill_into(model, &prompt, &mut session, &opts)?;
-            Ok(start.elapsed().as_secs_f64())
-        })?;
-        report.add_bench(row(
-            "CPU chunkwise",
-            "-".into(),
-            Activations::F32,
-            format!("pp{}", args.n_prompt),
-            samples,
-        ))?;
-        if let Some(g) = gpu_model {
+        if args.measures(PrefillArg::Chunkwise) {
+            let opts = prefill_options(args);
+            let what = format!("pp{} CPU chunkwise", args.n_prompt);
+            let samples = timed_reps(&what, args.reps, prompt.len(), || {
+                let start = Instant::now();
+                loglinear_cpu_prefill::prefill_into(model, &prompt, &mut session, &opts)?;
+                Ok(start.elapsed().as_secs_f64())
+            })?;
+            report.add_bench(row(
+                "CPU chunkwise",
+                "-".into(),
+                Activations::F32,
+                format!("pp{}", args.n_prompt),
+                samples,
+            ))?;
+        }
+        if let (Some(g), true) = (gpu_model, args.measures(PrefillArg::Gpu)) {
             let what = format!("pp{} GPU", args.n_prompt);
             let samples = timed_reps(&what, args.reps, prompt.len(), || {
                 let start = Instant::now();

@@ -29,6 +29,7 @@ use measure::*;
 use output::*;
 use qemu::*;
 
+use crate::cmd::generate::PrefillArg;
 use clap::ValueEnum;
 use loglinear_converter::model_source::ModelSource;
 use loglinear_cpu_prefill::{PrefillError, PrefillOptions};
@@ -74,6 +75,11 @@ pub struct BenchArgs {
     /// Also measure `pp` with the GPU prefill (wgpu), and reach contexts with it.
     #[arg(long)]
     gpu: bool,
+    /// Prefills the `pp` test measures, comma-separated: `step` (token by token, per kernel
+    /// path), `chunkwise`, `gpu` (needs --gpu). Leave out `step` at long prompts, where it
+    /// takes minutes [default: step,chunkwise, and gpu with --gpu].
+    #[arg(long, value_enum, value_delimiter = ',')]
+    prefill: Vec<PrefillArg>,
     /// Worker threads of the chunkwise CPU prefill, 1 to 4096 (default: every core).
     #[arg(long, value_parser = crate::args::parse_threads)]
     threads: Option<usize>,
@@ -102,6 +108,17 @@ pub struct BenchArgs {
     /// The same as `--output json`.
     #[arg(long, conflicts_with = "output")]
     json: bool,
+}
+
+impl BenchArgs {
+    /// Whether the `pp` test measures `prefill` (`--prefill`, or its default).
+    fn measures(&self, prefill: PrefillArg) -> bool {
+        match (self.prefill.is_empty(), prefill) {
+            (true, PrefillArg::Gpu) => self.gpu,
+            (true, _) => true,
+            (false, _) => self.prefill.contains(&prefill),
+        }
+    }
 }
 
 /// `--state`.
@@ -208,6 +225,8 @@ pub enum BenchError {
     NothingToDo,
     #[error("--reach gpu needs --gpu")]
     ReachGpuWithoutGpu,
+    #[error("--prefill gpu needs --gpu")]
+    PrefillGpuWithoutGpu,
     #[error("GPU: {0}")]
     Gpu(String),
     #[error("session: {0}")]
@@ -396,6 +415,9 @@ fn measure(args: &BenchArgs) -> Result<Report, BenchError> {
     }
     if args.reach == Reach::Gpu && !args.gpu {
         return Err(BenchError::ReachGpuWithoutGpu);
+    }
+    if args.prefill.contains(&PrefillArg::Gpu) && !args.gpu {
+        return Err(BenchError::PrefillGpuWithoutGpu);
     }
     if args.qemu && !Path::new(COUNT_INSTRUCTIONS).is_file() {
         return Err(BenchError::QemuScriptMissing {
