@@ -30,7 +30,12 @@ const LL_MAMBA2_MID: &str = r#"{"model_type": "hattention", "hidden_size": 1536,
 #[command(about = "Writes a GGUF model with random weights, for timing")]
 struct Args {
     /// A built-in shape: the official 760M-class Log-Linear Gated DeltaNet or Mamba-2.
-    #[arg(long, value_enum, conflicts_with = "config", required_unless_present = "config")]
+    #[arg(
+        long,
+        value_enum,
+        conflicts_with = "config",
+        required_unless_present = "config"
+    )]
     preset: Option<Preset>,
     /// A config.json (official layout) to take the shape from.
     #[arg(long, value_name = "PATH")]
@@ -94,7 +99,10 @@ fn main() {
         weights += rows * cols;
         store.insert(tensor, Tensor { rows, cols, data });
     }
-    eprintln!("{name}: {weights} weights, quantizing to {:?}…", a.matrix_type);
+    eprintln!(
+        "{name}: {weights} weights, quantizing to {:?}…",
+        a.matrix_type
+    );
     let opts = ExportOptions {
         name: Some(name.clone()),
         matrix_type: a.matrix_type,
@@ -104,5 +112,9 @@ fn main() {
         .and_then(|m| m.to_gguf())
         .unwrap_or_else(|e| fail(format!("{name}: {e}")));
     write_atomic(&a.output, &bytes).unwrap_or_else(|e| fail(e));
-    println!("{} ({} bytes, {weights} weights)", a.output.display(), bytes.len());
+    println!(
+        "{} ({} bytes, {weights} weights)",
+        a.output.display(),
+        bytes.len()
+    );
 }
