@@ -1,83 +1,30 @@
 //! The training graphs: [`TrainGraph`], the API every model graph shares, so that trainers
 //! hold a `Box<dyn TrainGraph>` picked by architecture. One skeleton ([`TrainModel`]:
-//! embedding, blocks, final norm, head, loss) serves both architectures; their blocks are a
-//! [`Blocks`]: Gated DeltaNet in [`gdn`], Mamba-2 in [`mamba2`], log-linear or plain.
-//! [`init`]: the options and initialisation.
+//! embedding, blocks, final norm, head, loss) serves both architectures; each block is an
+//! input norm, a token mixer, an output projection and a SwiGLU MLP with residuals
+//! (`layer`), and only the mixer is the architecture's: a [`Mixer`], Gated DeltaNet in
+//! [`gdn`], Mamba-2 in [`mamba2`], log-linear or plain. `init`: the options and
+//! initialisation.
 
 pub mod gdn;
+mod graph;
 mod init;
+mod layer;
 pub mod mamba2;
+mod operator;
 mod shared;
 mod skeleton;
 
-pub(crate) use init::{init_weight, InitRng};
+pub use graph::TrainGraph;
 pub use init::{GraphOptions, InitScheme};
+pub use layer::Mixer;
 pub use shared::{Stage, StageMark};
-pub use skeleton::{Blocks, TrainModel};
+pub use skeleton::TrainModel;
 
 use crate::model::gdn::GdnTrainModel;
 use crate::model::mamba2::Mamba2TrainModel;
 use loglinear_host_gpu::gpu::{Gpu, GpuError};
-use loglinear_host_gpu::train::NamedTensor;
-use loglinear_host_gpu::train::Param;
-use loglinear_host_gpu::wgpu;
 use loglinear_runtime::{Arch, ModelConfig};
-
-/// A model's training graph on B windows of T tokens. See [`GdnTrainModel`] for what each
-/// method does; every implementation behaves the same.
-pub trait TrainGraph {
-    /// The model's config.
-    fn config(&self) -> &ModelConfig;
-    /// Windows per step.
-    fn batch(&self) -> usize;
-    /// Predicted tokens per window.
-    fn seq_len(&self) -> usize;
-    /// Every trainable tensor (official keys and shapes, decay flags).
-    fn params(&self) -> &[Param];
-    /// The official initialisation, deterministic for `seed`.
-    fn init_params(&self, gpu: &Gpu, seed: u64) -> Result<(), GpuError>;
-    /// Loads every parameter by its official key (all checked before any is written).
-    fn load_params(
-        &self,
-        gpu: &Gpu,
-        get: &dyn Fn(&str) -> Option<Vec<f32>>,
-    ) -> Result<(), GpuError>;
-    /// Every parameter's key, shape and values.
-    fn read_params(&self, gpu: &Gpu) -> Result<Vec<NamedTensor>, GpuError>;
-    /// Every parameter's gradient, in [`TrainGraph::params`] order.
-    fn read_grads(&self, gpu: &Gpu) -> Result<Vec<Vec<f32>>, GpuError>;
-    /// The forward over windows `[batch][seq_len + 1]` (next-token targets).
-    fn encode_forward(&self, enc: &mut wgpu::CommandEncoder, tokens: &wgpu::Buffer);
-    /// The forward over explicit inputs and targets `[batch][seq_len]` (`u32::MAX` ignored).
-    fn encode_forward_targets(
-        &self,
-        enc: &mut wgpu::CommandEncoder,
-        inputs: &wgpu::Buffer,
-        targets: &wgpu::Buffer,
-    ) -> Result<(), GpuError>;
-    /// Gradients += ∂(loss_scale · Σ losses)/∂param of the last forward.
-    fn encode_backward(&self, enc: &mut wgpu::CommandEncoder, loss_scale: f32);
-    /// [`TrainGraph::encode_forward`], calling `mark` after each stage.
-    fn encode_forward_marked(
-        &self,
-        enc: &mut wgpu::CommandEncoder,
-        tokens: &wgpu::Buffer,
-        mark: StageMark,
-    );
-    /// [`TrainGraph::encode_backward`], calling `mark` after each stage.
-    fn encode_backward_marked(
-        &self,
-        enc: &mut wgpu::CommandEncoder,
-        loss_scale: f32,
-        mark: StageMark,
-    );
-    /// Zeroes every gradient.
-    fn encode_zero_grads(&self, enc: &mut wgpu::CommandEncoder);
-    /// Per-token losses `[batch][seq_len]` (f32) of the last forward.
-    fn losses(&self) -> &wgpu::Buffer;
-    /// Per-token 1.0 / 0.0 argmax = target `[batch][seq_len]` (f32) of the last forward.
-    fn correct(&self) -> &wgpu::Buffer;
-}
 
 /// The training graph for `config`'s architecture: [`GdnTrainModel`] for (log-linear) Gated
 /// DeltaNet, [`Mamba2TrainModel`] for (log-linear) Mamba-2.

@@ -1,6 +1,8 @@
-//! What both model graphs use: the stages a step records, and copying a caller's windows in.
+//! What both model graphs use: the stages a step records, the parameter list, and copying a
+//! caller's windows in.
 
-use loglinear_host_gpu::gpu::GpuError;
+use loglinear_host_gpu::gpu::{Gpu, GpuError};
+use loglinear_host_gpu::train::Param;
 use loglinear_host_gpu::wgpu;
 
 /// A part of a training step, in recording order. The `_marked` encoders call a mark after
@@ -60,6 +62,54 @@ impl Stage {
 
 /// Called after each [`Stage`] is recorded.
 pub type StageMark<'a> = &'a mut dyn FnMut(&mut wgpu::CommandEncoder, Stage);
+
+/// The parameters a graph allocates, in order: each a value and a gradient (zeroed) under its
+/// official key.
+pub struct ParamList<'g> {
+    gpu: &'g Gpu,
+    params: Vec<Param>,
+}
+
+impl<'g> ParamList<'g> {
+    pub fn new(gpu: &'g Gpu) -> Self {
+        Self {
+            gpu,
+            params: Vec::new(),
+        }
+    }
+
+    /// Adds the tensor `name` of `shape` (`decay`: in the weight-decay group); returns its
+    /// index.
+    pub fn add(&mut self, name: String, shape: Vec<usize>, decay: bool) -> Result<usize, GpuError> {
+        let len: usize = shape.iter().product();
+        self.params.push(Param {
+            value: self.gpu.storage_zeroed(&name, f32_bytes(len))?,
+            grad: self
+                .gpu
+                .storage_zeroed(&format!("{name}.grad"), f32_bytes(len))?,
+            name,
+            shape,
+            len,
+            decay,
+        });
+        Ok(self.params.len() - 1)
+    }
+
+    /// [`Self::add`] when `present`, else `None` (a tensor only some configs have).
+    pub fn add_if(
+        &mut self,
+        present: bool,
+        name: String,
+        shape: Vec<usize>,
+        decay: bool,
+    ) -> Result<Option<usize>, GpuError> {
+        present.then(|| self.add(name, shape, decay)).transpose()
+    }
+
+    pub fn into_vec(self) -> Vec<Param> {
+        self.params
+    }
+}
 
 /// Records copying the caller's explicit `inputs` and `targets` (`n` u32 each) into a model's
 /// own buffers, after checking their sizes.

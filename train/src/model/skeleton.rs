@@ -1,102 +1,74 @@
 //! The language-model skeleton both training graphs share: parameters, the windows and
-//! targets, the embedding, the head and loss, and the API ([`TrainModel`]); the
-//! architecture's blocks in between are a [`Blocks`] (Gated DeltaNet in `gdn`, Mamba-2 in
-//! `mamba2`).
+//! targets, the embedding, the blocks around their mixers (`layer`), the head and loss, and
+//! the API ([`TrainModel`]); the architecture's mixer is a [`Mixer`] (Gated DeltaNet in
+//! `gdn`, Mamba-2 in `mamba2`).
 
-use crate::model::shared::{copy_targets, f32_bytes};
-use crate::model::{init_weight, GraphOptions, InitRng, Stage, StageMark, TrainGraph};
+use crate::model::graph::TrainGraph;
+use crate::model::init::{init_weight, GraphOptions, InitRng};
+use crate::model::layer::{
+    Build, Dims, LayerActs, LayerIo, LayerParams, LayerScratch, LayerSteps, Mixer,
+};
+use crate::model::shared::{copy_targets, f32_bytes, ParamList, Stage, StageMark};
 use loglinear_host_gpu::gpu::{Gpu, GpuError};
-use loglinear_host_gpu::train::head::{Head, HeadIo, HeadShape};
-use loglinear_host_gpu::train::kernels::{EmbedShape, Step, TrainKernels};
+use loglinear_host_gpu::train::head::{head_capacity, Head, HeadIo, HeadShape};
+use loglinear_host_gpu::train::kernels::{encode_all, EmbedShape, Step, TrainKernels};
 use loglinear_host_gpu::train::{NamedTensor, Param};
 use loglinear_host_gpu::wgpu;
 use loglinear_runtime::ModelConfig;
 
-/// An architecture's blocks: what a training graph records between the embedding and the head.
-pub trait Blocks {
-    /// Mixed into the initialisation seed, so the two architectures draw different streams.
-    const INIT_SALT: u64;
-    /// Records every block's forward, calling `mark` after each block stage.
-    fn encode_forward(&self, enc: &mut wgpu::CommandEncoder, mark: StageMark);
-    /// Records every block's backward (last block first), calling `mark` after each stage.
-    fn encode_backward(&self, enc: &mut wgpu::CommandEncoder, mark: StageMark);
-    /// Indices in the parameter list of the output projections (scaled at initialisation).
-    fn output_params(&self) -> Vec<usize>;
-    /// The official initial value of `p` when the architecture has its own rule for it
-    /// (A_log, dt_bias, norms, L, D); `None` for the weights the [`InitScheme`] initialises.
-    ///
-    /// [`InitScheme`]: crate::model::InitScheme
-    fn init_special(&self, p: &Param, rng: &mut InitRng) -> Option<Vec<f32>>;
-}
-
 /// A language model set up for training on B windows of T tokens: the embedding, the blocks
-/// `B`, the final norm, the LM head and the cross-entropy, each with its backward.
-pub struct TrainModel<B> {
-    pub(super) config: ModelConfig,
-    pub(super) options: GraphOptions,
-    pub(super) batch: usize,
-    pub(super) seq_len: usize,
-    pub(super) levels: usize,
-    pub(super) lambda_cols: usize,
-    pub(super) device: wgpu::Device,
-    pub(super) params: Vec<Param>,
-    pub(super) embedding: usize,
-    pub(super) final_norm: usize,
-    pub(super) lm_head: usize,
-    /// The windows `[B][T+1]` (u32), copied from the caller's buffer by `encode_forward` (or
-    /// packed from explicit inputs by `encode_forward_targets`); the embedding reads them.
-    pub(super) tokens: wgpu::Buffer,
-    /// Targets `[B][T]` (u32, `u32::MAX` = ignored), which the loss reads: the windows'
-    /// next tokens, or the caller's explicit targets.
-    pub(super) targets: wgpu::Buffer,
-    /// Explicit inputs `[B][T]`, copied from the caller before packing into `tokens`.
-    pub(super) inputs: wgpu::Buffer,
-    /// Per-token 1.0 / 0.0: argmax(logits) = target (0 where ignored) `[B][T]`.
-    pub(super) correct: wgpu::Buffer,
-    pub(super) shift: Step,
-    pub(super) pack: Step,
-    /// The loss scale of the backward (one f32, written inside the encoder).
-    pub(super) scale: wgpu::Buffer,
-    pub(super) losses: wgpu::Buffer,
-    pub(super) embed: Step,
-    pub(super) head: Head,
-    pub(super) embed_bwd: Step,
-    /// The blocks between the embedding and the head.
-    pub(super) mixer: B,
-}
-
-/// What a model's constructor makes for the skeleton before its blocks: the sizes, the
-/// parameters and where the embedding, final norm and LM head sit in them, the window,
-/// target and loss buffers, and the embedding's step.
-pub(super) struct SkeletonParts {
-    pub config: ModelConfig,
-    pub options: GraphOptions,
-    pub batch: usize,
-    pub seq_len: usize,
-    pub levels: usize,
-    pub lambda_cols: usize,
-    pub params: Vec<Param>,
-    pub embedding: usize,
-    pub final_norm: usize,
-    pub lm_head: usize,
-    pub windows: WindowBuffers,
-    pub embed: Step,
+/// (each an input norm, the mixer `M`, an output projection and a SwiGLU MLP, with residuals),
+/// the final norm, the LM head and the cross-entropy, each with its backward.
+pub struct TrainModel<M> {
+    config: ModelConfig,
+    options: GraphOptions,
+    batch: usize,
+    seq_len: usize,
+    levels: usize,
+    lambda_cols: usize,
+    device: wgpu::Device,
+    params: Vec<Param>,
+    embedding: usize,
+    final_norm: usize,
+    lm_head: usize,
+    /// The output projections (o_proj / out_proj, down_proj), scaled at initialisation.
+    output_params: Vec<usize>,
+    windows: WindowBuffers,
+    shift: Step,
+    pack: Step,
+    embed: Step,
+    layers: Vec<LayerSteps>,
+    head: Head,
+    embed_bwd: Step,
+    /// The mixers, with their operators.
+    mixer: M,
+    // Kept alive for the bind groups.
+    _xs: Vec<wgpu::Buffer>,
+    _acts: Vec<LayerActs>,
+    _scratch: LayerScratch,
 }
 
 /// The buffers every graph of `batch` windows of `seq_len` tokens has: the windows, the
 /// explicit inputs and targets, the loss scale, the per-token losses and correctness.
-pub(super) struct WindowBuffers {
-    pub tokens: wgpu::Buffer,
-    pub targets: wgpu::Buffer,
-    pub inputs: wgpu::Buffer,
-    pub correct: wgpu::Buffer,
-    pub scale: wgpu::Buffer,
-    pub losses: wgpu::Buffer,
+struct WindowBuffers {
+    /// The windows `[B][T+1]` (u32), copied from the caller's buffer by `encode_forward` (or
+    /// packed from explicit inputs by `encode_forward_targets`); the embedding reads them.
+    tokens: wgpu::Buffer,
+    /// Targets `[B][T]` (u32, `u32::MAX` = ignored), which the loss reads: the windows'
+    /// next tokens, or the caller's explicit targets.
+    targets: wgpu::Buffer,
+    /// Explicit inputs `[B][T]`, copied from the caller before packing into `tokens`.
+    inputs: wgpu::Buffer,
+    /// Per-token 1.0 / 0.0: argmax(logits) = target (0 where ignored) `[B][T]`.
+    correct: wgpu::Buffer,
+    /// The loss scale of the backward (one f32, written inside the encoder).
+    scale: wgpu::Buffer,
+    losses: wgpu::Buffer,
 }
 
 impl WindowBuffers {
     /// Allocates them, zeroed.
-    pub(super) fn new(gpu: &Gpu, batch: usize, seq_len: usize) -> Result<Self, GpuError> {
+    fn new(gpu: &Gpu, batch: usize, seq_len: usize) -> Result<Self, GpuError> {
         let n = batch * seq_len;
         let z = |label: &str, len: usize| gpu.storage_zeroed(label, f32_bytes(len));
         Ok(Self {
@@ -110,43 +82,117 @@ impl WindowBuffers {
     }
 }
 
-/// The skeleton's steps after the blocks: the head and loss with their backward, the
-/// embedding's backward, and filling the windows and targets.
-pub(super) struct SkeletonSteps {
-    head: Head,
-    embed_bwd: Step,
-    shift: Step,
-    pack: Step,
-}
-
-impl SkeletonSteps {
-    /// Records the steps over `x_last` (the last block's output), with `dx` the gradient
-    /// scratch the head writes and the embedding's backward reads.
-    pub(super) fn record(
+impl<M: Mixer> TrainModel<M> {
+    /// Allocates parameters (uninitialised: call [`Self::init_params`] or
+    /// [`Self::load_params`]), activations and gradient scratch for `batch` windows of
+    /// `seq_len` tokens, and records every step. The mixer's architectures only.
+    pub fn new(
         gpu: &Gpu,
-        k: &TrainKernels,
-        parts: &SkeletonParts,
-        x_last: &wgpu::Buffer,
-        dx: &wgpu::Buffer,
+        config: &ModelConfig,
+        batch: usize,
+        seq_len: usize,
     ) -> Result<Self, GpuError> {
-        let c = &parts.config;
+        Self::with_options(gpu, config, batch, seq_len, GraphOptions::default())
+    }
+
+    /// [`Self::new`] with training-only choices (a tied LM head, the initialisation).
+    pub fn with_options(
+        gpu: &Gpu,
+        config: &ModelConfig,
+        batch: usize,
+        seq_len: usize,
+        options: GraphOptions,
+    ) -> Result<Self, GpuError> {
+        let c = *config;
+        if !M::trains(c.arch) {
+            return Err(GpuError::Invalid(format!(
+                "{} trains {} models, not {}",
+                M::MODEL,
+                M::FAMILY,
+                c.arch.name()
+            )));
+        }
+        let dims = Dims::new(&c, batch, seq_len)?;
+        let n = dims.rows;
+        // Before allocating anything: a bad head capacity fails fast.
+        head_capacity(options.head_rows, n)?;
         let (d, vocab) = (c.hidden_size, c.vocab_size);
-        let (batch, seq_len) = (parts.batch, parts.seq_len);
-        let p = &parts.params;
+
+        // Parameters, official keys and shapes.
+        let mut list = ParamList::new(gpu);
+        let embedding = list.add(M::KEYS.embedding.into(), vec![vocab, d], true)?;
+        let mut layer_params = Vec::with_capacity(c.num_layers);
+        for l in 0..c.num_layers {
+            let key = |s: &str| format!("{}.{l}.{s}", M::KEYS.layers);
+            layer_params.push(LayerParams::add::<M>(&mut list, &dims, &key)?);
+        }
+        let final_norm = list.add(M::KEYS.final_norm.into(), vec![d], false)?;
+        // A tied head reads (and adds its gradient into) the embedding.
+        let lm_head = if options.tie_embeddings {
+            embedding
+        } else {
+            list.add("lm_head.weight".into(), vec![vocab, d], true)?
+        };
+        let params = list.into_vec();
+
+        let windows = WindowBuffers::new(gpu, batch, seq_len)?;
+        let xs: Vec<wgpu::Buffer> = (0..=c.num_layers)
+            .map(|l| gpu.storage_zeroed(&format!("x{l}"), f32_bytes(n * d)))
+            .collect::<Result<_, _>>()?;
+        let acts: Vec<LayerActs> = (0..c.num_layers)
+            .map(|_| LayerActs::new(gpu, &dims))
+            .collect::<Result<_, _>>()?;
+        let scratch = LayerScratch::new(gpu, &dims)?;
+        let k = TrainKernels::new(gpu)?;
+        let b = Build {
+            gpu,
+            k: &k,
+            dims: &dims,
+            params: &params,
+            scratch: &scratch,
+        };
+        let embed_shape = EmbedShape {
+            seq_len,
+            batch,
+            d,
+            vocab,
+        };
+        let embed = k.embed(
+            gpu,
+            &windows.tokens,
+            &params[embedding].value,
+            &xs[0],
+            embed_shape,
+        )?;
+        let mixer_layers: Vec<_> = layer_params.iter().map(|p| p.mixer).zip(&acts).collect();
+        let (mixer, mixer_steps) = M::record(&b, &mixer_layers)?;
+        let mut layers = Vec::with_capacity(c.num_layers);
+        for (l, (p, steps)) in layer_params.iter().zip(mixer_steps).enumerate() {
+            let io = LayerIo {
+                params: p,
+                acts: &acts[l],
+                x_in: &xs[l],
+                x_out: &xs[l + 1],
+            };
+            layers.push(LayerSteps::record(&b, io, steps)?);
+        }
+
+        // The head and loss over the last block's output, the embedding's backward (both
+        // through the scratch's dx), and filling the windows and targets.
         let head = Head::new(
             gpu,
-            k,
+            &k,
             &HeadIo {
-                x_last,
-                norm_w: &p[parts.final_norm].value,
-                norm_g: &p[parts.final_norm].grad,
-                lm_head_w: &p[parts.lm_head].value,
-                lm_head_g: &p[parts.lm_head].grad,
-                targets: &parts.windows.targets,
-                losses: &parts.windows.losses,
-                correct: &parts.windows.correct,
-                scale: &parts.windows.scale,
-                dx,
+                x_last: &xs[c.num_layers],
+                norm_w: &params[final_norm].value,
+                norm_g: &params[final_norm].grad,
+                lm_head_w: &params[lm_head].value,
+                lm_head_g: &params[lm_head].grad,
+                targets: &windows.targets,
+                losses: &windows.losses,
+                correct: &windows.correct,
+                scale: &windows.scale,
+                dx: &scratch.dx,
             },
             HeadShape {
                 seq_len,
@@ -155,77 +201,46 @@ impl SkeletonSteps {
                 vocab,
                 eps: c.norm_eps,
             },
-            parts.options.head_rows,
+            options.head_rows,
         )?;
-        let embed_shape = EmbedShape {
-            seq_len,
-            batch,
-            d,
-            vocab,
-        };
         let embed_bwd = k.embed_backward(
             gpu,
-            &parts.windows.tokens,
-            dx,
-            &p[parts.embedding].grad,
+            &windows.tokens,
+            &scratch.dx,
+            &params[embedding].grad,
             embed_shape,
         )?;
-        let shift = k.shift_targets(
-            gpu,
-            &parts.windows.tokens,
-            &parts.windows.targets,
-            seq_len,
-            batch,
-        )?;
-        let pack = k.pack_inputs(
-            gpu,
-            &parts.windows.inputs,
-            &parts.windows.tokens,
-            seq_len,
-            batch,
-        )?;
+        let shift = k.shift_targets(gpu, &windows.tokens, &windows.targets, seq_len, batch)?;
+        let pack = k.pack_inputs(gpu, &windows.inputs, &windows.tokens, seq_len, batch)?;
+        let output_params = layer_params
+            .iter()
+            .flat_map(|p| [p.out_proj, p.down])
+            .collect();
         Ok(Self {
-            head,
-            embed_bwd,
+            config: c,
+            options,
+            batch,
+            seq_len,
+            levels: dims.levels,
+            lambda_cols: dims.lambda_cols,
+            device: gpu.device.clone(),
+            params,
+            embedding,
+            final_norm,
+            lm_head,
+            output_params,
+            windows,
             shift,
             pack,
-        })
-    }
-}
-
-impl<B: Blocks> TrainModel<B> {
-    /// The model of the skeleton's parts and steps around `mixer`.
-    pub(super) fn assemble(
-        gpu: &Gpu,
-        parts: SkeletonParts,
-        steps: SkeletonSteps,
-        mixer: B,
-    ) -> Self {
-        Self {
-            config: parts.config,
-            options: parts.options,
-            batch: parts.batch,
-            seq_len: parts.seq_len,
-            levels: parts.levels,
-            lambda_cols: parts.lambda_cols,
-            device: gpu.device.clone(),
-            params: parts.params,
-            embedding: parts.embedding,
-            final_norm: parts.final_norm,
-            lm_head: parts.lm_head,
-            tokens: parts.windows.tokens,
-            targets: parts.windows.targets,
-            inputs: parts.windows.inputs,
-            correct: parts.windows.correct,
-            shift: steps.shift,
-            pack: steps.pack,
-            scale: parts.windows.scale,
-            losses: parts.windows.losses,
-            embed: parts.embed,
-            head: steps.head,
-            embed_bwd: steps.embed_bwd,
+            embed,
+            layers,
+            head,
+            embed_bwd,
             mixer,
-        }
+            _xs: xs,
+            _acts: acts,
+            _scratch: scratch,
+        })
     }
 
     /// The model's config.
@@ -256,30 +271,29 @@ impl<B: Blocks> TrainModel<B> {
 
     /// Per-token losses `[batch][seq_len]` (nats) of the last forward.
     pub fn losses(&self) -> &wgpu::Buffer {
-        &self.losses
+        &self.windows.losses
     }
 
     /// Per-token correctness `[batch][seq_len]` (f32) of the last forward: 1.0 where the first
     /// largest logit is the target, 0.0 elsewhere and at ignored positions.
     pub fn correct(&self) -> &wgpu::Buffer {
-        &self.correct
+        &self.windows.correct
     }
 
     /// Initialises every parameter as the official `_init_weights` does (deterministic for
     /// `seed`): the architecture's own rules for its gates, norms and skips
-    /// ([`Blocks::init_special`]); the other weights by the graph's
+    /// ([`Mixer::init_special`]); the other weights by the graph's
     /// [`InitScheme`](crate::model::InitScheme) (official unless the graph was built
     /// otherwise), the output projections scaled down by √(2·layers).
     pub fn init_params(&self, gpu: &Gpu, seed: u64) -> Result<(), GpuError> {
-        let mut rng = InitRng::new(seed ^ B::INIT_SALT);
-        let outputs = self.mixer.output_params();
+        let mut rng = InitRng::new(seed ^ M::INIT_SALT);
         for (i, p) in self.params.iter().enumerate() {
-            let data = match self.mixer.init_special(p, &mut rng) {
+            let data = match M::init_special(p, &mut rng) {
                 Some(data) => data,
                 None => init_weight(
                     &mut rng,
                     p,
-                    outputs.contains(&i),
+                    self.output_params.contains(&i),
                     self.config.num_layers,
                     self.config.conv_kernel,
                     self.options.init,
@@ -326,7 +340,7 @@ impl<B: Blocks> TrainModel<B> {
         mark: StageMark,
     ) {
         let bytes = f32_bytes(self.batch * (self.seq_len + 1));
-        enc.copy_buffer_to_buffer(tokens, 0, &self.tokens, 0, bytes);
+        enc.copy_buffer_to_buffer(tokens, 0, &self.windows.tokens, 0, bytes);
         self.shift.encode(enc);
         self.encode_body(enc, mark);
     }
@@ -345,8 +359,8 @@ impl<B: Blocks> TrainModel<B> {
             enc,
             inputs,
             targets,
-            &self.inputs,
-            &self.targets,
+            &self.windows.inputs,
+            &self.windows.targets,
             self.batch * self.seq_len,
         )?;
         self.pack.encode(enc);
@@ -358,7 +372,14 @@ impl<B: Blocks> TrainModel<B> {
     fn encode_body(&self, enc: &mut wgpu::CommandEncoder, mark: StageMark) {
         self.embed.encode(enc);
         mark(enc, Stage::Embed);
-        self.mixer.encode_forward(enc, mark);
+        for (l, s) in self.layers.iter().enumerate() {
+            encode_all(enc, &s.before_op);
+            mark(enc, Stage::MixerIn);
+            self.mixer.encode_operator(enc, l);
+            mark(enc, Stage::Operator);
+            encode_all(enc, &s.after_op);
+            mark(enc, Stage::MixerOut);
+        }
         self.head.encode_forward(enc);
         mark(enc, Stage::Head);
     }
@@ -377,10 +398,22 @@ impl<B: Blocks> TrainModel<B> {
         loss_scale: f32,
         mark: StageMark,
     ) {
-        loglinear_host_gpu::train::encode_loss_scale(&self.device, enc, &self.scale, loss_scale);
+        loglinear_host_gpu::train::encode_loss_scale(
+            &self.device,
+            enc,
+            &self.windows.scale,
+            loss_scale,
+        );
         self.head.encode_backward(enc);
         mark(enc, Stage::HeadBwd);
-        self.mixer.encode_backward(enc, mark);
+        for (l, s) in self.layers.iter().enumerate().rev() {
+            encode_all(enc, &s.bwd_after_op);
+            mark(enc, Stage::MixerOutBwd);
+            self.mixer.encode_operator_backward(enc, l);
+            mark(enc, Stage::OperatorBwd);
+            encode_all(enc, &s.bwd_before_op);
+            mark(enc, Stage::MixerInBwd);
+        }
         self.embed_bwd.encode(enc);
         mark(enc, Stage::EmbedBwd);
     }
@@ -402,7 +435,7 @@ impl<B: Blocks> TrainModel<B> {
     }
 }
 
-impl<B: Blocks> TrainGraph for TrainModel<B> {
+impl<M: Mixer> TrainGraph for TrainModel<M> {
     fn config(&self) -> &ModelConfig {
         TrainModel::config(self)
     }

@@ -21,360 +21,215 @@
 //! first). Gradient scratch is shared by all blocks. Everything is recorded once in
 //! [`GdnTrainModel::new`]; encoding only records dispatches and copies.
 
-use crate::model::shared::f32_bytes;
-use crate::model::skeleton::{SkeletonParts, SkeletonSteps, WindowBuffers};
-use crate::model::{Blocks, Stage, StageMark, TrainModel};
-use crate::model::{GraphOptions, InitRng};
-use loglinear_host_gpu::chunk_scan::{ChunkScan, Form, ScanIo, ScanKernels, ScanShape};
-use loglinear_host_gpu::gpu::{Gpu, GpuError, Rows};
-use loglinear_host_gpu::grad::OpGradIo;
-use loglinear_host_gpu::train::head::head_capacity;
+use crate::model::init::InitRng;
+use crate::model::layer::{Build, Dims, Keys, LayerActs, Mixer, MixerSteps, Norm};
+use crate::model::operator::OperatorBuffers;
+use crate::model::shared::ParamList;
+use crate::model::skeleton::TrainModel;
+use loglinear_host_gpu::chunk_scan::{ChunkScan, Form, ScanKernels};
+use loglinear_host_gpu::gpu::{GpuError, Rows};
+use loglinear_host_gpu::grad::op_gdn::GdnBackward;
 use loglinear_host_gpu::train::kernels::{
-    encode_all, ConvShape, EmbedShape, GateIo, GateShape, GateSiluGradIo, LinearGradIo,
-    LinearShape, NormGrads, NormIo, QkvIo, QkvShape, Step, TrainKernels,
+    ConvShape, GateIo, GateShape, GateSiluGradIo, QkvIo, QkvShape,
 };
 use loglinear_host_gpu::train::Param;
 use loglinear_host_gpu::wgpu;
-use loglinear_runtime::{exact_levels, Arch, ModelConfig, LAMBDA_LEVELS};
+use loglinear_runtime::{Arch, LAMBDA_LEVELS};
 
 mod blocks;
 use blocks::*;
 
-/// The Gated DeltaNet blocks of a [`GdnTrainModel`]: their parameters, activations, recorded
-/// steps, and the operator's forward scan and backward that all blocks share.
-pub struct GdnBlocks {
-    blocks: Vec<BlockParams>,
-    steps: Vec<BlockSteps>,
-    // Kept alive for the bind groups.
-    acts: Vec<BlockActs>,
-    op: OperatorIo,
+/// The Gated DeltaNet mixers of a [`GdnTrainModel`]: their activations, and the operator's
+/// forward scan and backward that all blocks share (and their scratch, which grows with
+/// T·B·H·dk·dv per level): each block's saved q, k, v, g, β, λ are copied into the
+/// operator's buffers before its scan and its backward, o out after the scan.
+pub struct GdnMixer {
+    acts: Vec<MixerActs>,
+    op: OperatorBuffers,
+    /// The operator's β `[N][H]`, beside its other inputs.
+    beta: wgpu::Buffer,
     scan: ChunkScan,
-    op_bwd: OpBackward,
-    _xs: Vec<wgpu::Buffer>,
+    op_bwd: GdnBackward,
+    // Kept alive for the bind groups.
     _grads: GradScratch,
-    _other: Vec<wgpu::Buffer>,
+}
+
+impl GdnMixer {
+    /// Records copying block `layer`'s saved operator inputs into the operator's.
+    fn load(&self, enc: &mut wgpu::CommandEncoder, layer: usize) {
+        let a = &self.acts[layer];
+        let op = &self.op;
+        for (src, dst) in [
+            (&a.q, &op.q),
+            (&a.k, &op.k),
+            (&a.v, &op.v),
+            (&a.g, &op.g),
+            (&a.beta, &self.beta),
+            (&a.lam, &op.lam),
+        ] {
+            enc.copy_buffer_to_buffer(src, 0, dst, 0, src.size());
+        }
+    }
 }
 
 /// A GDN language model set up for training on B windows of T tokens.
-pub type GdnTrainModel = TrainModel<GdnBlocks>;
+pub type GdnTrainModel = TrainModel<GdnMixer>;
 
-impl GdnTrainModel {
-    /// Allocates parameters (uninitialised: call [`GdnTrainModel::init_params`] or
-    /// [`GdnTrainModel::load_params`]), activations and gradient scratch for `batch` windows of
-    /// `seq_len` tokens, and records every step. GDN architectures only.
-    pub fn new(
-        gpu: &Gpu,
-        config: &ModelConfig,
-        batch: usize,
-        seq_len: usize,
-    ) -> Result<Self, GpuError> {
-        Self::with_options(gpu, config, batch, seq_len, GraphOptions::default())
+impl Mixer for GdnMixer {
+    const INIT_SALT: u64 = 0x6764_6e5f_696e_6974;
+    const KEYS: Keys = Keys {
+        embedding: "model.embeddings.weight",
+        layers: "model.layers",
+        input_norm: "attn_norm.weight",
+        final_norm: "model.norm.weight",
+    };
+    const MODEL: &'static str = "GdnTrainModel";
+    const FAMILY: &'static str = "Gated DeltaNet";
+
+    fn trains(arch: Arch) -> bool {
+        matches!(arch, Arch::LogLinearGatedDeltaNet | Arch::GatedDeltaNet)
     }
 
-    /// [`GdnTrainModel::new`] with training-only choices (a tied LM head, the initialisation).
-    pub fn with_options(
-        gpu: &Gpu,
-        config: &ModelConfig,
-        batch: usize,
-        seq_len: usize,
-        options: GraphOptions,
-    ) -> Result<Self, GpuError> {
-        let c = *config;
-        if !matches!(c.arch, Arch::LogLinearGatedDeltaNet | Arch::GatedDeltaNet) {
-            return Err(GpuError::Invalid(format!(
-                "GdnTrainModel trains Gated DeltaNet models, not {}",
-                c.arch.name()
-            )));
-        }
-        c.validate()
-            .map_err(|e| GpuError::Invalid(format!("model config: {e}")))?;
-        if batch == 0 || seq_len == 0 {
-            return Err(GpuError::Invalid("batch and seq_len must be ≥ 1".into()));
-        }
+    type Params = MixerParams;
+
+    fn add_params(
+        list: &mut ParamList,
+        dims: &Dims,
+        key: &dyn Fn(&str) -> String,
+    ) -> Result<MixerParams, GpuError> {
+        let c = &dims.config;
         let ll = c.arch.is_log_linear();
-        let levels = exact_levels(seq_len as u64);
-        if ll && levels > LAMBDA_LEVELS {
-            return Err(GpuError::Invalid(format!(
-                "seq_len {seq_len} needs {levels} levels, over the model's {LAMBDA_LEVELS}"
-            )));
-        }
-        let lambda_cols = if ll { LAMBDA_LEVELS } else { levels };
+        let (d, h, dv, w) = (c.hidden_size, c.num_heads, c.head_v_dim, c.conv_kernel);
+        let (kd, vd) = (c.key_dim(), c.d_inner());
+        Ok(MixerParams {
+            q_proj: list.add(key("attn.q_proj.weight"), vec![kd, d], true)?,
+            k_proj: list.add(key("attn.k_proj.weight"), vec![kd, d], true)?,
+            v_proj: list.add(key("attn.v_proj.weight"), vec![vd, d], true)?,
+            a_proj: list.add(key("attn.a_proj.weight"), vec![h, d], true)?,
+            b_proj: list.add(key("attn.b_proj.weight"), vec![h, d], true)?,
+            l_proj: list.add_if(
+                ll,
+                key("attn.l_proj.weight"),
+                vec![LAMBDA_LEVELS * h, d],
+                true,
+            )?,
+            g_proj: list.add(key("attn.g_proj.weight"), vec![vd, d], true)?,
+            o_proj: list.add(key("attn.o_proj.weight"), vec![d, vd], true)?,
+            q_conv: list.add(key("attn.q_conv1d.weight"), vec![kd, 1, w], true)?,
+            k_conv: list.add(key("attn.k_conv1d.weight"), vec![kd, 1, w], true)?,
+            v_conv: list.add(key("attn.v_conv1d.weight"), vec![vd, 1, w], true)?,
+            a_log: list.add(key("attn.A_log"), vec![h], false)?,
+            dt_bias: list.add(key("attn.dt_bias"), vec![h], false)?,
+            l_scale: list.add_if(ll, key("attn.L"), vec![h, LAMBDA_LEVELS], false)?,
+            o_norm: list.add(key("attn.o_norm.weight"), vec![dv], false)?,
+        })
+    }
+
+    fn out_proj(params: &MixerParams) -> usize {
+        params.o_proj
+    }
+
+    fn record(
+        b: &Build<'_>,
+        layers: &[(MixerParams, &LayerActs)],
+    ) -> Result<(Self, Vec<MixerSteps>), GpuError> {
+        let (gpu, k, dims) = (b.gpu, b.k, b.dims);
+        let c = &dims.config;
+        let ll = c.arch.is_log_linear();
+        let (n, batch, levels, lambda_cols) =
+            (dims.rows, dims.batch, dims.levels, dims.lambda_cols);
         let (d, h, dk, dv) = (c.hidden_size, c.num_heads, c.head_k_dim, c.head_v_dim);
-        let (kd, vd, ch, im, w) = (
-            c.key_dim(),
-            c.d_inner(),
-            c.conv_channels(),
-            c.intermediate_size,
-            c.conv_kernel,
-        );
-        let vocab = c.vocab_size;
-        let n = batch * seq_len;
-        // Before allocating anything: a bad head capacity fails fast.
-        head_capacity(options.head_rows, n)?;
+        let (kd, vd, ch, w) = (c.key_dim(), c.d_inner(), c.conv_channels(), c.conv_kernel);
         let abl_stride = 2 * h + if ll { LAMBDA_LEVELS * h } else { 0 };
         let pw = 2 * h + LAMBDA_LEVELS * h;
-
-        // Parameters, official keys and shapes.
-        let mut params = Vec::new();
-        let mut add = |name: String, shape: Vec<usize>, decay: bool| -> Result<usize, GpuError> {
-            let len: usize = shape.iter().product();
-            params.push(Param {
-                value: gpu.storage_zeroed(&name, f32_bytes(len))?,
-                grad: gpu.storage_zeroed(&format!("{name}.grad"), f32_bytes(len))?,
-                name,
-                shape,
-                len,
-                decay,
-            });
-            Ok(params.len() - 1)
-        };
-        let embedding = add("model.embeddings.weight".into(), vec![vocab, d], true)?;
-        let mut blocks = Vec::with_capacity(c.num_layers);
-        for l in 0..c.num_layers {
-            let p = |s: &str| format!("model.layers.{l}.{s}");
-            blocks.push(BlockParams {
-                attn_norm: add(p("attn_norm.weight"), vec![d], false)?,
-                q_proj: add(p("attn.q_proj.weight"), vec![kd, d], true)?,
-                k_proj: add(p("attn.k_proj.weight"), vec![kd, d], true)?,
-                v_proj: add(p("attn.v_proj.weight"), vec![vd, d], true)?,
-                a_proj: add(p("attn.a_proj.weight"), vec![h, d], true)?,
-                b_proj: add(p("attn.b_proj.weight"), vec![h, d], true)?,
-                l_proj: if ll {
-                    Some(add(
-                        p("attn.l_proj.weight"),
-                        vec![LAMBDA_LEVELS * h, d],
-                        true,
-                    )?)
-                } else {
-                    None
-                },
-                g_proj: add(p("attn.g_proj.weight"), vec![vd, d], true)?,
-                o_proj: add(p("attn.o_proj.weight"), vec![d, vd], true)?,
-                q_conv: add(p("attn.q_conv1d.weight"), vec![kd, 1, w], true)?,
-                k_conv: add(p("attn.k_conv1d.weight"), vec![kd, 1, w], true)?,
-                v_conv: add(p("attn.v_conv1d.weight"), vec![vd, 1, w], true)?,
-                a_log: add(p("attn.A_log"), vec![h], false)?,
-                dt_bias: add(p("attn.dt_bias"), vec![h], false)?,
-                l_scale: if ll {
-                    Some(add(p("attn.L"), vec![h, LAMBDA_LEVELS], false)?)
-                } else {
-                    None
-                },
-                o_norm: add(p("attn.o_norm.weight"), vec![dv], false)?,
-                mlp_norm: add(p("mlp_norm.weight"), vec![d], false)?,
-                gate: add(p("mlp.gate_proj.weight"), vec![im, d], true)?,
-                up: add(p("mlp.up_proj.weight"), vec![im, d], true)?,
-                down: add(p("mlp.down_proj.weight"), vec![d, im], true)?,
-            });
-        }
-        let final_norm = add("model.norm.weight".into(), vec![d], false)?;
-        // A tied head reads (and adds its gradient into) the embedding.
-        let lm_head = if options.tie_embeddings {
-            embedding
-        } else {
-            add("lm_head.weight".into(), vec![vocab, d], true)?
-        };
-
-        let z = |label: &str, len: usize| gpu.storage_zeroed(label, f32_bytes(len));
-        let windows = WindowBuffers::new(gpu, batch, seq_len)?;
-        let xs: Vec<wgpu::Buffer> = (0..=c.num_layers)
-            .map(|l| z(&format!("x{l}"), n * d))
-            .collect::<Result<_, _>>()?;
-        let mut acts = Vec::with_capacity(c.num_layers);
-        for _ in 0..c.num_layers {
-            acts.push(BlockActs {
-                rstd1: z("rstd1", n)?,
-                h1: z("h1", n * d)?,
-                proj: z("proj", n * ch)?,
-                conv_pre: z("conv_pre", n * ch)?,
-                conv_out: z("conv_out", n * ch)?,
-                q: z("q", n * kd)?,
-                k: z("k", n * kd)?,
-                v: z("v", n * vd)?,
-                beta: z("beta", n * h)?,
-                g: z("g", n * h)?,
-                lam: z("lam", n * h * lambda_cols)?,
-                abl: z("abl", n * abl_stride)?,
-                gp: z("gp", n * vd)?,
-                o: z("o", n * vd)?,
-                rstd_o: z("rstd_o", n * h)?,
-                y: z("y", n * vd)?,
-                yg: z("yg", n * vd)?,
-                x_mid: z("x_mid", n * d)?,
-                rstd2: z("rstd2", n)?,
-                h2: z("h2", n * d)?,
-                mg: z("mg", n * im)?,
-                mu: z("mu", n * im)?,
-                act: z("act", n * im)?,
-            });
-        }
+        let z = |label: &str, len: usize| b.zeros(label, len);
+        let acts = layers
+            .iter()
+            .map(|_| MixerActs::new(b, abl_stride))
+            .collect::<Result<Vec<_>, _>>()?;
         let gs = GradScratch {
-            dx: z("dx", n * d)?,
-            dh: z("dh", n * d)?,
-            dact: z("dact", n * im)?,
-            dmg: z("dmg", n * im)?,
-            dmu: z("dmu", n * im)?,
-            dyg: z("dyg", n * vd)?,
             dy: z("dy", n * vd)?,
             dgp: z("dgp", n * vd)?,
             d_o: z("d_o", n * vd)?,
-            dq: z("dq", n * kd)?,
-            dk: z("dk", n * kd)?,
-            dv: z("dv", n * vd)?,
-            dg: z("dg", n * h)?,
             dbeta: z("dbeta", n * h)?,
-            dlam: z("dlam", n * h * lambda_cols)?,
             dabl: z("dabl", n * abl_stride)?,
             dconv_out: z("dconv_out", n * ch)?,
             dproj: z("dproj", n * ch)?,
-            wrow: z("wrow", n * d.max(vd))?,
             prow: z("prow", n * pw)?,
         };
-        let mix_out = z("mixer out", n * d)?;
-        let mlp_out = z("mlp out", n * d)?;
-        let state = z("scan state", levels * batch * h * dk * dv)?;
-        let unused = z("unused", 1)?;
-
-        let k = TrainKernels::new(gpu)?;
+        let op = OperatorBuffers::new(b)?;
+        let beta = z("op beta", n * h)?;
+        let shape = OperatorBuffers::shape(dims, Form::Gdn);
         let scan_kernels = ScanKernels::new(gpu, Form::Gdn)?;
-        let shape = ScanShape {
-            form: Form::Gdn,
-            t: seq_len,
-            heads: batch * h,
-            qk_heads: batch * h,
-            dk,
-            dv,
+        let scan = ChunkScan::new(gpu, &scan_kernels, shape, op.scan_io(&beta))?;
+        let op_bwd = GdnBackward::new(gpu, shape, op.grad_io(&beta, &gs.dbeta, &gs.d_o))?;
+        let (pv, pg) = (|i| b.value(i), |i| b.grad(i));
+        let s = b.scratch;
+        let conv_shape = |c0: usize, channels: usize| ConvShape {
+            rows: n,
+            batch,
+            stride: ch,
+            c0,
+            channels,
+            width: w,
+        };
+        let gate_shape = GateShape {
+            rows: n,
+            heads: h,
             lambda_cols,
+            abl_stride,
+            log_linear: ll,
+            dk,
             levels,
         };
-        let op = OperatorIo {
-            q: z("op q", n * kd)?,
-            k: z("op k", n * kd)?,
-            v: z("op v", n * vd)?,
-            g: z("op g", n * h)?,
-            beta: z("op beta", n * h)?,
-            lam: z("op lam", n * h * lambda_cols)?,
-            o: z("op o", n * vd)?,
+        let qkv_shape = QkvShape {
+            rows: n,
+            heads: h,
+            dk,
+            dv,
         };
-        let scan = ChunkScan::new(
-            gpu,
-            &scan_kernels,
-            shape,
-            ScanIo {
-                q: &op.q,
-                k: &op.k,
-                v: &op.v,
-                g: &op.g,
-                beta: &op.beta,
-                lam: &op.lam,
-                o: &op.o,
-                state: &state,
-            },
-        )?;
-        let op_bwd = OpBackward::new(
-            gpu,
-            shape,
-            OpGradIo {
-                q: &op.q,
-                k: &op.k,
-                v: &op.v,
-                g: &op.g,
-                beta: &op.beta,
-                lam: &op.lam,
-                d_o: &gs.d_o,
-                dq: &gs.dq,
-                dk: &gs.dk,
-                dv: &gs.dv,
-                dg: &gs.dg,
-                dbeta: &gs.dbeta,
-                dlam: &gs.dlam,
-            },
-        )?;
-        let eps = c.norm_eps;
-        let pv = |i: usize| &params[i].value;
-        let pg = |i: usize| &params[i].grad;
-
-        let embed_shape = EmbedShape {
-            seq_len,
-            batch,
-            d,
-            vocab,
-        };
-        let embed = k.embed(gpu, &windows.tokens, pv(embedding), &xs[0], embed_shape)?;
-        let mut steps = Vec::with_capacity(c.num_layers);
-        for (l, (bp, a)) in blocks.iter().zip(&acts).enumerate() {
-            let (x_in, x_out) = (&xs[l], &xs[l + 1]);
-            let conv_shape = |c0: usize, channels: usize| ConvShape {
-                rows: n,
-                batch,
-                stride: ch,
-                c0,
-                channels,
-                width: w,
-            };
+        let mut steps = Vec::with_capacity(layers.len());
+        for (&(bp, la), a) in layers.iter().zip(&acts) {
             let convs = [
                 (bp.q_conv, 0, kd),
                 (bp.k_conv, kd, kd),
                 (bp.v_conv, 2 * kd, vd),
             ];
-            let gate_shape = GateShape {
-                rows: n,
-                heads: h,
-                lambda_cols,
-                abl_stride,
-                log_linear: ll,
-                dk,
-                levels,
-            };
-            let l_scale = bp.l_scale.map_or(&unused, |i| pv(i));
-            let linear = |in_dim, out_dim| LinearShape {
-                rows: n,
-                in_dim,
-                out_dim,
-            };
-            let qkv_shape = QkvShape {
-                rows: n,
-                heads: h,
-                dk,
-                dv,
-            };
-            let h1 = Rows::new(&a.h1, 0, d);
+            let l_scale = bp.l_scale.map_or(&s.absent, pv);
+            let h1 = Rows::new(&la.h1, 0, d);
             let proj = |off| Rows::new(&a.proj, off, ch);
             let abl = |off| Rows::new(&a.abl, off, abl_stride);
-            let attn_norm = NormIo {
-                x: x_in,
-                w: pv(bp.attn_norm),
-                out: &a.h1,
-                rstd: &a.rstd1,
-            };
-            let o_norm = NormIo {
+            let o_norm = Norm {
                 x: &a.o,
-                w: pv(bp.o_norm),
+                w: bp.o_norm,
                 out: &a.y,
                 rstd: &a.rstd_o,
+                rows: n * h,
+                cols: dv,
             };
-            let mlp_norm = NormIo {
-                x: &a.x_mid,
-                w: pv(bp.mlp_norm),
-                out: &a.h2,
-                rstd: &a.rstd2,
+            let gates = |beta: &wgpu::Buffer, g: &wgpu::Buffer, lam: &wgpu::Buffer, backward| {
+                let io = GateIo {
+                    abl: &a.abl,
+                    dt_bias: pv(bp.dt_bias),
+                    a_log: pv(bp.a_log),
+                    l_scale,
+                    beta,
+                    g,
+                    lam,
+                    dabl: &gs.dabl,
+                    prow: &gs.prow,
+                };
+                k.gates(gpu, io, gate_shape, backward)
             };
-            // Forward, before the operator.
+            // Forward, before the operator: projections, short convs, q/k/v, gates.
             let mut before = vec![
-                k.rmsnorm(gpu, attn_norm, n, d, eps)?,
-                k.linear(gpu, linear(d, kd), h1, pv(bp.q_proj), proj(0))?,
-                k.linear(gpu, linear(d, kd), h1, pv(bp.k_proj), proj(kd))?,
-                k.linear(gpu, linear(d, vd), h1, pv(bp.v_proj), proj(2 * kd))?,
+                b.linear(bp.q_proj, h1, proj(0))?,
+                b.linear(bp.k_proj, h1, proj(kd))?,
+                b.linear(bp.v_proj, h1, proj(2 * kd))?,
             ];
             for &(wi, c0, cn) in &convs {
-                before.push(k.conv(
-                    gpu,
-                    &a.proj,
-                    pv(wi),
-                    &a.conv_pre,
-                    &a.conv_out,
-                    conv_shape(c0, cn),
-                )?);
+                let s = conv_shape(c0, cn);
+                before.push(k.conv(gpu, &a.proj, pv(wi), &a.conv_pre, &a.conv_out, s)?);
             }
             let qkv_io = QkvIo {
                 x: &a.conv_out,
@@ -384,236 +239,113 @@ impl GdnTrainModel {
                 v: &a.v,
             };
             before.push(k.qkv(gpu, qkv_io, qkv_shape, false)?);
-            before.push(k.linear(gpu, linear(d, h), h1, pv(bp.a_proj), abl(0))?);
-            before.push(k.linear(gpu, linear(d, h), h1, pv(bp.b_proj), abl(h))?);
+            before.push(b.linear(bp.a_proj, h1, abl(0))?);
+            before.push(b.linear(bp.b_proj, h1, abl(h))?);
             if let Some(lp) = bp.l_proj {
-                let l_shape = linear(d, LAMBDA_LEVELS * h);
-                before.push(k.linear(gpu, l_shape, h1, pv(lp), abl(2 * h))?);
+                before.push(b.linear(lp, h1, abl(2 * h))?);
             }
-            before.push(k.gates(
-                gpu,
-                GateIo {
-                    abl: &a.abl,
-                    dt_bias: pv(bp.dt_bias),
-                    a_log: pv(bp.a_log),
-                    l_scale,
-                    beta: &a.beta,
-                    g: &a.g,
-                    lam: &a.lam,
-                    dabl: &gs.dabl,
-                    prow: &gs.prow,
-                },
-                gate_shape,
-                false,
-            )?);
-            let gp = Rows::new(&a.gp, 0, vd);
-            before.push(k.linear(gpu, linear(d, vd), h1, pv(bp.g_proj), gp)?);
-            // Forward, after the operator: output norm and gate, o_proj, residual, MLP.
-            let (yg, h2, act) = (
-                Rows::new(&a.yg, 0, vd),
-                Rows::new(&a.h2, 0, d),
-                Rows::new(&a.act, 0, im),
-            );
-            let (mix_rows, mlp_rows) = (Rows::new(&mix_out, 0, d), Rows::new(&mlp_out, 0, d));
+            before.push(gates(&a.beta, &a.g, &a.lam, false)?);
+            before.push(b.linear(bp.g_proj, h1, Rows::new(&a.gp, 0, vd))?);
+            // Forward, after the operator: output norm and gate.
             let after = vec![
-                k.rmsnorm(gpu, o_norm, n * h, dv, eps)?,
-                k.gate_silu(gpu, &a.y, &a.gp, &a.yg, n * vd)?,
-                k.linear(gpu, linear(vd, d), yg, pv(bp.o_proj), mix_rows)?,
-                k.add(gpu, x_in, &mix_out, &a.x_mid, n * d)?,
-                k.rmsnorm(gpu, mlp_norm, n, d, eps)?,
-                k.linear(gpu, linear(d, im), h2, pv(bp.gate), Rows::new(&a.mg, 0, im))?,
-                k.linear(gpu, linear(d, im), h2, pv(bp.up), Rows::new(&a.mu, 0, im))?,
-                k.gate_silu(gpu, &a.mu, &a.mg, &a.act, n * im)?,
-                k.linear(gpu, linear(im, d), act, pv(bp.down), mlp_rows)?,
-                k.add(gpu, &a.x_mid, &mlp_out, x_out, n * d)?,
+                b.rmsnorm(o_norm)?,
+                k.gate_silu(gpu, &a.y, &a.gp, &la.mixed, n * vd)?,
             ];
 
-            // Backward, top down. gs.dx holds dL/d x_out on entry.
-            let mut bwd_after = Vec::new();
-            let (dh, wrow) = (Rows::new(&gs.dh, 0, d), &gs.wrow);
-            bwd_after.extend(k.linear_backward(
-                gpu,
-                linear(im, d),
-                LinearGradIo {
-                    x: act,
-                    w: pv(bp.down),
-                    dw: pg(bp.down),
-                    dy: Rows::new(&gs.dx, 0, d),
-                    dx: Rows::new(&gs.dact, 0, im),
-                    accumulate_dx: false,
-                },
-            )?);
-            let swiglu = GateSiluGradIo {
-                a: &a.mu,
-                b: &a.mg,
-                dout: &gs.dact,
-                da: &gs.dmu,
-                db: &gs.dmg,
-            };
-            bwd_after.push(k.gate_silu_backward(gpu, swiglu, n * im)?);
-            for (wi, dy, accumulate_dx) in [(bp.gate, &gs.dmg, false), (bp.up, &gs.dmu, true)] {
-                bwd_after.extend(k.linear_backward(
-                    gpu,
-                    linear(d, im),
-                    LinearGradIo {
-                        x: h2,
-                        w: pv(wi),
-                        dw: pg(wi),
-                        dy: Rows::new(dy, 0, im),
-                        dx: dh,
-                        accumulate_dx,
-                    },
-                )?);
-            }
-            let into_dx = NormGrads {
-                dy: &gs.dh,
-                dx: &gs.dx,
-                wrow,
-            };
-            bwd_after.push(k.rmsnorm_backward(gpu, mlp_norm, into_dx, n, d, true)?);
-            bwd_after.push(k.colsum(gpu, Rows::new(&gs.wrow, 0, d), n, d, pg(bp.mlp_norm))?);
-            // gs.dx now holds dL/d x_mid.
-            bwd_after.extend(k.linear_backward(
-                gpu,
-                linear(vd, d),
-                LinearGradIo {
-                    x: yg,
-                    w: pv(bp.o_proj),
-                    dw: pg(bp.o_proj),
-                    dy: Rows::new(&gs.dx, 0, d),
-                    dx: Rows::new(&gs.dyg, 0, vd),
-                    accumulate_dx: false,
-                },
-            )?);
+            // Backward, top down from dL/d mixed.
             let output_gate = GateSiluGradIo {
                 a: &a.y,
                 b: &a.gp,
-                dout: &gs.dyg,
+                dout: &s.dmixed,
                 da: &gs.dy,
                 db: &gs.dgp,
             };
-            bwd_after.push(k.gate_silu_backward(gpu, output_gate, n * vd)?);
-            let into_d_o = NormGrads {
-                dy: &gs.dy,
-                dx: &gs.d_o,
-                wrow,
-            };
-            bwd_after.push(k.rmsnorm_backward(gpu, o_norm, into_d_o, n * h, dv, false)?);
-            bwd_after.push(k.colsum(gpu, Rows::new(&gs.wrow, 0, dv), n * h, dv, pg(bp.o_norm))?);
-            let mut bwd_before = vec![k.gates(
-                gpu,
-                GateIo {
-                    abl: &a.abl,
-                    dt_bias: pv(bp.dt_bias),
-                    a_log: pv(bp.a_log),
-                    l_scale,
-                    beta: &gs.dbeta,
-                    g: &gs.dg,
-                    lam: &gs.dlam,
-                    dabl: &gs.dabl,
-                    prow: &gs.prow,
-                },
-                gate_shape,
-                true,
-            )?];
-            bwd_before.push(k.colsum(gpu, Rows::new(&gs.prow, 0, pw), n, h, pg(bp.a_log))?);
-            bwd_before.push(k.colsum(gpu, Rows::new(&gs.prow, h, pw), n, h, pg(bp.dt_bias))?);
+            let mut bwd_after = vec![k.gate_silu_backward(gpu, output_gate, n * vd)?];
+            bwd_after.extend(b.rmsnorm_backward(o_norm, &gs.dy, &gs.d_o, false)?);
+            let mut bwd_before = vec![gates(&gs.dbeta, &op.dg, &op.dlam, true)?];
+            let mut gate_params = vec![(bp.a_log, 0, h), (bp.dt_bias, h, h)];
             if let Some(li) = bp.l_scale {
-                bwd_before.push(k.colsum(
-                    gpu,
-                    Rows::new(&gs.prow, 2 * h, pw),
-                    n,
-                    LAMBDA_LEVELS * h,
-                    pg(li),
-                )?);
+                gate_params.push((li, 2 * h, LAMBDA_LEVELS * h));
+            }
+            for (pi, off, cols) in gate_params {
+                bwd_before.push(k.colsum(gpu, Rows::new(&gs.prow, off, pw), n, cols, pg(pi))?);
             }
             let qkv_grads = QkvIo {
-                q: &gs.dq,
-                k: &gs.dk,
-                v: &gs.dv,
+                q: &op.dq,
+                k: &op.dk,
+                v: &op.dv,
                 ..qkv_io
             };
             bwd_before.push(k.qkv(gpu, qkv_grads, qkv_shape, true)?);
             for &(wi, c0, cn) in &convs {
                 let s = conv_shape(c0, cn);
-                bwd_before.push(k.conv_backward(
-                    gpu,
-                    &a.conv_pre,
-                    &gs.dconv_out,
-                    pv(wi),
-                    &gs.dproj,
-                    s,
-                )?);
-                bwd_before.push(k.conv_backward_w(
-                    gpu,
-                    &a.conv_pre,
-                    &gs.dconv_out,
-                    &a.proj,
-                    pg(wi),
-                    s,
-                )?);
+                let (pre, dout) = (&a.conv_pre, &gs.dconv_out);
+                bwd_before.push(k.conv_backward(gpu, pre, dout, pv(wi), &gs.dproj, s)?);
+                bwd_before.push(k.conv_backward_w(gpu, pre, dout, &a.proj, pg(wi), s)?);
             }
             // The seven projections of h1, their input gradients summed into dh.
             let mut projections = vec![
-                (bp.q_proj, kd, &gs.dproj, 0, ch),
-                (bp.k_proj, kd, &gs.dproj, kd, ch),
-                (bp.v_proj, vd, &gs.dproj, 2 * kd, ch),
-                (bp.a_proj, h, &gs.dabl, 0, abl_stride),
-                (bp.b_proj, h, &gs.dabl, h, abl_stride),
-                (bp.g_proj, vd, &gs.dgp, 0, vd),
+                (bp.q_proj, &gs.dproj, 0, ch),
+                (bp.k_proj, &gs.dproj, kd, ch),
+                (bp.v_proj, &gs.dproj, 2 * kd, ch),
+                (bp.a_proj, &gs.dabl, 0, abl_stride),
+                (bp.b_proj, &gs.dabl, h, abl_stride),
+                (bp.g_proj, &gs.dgp, 0, vd),
             ];
             if let Some(lp) = bp.l_proj {
-                projections.push((lp, LAMBDA_LEVELS * h, &gs.dabl, 2 * h, abl_stride));
+                projections.push((lp, &gs.dabl, 2 * h, abl_stride));
             }
-            for (i, &(wi, out_dim, dy, off, stride)) in projections.iter().enumerate() {
-                bwd_before.extend(k.linear_backward(
-                    gpu,
-                    linear(d, out_dim),
-                    LinearGradIo {
-                        x: h1,
-                        w: pv(wi),
-                        dw: pg(wi),
-                        dy: Rows::new(dy, off, stride),
-                        dx: dh,
-                        accumulate_dx: i > 0,
-                    },
-                )?);
+            let dh = Rows::new(&s.dh, 0, d);
+            for (i, &(wi, dy, off, stride)) in projections.iter().enumerate() {
+                let dy = Rows::new(dy, off, stride);
+                bwd_before.extend(b.linear_backward(wi, h1, dy, dh, i > 0)?);
             }
-            bwd_before.push(k.rmsnorm_backward(gpu, attn_norm, into_dx, n, d, true)?);
-            bwd_before.push(k.colsum(gpu, Rows::new(&gs.wrow, 0, d), n, d, pg(bp.attn_norm))?);
-            steps.push(BlockSteps {
-                before_scan: before,
-                after_scan: after,
+            steps.push(MixerSteps {
+                before,
+                after,
                 bwd_after,
                 bwd_before,
             });
         }
-        let parts = SkeletonParts {
-            config: c,
-            options,
-            batch,
-            seq_len,
-            levels,
-            lambda_cols,
-            params,
-            embedding,
-            final_norm,
-            lm_head,
-            windows,
-            embed,
-        };
-        let skeleton_steps = SkeletonSteps::record(gpu, &k, &parts, &xs[c.num_layers], &gs.dx)?;
-        let mixer = GdnBlocks {
-            blocks,
-            steps,
+        let mixer = GdnMixer {
             acts,
             op,
+            beta,
             scan,
             op_bwd,
-            _xs: xs,
             _grads: gs,
-            _other: vec![mix_out, mlp_out, state, unused],
         };
-        Ok(Self::assemble(gpu, parts, skeleton_steps, mixer))
+        Ok((mixer, steps))
+    }
+
+    fn encode_operator(&self, enc: &mut wgpu::CommandEncoder, layer: usize) {
+        self.load(enc, layer);
+        self.scan.encode(enc);
+        let o = &self.acts[layer].o;
+        enc.copy_buffer_to_buffer(&self.op.o, 0, o, 0, o.size());
+    }
+
+    fn encode_operator_backward(&self, enc: &mut wgpu::CommandEncoder, layer: usize) {
+        self.load(enc, layer);
+        self.op_bwd.encode(enc);
+    }
+
+    /// A_log = log U[0, 16]; dt_bias = softplus⁻¹(dt), dt = exp(U[ln 1e-3, ln 1e-1]) floored
+    /// at 1e-4; L = 1; norms 1 (spec §6.2).
+    fn init_special(p: &Param, rng: &mut InitRng) -> Option<Vec<f32>> {
+        let name = p.name.as_str();
+        if name.ends_with("norm.weight") || name.ends_with(".L") {
+            Some(vec![1.0; p.len])
+        } else if name.ends_with(".A_log") {
+            Some(
+                (0..p.len)
+                    .map(|_| (16.0 * rng.uniform()).max(1e-30).ln() as f32)
+                    .collect(),
+            )
+        } else if name.ends_with(".dt_bias") {
+            Some(rng.dt_bias(p.len))
+        } else {
+            None
+        }
     }
 }

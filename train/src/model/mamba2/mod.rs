@@ -16,44 +16,43 @@
 //! (bitlen(T − 1) + 1) so that its backward is exact; plain models pass λ = 1 in as many
 //! columns. The gated norm's group must be the whole d_inner (official; fla with one group).
 
-use crate::model::shared::f32_bytes;
-use crate::model::skeleton::{SkeletonParts, SkeletonSteps, WindowBuffers};
-use crate::model::{Blocks, Stage, StageMark, TrainModel};
-use crate::model::{GraphOptions, InitRng};
-use loglinear_host_gpu::chunk_scan::{ChunkScan, Form, ScanIo, ScanKernels, ScanShape};
-use loglinear_host_gpu::gpu::{Gpu, GpuError, Rows};
+use crate::model::init::InitRng;
+use crate::model::layer::{Build, Dims, Keys, LayerActs, Mixer, MixerSteps};
+use crate::model::operator::OperatorBuffers;
+use crate::model::shared::ParamList;
+use crate::model::skeleton::TrainModel;
+use loglinear_host_gpu::chunk_scan::{ChunkScan, Form, ScanKernels};
+use loglinear_host_gpu::gpu::{GpuError, Rows};
 use loglinear_host_gpu::grad::op_m2::{M2Backward, M2Kernels};
-use loglinear_host_gpu::grad::OpGradIo;
-use loglinear_host_gpu::train::head::head_capacity;
 use loglinear_host_gpu::train::kernels::{
-    encode_all, ConvShape, EmbedShape, GateSiluGradIo, LinearGradIo, LinearShape, Matmul,
-    NormGrads, NormIo, Operand, Step, TrainKernels,
+    encode_all, ConvShape, GateSiluGradIo, Matmul, NormGrads, NormIo, Operand, Step,
 };
 use loglinear_host_gpu::train::mamba2_kernels::{
     M2ConvIo, M2GateGradIo, M2GateIo, M2QkvIo, M2Shape, M2TrainKernels, M2XGradIo,
 };
 use loglinear_host_gpu::train::Param;
 use loglinear_host_gpu::wgpu;
-use loglinear_runtime::{exact_levels, ModelConfig, LAMBDA_LEVELS};
+use loglinear_runtime::{Arch, LAMBDA_LEVELS};
 
 mod blocks;
 use blocks::*;
 
-/// The Mamba-2 blocks of a [`Mamba2TrainModel`]: their parameters, activations and recorded
-/// steps, each block with its own forward scan and operator backward.
-pub struct Mamba2Blocks {
-    blocks: Vec<BlockParams>,
-    steps: Vec<BlockSteps>,
+/// The Mamba-2 mixers of a [`Mamba2TrainModel`]: each block's operator (its forward scan, the
+/// recomputation of its inputs, its backward), and the buffers their steps use. The
+/// operator's inputs are cheap to recompute from the kept conv output and dt | dl rows, so
+/// the backward recomputes them into the one set of operator buffers instead of every block
+/// keeping its own (q and k are per-head copies of B and C, H times their size).
+pub struct Mamba2Mixer {
+    ops: Vec<BlockOperator>,
     // Kept alive for the bind groups.
-    _acts: Vec<BlockActs>,
-    _xs: Vec<wgpu::Buffer>,
+    _acts: Vec<MixerActs>,
     _grads: GradScratch,
-    _op_inputs: OpInputs,
+    _op: OperatorBuffers,
     _other: Vec<wgpu::Buffer>,
 }
 
 /// A Mamba-2 language model set up for training on B windows of T tokens.
-pub type Mamba2TrainModel = TrainModel<Mamba2Blocks>;
+pub type Mamba2TrainModel = TrainModel<Mamba2Mixer>;
 
 /// A slice of rows of a linear layer's weight: rows `[row0, row0 + out_dim)` of W
 /// `[rows][in_dim]` (in_proj's z, xBC and dt | dl parts).
@@ -66,19 +65,17 @@ struct WeightRows<'a> {
     in_dim: usize,
 }
 
-/// `Y[rows][out_dim] = X·W[row0..]ᵀ` (Y contiguous).
+/// `Y[rows][out_dim] = X·W[row0..]ᵀ` over every row (Y contiguous).
 fn linear_rows(
-    k: &TrainKernels,
-    gpu: &Gpu,
-    rows: usize,
+    b: &Build<'_>,
     x: &wgpu::Buffer,
     w: WeightRows<'_>,
     y: &wgpu::Buffer,
 ) -> Result<Step, GpuError> {
-    k.matmul(
-        gpu,
+    b.k.matmul(
+        b.gpu,
         Matmul {
-            m: rows,
+            m: b.dims.rows,
             n: w.out_dim,
             k: w.in_dim,
             a: Operand::rows(x, 0, w.in_dim),
@@ -99,16 +96,15 @@ struct InputGrad<'a> {
 
 /// Backward of [`linear_rows`]: `dX (+)= dY·W[row0..]` and `dW[row0..] += dYᵀ·X`.
 fn linear_rows_backward(
-    k: &TrainKernels,
-    gpu: &Gpu,
-    rows: usize,
+    b: &Build<'_>,
     x: &wgpu::Buffer,
     w: WeightRows<'_>,
     dy: &wgpu::Buffer,
     dx: InputGrad<'_>,
 ) -> Result<[Step; 2], GpuError> {
-    let dx_step = k.matmul(
-        gpu,
+    let rows = b.dims.rows;
+    let dx_step = b.k.matmul(
+        b.gpu,
         Matmul {
             m: rows,
             n: w.in_dim,
@@ -119,8 +115,8 @@ fn linear_rows_backward(
             accumulate: dx.accumulate,
         },
     )?;
-    let dw_step = k.matmul(
-        gpu,
+    let dw_step = b.k.matmul(
+        b.gpu,
         Matmul {
             m: w.out_dim,
             n: w.in_dim,
@@ -134,227 +130,119 @@ fn linear_rows_backward(
     Ok([dx_step, dw_step])
 }
 
-impl Mamba2TrainModel {
-    /// Allocates parameters (uninitialised: call [`Mamba2TrainModel::init_params`] or
-    /// [`Mamba2TrainModel::load_params`]), activations and gradient scratch for `batch` windows
-    /// of `seq_len` tokens, and records every step. Mamba-2 architectures only.
-    pub fn new(
-        gpu: &Gpu,
-        config: &ModelConfig,
-        batch: usize,
-        seq_len: usize,
-    ) -> Result<Self, GpuError> {
-        Self::with_options(gpu, config, batch, seq_len, GraphOptions::default())
+impl Mixer for Mamba2Mixer {
+    const INIT_SALT: u64 = 0x6d61_6d62_615f_696e;
+    const KEYS: Keys = Keys {
+        embedding: "backbone.embeddings.weight",
+        layers: "backbone.layers",
+        input_norm: "mixer_norm.weight",
+        final_norm: "backbone.norm_f.weight",
+    };
+    const MODEL: &'static str = "Mamba2TrainModel";
+    const FAMILY: &'static str = "Mamba-2";
+
+    fn trains(arch: Arch) -> bool {
+        arch.is_mamba2()
     }
 
-    /// [`Mamba2TrainModel::new`] with training-only choices (a tied LM head, the initialisation).
-    pub fn with_options(
-        gpu: &Gpu,
-        config: &ModelConfig,
-        batch: usize,
-        seq_len: usize,
-        options: GraphOptions,
-    ) -> Result<Self, GpuError> {
-        let c = *config;
-        if !c.arch.is_mamba2() {
-            return Err(GpuError::Invalid(format!(
-                "Mamba2TrainModel trains Mamba-2 models, not {}",
-                c.arch.name()
-            )));
-        }
-        c.validate()
-            .map_err(|e| GpuError::Invalid(format!("model config: {e}")))?;
-        if batch == 0 || seq_len == 0 {
-            return Err(GpuError::Invalid("batch and seq_len must be ≥ 1".into()));
-        }
+    type Params = MixerParams;
+
+    fn add_params(
+        list: &mut ParamList,
+        dims: &Dims,
+        key: &dyn Fn(&str) -> String,
+    ) -> Result<MixerParams, GpuError> {
+        let c = &dims.config;
         let ll = c.arch.is_log_linear();
-        let levels = exact_levels(seq_len as u64);
-        if ll && levels > LAMBDA_LEVELS {
-            return Err(GpuError::Invalid(format!(
-                "seq_len {seq_len} needs {levels} levels, over the model's {LAMBDA_LEVELS}"
-            )));
-        }
-        let lambda_cols = if ll { LAMBDA_LEVELS } else { levels };
-        let (d, h, ns, hp, groups) = (
+        let (d, h, di, ch, w) = (
             c.hidden_size,
             c.num_heads,
-            c.head_k_dim,
-            c.head_v_dim,
-            c.num_groups,
-        );
-        let (di, ch, im, w) = (
             c.d_inner(),
             c.conv_channels(),
-            c.intermediate_size,
             c.conv_kernel,
         );
+        Ok(MixerParams {
+            in_proj: list.add(key("mixer.in_proj.weight"), vec![c.in_proj_rows(), d], true)?,
+            conv: list.add(key("mixer.conv1d.weight"), vec![ch, 1, w], true)?,
+            conv_bias: list.add_if(c.conv_bias, key("mixer.conv1d.bias"), vec![ch], false)?,
+            a_log: list.add(key("mixer.A_log"), vec![h], false)?,
+            dt_bias: list.add(key("mixer.dt_bias"), vec![h], false)?,
+            d_skip: list.add(key("mixer.D"), vec![h], false)?,
+            l_scale: list.add_if(ll, key("mixer.L"), vec![h, LAMBDA_LEVELS], false)?,
+            norm: list.add(key("mixer.norm.weight"), vec![di], false)?,
+            out_proj: list.add(key("mixer.out_proj.weight"), vec![d, di], true)?,
+        })
+    }
+
+    fn out_proj(params: &MixerParams) -> usize {
+        params.out_proj
+    }
+
+    fn record(
+        b: &Build<'_>,
+        layers: &[(MixerParams, &LayerActs)],
+    ) -> Result<(Self, Vec<MixerSteps>), GpuError> {
+        let (gpu, k, dims) = (b.gpu, b.k, b.dims);
+        let c = &dims.config;
+        let (n, batch, levels, lambda_cols) =
+            (dims.rows, dims.batch, dims.levels, dims.lambda_cols);
+        let (d, h, ns, hp) = (c.hidden_size, c.num_heads, c.head_k_dim, c.head_v_dim);
+        let (di, ch) = (c.d_inner(), c.conv_channels());
         // Gated-norm groups per token and their size.
         let (ngroups, gsize) = (di / c.norm_group_size, c.norm_group_size);
-        let vocab = c.vocab_size;
-        let n = batch * seq_len;
-        // Before allocating anything: a bad head capacity fails fast.
-        head_capacity(options.head_rows, n)?;
-        let rows_in = c.in_proj_rows();
         let ms = M2Shape {
             rows: n,
             batch,
             heads: h,
             head_dim: hp,
-            groups,
+            groups: c.num_groups,
             state: ns,
             lambda_cols,
             levels,
-            log_linear: ll,
-            conv_width: w,
+            log_linear: c.arch.is_log_linear(),
+            conv_width: c.conv_kernel,
         };
         let dtl_stride = ms.dtl_stride();
         let pw = ms.prow_stride();
-
-        // Parameters, official keys and shapes.
-        let mut params = Vec::new();
-        let mut add = |name: String, shape: Vec<usize>, decay: bool| -> Result<usize, GpuError> {
-            let len: usize = shape.iter().product();
-            params.push(Param {
-                value: gpu.storage_zeroed(&name, f32_bytes(len))?,
-                grad: gpu.storage_zeroed(&format!("{name}.grad"), f32_bytes(len))?,
-                name,
-                shape,
-                len,
-                decay,
-            });
-            Ok(params.len() - 1)
-        };
-        let embedding = add("backbone.embeddings.weight".into(), vec![vocab, d], true)?;
-        let mut blocks = Vec::with_capacity(c.num_layers);
-        for l in 0..c.num_layers {
-            let p = |s: &str| format!("backbone.layers.{l}.{s}");
-            blocks.push(BlockParams {
-                mixer_norm: add(p("mixer_norm.weight"), vec![d], false)?,
-                in_proj: add(p("mixer.in_proj.weight"), vec![rows_in, d], true)?,
-                conv: add(p("mixer.conv1d.weight"), vec![ch, 1, w], true)?,
-                conv_bias: if c.conv_bias {
-                    Some(add(p("mixer.conv1d.bias"), vec![ch], false)?)
-                } else {
-                    None
-                },
-                a_log: add(p("mixer.A_log"), vec![h], false)?,
-                dt_bias: add(p("mixer.dt_bias"), vec![h], false)?,
-                d_skip: add(p("mixer.D"), vec![h], false)?,
-                l_scale: if ll {
-                    Some(add(p("mixer.L"), vec![h, LAMBDA_LEVELS], false)?)
-                } else {
-                    None
-                },
-                norm: add(p("mixer.norm.weight"), vec![di], false)?,
-                out_proj: add(p("mixer.out_proj.weight"), vec![d, di], true)?,
-                mlp_norm: add(p("mlp_norm.weight"), vec![d], false)?,
-                gate: add(p("mlp.gate_proj.weight"), vec![im, d], true)?,
-                up: add(p("mlp.up_proj.weight"), vec![im, d], true)?,
-                down: add(p("mlp.down_proj.weight"), vec![d, im], true)?,
-            });
-        }
-        let final_norm = add("backbone.norm_f.weight".into(), vec![d], false)?;
-        // A tied head reads (and adds its gradient into) the embedding.
-        let lm_head = if options.tie_embeddings {
-            embedding
-        } else {
-            add("lm_head.weight".into(), vec![vocab, d], true)?
-        };
-
-        let z = |label: &str, len: usize| gpu.storage_zeroed(label, f32_bytes(len));
-        let windows = WindowBuffers::new(gpu, batch, seq_len)?;
-        let xs: Vec<wgpu::Buffer> = (0..=c.num_layers)
-            .map(|l| z(&format!("x{l}"), n * d))
-            .collect::<Result<_, _>>()?;
-        let mut acts = Vec::with_capacity(c.num_layers);
-        for _ in 0..c.num_layers {
-            acts.push(BlockActs {
-                rstd1: z("rstd1", n)?,
-                h1: z("h1", n * d)?,
-                z: z("z", n * di)?,
-                proj: z("proj", n * ch)?,
-                dtl: z("dtl", n * dtl_stride)?,
-                conv_pre: z("conv_pre", n * ch)?,
-                xbc: z("xbc", n * ch)?,
-                y: z("y", n * di)?,
-                yg: z("yg", n * di)?,
-                rstd_n: z("rstd_n", n * ngroups)?,
-                yn: z("yn", n * di)?,
-                x_mid: z("x_mid", n * d)?,
-                rstd2: z("rstd2", n)?,
-                h2: z("h2", n * d)?,
-                mg: z("mg", n * im)?,
-                mu: z("mu", n * im)?,
-                act: z("act", n * im)?,
-            });
-        }
-        let oi = OpInputs {
-            q: z("q", n * h * ns)?,
-            k: z("k", n * h * ns)?,
-            v: z("v", n * di)?,
-            g: z("g", n * h)?,
-            dt: z("dt", n * h)?,
-            lam: z("lam", n * h * lambda_cols)?,
-            o: z("o", n * di)?,
-        };
+        let z = |label: &str, len: usize| b.zeros(label, len);
+        let acts = layers
+            .iter()
+            .map(|_| MixerActs::new(b, ngroups, dtl_stride))
+            .collect::<Result<Vec<_>, _>>()?;
+        let op = OperatorBuffers::new(b)?;
+        // dt `[N][H]`, beside the operator's inputs.
+        let dt = z("dt", n * h)?;
         let gs = GradScratch {
-            dx: z("dx", n * d)?,
-            dh: z("dh", n * d)?,
-            dact: z("dact", n * im)?,
-            dmg: z("dmg", n * im)?,
-            dmu: z("dmu", n * im)?,
-            dyn_: z("dyn", n * di)?,
             dyg: z("dyg", n * di)?,
             dy: z("dy", n * di)?,
             dz: z("dz", n * di)?,
-            dq: z("dq", n * h * ns)?,
-            dk: z("dk", n * h * ns)?,
-            dv: z("dv", n * di)?,
-            dg: z("dg", n * h)?,
-            dlam: z("dlam", n * h * lambda_cols)?,
             sdt: z("sdt", n * h)?,
             ddtl: z("ddtl", n * dtl_stride)?,
             dxbc: z("dxbc", n * ch)?,
             dproj: z("dproj", n * ch)?,
-            wrow: z("wrow", n * d.max(di))?,
             prow: z("prow", n * pw)?,
         };
-        let mix_out = z("mixer out", n * d)?;
-        let mlp_out = z("mlp out", n * d)?;
-        let state = z("scan state", levels * batch * h * ns * hp)?;
-        let unused = z("unused", 1)?;
         // The operator's β (Mamba-2 ignores it) and the conv bias of models without one.
         let no_beta = z("no beta", 1)?;
         let no_bias = z("no conv bias", ch)?;
 
-        let k = TrainKernels::new(gpu)?;
         let mk = M2TrainKernels::new(gpu)?;
         let scan_kernels = ScanKernels::new(gpu, Form::Mamba2)?;
         let bwd_kernels = M2Kernels::new(gpu)?;
-        let shape = ScanShape {
-            form: Form::Mamba2,
-            t: seq_len,
-            heads: batch * h,
-            qk_heads: batch * h,
-            dk: ns,
-            dv: hp,
-            lambda_cols,
-            levels,
-        };
-        let eps = c.norm_eps;
-        let pv = |i: usize| &params[i].value;
-        let pg = |i: usize| &params[i].grad;
-
-        let embed_shape = EmbedShape {
-            seq_len,
+        let shape = OperatorBuffers::shape(dims, Form::Mamba2);
+        let (pv, pg) = (|i| b.value(i), |i| b.grad(i));
+        let s = b.scratch;
+        let conv_shape = ConvShape {
+            rows: n,
             batch,
-            d,
-            vocab,
+            stride: ch,
+            c0: 0,
+            channels: ch,
+            width: c.conv_kernel,
         };
-        let embed = k.embed(gpu, &windows.tokens, pv(embedding), &xs[0], embed_shape)?;
-        let mut steps = Vec::with_capacity(c.num_layers);
-        for (l, (bp, a)) in blocks.iter().zip(&acts).enumerate() {
-            let (x_in, x_out) = (&xs[l], &xs[l + 1]);
+        let mut ops = Vec::with_capacity(layers.len());
+        let mut steps = Vec::with_capacity(layers.len());
+        for (&(bp, la), a) in layers.iter().zip(&acts) {
             let in_rows = |row0: usize, out_dim: usize| WeightRows {
                 w: pv(bp.in_proj),
                 dw: pg(bp.in_proj),
@@ -371,184 +259,57 @@ impl Mamba2TrainModel {
                 dtl: &a.dtl,
                 dt_bias: pv(bp.dt_bias),
                 a_log: pv(bp.a_log),
-                l_scale: bp.l_scale.map_or(&unused, |i| pv(i)),
-            };
-            let conv_bias = bp.conv_bias.map_or(&no_bias, |i| pv(i));
-            let conv_shape = ConvShape {
-                rows: n,
-                batch,
-                stride: ch,
-                c0: 0,
-                channels: ch,
-                width: w,
-            };
-            let linear = |in_dim, out_dim| LinearShape {
-                rows: n,
-                in_dim,
-                out_dim,
-            };
-            let mixer_norm = NormIo {
-                x: x_in,
-                w: pv(bp.mixer_norm),
-                out: &a.h1,
-                rstd: &a.rstd1,
+                l_scale: bp.l_scale.map_or(&s.absent, pv),
             };
             let gated_norm = NormIo {
                 x: &a.yg,
                 w: pv(bp.norm),
-                out: &a.yn,
+                out: &la.mixed,
                 rstd: &a.rstd_n,
-            };
-            let mlp_norm = NormIo {
-                x: &a.x_mid,
-                w: pv(bp.mlp_norm),
-                out: &a.h2,
-                rstd: &a.rstd2,
             };
             let conv_io = M2ConvIo {
                 inp: &a.proj,
                 w: pv(bp.conv),
-                bias: conv_bias,
+                bias: bp.conv_bias.map_or(&no_bias, pv),
                 pre: &a.conv_pre,
                 out: &a.xbc,
             };
             let qkv_io = M2QkvIo {
                 xbc: &a.xbc,
-                dt: &oi.dt,
-                q: &oi.q,
-                k: &oi.k,
-                v: &oi.v,
+                dt: &dt,
+                q: &op.q,
+                k: &op.k,
+                v: &op.v,
             };
-            // Forward, before the operator.
-            let before = vec![
-                k.rmsnorm(gpu, mixer_norm, n, d, eps)?,
-                linear_rows(&k, gpu, n, &a.h1, w_z, &a.z)?,
-                linear_rows(&k, gpu, n, &a.h1, w_xbc, &a.proj)?,
-                linear_rows(&k, gpu, n, &a.h1, w_dtl, &a.dtl)?,
+            let recompute = || -> Result<[Step; 2], GpuError> {
+                Ok([
+                    mk.gates(gpu, ms, &gate_io, &op.g, &op.lam, &dt)?,
+                    mk.qkv(gpu, ms, qkv_io)?,
+                ])
+            };
+            // Forward, before the operator: in_proj's parts, the conv, the operator's inputs.
+            let mut before = vec![
+                linear_rows(b, &la.h1, w_z, &a.z)?,
+                linear_rows(b, &la.h1, w_xbc, &a.proj)?,
+                linear_rows(b, &la.h1, w_dtl, &a.dtl)?,
                 mk.conv(gpu, ms, conv_io)?,
-                mk.gates(gpu, ms, &gate_io, &oi.g, &oi.lam, &oi.dt)?,
-                mk.qkv(gpu, ms, qkv_io)?,
             ];
-            let recompute = vec![
-                mk.gates(gpu, ms, &gate_io, &oi.g, &oi.lam, &oi.dt)?,
-                mk.qkv(gpu, ms, qkv_io)?,
-            ];
-            let scan = ChunkScan::new(
-                gpu,
-                &scan_kernels,
-                shape,
-                ScanIo {
-                    q: &oi.q,
-                    k: &oi.k,
-                    v: &oi.v,
-                    g: &oi.g,
-                    beta: &no_beta,
-                    lam: &oi.lam,
-                    o: &oi.o,
-                    state: &state,
-                },
-            )?;
-            // Forward, after the operator: skip, gated norm, out_proj, residual, MLP.
-            let (yn, h2, act) = (
-                Rows::new(&a.yn, 0, di),
-                Rows::new(&a.h2, 0, d),
-                Rows::new(&a.act, 0, im),
-            );
-            let (mix_rows, mlp_rows) = (Rows::new(&mix_out, 0, d), Rows::new(&mlp_out, 0, d));
+            before.extend(recompute()?);
+            let scan = ChunkScan::new(gpu, &scan_kernels, shape, op.scan_io(&no_beta))?;
+            // Forward, after the operator: skip, gated norm.
+            let eps = c.norm_eps;
             let after = vec![
-                mk.skip(gpu, ms, &oi.o, &a.xbc, pv(bp.d_skip), &a.y)?,
+                mk.skip(gpu, ms, &op.o, &a.xbc, pv(bp.d_skip), &a.y)?,
                 k.gate_silu(gpu, &a.y, &a.z, &a.yg, n * di)?,
                 mk.group_norm(gpu, gated_norm, n * ngroups, gsize, ngroups, eps)?,
-                k.linear(gpu, linear(di, d), yn, pv(bp.out_proj), mix_rows)?,
-                k.add(gpu, x_in, &mix_out, &a.x_mid, n * d)?,
-                k.rmsnorm(gpu, mlp_norm, n, d, eps)?,
-                k.linear(gpu, linear(d, im), h2, pv(bp.gate), Rows::new(&a.mg, 0, im))?,
-                k.linear(gpu, linear(d, im), h2, pv(bp.up), Rows::new(&a.mu, 0, im))?,
-                k.gate_silu(gpu, &a.mu, &a.mg, &a.act, n * im)?,
-                k.linear(gpu, linear(im, d), act, pv(bp.down), mlp_rows)?,
-                k.add(gpu, &a.x_mid, &mlp_out, x_out, n * d)?,
             ];
 
-            // Backward, top down. gs.dx holds dL/d x_out on entry.
-            let mut bwd_after: Vec<Step> = Vec::new();
-            let shared = |v: &mut Vec<Step>, s: [Step; 2]| v.extend(s);
-            shared(
-                &mut bwd_after,
-                k.linear_backward(
-                    gpu,
-                    linear(im, d),
-                    LinearGradIo {
-                        x: act,
-                        w: pv(bp.down),
-                        dw: pg(bp.down),
-                        dy: Rows::new(&gs.dx, 0, d),
-                        dx: Rows::new(&gs.dact, 0, im),
-                        accumulate_dx: false,
-                    },
-                )?,
-            );
-            let swiglu = GateSiluGradIo {
-                a: &a.mu,
-                b: &a.mg,
-                dout: &gs.dact,
-                da: &gs.dmu,
-                db: &gs.dmg,
-            };
-            bwd_after.push(k.gate_silu_backward(gpu, swiglu, n * im)?);
-            for (wi, dy, acc) in [(bp.gate, &gs.dmg, false), (bp.up, &gs.dmu, true)] {
-                shared(
-                    &mut bwd_after,
-                    k.linear_backward(
-                        gpu,
-                        linear(d, im),
-                        LinearGradIo {
-                            x: h2,
-                            w: pv(wi),
-                            dw: pg(wi),
-                            dy: Rows::new(dy, 0, im),
-                            dx: Rows::new(&gs.dh, 0, d),
-                            accumulate_dx: acc,
-                        },
-                    )?,
-                );
-            }
-            let into_dx = NormGrads {
-                dy: &gs.dh,
-                dx: &gs.dx,
-                wrow: &gs.wrow,
-            };
-            bwd_after.push(k.rmsnorm_backward(gpu, mlp_norm, into_dx, n, d, true)?);
-            bwd_after.push(k.colsum(gpu, Rows::new(&gs.wrow, 0, d), n, d, pg(bp.mlp_norm))?);
-            // gs.dx now holds dL/d x_mid.
-            shared(
-                &mut bwd_after,
-                k.linear_backward(
-                    gpu,
-                    linear(di, d),
-                    LinearGradIo {
-                        x: yn,
-                        w: pv(bp.out_proj),
-                        dw: pg(bp.out_proj),
-                        dy: Rows::new(&gs.dx, 0, d),
-                        dx: Rows::new(&gs.dyn_, 0, di),
-                        accumulate_dx: false,
-                    },
-                )?,
-            );
+            // Backward, top down from dL/d mixed.
             let into_dyg = NormGrads {
-                dy: &gs.dyn_,
+                dy: &s.dmixed,
                 dx: &gs.dyg,
-                wrow: &gs.wrow,
+                wrow: &s.wrow,
             };
-            bwd_after.push(mk.group_norm_backward(
-                gpu,
-                gated_norm,
-                into_dyg,
-                n * ngroups,
-                gsize,
-                ngroups,
-            )?);
-            bwd_after.push(k.colsum(gpu, Rows::new(&gs.wrow, 0, di), n, di, pg(bp.norm))?);
             let output_gate = GateSiluGradIo {
                 a: &a.y,
                 b: &a.z,
@@ -556,41 +317,27 @@ impl Mamba2TrainModel {
                 da: &gs.dy,
                 db: &gs.dz,
             };
-            bwd_after.push(k.gate_silu_backward(gpu, output_gate, n * di)?);
+            let bwd_after = vec![
+                mk.group_norm_backward(gpu, gated_norm, into_dyg, n * ngroups, gsize, ngroups)?,
+                b.weight_grad(n, di, bp.norm)?,
+                k.gate_silu_backward(gpu, output_gate, n * di)?,
+            ];
             // d_o = dy (y = o + D·x).
-            let op_bwd = M2Backward::with_kernels(
-                gpu,
-                &bwd_kernels,
-                shape,
-                OpGradIo {
-                    q: &oi.q,
-                    k: &oi.k,
-                    v: &oi.v,
-                    g: &oi.g,
-                    beta: &no_beta,
-                    lam: &oi.lam,
-                    d_o: &gs.dy,
-                    dq: &gs.dq,
-                    dk: &gs.dk,
-                    dv: &gs.dv,
-                    dg: &gs.dg,
-                    dbeta: &no_beta,
-                    dlam: &gs.dlam,
-                },
-            )?;
+            let grad_io = op.grad_io(&no_beta, &no_beta, &gs.dy);
+            let op_bwd = M2Backward::with_kernels(gpu, &bwd_kernels, shape, grad_io)?;
             let x_grads = M2XGradIo {
                 xbc: &a.xbc,
-                dt: &oi.dt,
+                dt: &dt,
                 d_skip: pv(bp.d_skip),
                 dy: &gs.dy,
-                dv: &gs.dv,
+                dv: &op.dv,
                 dxbc: &gs.dxbc,
                 sdt: &gs.sdt,
                 prow: &gs.prow,
             };
             let gate_grads = M2GateGradIo {
-                dg: &gs.dg,
-                dlam: &gs.dlam,
+                dg: &op.dg,
+                dlam: &op.dlam,
                 sdt: &gs.sdt,
                 ddtl: &gs.ddtl,
                 prow: &gs.prow,
@@ -598,38 +345,20 @@ impl Mamba2TrainModel {
             let mut bwd_before = vec![
                 mk.x_backward(gpu, ms, x_grads)?,
                 mk.gates_backward(gpu, ms, &gate_io, gate_grads)?,
-                mk.bc_backward(gpu, ms, &gs.dq, &gs.dk, &gs.dxbc)?,
-                k.colsum(gpu, Rows::new(&gs.prow, 0, pw), n, h, pg(bp.a_log))?,
-                k.colsum(gpu, Rows::new(&gs.prow, h, pw), n, h, pg(bp.dt_bias))?,
-                k.colsum(gpu, Rows::new(&gs.prow, 2 * h, pw), n, h, pg(bp.d_skip))?,
+                mk.bc_backward(gpu, ms, &op.dq, &op.dk, &gs.dxbc)?,
             ];
+            let mut gate_params = vec![(bp.a_log, 0, h), (bp.dt_bias, h, h), (bp.d_skip, 2 * h, h)];
             if let Some(li) = bp.l_scale {
-                bwd_before.push(k.colsum(
-                    gpu,
-                    Rows::new(&gs.prow, 3 * h, pw),
-                    n,
-                    LAMBDA_LEVELS * h,
-                    pg(li),
-                )?);
+                gate_params.push((li, 3 * h, LAMBDA_LEVELS * h));
             }
-            bwd_before.push(k.conv_backward(
-                gpu,
-                &a.conv_pre,
-                &gs.dxbc,
-                pv(bp.conv),
-                &gs.dproj,
-                conv_shape,
-            )?);
-            bwd_before.push(k.conv_backward_w(
-                gpu,
-                &a.conv_pre,
-                &gs.dxbc,
-                &a.proj,
-                pg(bp.conv),
-                conv_shape,
-            )?);
+            for (pi, off, cols) in gate_params {
+                bwd_before.push(k.colsum(gpu, Rows::new(&gs.prow, off, pw), n, cols, pg(pi))?);
+            }
+            let (pre, dout) = (&a.conv_pre, &gs.dxbc);
+            bwd_before.push(k.conv_backward(gpu, pre, dout, pv(bp.conv), &gs.dproj, conv_shape)?);
+            bwd_before.push(k.conv_backward_w(gpu, pre, dout, &a.proj, pg(bp.conv), conv_shape)?);
             if let Some(bi) = bp.conv_bias {
-                bwd_before.push(mk.conv_bias_backward(gpu, ms, &a.conv_pre, &gs.dxbc, pg(bi))?);
+                bwd_before.push(mk.conv_bias_backward(gpu, ms, pre, dout, pg(bi))?);
             }
             // in_proj's three row blocks, their input gradients summed into dh.
             for (i, (wr, dy)) in [(w_z, &gs.dz), (w_xbc, &gs.dproj), (w_dtl, &gs.ddtl)]
@@ -637,50 +366,60 @@ impl Mamba2TrainModel {
                 .enumerate()
             {
                 let dh = InputGrad {
-                    dx: &gs.dh,
+                    dx: &s.dh,
                     accumulate: i > 0,
                 };
-                shared(
-                    &mut bwd_before,
-                    linear_rows_backward(&k, gpu, n, &a.h1, wr, dy, dh)?,
-                );
+                bwd_before.extend(linear_rows_backward(b, &la.h1, wr, dy, dh)?);
             }
-            bwd_before.push(k.rmsnorm_backward(gpu, mixer_norm, into_dx, n, d, true)?);
-            bwd_before.push(k.colsum(gpu, Rows::new(&gs.wrow, 0, d), n, d, pg(bp.mixer_norm))?);
-            steps.push(BlockSteps {
-                before_scan: before,
+            ops.push(BlockOperator {
                 scan,
-                after_scan: after,
-                bwd_after,
-                recompute,
+                recompute: recompute()?.into(),
                 op_bwd,
+            });
+            steps.push(MixerSteps {
+                before,
+                after,
+                bwd_after,
                 bwd_before,
             });
         }
-        let parts = SkeletonParts {
-            config: c,
-            options,
-            batch,
-            seq_len,
-            levels,
-            lambda_cols,
-            params,
-            embedding,
-            final_norm,
-            lm_head,
-            windows,
-            embed,
-        };
-        let skeleton_steps = SkeletonSteps::record(gpu, &k, &parts, &xs[c.num_layers], &gs.dx)?;
-        let mixer = Mamba2Blocks {
-            blocks,
-            steps,
+        let mixer = Mamba2Mixer {
+            ops,
             _acts: acts,
-            _xs: xs,
             _grads: gs,
-            _op_inputs: oi,
-            _other: vec![mix_out, mlp_out, state, unused, no_beta, no_bias],
+            _op: op,
+            _other: vec![dt, no_beta, no_bias],
         };
-        Ok(Self::assemble(gpu, parts, skeleton_steps, mixer))
+        Ok((mixer, steps))
+    }
+
+    fn encode_operator(&self, enc: &mut wgpu::CommandEncoder, layer: usize) {
+        self.ops[layer].scan.encode(enc);
+    }
+
+    fn encode_operator_backward(&self, enc: &mut wgpu::CommandEncoder, layer: usize) {
+        let op = &self.ops[layer];
+        encode_all(enc, &op.recompute);
+        op.op_bwd.encode(enc);
+    }
+
+    /// A_log = log(1, 2, …, H) (fla `Mamba2PreTrainedModel`, which `hattention` and
+    /// `mamba2mlp` inherit); dt_bias = softplus⁻¹(dt), dt = exp(U[ln 1e-3, ln 1e-1]) floored at
+    /// 1e-4; D = 1; L = 1; norms 1 (spec §6.1).
+    fn init_special(p: &Param, rng: &mut InitRng) -> Option<Vec<f32>> {
+        let name = p.name.as_str();
+        if name.ends_with("norm.weight")
+            || name.ends_with("norm_f.weight")
+            || name.ends_with(".L")
+            || name.ends_with(".D")
+        {
+            Some(vec![1.0; p.len])
+        } else if name.ends_with(".A_log") {
+            Some((1..=p.len).map(|a| (a as f64).ln() as f32).collect())
+        } else if name.ends_with(".dt_bias") {
+            Some(rng.dt_bias(p.len))
+        } else {
+            None
+        }
     }
 }
