@@ -7,6 +7,8 @@ use loglinear_host_gpu::Gpu;
 use loglinear_runtime::{Arch, ModelConfig};
 use loglinear_train::model::TrainGraph;
 
+pub mod model;
+
 /// The f32 adapter the tests run on (lavapipe in CI).
 pub fn gpu() -> Gpu {
     Gpu::new_fp32().expect("GPU adapter (lavapipe)")
@@ -32,14 +34,14 @@ pub fn read(gpu: &Gpu, b: &wgpu::Buffer, n: usize) -> Vec<f32> {
     v
 }
 
-/// ‖a − b‖ / ‖b‖ in f64.
-pub fn rel_l2(a: &[f32], b: &[f32]) -> f64 {
+/// ‖a − b‖ / ‖b‖ in f64 (`b` f32 or f64).
+pub fn rel_l2<T: Copy + Into<f64>>(a: &[f32], b: &[T]) -> f64 {
     let num: f64 = a
         .iter()
         .zip(b)
-        .map(|(x, y)| (*x as f64 - *y as f64).powi(2))
+        .map(|(x, y)| (*x as f64 - (*y).into()).powi(2))
         .sum();
-    let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
+    let den: f64 = b.iter().map(|y| (*y).into().powi(2)).sum();
     (num / den.max(1e-300)).sqrt()
 }
 
