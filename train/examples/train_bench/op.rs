@@ -30,6 +30,47 @@ struct OpBuffers {
     dlam: wgpu::Buffer,
 }
 
+/// The inputs of [`OpBuffers`].
+struct OpInputs {
+    q: wgpu::Buffer,
+    k: wgpu::Buffer,
+    v: wgpu::Buffer,
+    g: wgpu::Buffer,
+    beta: wgpu::Buffer,
+    lam: wgpu::Buffer,
+    d_o: wgpu::Buffer,
+}
+
+impl OpInputs {
+    /// With zeroed outputs and gradients for `rows` rows and a state of `heads` operator heads.
+    fn with_outputs(
+        self,
+        gpu: &Gpu,
+        a: &Args,
+        rows: usize,
+        heads: usize,
+    ) -> Result<OpBuffers, GpuError> {
+        let zeros = |label: &str, floats: usize| gpu.storage_zeroed(label, 4 * floats as u64);
+        Ok(OpBuffers {
+            o: zeros("o", rows * a.dv)?,
+            state: zeros("state", a.levels * heads * a.dk * a.dv)?,
+            dq: zeros("dq", rows * a.dk)?,
+            dk: zeros("dk", rows * a.dk)?,
+            dv: zeros("dv", rows * a.dv)?,
+            dg: zeros("dg", rows)?,
+            dbeta: zeros("dbeta", rows)?,
+            dlam: zeros("dlam", rows * a.levels)?,
+            q: self.q,
+            k: self.k,
+            v: self.v,
+            g: self.g,
+            beta: self.beta,
+            lam: self.lam,
+            d_o: self.d_o,
+        })
+    }
+}
+
 /// Random inputs shaped like the layers' (q·dk^-½; k l2-normalised (GDN needs it, Mamba-2
 /// does not mind); β in (0, 1); g small negative; λ = softplus of a normal-ish value), uploaded
 /// one array at a time to keep host memory low. `max_heads`: the most operator heads of any T
@@ -60,8 +101,7 @@ fn op_buffers(gpu: &Gpu, a: &Args, max_heads: usize) -> Result<OpBuffers, GpuErr
         .map(|_| (1.0 + (4.0 * rng.uni() - 2.0).exp()).ln())
         .collect();
     let lam = gpu.storage_from("lam", &lam)?;
-    let zeros = |label: &str, floats: usize| gpu.storage_zeroed(label, 4 * floats as u64);
-    Ok(OpBuffers {
+    let inputs = OpInputs {
         q,
         k,
         v,
@@ -69,15 +109,8 @@ fn op_buffers(gpu: &Gpu, a: &Args, max_heads: usize) -> Result<OpBuffers, GpuErr
         beta,
         lam,
         d_o,
-        o: zeros("o", rows * a.dv)?,
-        state: zeros("state", a.levels * max_heads * a.dk * a.dv)?,
-        dq: zeros("dq", rows * a.dk)?,
-        dk: zeros("dk", rows * a.dk)?,
-        dv: zeros("dv", rows * a.dv)?,
-        dg: zeros("dg", rows)?,
-        dbeta: zeros("dbeta", rows)?,
-        dlam: zeros("dlam", rows * a.levels)?,
-    })
+    };
+    inputs.with_outputs(gpu, a, rows, max_heads)
 }
 
 /// The backward of either form.
@@ -224,8 +257,7 @@ fn sub_buffers(
     let lam = copy("lam", &b.lam, a.levels)?;
     let d_o = copy("d_o", &b.d_o, a.dv)?;
     gpu.submit_and_wait(enc)?;
-    let zeros = |label: &str, floats: usize| gpu.storage_zeroed(label, 4 * floats as u64);
-    Ok(OpBuffers {
+    let inputs = OpInputs {
         q,
         k,
         v,
@@ -233,15 +265,8 @@ fn sub_buffers(
         beta,
         lam,
         d_o,
-        o: zeros("o", rows * a.dv)?,
-        state: zeros("state", a.levels * sub.heads * a.dk * a.dv)?,
-        dq: zeros("dq", rows * a.dk)?,
-        dk: zeros("dk", rows * a.dk)?,
-        dv: zeros("dv", rows * a.dv)?,
-        dg: zeros("dg", rows)?,
-        dbeta: zeros("dbeta", rows)?,
-        dlam: zeros("dlam", rows * a.levels)?,
-    })
+    };
+    inputs.with_outputs(gpu, a, rows, sub.heads)
 }
 
 /// The call as few sub-calls over head groups as the adapter's limits allow: the forward
