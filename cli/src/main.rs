@@ -116,7 +116,7 @@ fn run(cli: Cli) -> Res {
         Command::Inspect(args) => cmd::inspect::run(&args),
         Command::Serial(args) => cmd::serial::run(&args),
         Command::Bench(args) => bench::run(&args),
-        Command::Train(args) => loglinear_train::run::train(&args),
+        Command::Train(args) => Ok(loglinear_train::run::train(&args)?),
         Command::Mqar(args) => Ok(loglinear_train::mqar::run(&args)?),
         Command::Plan(args) => cmd::plan::run(&args),
         Command::Eval(args) => eval_cli::run(&args),

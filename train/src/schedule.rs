@@ -9,6 +9,17 @@ pub enum Decay {
     Constant,
 }
 
+/// Why a schedule's numbers are refused; each variant names the number.
+#[derive(Debug, Clone, Copy, PartialEq, thiserror::Error)]
+pub enum ScheduleError {
+    /// The peak learning rate is not positive and finite.
+    #[error("the learning rate must be positive, got {0}")]
+    Peak(f64),
+    /// The cosine's floor is outside `[0, peak]`.
+    #[error("the minimum learning rate must be in [0, {peak}], got {min}")]
+    Min { peak: f64, min: f64 },
+}
+
 /// Linear warmup from 0 to `peak` over `warmup` steps, then [`Decay`] to `min` at step
 /// `total`. Steps are numbered from 1 (the first update), as in the shipped models'
 /// TRAINING.md: step 1 of a 150-step warmup to 2e-3 runs at 2e-3/150 = 1.33e-5.
@@ -45,19 +56,16 @@ impl LrSchedule {
     }
 
     /// Checks the numbers: a positive finite peak, and `0 ≤ min ≤ peak` for the cosine.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), ScheduleError> {
         if !(self.peak.is_finite() && self.peak > 0.0) {
-            return Err(format!(
-                "the learning rate must be positive, got {}",
-                self.peak
-            ));
+            return Err(ScheduleError::Peak(self.peak));
         }
         let cosine = self.decay == Decay::Cosine;
         if cosine && !(self.min.is_finite() && self.min >= 0.0 && self.min <= self.peak) {
-            return Err(format!(
-                "the minimum learning rate must be in [0, {}], got {}",
-                self.peak, self.min
-            ));
+            return Err(ScheduleError::Min {
+                peak: self.peak,
+                min: self.min,
+            });
         }
         Ok(())
     }
@@ -121,23 +129,30 @@ mod tests {
     #[test]
     fn bad_numbers_are_refused() {
         assert!(recipe().validate().is_ok());
-        assert!(LrSchedule {
+        let zero = LrSchedule {
             peak: 0.0,
             ..recipe()
-        }
-        .validate()
-        .is_err());
-        assert!(LrSchedule {
+        };
+        assert_eq!(zero.validate(), Err(ScheduleError::Peak(0.0)));
+        let high_floor = LrSchedule {
             min: 3e-3,
             ..recipe()
-        }
-        .validate()
-        .is_err());
-        assert!(LrSchedule {
+        };
+        assert_eq!(
+            high_floor.validate(),
+            Err(ScheduleError::Min {
+                peak: 2e-3,
+                min: 3e-3
+            })
+        );
+        let nan = LrSchedule {
             peak: f64::NAN,
             ..recipe()
-        }
-        .validate()
-        .is_err());
+        };
+        assert!(matches!(nan.validate(), Err(ScheduleError::Peak(p)) if p.is_nan()));
+        assert_eq!(
+            high_floor.validate().unwrap_err().to_string(),
+            "the minimum learning rate must be in [0, 0.002], got 0.003"
+        );
     }
 }

@@ -2,6 +2,7 @@
 //! a file or a folder; its message is what `loglinear mqar` prints.
 
 use crate::checkpoint_dir::CheckpointError;
+use crate::schedule::ScheduleError;
 use loglinear_converter::output_file::OutputFileError;
 use loglinear_host_gpu::GpuError;
 use loglinear_runtime::ConfigError;
@@ -56,9 +57,9 @@ pub enum MqarError {
     /// The model config the sweep made fails the runtime's checks.
     #[error("model config: {0}")]
     ModelConfig(#[from] ConfigError),
-    /// The learning-rate schedule is out of range (the message names the number).
-    #[error("{0}")]
-    Schedule(String),
+    /// The learning-rate schedule is out of range.
+    #[error(transparent)]
+    Schedule(#[from] ScheduleError),
     /// A file that cannot be read.
     #[error("cannot read {}: {source}", path.display())]
     Read {

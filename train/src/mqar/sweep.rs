@@ -544,7 +544,7 @@ fn train_one(
         total: st.steps,
         decay: Decay::Cosine,
     };
-    schedule.validate().map_err(MqarError::Schedule)?;
+    schedule.validate()?;
     let params: usize = r.graph.params().iter().map(|p| p.len).sum();
     let pb = ProgressBar::new(st.steps);
     pb.set_style(

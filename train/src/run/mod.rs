@@ -13,7 +13,7 @@ use loglinear_converter::checkpoint::Checkpoint;
 use loglinear_converter::config_json::{parse_config, parse_lenient_json};
 use loglinear_converter::export::{dequantize, ExportOptions, ExportedModel};
 use loglinear_converter::layout::Layout;
-use loglinear_converter::model_source::{is_gguf, AlignedBytes, IndexedGguf};
+use loglinear_converter::model_source::{is_gguf, AlignedBytes, IndexedGguf, LoadError};
 use loglinear_host_gpu::train::optim::{AdamW, AdamWConfig};
 use loglinear_host_gpu::Gpu;
 use loglinear_runtime::rng::SplitMix64;
@@ -24,7 +24,10 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-type Res<T = ()> = Result<T, Box<dyn std::error::Error>>;
+mod error;
+pub use error::TrainError;
+
+type Res<T = ()> = Result<T, TrainError>;
 
 /// Weights by official key.
 type WeightLookup = Box<dyn Fn(&str) -> Option<Vec<f32>>>;
@@ -43,28 +46,41 @@ enum Start {
 fn read_text(path: &Path) -> Res<String> {
     std::fs::read(path)
         .map(|b| String::from_utf8_lossy(&b).into_owned())
-        .map_err(|e| format!("cannot read {}: {e}", path.display()).into())
+        .map_err(|source| TrainError::Read {
+            path: path.to_path_buf(),
+            source,
+        })
 }
 
 fn parse_config_text(path: &Path, text: &str) -> Res<(ModelConfig, Layout)> {
-    let json = parse_lenient_json(text).map_err(|e| format!("{}: {e}", path.display()))?;
-    parse_config(&json).map_err(|e| format!("{}: {e}", path.display()).into())
+    let path = path.to_path_buf();
+    let json = parse_lenient_json(text).map_err(|source| TrainError::ConfigJson {
+        path: path.clone(),
+        source,
+    })?;
+    parse_config(&json).map_err(|source| TrainError::Config { path, source })
+}
+
+/// Imports the checkpoint folder `path`.
+fn load_checkpoint(path: &Path) -> Res<Checkpoint> {
+    Checkpoint::load(path).map_err(|source| {
+        TrainError::Model(LoadError::Checkpoint {
+            path: path.to_path_buf(),
+            source,
+        })
+    })
 }
 
 /// The model's config.json text, config and starting point.
 fn model_source(args: &TrainArgs, ckpt_dir: &Path) -> Res<(String, ModelConfig, Start)> {
     if args.resume {
         if args.config.is_some() || args.init.is_some() {
-            return Err(
-                "--resume takes the model from OUT/checkpoint: drop --config/--model".into(),
-            );
+            return Err(TrainError::Flag(
+                "--resume takes the model from OUT/checkpoint: drop --config/--model",
+            ));
         }
-        let dir = checkpoint_dir::find(ckpt_dir).ok_or_else(|| {
-            format!(
-                "--resume: no checkpoint in {} (trainer_state.json missing)",
-                ckpt_dir.display()
-            )
-        })?;
+        let dir = checkpoint_dir::find(ckpt_dir)
+            .ok_or_else(|| TrainError::NoCheckpoint(ckpt_dir.to_path_buf()))?;
         let cfg_path = dir.join("config.json");
         let text = read_text(&cfg_path)?;
         let (config, _) = parse_config_text(&cfg_path, &text)?;
@@ -77,7 +93,7 @@ fn model_source(args: &TrainArgs, ckpt_dir: &Path) -> Res<(String, ModelConfig, 
             Ok((text, config, Start::Fresh))
         }
         (None, Some(path)) if path.is_dir() => {
-            let ckpt = Checkpoint::load(path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let ckpt = load_checkpoint(path)?;
             let text = read_text(&path.join("config.json"))?;
             let config = ckpt.config;
             let layout = ckpt.layout;
@@ -89,8 +105,10 @@ fn model_source(args: &TrainArgs, ckpt_dir: &Path) -> Res<(String, ModelConfig, 
         }
         (None, Some(path)) if is_gguf(path) => {
             let bytes = AlignedBytes::read(path)?;
-            let g = IndexedGguf::parse(bytes.as_bytes())
-                .map_err(|e| format!("{}: {e}", path.display()))?;
+            let g = IndexedGguf::parse(bytes.as_bytes()).map_err(|source| TrainError::Gguf {
+                path: path.clone(),
+                source,
+            })?;
             let config = *g.config();
             let (json, layout) = checkpoint_dir::official_config(&config)?;
             // Dequantize everything now: the parsed file borrows `bytes`.
@@ -104,13 +122,11 @@ fn model_source(args: &TrainArgs, ckpt_dir: &Path) -> Res<(String, ModelConfig, 
             let get = move |key: &str| weights.get(key).cloned();
             Ok((text, config, Start::Weights(Box::new(get))))
         }
-        (None, Some(path)) => Err(format!(
-            "--model {}: neither a checkpoint folder nor a GGUF file",
-            path.display()
-        )
-        .into()),
-        (None, None) => Err("give --config (new model), --model (fine-tune) or --resume".into()),
-        (Some(_), Some(_)) => Err("--config and --model exclude each other".into()),
+        (None, Some(path)) => Err(TrainError::NotAModel(path.clone())),
+        (None, None) => Err(TrainError::Flag(
+            "give --config (new model), --model (fine-tune) or --resume",
+        )),
+        (Some(_), Some(_)) => Err(TrainError::Flag("--config and --model exclude each other")),
     }
 }
 
@@ -151,24 +167,28 @@ fn settings(args: &TrainArgs, train: &[u32], val: &[u32]) -> Value {
 
 fn check_args(args: &TrainArgs) -> Res {
     if args.seq_len == 0 || args.batch == 0 || args.accum == 0 {
-        return Err("--context, --batch and --accum must be at least 1".into());
+        return Err(TrainError::Flag(
+            "--context, --batch and --accum must be at least 1",
+        ));
     }
     if args.steps == 0 {
-        return Err("--steps must be at least 1".into());
+        return Err(TrainError::Flag("--steps must be at least 1"));
     }
     if !(args.clip >= 0.0 && args.clip.is_finite()) {
-        return Err(format!("--clip must be ≥ 0 (0 = off), got {}", args.clip).into());
+        return Err(TrainError::Clip(args.clip));
     }
     let unit = |x: f64| (0.0..1.0).contains(&x);
     if !(unit(args.beta1) && unit(args.beta2)) {
-        return Err("--beta1 and --beta2 must be in [0, 1)".into());
+        return Err(TrainError::Flag("--beta1 and --beta2 must be in [0, 1)"));
     }
     if !(args.eps > 0.0 && args.weight_decay >= 0.0 && args.weight_decay.is_finite()) {
-        return Err("--eps must be positive and --weight-decay non-negative".into());
+        return Err(TrainError::Flag(
+            "--eps must be positive and --weight-decay non-negative",
+        ));
     }
     if let Some(p) = &args.export {
         if p.is_dir() {
-            return Err(format!("--export {} is a folder, not a file", p.display()).into());
+            return Err(TrainError::ExportIsFolder(p.clone()));
         }
     }
     Ok(())
@@ -201,13 +221,20 @@ impl Log {
         let file = std::fs::OpenOptions::new()
             .append(true)
             .open(&path)
-            .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+            .map_err(|source| TrainError::Log {
+                action: "open",
+                path: path.clone(),
+                source,
+            })?;
         Ok(Self { path, file })
     }
 
     fn row(&mut self, fields: std::fmt::Arguments<'_>) -> Res {
-        writeln!(self.file, "{fields}")
-            .map_err(|e| format!("cannot write {}: {e}", self.path.display()).into())
+        writeln!(self.file, "{fields}").map_err(|source| TrainError::Log {
+            action: "write",
+            path: self.path.clone(),
+            source,
+        })
     }
 }
 
@@ -335,16 +362,14 @@ pub fn train(args: &TrainArgs) -> Res {
         },
     };
     schedule.validate()?;
-    std::fs::create_dir_all(&args.out)
-        .map_err(|e| format!("cannot create {}: {e}", args.out.display()))?;
+    std::fs::create_dir_all(&args.out).map_err(|source| TrainError::CreateDir {
+        path: args.out.clone(),
+        source,
+    })?;
     let ckpt_dir = args.out.join("checkpoint");
     if !args.resume {
         if let Some(found) = checkpoint_dir::find(&ckpt_dir) {
-            return Err(format!(
-                "{} holds a checkpoint: pass --resume to continue it, or choose another --output",
-                found.display()
-            )
-            .into());
+            return Err(TrainError::CheckpointExists(found));
         }
     }
     let (config_json, config, start) = model_source(args, &ckpt_dir)?;
@@ -363,12 +388,10 @@ pub fn train(args: &TrainArgs) -> Res {
     // otherwise train with no validation and say nothing).
     let val_asked = args.val.is_some() || args.val_fraction.is_some();
     if val_windows.is_empty() && val_asked {
-        return Err(format!(
-            "the validation data has {} tokens, fewer than one window of {}",
-            val.len(),
-            args.seq_len + 1
-        )
-        .into());
+        return Err(TrainError::ValidationTooShort {
+            tokens: val.len(),
+            window: args.seq_len + 1,
+        });
     }
     if val_windows.is_empty() && args.eval_every > 0 {
         eprintln!("warning: no validation data (--val or --val-fraction): --eval-every ignored");
@@ -415,11 +438,7 @@ pub fn train(args: &TrainArgs) -> Res {
             state = saved.state;
             state.settings = settings.clone();
             if state.step >= args.steps {
-                return Err(format!(
-                    "--resume: the checkpoint is at step {}; give --steps above it to continue",
-                    state.step
-                )
-                .into());
+                return Err(TrainError::ResumeAtEnd(state.step));
             }
         }
     }
@@ -470,11 +489,11 @@ pub fn train(args: &TrainArgs) -> Res {
         let (loss, grad_norm) = trainer.step(&train, &mut rng, lr, clip)?;
         if !loss.is_finite() || !grad_norm.is_finite() {
             pb.abandon();
-            return Err(format!(
-                "training diverged at step {step}: loss {loss}, gradient norm {grad_norm} \
-                 (lower --lr or keep --clip on); the last checkpoint is untouched"
-            )
-            .into());
+            return Err(TrainError::Diverged {
+                step,
+                loss,
+                grad_norm,
+            });
         }
         state.step = step;
         state.rng_state = rng.state;
@@ -531,15 +550,16 @@ pub fn train(args: &TrainArgs) -> Res {
 /// options are not settings).
 fn check_settings(saved: &Value, now: &Value) -> Res {
     let (Some(saved), Some(now)) = (saved.as_object(), now.as_object()) else {
-        return Err("--resume: the checkpoint's trainer_state.json has no settings".into());
+        return Err(TrainError::NoSettings);
     };
     for (k, v) in now {
         let old = saved.get(k).unwrap_or(&Value::Null);
         if old != v {
-            return Err(format!(
-                "--resume: `{k}` is {v} now but {old} in the checkpoint; resume with the same settings"
-            )
-            .into());
+            return Err(TrainError::SettingChanged {
+                key: k.clone(),
+                now: v.clone(),
+                saved: old.clone(),
+            });
         }
     }
     Ok(())
@@ -548,7 +568,7 @@ fn check_settings(saved: &Value, now: &Value) -> Res {
 /// Exports the checkpoint folder to a GGUF file through the converter's path, checking that
 /// the runtime reads it back.
 fn export(ckpt_dir: &Path, path: &Path, matrix_type: loglinear_runtime::DType) -> Res {
-    let ckpt = Checkpoint::load(ckpt_dir).map_err(|e| format!("{}: {e}", ckpt_dir.display()))?;
+    let ckpt = load_checkpoint(ckpt_dir)?;
     let name = path.file_stem().map(|s| s.to_string_lossy().into_owned());
     let opts = ExportOptions {
         name,
@@ -557,9 +577,8 @@ fn export(ckpt_dir: &Path, path: &Path, matrix_type: loglinear_runtime::DType) -
     };
     let bytes = ExportedModel::from_checkpoint(&ckpt, &opts)?.to_gguf()?;
     let aligned = AlignedBytes::from_slice(&bytes);
-    let g = IndexedGguf::parse(aligned.as_bytes())
-        .map_err(|e| format!("the exported file does not read back: {e}"))?;
-    g.model()?;
+    let g = IndexedGguf::parse(aligned.as_bytes()).map_err(TrainError::ExportReadBack)?;
+    g.model().map_err(TrainError::ExportLoad)?;
     checkpoint_dir::write_atomic(path, &bytes)?;
     eprintln!(
         "exported {} ({} matrices, {} bytes)",
