@@ -59,34 +59,32 @@ fn ok(dir: &Path, args: &[&str]) -> String {
     stderr
 }
 
-/// One training step at lr 1e-20 from `--init init` into `out`: the weights stay as they were,
-/// so the logged validation is the initial model's.
+/// `loglinear train` with the flag groups `groups`, in order.
+fn train<'a>(groups: &[&[&'a str]]) -> Vec<&'a str> {
+    std::iter::once("train")
+        .chain(groups.iter().flat_map(|g| g.iter().copied()))
+        .collect()
+}
+
+/// The tiny config.
+const TINY: [&str; 2] = ["--config", "tiny.json"];
+
+/// The training text, in windows of `SEQ_LEN`.
+const TEXT: [&str; 4] = ["--data", "train.txt", "--seq-len", "32"];
+
+/// The validation text.
+const VAL: [&str; 2] = ["--val", "val.txt"];
+
+/// One step at lr 1e-20 with no warmup: the weights stay as they were.
+const FROZEN: [&str; 6] = ["--steps", "1", "--lr", "1e-20", "--warmup", "0"];
+
+/// One training step at lr 1e-20 from `--init init` into `out`, so the logged validation is
+/// the initial model's.
 fn frozen_step_from(dir: &Path, init: &str, out: &str) {
+    let rest = ["--batch", "2", "--schedule", "constant", "--out", out];
     ok(
         dir,
-        &[
-            "train",
-            "--init",
-            init,
-            "--data",
-            "train.txt",
-            "--val",
-            "val.txt",
-            "--seq-len",
-            "32",
-            "--batch",
-            "2",
-            "--steps",
-            "1",
-            "--lr",
-            "1e-20",
-            "--warmup",
-            "0",
-            "--schedule",
-            "constant",
-            "--out",
-            out,
-        ],
+        &train(&[&["--init", init], &TEXT, &VAL, &FROZEN, &rest]),
     );
 }
 
@@ -122,28 +120,13 @@ fn log_rows(path: &Path) -> Vec<(u64, f64, Option<f64>)> {
         .collect()
 }
 
-/// `train` followed by `v`.
-fn args(v: &[String]) -> Vec<&str> {
-    std::iter::once("train")
-        .chain(v.iter().map(String::as_str))
-        .collect()
-}
-
 fn mean(xs: &[f64]) -> f64 {
     xs.iter().sum::<f64>() / xs.len() as f64
 }
 
-/// The common settings of the runs below (constant schedule, so a run to step 10 and one to
-/// step 20 share their first 10 steps exactly).
-const RUN: [&str; 20] = [
-    "--config",
-    "tiny.json",
-    "--data",
-    "train.txt",
-    "--val",
-    "val.txt",
-    "--seq-len",
-    "32",
+/// The common settings of the runs below besides the data (constant schedule, so a run to
+/// step 10 and one to step 20 share their first 10 steps exactly).
+const RUN: [&str; 12] = [
     "--batch",
     "2",
     "--accum",
@@ -161,12 +144,8 @@ const RUN: [&str; 20] = [
 #[test]
 fn train_converts_resumes_exactly_and_exports() {
     let dir = scratch("run");
-    let with = |extra: &[&str]| -> Vec<String> {
-        RUN.iter()
-            .chain(extra)
-            .map(|s| s.to_string())
-            .collect::<Vec<_>>()
-    };
+    let with = |extra: &[&'static str]| train(&[&TINY, &TEXT, &VAL, &RUN, extra]);
+    let resume = |extra: &[&'static str]| train(&[&["--resume"], &TEXT, &VAL, &RUN, extra]);
 
     // 30 steps straight, exporting an f32 GGUF at the end.
     let full = with(&[
@@ -179,7 +158,7 @@ fn train_converts_resumes_exactly_and_exports() {
         "--export-type",
         "f32",
     ]);
-    ok(&dir, &args(&full));
+    ok(&dir, &full);
     let rows = log_rows(&dir.join("full/train_log.csv"));
     assert_eq!(rows.len(), 30);
     let bits: Vec<f64> = rows.iter().map(|r| r.1).collect();
@@ -196,7 +175,7 @@ fn train_converts_resumes_exactly_and_exports() {
     assert!(vals[2] < vals[0], "validation improves: {vals:?}");
 
     // A new run does not overwrite a checkpoint.
-    fails(&dir, &args(&full), "pass --resume");
+    fails(&dir, &full, "pass --resume");
 
     // The checkpoint folder is an official checkpoint: it imports and converts.
     let ckpt = Checkpoint::load(dir.join("full/checkpoint")).expect("checkpoint imports");
@@ -238,34 +217,7 @@ fn train_converts_resumes_exactly_and_exports() {
     // A quantized export through the same path.
     ok(
         &dir,
-        &[
-            "train",
-            "--resume",
-            "--data",
-            "train.txt",
-            "--val",
-            "val.txt",
-            "--seq-len",
-            "32",
-            "--batch",
-            "2",
-            "--accum",
-            "2",
-            "--lr",
-            "1e-2",
-            "--warmup",
-            "3",
-            "--schedule",
-            "constant",
-            "--eval-every",
-            "10",
-            "--steps",
-            "31",
-            "--out",
-            "full",
-            "--export",
-            "q8.gguf",
-        ],
+        &resume(&["--steps", "31", "--out", "full", "--export", "q8.gguf"]),
     );
     let q8 = AlignedBytes::read(&dir.join("q8.gguf")).unwrap();
     IndexedGguf::parse(q8.as_bytes())
@@ -274,24 +226,13 @@ fn train_converts_resumes_exactly_and_exports() {
         .expect("the runtime loads the q8_0 export");
 
     // 10 steps, then resumed to 20, equals 20 steps straight, bit for bit.
-    ok(&dir, &args(&with(&["--steps", "20", "--out", "straight"])));
+    ok(&dir, &with(&["--steps", "20", "--out", "straight"]));
     ok(
         &dir,
-        &args(&with(&[
-            "--steps",
-            "10",
-            "--out",
-            "split",
-            "--save-every",
-            "5",
-        ])),
+        &with(&["--steps", "10", "--out", "split", "--save-every", "5"]),
     );
-    let resumed: Vec<String> = RUN[2..]
-        .iter()
-        .map(|s| s.to_string())
-        .chain(["--steps", "20", "--out", "split", "--resume"].map(String::from))
-        .collect();
-    let stderr = ok(&dir, &args(&resumed));
+    let resumed = resume(&["--steps", "20", "--out", "split"]);
+    let stderr = ok(&dir, &resumed);
     assert!(stderr.contains("steps 11..20"), "{stderr}");
     for file in ["model.safetensors", "optimizer.safetensors"] {
         let a = std::fs::read(dir.join("straight/checkpoint").join(file)).unwrap();
@@ -307,13 +248,13 @@ fn train_converts_resumes_exactly_and_exports() {
 
     // Resuming with other settings is refused, naming the setting.
     let mut other = resumed.clone();
-    let i = other.iter().position(|s| s == "--batch").unwrap();
-    other[i + 1] = "3".into();
+    let i = other.iter().position(|s| *s == "--batch").unwrap();
+    other[i + 1] = "3";
     other
         .iter_mut()
-        .filter(|s| *s == "20")
-        .for_each(|s| *s = "25".into());
-    fails(&dir, &args(&other), "`batch`");
+        .filter(|s| **s == "20")
+        .for_each(|s| *s = "25");
+    fails(&dir, &other, "`batch`");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -366,29 +307,23 @@ fn bad_input_is_a_clear_error() {
         &["--data", "train.txt", "--out", "o", "--lr=-1"],
         "learning rate",
     );
+    let diverging = [
+        "--batch",
+        "2",
+        "--steps",
+        "4",
+        "--lr",
+        "1e30",
+        "--warmup",
+        "0",
+        "--schedule",
+        "constant",
+        "--out",
+        "diverged",
+    ];
     fails(
         &dir,
-        &[
-            "train",
-            "--config",
-            "tiny.json",
-            "--data",
-            "train.txt",
-            "--seq-len",
-            "32",
-            "--batch",
-            "2",
-            "--steps",
-            "4",
-            "--lr",
-            "1e30",
-            "--warmup",
-            "0",
-            "--schedule",
-            "constant",
-            "--out",
-            "diverged",
-        ],
+        &train(&[&TINY, &TEXT, &diverging]),
         "training diverged at step",
     );
     assert!(
@@ -443,30 +378,11 @@ fn accumulating_two_micro_batches_equals_one_batch_twice_as_large() {
     // The sampler draws windows in the same order either way, so both runs see the same data
     // in each step; the gradients differ only in summation order.
     let run = |batch: &str, accum: &str, out: &str| {
-        ok(
-            &dir,
-            &[
-                "train",
-                "--config",
-                "tiny.json",
-                "--data",
-                "train.txt",
-                "--seq-len",
-                "32",
-                "--batch",
-                batch,
-                "--accum",
-                accum,
-                "--steps",
-                "6",
-                "--lr",
-                "1e-2",
-                "--warmup",
-                "2",
-                "--out",
-                out,
-            ],
-        );
+        let rest = [
+            "--batch", batch, "--accum", accum, "--steps", "6", "--lr", "1e-2", "--warmup", "2",
+            "--out", out,
+        ];
+        ok(&dir, &train(&[&TINY, &TEXT, &rest]));
         log_rows(&dir.join(out).join("train_log.csv"))
     };
     let one = run("4", "1", "one");
@@ -524,28 +440,9 @@ fn checkpoints_have_the_official_layout() {
         return;
     }
     let dir = scratch("layout");
-    ok(
-        &dir,
-        &[
-            "train",
-            "--init",
-            shipped.to_str().unwrap(),
-            "--data",
-            "train.txt",
-            "--seq-len",
-            "16",
-            "--batch",
-            "1",
-            "--steps",
-            "1",
-            "--lr",
-            "1e-20",
-            "--warmup",
-            "0",
-            "--out",
-            "ft",
-        ],
-    );
+    let init = ["--init", shipped.to_str().unwrap()];
+    let data = ["--data", "train.txt", "--seq-len", "16", "--batch", "1"];
+    ok(&dir, &train(&[&init, &data, &FROZEN, &["--out", "ft"]]));
     let a = std::fs::read(shipped.join("model.safetensors")).unwrap();
     let b = std::fs::read(dir.join("ft/checkpoint/model.safetensors")).unwrap();
     let a = safetensors::SafeTensors::deserialize(&a).unwrap();
@@ -586,34 +483,23 @@ fn mamba2_trains_exports_and_fine_tunes() {
             "vocab_size": 256}"#,
     )
     .unwrap();
-    ok(
-        &dir,
-        &[
-            "train",
-            "--config",
-            "m2.json",
-            "--data",
-            "train.txt",
-            "--val",
-            "val.txt",
-            "--seq-len",
-            "32",
-            "--batch",
-            "2",
-            "--steps",
-            "30",
-            "--lr",
-            "1e-2",
-            "--warmup",
-            "3",
-            "--out",
-            "m2",
-            "--export",
-            "m2.gguf",
-            "--export-type",
-            "f32",
-        ],
-    );
+    let run = [
+        "--batch",
+        "2",
+        "--steps",
+        "30",
+        "--lr",
+        "1e-2",
+        "--warmup",
+        "3",
+        "--out",
+        "m2",
+        "--export",
+        "m2.gguf",
+        "--export-type",
+        "f32",
+    ];
+    ok(&dir, &train(&[&["--config", "m2.json"], &TEXT, &VAL, &run]));
     let rows = log_rows(&dir.join("m2/train_log.csv"));
     let bits: Vec<f64> = rows.iter().map(|r| r.1).collect();
     assert!((bits[0] - 8.0).abs() < 0.05, "{}", bits[0]);
