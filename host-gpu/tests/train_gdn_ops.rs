@@ -619,12 +619,7 @@ fn embed_case(t: usize, batch: usize, d: usize, vocab: usize) {
         up(&gpu, &logits),
         up(&gpu, &scale),
     );
-    let (x, lse, loss, dl) = (
-        zeros(&gpu, rows * d),
-        zeros(&gpu, rows),
-        zeros(&gpu, rows),
-        zeros(&gpu, rows * vocab),
-    );
+    let (x, lse, loss) = (zeros(&gpu, rows * d), zeros(&gpu, rows), zeros(&gpu, rows));
     let embed_shape = EmbedShape {
         seq_len: t,
         batch,
@@ -641,13 +636,10 @@ fn embed_case(t: usize, batch: usize, d: usize, vocab: usize) {
         lse: &lse,
         scale: &bs,
     };
-    let loss_shape = LossShape {
-        seq_len: t,
-        batch,
-        vocab,
-    };
+    let loss_shape = LossShape::new(t, batch, vocab);
     let lf = k.loss(&gpu, loss_io, &loss, loss_shape).unwrap();
-    let lb = k.loss_backward(&gpu, loss_io, &dl, loss_shape).unwrap();
+    // In place: the logits become dlogits.
+    let lb = k.loss_backward(&gpu, loss_io, loss_shape).unwrap();
     run(&gpu, &[&f, &b, &lf, &lb]);
     let id = |r: usize| tokens[(r % batch) * (t + 1) + r / batch] as usize;
     let tgt = |r: usize| tokens[(r % batch) * (t + 1) + r / batch + 1] as usize;
@@ -685,5 +677,5 @@ fn embed_case(t: usize, batch: usize, d: usize, vocab: usize) {
         1e-6,
     );
     let g = fd(&|xx| loss64(xx).iter().sum::<f64>() * scale[0] as f64, &l64);
-    check("loss backward", &read(&gpu, &dl, rows * vocab), &g, 1e-6);
+    check("loss backward", &read(&gpu, &bl, rows * vocab), &g, 1e-6);
 }

@@ -1,7 +1,8 @@
 //! Explicit targets with an ignore marker and per-token correctness, in both training graphs
 //! (through `train::graph::TrainGraph`):
 //! 1. the masked loss kernel against a CPU port (lse, losses, first-argmax correctness with
-//!    ties, gradients; an ignored row gives exactly zeros);
+//!    ties, gradients; an ignored row gives exactly zeros), and run in tiles of rows equal to
+//!    one dispatch over all of them;
 //! 2. per model: explicit targets equal to the windows' next tokens reproduce `encode_forward`
 //!    bit for bit; all targets ignored give zero losses and exactly zero gradients; the
 //!    gradients of a mask and of its complement add up to the unmasked gradients;
@@ -60,34 +61,42 @@ fn masked_loss_kernel_matches_cpu() {
     }
     let scale = 0.25f32;
     let tb = gpu.storage_from("targets", &targets).unwrap();
-    let lb = gpu.storage_from("logits", &logits).unwrap();
-    let lse = gpu.storage_zeroed("lse", 4 * rows as u64).unwrap();
-    let loss = gpu.storage_zeroed("loss", 4 * rows as u64).unwrap();
-    let correct = gpu.storage_zeroed("correct", 4 * rows as u64).unwrap();
-    let dlogits = gpu
-        .storage_from("dlogits", &vec![5.0f32; rows * vocab])
-        .unwrap();
     let sb = gpu.storage_from("scale", &[scale]).unwrap();
-    let io = MaskedLossIo {
-        targets: &tb,
-        logits: &lb,
-        lse: &lse,
-        scale: &sb,
-        correct: &correct,
+    // The loss on rows first..first + n with a logits buffer of those rows only (what the
+    // head's tiles do), forward then backward (in place), over `tiles` in order: losses,
+    // correctness and the tiles' dlogits one after another.
+    let loss_tiles = |tiles: &[(usize, usize)]| {
+        let lse = gpu.storage_zeroed("lse", 4 * rows as u64).unwrap();
+        let loss = gpu.storage_zeroed("loss", 4 * rows as u64).unwrap();
+        let correct = gpu.storage_zeroed("correct", 4 * rows as u64).unwrap();
+        let mut dlogits = Vec::new();
+        for &(first, n) in tiles {
+            let part = &logits[first * vocab..(first + n) * vocab];
+            let lb = gpu.storage_from("logits", part).unwrap();
+            let io = MaskedLossIo {
+                targets: &tb,
+                logits: &lb,
+                lse: &lse,
+                scale: &sb,
+                correct: &correct,
+            };
+            let shape = LossShape::new(t, batch, vocab).tile(first, n);
+            let fwd = k.masked_loss(&gpu, io, &loss, shape).unwrap();
+            let bwd = k.masked_loss_backward(&gpu, io, shape).unwrap();
+            let mut enc = gpu.encoder("masked loss");
+            fwd.encode(&mut enc);
+            bwd.encode(&mut enc);
+            gpu.submit_and_wait(enc).unwrap();
+            dlogits.extend(read(&gpu, &lb, n * vocab));
+        }
+        (read(&gpu, &loss, rows), read(&gpu, &correct, rows), dlogits)
     };
-    let shape = LossShape {
-        seq_len: t,
-        batch,
-        vocab,
-    };
-    let fwd = k.masked_loss(&gpu, io, &loss, shape).unwrap();
-    let bwd = k.masked_loss_backward(&gpu, io, &dlogits, shape).unwrap();
-    let mut enc = gpu.encoder("masked loss");
-    fwd.encode(&mut enc);
-    bwd.encode(&mut enc);
-    gpu.submit_and_wait(enc).unwrap();
-    let (got_loss, got_correct) = (read(&gpu, &loss, rows), read(&gpu, &correct, rows));
-    let got_d = read(&gpu, &dlogits, rows * vocab);
+    let (got_loss, got_correct, got_d) = loss_tiles(&[(0, rows)]);
+    // Tiles of 4, 4 and 7 rows give the one dispatch's values bit for bit.
+    let tiled = loss_tiles(&[(0, 4), (4, 4), (8, 7)]);
+    assert_eq!(tiled.0, got_loss, "tiled losses");
+    assert_eq!(tiled.1, got_correct, "tiled correctness");
+    assert_eq!(tiled.2, got_d, "tiled dlogits");
     let mut worst = 0.0f64;
     for row in 0..rows {
         let (tt, b) = (row / batch, row % batch);

@@ -1,15 +1,17 @@
-// Cross-entropy against explicit targets with an ignore marker, per row r = t·B + b of
-// logits [rows][V]; targets and outputs are [B][T] (index b·T + t), target 0xFFFFFFFF = ignored:
-//   forward:  lse[r] = log Σ_v exp(logits[r][v]); loss[b·T + t] = lse[r] − logits[r][tgt];
+// Cross-entropy against explicit targets with an ignore marker, per row g = t·B + b (local row
+// r = g − first of the dispatch's logits [rows][V], see loss_rows.wgsl); targets and outputs are
+// [B][T] (index b·T + t), target 0xFFFFFFFF = ignored:
+//   forward:  lse[g] = log Σ_v exp(logits[r][v]); loss[b·T + t] = lse[g] − logits[r][tgt];
 //             correct[b·T + t] = 1 when the first largest logit of the row is at tgt, else 0;
 //             ignored rows: loss 0 and correct 0
-//   backward: dlogits[r][v] = scale · (exp(logits[r][v] − lse[r]) − [v = tgt]); ignored rows 0
+//   backward: logits[r][v] becomes scale · (exp(logits[r][v] − lse[g]) − [v = tgt]); ignored
+//             rows 0
 // Other targets ≥ V are clamped to V − 1, as the next-token loss does. One 64-thread workgroup
 // per row.
 @group(0) @binding(0) var<storage, read> targets: array<u32>;
-@group(0) @binding(1) var<storage, read> logits: array<f32>;
+@group(0) @binding(1) var<storage, read_write> logits: array<f32>; // backward: dlogits, in place
 @group(0) @binding(2) var<storage, read_write> lse: array<f32>;
-@group(0) @binding(3) var<storage, read_write> out: array<f32>; // forward: loss; backward: dlogits
+@group(0) @binding(3) var<storage, read_write> loss: array<f32>;
 @group(0) @binding(4) var<storage, read> scale: array<f32>;
 @group(0) @binding(5) var<storage, read_write> correct: array<f32>;
 @group(0) @binding(6) var<uniform> p: LossParams;
@@ -20,19 +22,20 @@ const WG: u32 = 64u;
 
 var<workgroup> arg: array<u32, 64>;
 
-// Index of row r's target in [B][T].
-fn target_index(r: u32) -> u32 {
-    return (r % p.batch) * p.t + r / p.batch;
+// Index of row g's target in [B][T].
+fn target_index(g: u32) -> u32 {
+    return (g % p.batch) * p.t + g / p.batch;
 }
 
 @compute @workgroup_size(64)
 fn forward(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>,
            @builtin(local_invocation_index) li: u32) {
     let r = wg.y * nw.x + wg.x;
-    if (r >= p.t * p.batch) {
+    if (r >= p.rows) {
         return;
     }
     _ = scale[0]; // the backward's binding; keeps one layout for both entries
+    let g = p.first + r;
     let base = r * p.vocab;
     // Maximum and its first index: each thread scans v = li, li + 64, … (the first strict
     // maximum is its earliest); the tree keeps the smaller index on ties.
@@ -64,15 +67,15 @@ fn forward(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: ve
     workgroupBarrier();
     let l = row_lse(base, mx, li);
     if (li == 0u) {
-        lse[r] = l;
-        let i = target_index(r);
+        lse[g] = l;
+        let i = target_index(g);
         let raw = targets[i];
         if (raw == IGNORED) {
-            out[i] = 0.0;
+            loss[i] = 0.0;
             correct[i] = 0.0;
         } else {
             let tgt = min(raw, p.vocab - 1u);
-            out[i] = l - logits[base + tgt];
+            loss[i] = l - logits[base + tgt];
             correct[i] = select(0.0, 1.0, best == tgt);
         }
     }
@@ -82,19 +85,22 @@ fn forward(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: ve
 fn backward(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>,
             @builtin(local_invocation_index) li: u32) {
     let r = wg.y * nw.x + wg.x;
-    if (r >= p.t * p.batch) {
+    if (r >= p.rows) {
         return;
     }
-    _ = correct[0]; // the forward's binding; keeps one layout for both entries
+    // The forward's bindings; keep one layout for both entries.
+    _ = loss[0];
+    _ = correct[0];
+    let g = p.first + r;
     let base = r * p.vocab;
-    let raw = targets[target_index(r)];
+    let raw = targets[target_index(g)];
     if (raw == IGNORED) {
         for (var v = li; v < p.vocab; v += 64u) {
-            out[base + v] = 0.0;
+            logits[base + v] = 0.0;
         }
         return;
     }
-    let l = lse[r];
+    let l = lse[g];
     let tgt = min(raw, p.vocab - 1u);
     write_dlogits(base, l, tgt, li);
 }

@@ -2,7 +2,18 @@
 //! cross-entropy, with their backward down to dL/dx_last. One owner of the head's buffers and
 //! steps, so that the GDN and Mamba-2 graphs share one implementation.
 //!
-//! With [`GraphOptions::head_rows`](crate::train::GraphOptions::head_rows) = `Some(cap)` the
+//! The LM head and the loss run in tiles of rows ([`tile_rows`]): one logits buffer of
+//! tile × vocab f32 is reused by every tile, so the full rows × vocab logits are never held
+//! and no binding goes over the adapter's limits. Per tile the forward computes the logits and
+//! the tile's losses, correctness and log-sum-exp; the backward turns the logits into dlogits
+//! in place, writes the tile's dL/dh and adds its dW_head, tile after tile (a fixed order). The
+//! forward and the backward are recorded apart (evaluation runs the forward alone, and the
+//! loss scale is written just before the backward), so with several tiles the backward
+//! computes each tile's logits again: the same kernel on the same operands gives the same
+//! values, and the forward's log-sum-exp applies. With one tile (every row fits) it uses the
+//! forward's logits, so each backward needs its own forward.
+//!
+//! With [`HeadOptions::rows`] (the graph's `head_rows`) = `Some(cap)` the
 //! head runs on at most `cap` rows: the rows whose target is not ignored, compacted in
 //! increasing row order (train_rows_compact.wgsl), gathered, put through the same norm, LM
 //! head and loss, and scattered back (train_rows.wgsl). Tasks that score few positions (MQAR:
@@ -83,17 +94,56 @@ pub fn head_capacity(head_rows: Option<usize>, n: usize) -> Result<usize, GpuErr
     }
 }
 
+/// Rows per tile of the LM head and the loss, for `rows` rows of `vocab` f32 logits and a
+/// buffer limit of `limit` bytes: every row when all of them fit (one tile), else the largest
+/// power of two whose tile does (so a tile takes between half the limit and all of it). An
+/// error when not even one row fits.
+pub fn tile_rows(rows: usize, vocab: usize, limit: u64) -> Result<usize, GpuError> {
+    let row_bytes = 4 * vocab as u64;
+    let fit = usize::try_from(limit / row_bytes).unwrap_or(usize::MAX);
+    if fit >= rows {
+        return Ok(rows);
+    }
+    if fit == 0 {
+        return Err(GpuError::TooLarge {
+            label: "head logits row".into(),
+            bytes: row_bytes,
+            limit,
+        });
+    }
+    Ok(1 << fit.ilog2())
+}
+
+/// The limit a logits tile must fit: the adapter's storage-binding and buffer limits.
+fn adapter_limit(gpu: &Gpu) -> u64 {
+    gpu.limits
+        .max_storage_buffer_binding_size
+        .min(gpu.limits.max_buffer_size)
+}
+
+/// The head's layout choices.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HeadOptions {
+    /// The graph's `head_rows`: `Some(cap)` runs the head on at most `cap` scored rows (see
+    /// the module docs), `None` on every row.
+    pub rows: Option<usize>,
+    /// The most bytes a logits tile may take, below the adapter's limits; `None`: those limits.
+    /// Tests set a small one to run several tiles on small shapes.
+    pub max_tile_bytes: Option<u64>,
+}
+
 /// The head's recorded forward and backward and the buffers they bind.
 pub struct Head {
     forward: Vec<Step>,
     backward: Vec<Step>,
+    /// Rows per tile of the LM head and the loss.
+    tile: usize,
     // Kept alive for the bind groups.
     _buffers: Vec<wgpu::Buffer>,
 }
 
 impl Head {
-    /// Allocates the head's buffers (for `head_rows` rows when given, else all
-    /// batch · seq_len) and records its steps. `head_rows` must be in 1..=batch · seq_len.
+    /// [`Head::with_options`] with `head_rows` and the adapter's limits.
     pub fn new(
         gpu: &Gpu,
         k: &TrainKernels,
@@ -101,19 +151,38 @@ impl Head {
         shape: HeadShape,
         head_rows: Option<usize>,
     ) -> Result<Self, GpuError> {
-        let rows = head_capacity(head_rows, shape.seq_len * shape.batch)?;
+        let options = HeadOptions {
+            rows: head_rows,
+            max_tile_bytes: None,
+        };
+        Self::with_options(gpu, k, io, shape, options)
+    }
+
+    /// Allocates the head's buffers (for `options.rows` rows when given, else all
+    /// batch · seq_len; logits for one tile of them) and records its steps. `options.rows`
+    /// must be in 1..=batch · seq_len.
+    pub fn with_options(
+        gpu: &Gpu,
+        k: &TrainKernels,
+        io: &HeadIo<'_>,
+        shape: HeadShape,
+        options: HeadOptions,
+    ) -> Result<Self, GpuError> {
+        let rows = head_capacity(options.rows, shape.seq_len * shape.batch)?;
         let (d, vocab) = (shape.d, shape.vocab);
+        let limit = adapter_limit(gpu).min(options.max_tile_bytes.unwrap_or(u64::MAX));
+        let tile = tile_rows(rows, vocab, limit)?;
         let z = |label: &str, len: usize| gpu.storage_zeroed(label, 4 * len as u64);
         let core = CoreBuffers {
             xf: z("head xf", rows * d)?,
             rstd: z("head rstd", rows)?,
-            logits: z("head logits", rows * vocab)?,
+            logits: z("head logits", tile * vocab)?,
             lse: z("head lse", rows)?,
-            dlogits: z("head dlogits", rows * vocab)?,
             dxf: z("head dxf", rows * d)?,
             wrow: z("head wrow", rows * d)?,
+            tile,
         };
-        let mut head = match head_rows {
+        let mut head = match options.rows {
             None => {
                 // Every row: the norm reads x_last and the loss writes the graph's outputs.
                 let (fwd, bwd) = core_steps(
@@ -135,6 +204,7 @@ impl Head {
                 Self {
                     forward: fwd,
                     backward: bwd,
+                    tile,
                     _buffers: Vec::new(),
                 }
             }
@@ -145,11 +215,15 @@ impl Head {
             core.rstd,
             core.logits,
             core.lse,
-            core.dlogits,
             core.dxf,
             core.wrow,
         ]);
         Ok(head)
+    }
+
+    /// Rows per tile of the LM head and the loss (all of the head's rows when they fit one).
+    pub fn tile_rows(&self) -> usize {
+        self.tile
     }
 
     /// Records the forward: losses and correctness `[B][T]` from x_last.
@@ -157,22 +231,22 @@ impl Head {
         encode_all(enc, &self.forward);
     }
 
-    /// Records the backward: dL/dx_last (written) and the norm and LM-head weight gradients
-    /// (added).
+    /// Records the backward of the last recorded forward: dL/dx_last (written) and the norm
+    /// and LM-head weight gradients (added).
     pub fn encode_backward(&self, enc: &mut wgpu::CommandEncoder) {
         encode_all(enc, &self.backward);
     }
 }
 
-/// The head's own buffers, for its `rows` rows.
+/// The head's own buffers, for its rows (`logits` for one tile of `tile` rows).
 struct CoreBuffers {
     xf: wgpu::Buffer,
     rstd: wgpu::Buffer,
     logits: wgpu::Buffer,
     lse: wgpu::Buffer,
-    dlogits: wgpu::Buffer,
     dxf: wgpu::Buffer,
     wrow: wgpu::Buffer,
+    tile: usize,
 }
 
 /// What the norm, LM head and loss run on: `t · batch` rows of `x`, targets and outputs
@@ -187,7 +261,8 @@ struct CoreIo<'a> {
     batch: usize,
 }
 
-/// Norm, LM head and masked loss forward, and their backward down to `c.dx`.
+/// Norm, LM head and masked loss forward, and their backward down to `c.dx`; the LM head and
+/// the loss tile by tile (see the module docs).
 fn core_steps(
     gpu: &Gpu,
     k: &TrainKernels,
@@ -198,11 +273,16 @@ fn core_steps(
 ) -> Result<(Vec<Step>, Vec<Step>), GpuError> {
     let (d, vocab) = (shape.d, shape.vocab);
     let rows = c.t * c.batch;
-    let lm_head = LinearShape {
-        rows,
+    let lm_head = |n: usize| LinearShape {
+        rows: n,
         in_dim: d,
         out_dim: vocab,
     };
+    // Tile rows `first..first + n` of the normed rows, and their logits.
+    let h = |first: usize| Rows::new(&b.xf, first * d, d);
+    let logits = Rows::new(&b.logits, 0, vocab);
+    let logits_step =
+        |first: usize, n: usize| k.linear(gpu, lm_head(n), h(first), io.lm_head_w, logits);
     let loss_io = MaskedLossIo {
         targets: c.targets,
         logits: &b.logits,
@@ -210,41 +290,37 @@ fn core_steps(
         scale: io.scale,
         correct: c.correct,
     };
-    let loss_shape = LossShape {
-        seq_len: c.t,
-        batch: c.batch,
-        vocab,
-    };
+    let all_rows = LossShape::new(c.t, c.batch, vocab);
     let norm = NormIo {
         x: c.x,
         w: io.norm_w,
         out: &b.xf,
         rstd: &b.rstd,
     };
-    let fwd = vec![
-        k.rmsnorm(gpu, norm, rows, d, shape.eps)?,
-        k.linear(
+    let mut fwd = vec![k.rmsnorm(gpu, norm, rows, d, shape.eps)?];
+    let mut bwd = Vec::new();
+    for first in (0..rows).step_by(b.tile) {
+        let n = b.tile.min(rows - first);
+        let loss_shape = all_rows.tile(first, n);
+        fwd.push(logits_step(first, n)?);
+        fwd.push(k.masked_loss(gpu, loss_io, c.losses, loss_shape)?);
+        if b.tile < rows {
+            bwd.push(logits_step(first, n)?);
+        }
+        bwd.push(k.masked_loss_backward(gpu, loss_io, loss_shape)?);
+        bwd.extend(k.linear_backward(
             gpu,
-            lm_head,
-            Rows::new(&b.xf, 0, d),
-            io.lm_head_w,
-            Rows::new(&b.logits, 0, vocab),
-        )?,
-        k.masked_loss(gpu, loss_io, c.losses, loss_shape)?,
-    ];
-    let mut bwd = vec![k.masked_loss_backward(gpu, loss_io, &b.dlogits, loss_shape)?];
-    bwd.extend(k.linear_backward(
-        gpu,
-        lm_head,
-        LinearGradIo {
-            x: Rows::new(&b.xf, 0, d),
-            w: io.lm_head_w,
-            dw: io.lm_head_g,
-            dy: Rows::new(&b.dlogits, 0, vocab),
-            dx: Rows::new(&b.dxf, 0, d),
-            accumulate_dx: false,
-        },
-    )?);
+            lm_head(n),
+            LinearGradIo {
+                x: h(first),
+                w: io.lm_head_w,
+                dw: io.lm_head_g,
+                dy: logits,
+                dx: Rows::new(&b.dxf, first * d, d),
+                accumulate_dx: false,
+            },
+        )?);
+    }
     let grads = NormGrads {
         dy: &b.dxf,
         dx: c.dx,
@@ -356,6 +432,7 @@ fn compact_steps(
     Ok(Head {
         forward: fwd,
         backward: bwd,
+        tile: core.tile,
         _buffers: vec![
             slot_row,
             slot_target,
