@@ -71,6 +71,61 @@ fn generate_encodes_the_prompt_and_writes_token_bytes() {
 }
 
 #[test]
+fn generation_never_picks_a_padding_id() {
+    let (gguf, _) = model();
+    // The fixture's model has MODEL_VOCAB embedding rows for TRAINED_VOCAB tokens: the rest
+    // are padding, named "[PAD<id>]" in the file. Sampled at temperature 1 from a model that
+    // is not trained on them, 300 tokens would pick one of 16 in 416 almost surely.
+    let out = loglinear(&[
+        "generate",
+        "-m",
+        gguf.to_str().unwrap(),
+        "--prompt",
+        "The quick brown fox",
+        "-n",
+        "300",
+        "--temperature",
+        "1",
+        "--seed",
+        "3",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!text.contains("[PAD"), "a padding id was generated: {text}");
+}
+
+#[test]
+fn train_refuses_raw_text_for_a_bpe_model() {
+    let (gguf, _) = model();
+    let dir = gguf.parent().unwrap().join("train-text");
+    std::fs::create_dir_all(&dir).unwrap();
+    let data = dir.join("text.txt");
+    std::fs::write(
+        &data,
+        "The quick brown fox jumps over the lazy dog. ".repeat(40),
+    )
+    .unwrap();
+    let out = loglinear(&[
+        "train",
+        "-m",
+        gguf.to_str().unwrap(),
+        "--data",
+        data.to_str().unwrap(),
+        "-o",
+        dir.join("run").to_str().unwrap(),
+        "--steps",
+        "1",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "trained on byte ids: {stderr}");
+    assert!(
+        stderr.contains("text.txt") && stderr.contains("BPE vocabulary") && stderr.contains(".u16"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn a_prompt_that_is_not_text_is_refused_for_a_bpe_model() {
     let (gguf, _) = model();
     let out = loglinear(&[

@@ -52,6 +52,9 @@ enum Kind {
         tokenizer: Box<Tokenizer>,
         /// Token texts by id, for decoding.
         tokens: Vec<String>,
+        /// Ids of the padding rows of the embedding (token type UNUSED): no text decodes to
+        /// them, so generation never picks them.
+        unused: Vec<u32>,
         bos: Option<u32>,
         eos: Option<u32>,
     },
@@ -65,10 +68,10 @@ impl HostTokenizer {
             Vocabulary::Bytes => Kind::Bytes,
             Vocabulary::Bpe {
                 tokens,
+                token_types,
                 merges,
                 bos,
                 eos,
-                ..
             } => {
                 // The first of equal token strings wins, as in the runtime's lookup.
                 let mut ids = HashMap::new();
@@ -96,6 +99,11 @@ impl HostTokenizer {
                 Kind::Bpe {
                     tokenizer: Box::new(tokenizer),
                     tokens: tokens.clone(),
+                    unused: (0u32..)
+                        .zip(token_types)
+                        .filter(|&(_, &t)| t == crate::vocab::token_type::UNUSED)
+                        .map(|(id, _)| id)
+                        .collect(),
                     bos: *bos,
                     eos: *eos,
                 }
@@ -110,6 +118,14 @@ impl HostTokenizer {
         match &self.kind {
             Kind::Bytes => None,
             Kind::Bpe { tokenizer, .. } => Some(tokenizer),
+        }
+    }
+
+    /// Ids that are padding, not tokens (token type UNUSED); empty for bytes.
+    pub fn unused_ids(&self) -> &[u32] {
+        match &self.kind {
+            Kind::Bytes => &[],
+            Kind::Bpe { unused, .. } => unused,
         }
     }
 

@@ -283,8 +283,22 @@ fn generate<E: StateElem>(model: &Model<'_>, job: &Job<'_>) -> Res {
     let mut out = out.lock();
     out.write_all(prompt)?;
     let start = Instant::now();
+    // Padding ids of a BPE vocabulary are not tokens: they get no probability.
+    let unused = tokenizer.unused_ids();
+    let mut logits = Vec::new();
     for _ in 0..tokens {
-        let next = sampler.sample(session.logits(), &mut scratch)?;
+        let next = if unused.is_empty() {
+            sampler.sample(session.logits(), &mut scratch)?
+        } else {
+            logits.clear();
+            logits.extend_from_slice(session.logits());
+            for &id in unused {
+                if let Some(l) = logits.get_mut(id as usize) {
+                    *l = f32::NEG_INFINITY;
+                }
+            }
+            sampler.sample(&logits, &mut scratch)?
+        };
         let bytes = tokenizer.decode(&[next])?;
         if !bytes.is_empty() {
             out.write_all(&bytes)?;
