@@ -42,14 +42,6 @@ pub enum LoadError {
         /// The name of the tensor the error indexes, as ` (`name`)`, or empty.
         tensor: String,
     },
-    /// The model's tokenizer is not the byte-level one this command needs.
-    #[error("{path}: has {found}; this command only handles byte-level models (token = byte)")]
-    Tokenizer {
-        /// The file or folder.
-        path: PathBuf,
-        /// What it has instead.
-        found: String,
-    },
     /// The model has no tokenizer this tool knows.
     #[error("{path}: has no tokenizer this tool knows (tokenizer.ggml.model bytes or gpt2)")]
     NoTokenizer {
@@ -284,24 +276,6 @@ impl ModelSource {
             path: path.to_path_buf(),
             source,
         })
-    }
-
-    /// Fails unless the model is byte-level, for a command that feeds text bytes as tokens
-    /// (only right for the byte vocabulary); [`ModelSource::host_tokenizer`] encodes any
-    /// vocabulary this tool knows.
-    pub fn require_byte_tokenizer(&self, path: &Path) -> Result<(), LoadError> {
-        match self.vocabulary() {
-            Some(Vocabulary::Bytes) => Ok(()),
-            other => Err(LoadError::Tokenizer {
-                path: path.to_path_buf(),
-                found: match other {
-                    Some(Vocabulary::Bpe { .. }) => {
-                        "a BPE vocabulary (tokenizer.ggml.model gpt2)".into()
-                    }
-                    _ => "no known tokenizer".into(),
-                },
-            }),
-        }
     }
 
     /// A short description: "GGUF file" or "checkpoint (layout)".

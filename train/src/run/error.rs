@@ -25,6 +25,15 @@ pub enum TrainError {
     /// `--export` names a folder.
     #[error("--export {} is a folder, not a file", .0.display())]
     ExportIsFolder(PathBuf),
+    /// Raw text (one token per byte) for a model whose vocabulary is BPE: its ids would be
+    /// byte values, not the model's tokens.
+    #[error(
+        "{}: raw text is read one token per byte, but --model {} has a BPE vocabulary; give \
+         the data as token ids of that vocabulary (.u16 or .u32 files)",
+        data.display(),
+        model.display()
+    )]
+    TextForBpe { data: PathBuf, model: PathBuf },
     /// `--model` names neither a checkpoint folder nor a GGUF file.
     #[error("--model {}: neither a checkpoint folder nor a GGUF file", .0.display())]
     NotAModel(PathBuf),

@@ -13,7 +13,10 @@ use loglinear_converter::checkpoint::Checkpoint;
 use loglinear_converter::config_json::{parse_config, parse_lenient_json};
 use loglinear_converter::export::{dequantize, ExportOptions, ExportedModel};
 use loglinear_converter::layout::Layout;
-use loglinear_converter::model_source::{is_gguf, AlignedBytes, IndexedGguf, LoadError};
+use loglinear_converter::model_source::{
+    is_gguf, AlignedBytes, IndexedGguf, LoadError, ModelSource,
+};
+use loglinear_converter::vocab::Vocabulary;
 use loglinear_host_gpu::train::optim::{AdamW, AdamWConfig};
 use loglinear_host_gpu::Gpu;
 use loglinear_runtime::rng::SplitMix64;
@@ -127,6 +130,27 @@ fn model_source(args: &TrainArgs, ckpt_dir: &Path) -> Res<(String, ModelConfig, 
             "give --config (new model), --model (fine-tune) or --resume",
         )),
         (Some(_), Some(_)) => Err(TrainError::Flag("--config and --model exclude each other")),
+    }
+}
+
+/// Raw text is one token per byte, which is right only for a byte-level model: a text file
+/// for a `--model` with a BPE vocabulary is refused before any work.
+fn check_text_data(args: &TrainArgs) -> Res {
+    let Some(model) = &args.init else {
+        return Ok(());
+    };
+    let text = std::iter::once(&args.data)
+        .chain(&args.val)
+        .find(|p| data::TokenFormat::of_path(p) == data::TokenFormat::Bytes);
+    let Some(text) = text else {
+        return Ok(());
+    };
+    match ModelSource::open(model)?.vocabulary() {
+        Some(Vocabulary::Bpe { .. }) => Err(TrainError::TextForBpe {
+            data: text.clone(),
+            model: model.clone(),
+        }),
+        _ => Ok(()),
     }
 }
 
@@ -375,6 +399,7 @@ pub fn train(args: &TrainArgs) -> Res {
     let (config_json, config, start) = model_source(args, &ckpt_dir)?;
 
     // Data.
+    check_text_data(args)?;
     let vocab = config.vocab_size;
     let all = data::load_tokens(&args.data, vocab)?;
     let (train, val) = match (&args.val, args.val_fraction) {
