@@ -4,7 +4,7 @@
 
 use crate::arena::Arena;
 use crate::fenwick::{state_len, FenwickState, StateElem};
-use crate::layers::{mixer_scratch_len, mixer_step, mlp_scratch_len, mlp_step, MixerContext};
+use crate::layers::{mixer_scratch_len, mixer_step, mlp_scratch_len, mlp_step};
 use crate::level::{LevelPolicy, LAMBDA_LEVELS};
 use crate::math::rmsnorm;
 use crate::model::{Model, ModelError};
@@ -408,14 +408,17 @@ impl<'m, E: StateElem> Session<'m, E> {
             // Mixer: x += mixer(RMSNorm(x)).
             rmsnorm(self.x, norms.mixer, c.norm_eps, self.h);
             let out = &mut self.mlp_scratch[..c.hidden_size];
-            let cx = MixerContext {
-                t,
-                state: &mut fen,
+            mixer_step(
+                &self.model,
+                layer,
+                &mut fen,
                 conv,
-                scratch: self.mixer_scratch,
-                act: self.act,
-            };
-            mixer_step(&self.model, layer, self.h, out, cx)?;
+                t,
+                self.h,
+                out,
+                self.mixer_scratch,
+                self.act,
+            )?;
             observe(layer, Probe::MixerOut, out);
             for (x, o) in self.x.iter_mut().zip(out.iter()) {
                 *x += o;

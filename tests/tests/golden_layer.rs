@@ -2,7 +2,7 @@
 //! (`y_block`), for every layer case and sequence length in the manifest.
 
 use loglinear_runtime::fenwick::state_len;
-use loglinear_runtime::layers::{mixer_scratch_len, mixer_step, MixerContext};
+use loglinear_runtime::layers::{mixer_scratch_len, mixer_step};
 use loglinear_runtime::{FenwickState, LevelPolicy, Model, Probe, Session, SessionConfig};
 use loglinear_tests::golden_layer::layer_model;
 use loglinear_tests::*;
@@ -58,14 +58,18 @@ fn layers_match_golden() {
             let mut y = vec![0f32; t_len * d];
             for t in 0..t_len {
                 let (xt, yt) = (&xs[t * d..][..d], &mut y[t * d..][..d]);
-                let cx = MixerContext {
-                    t: t as u64,
-                    state: &mut fen,
-                    conv: &mut conv,
-                    scratch: &mut scratch,
-                    act: &mut [],
-                };
-                mixer_step(&model, 0, xt, yt, cx).unwrap();
+                mixer_step(
+                    &model,
+                    0,
+                    &mut fen,
+                    &mut conv,
+                    t as u64,
+                    xt,
+                    yt,
+                    &mut scratch,
+                    &mut [],
+                )
+                .unwrap();
             }
             let y_ref = get(&arrays, &format!("T{t_len}.y_mixer"), &what);
             assert_close(&y, &y_ref.data, tol::LAYER, &format!("{what} y_mixer"));

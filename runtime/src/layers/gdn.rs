@@ -1,11 +1,11 @@
 //! (Log-Linear) Gated DeltaNet mixer, one token (spec §6.2).
 
 use crate::config::ModelConfig;
-use crate::fenwick::{HeadStep, StateElem};
-use crate::layers::{conv_step, level_weight, MixerContext};
+use crate::fenwick::{FenwickState, HeadStep, StateElem};
+use crate::layers::{conv_step, level_weight};
 use crate::math::{exp, l2norm_in_place, rmsnorm_in_place, sigmoid, silu, softplus, sqrt};
 use crate::model::GdnWeights;
-use crate::quant::Activations;
+use crate::quant::{ActBlock, Activations};
 use crate::tensor::MatvecInput;
 
 /// Scratch floats: q, k, v, gate, a, b, λ inputs, and dv that the separate transition step
@@ -18,23 +18,24 @@ pub fn scratch_len(c: &ModelConfig) -> usize {
         + c.head_v_dim
 }
 
-/// One token through the mixer: `x` (D) → `out` (D). The conv state in `cx` holds the q, k
-/// and v conv states one after another.
+/// One token through the mixer: `x` (D) → `out` (D). `t` is the token's position.
+/// `conv` holds the q, k and v conv states one after another; `act` is scratch for
+/// [`Activations::Q8`] inputs.
+// The long list is kept on purpose: a parameter struct crossing this non-inlined call costs
+// about 260 B of Cortex-M text, and the L475's image goal has less to spare.
+#[allow(clippy::too_many_arguments)]
 pub fn step<E: StateElem>(
     c: &ModelConfig,
     w: &GdnWeights<'_>,
     mode: Activations,
+    state: &mut FenwickState<'_, E>,
+    conv: &mut [f32],
+    t: u64,
     x: &[f32],
     out: &mut [f32],
-    cx: MixerContext<'_, '_, E>,
+    scratch: &mut [f32],
+    act: &mut [ActBlock],
 ) {
-    let MixerContext {
-        t,
-        state,
-        conv,
-        scratch,
-        act,
-    } = cx;
     let (h_count, dk, dv, kd, vd) = (
         c.num_heads,
         c.head_k_dim,

@@ -1,11 +1,11 @@
 //! (Log-Linear) Mamba-2 mixer, one token (spec §6.1).
 
 use crate::config::ModelConfig;
-use crate::fenwick::{HeadStep, StateElem};
-use crate::layers::{conv_step, level_weight, MixerContext};
+use crate::fenwick::{FenwickState, HeadStep, StateElem};
+use crate::layers::{conv_step, level_weight};
 use crate::math::{exp, rmsnorm_in_place, silu, softplus};
 use crate::model::Mamba2Weights;
-use crate::quant::Activations;
+use crate::quant::{ActBlock, Activations};
 use crate::tensor::MatvecInput;
 
 /// Scratch floats: the in_proj output and the d_inner output.
@@ -13,22 +13,23 @@ pub fn scratch_len(c: &ModelConfig) -> usize {
     c.in_proj_rows() + c.d_inner()
 }
 
-/// One token through the mixer: `x` (D) → `out` (D).
+/// One token through the mixer: `x` (D) → `out` (D). `t` is the token's position; `act` is
+/// scratch for [`Activations::Q8`] inputs.
+// The long list is kept on purpose: a parameter struct crossing this non-inlined call costs
+// about 260 B of Cortex-M text, and the L475's image goal has less to spare.
+#[allow(clippy::too_many_arguments)]
 pub fn step<E: StateElem>(
     c: &ModelConfig,
     w: &Mamba2Weights<'_>,
     mode: Activations,
+    state: &mut FenwickState<'_, E>,
+    conv: &mut [f32],
+    t: u64,
     x: &[f32],
     out: &mut [f32],
-    cx: MixerContext<'_, '_, E>,
+    scratch: &mut [f32],
+    act: &mut [ActBlock],
 ) {
-    let MixerContext {
-        t,
-        state,
-        conv,
-        scratch,
-        act,
-    } = cx;
     let (di, h_count, p, n) = (c.d_inner(), c.num_heads, c.head_v_dim, c.head_k_dim);
     let nl = c.lambda_levels;
     let heads_per_group = h_count / c.num_groups;

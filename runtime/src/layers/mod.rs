@@ -86,37 +86,32 @@ pub fn mixer_scratch_len(c: &ModelConfig) -> usize {
     }
 }
 
-/// One layer's mixer state and buffers for the step of token `t`.
-pub struct MixerContext<'a, 's, E: StateElem> {
-    /// The token's position.
-    pub t: u64,
-    /// The layer's Fenwick state.
-    pub state: &'a mut FenwickState<'s, E>,
-    /// The layer's conv state.
-    pub conv: &'a mut [f32],
-    /// [`mixer_scratch_len`] floats.
-    pub scratch: &'a mut [f32],
-    /// [`Model::act_blocks`] blocks, used when the model runs with [`Activations::Q8`].
-    pub act: &'a mut [ActBlock],
-}
-
 /// One token through the mixer of block `layer`, whichever architecture the model has:
-/// `x` (D) → `out` (D).
+/// `x` (D) → `out` (D). `conv` is the layer's conv state, `scratch` has
+/// [`mixer_scratch_len`] floats and `act` [`Model::act_blocks`] blocks (used when the model
+/// runs with [`Activations::Q8`]).
+// The long list is kept on purpose: a parameter struct crossing this non-inlined call costs
+// about 260 B of Cortex-M text, and the L475's image goal has less to spare.
+#[allow(clippy::too_many_arguments)]
 pub fn mixer_step<E: StateElem>(
     model: &Model<'_>,
     layer: usize,
+    state: &mut FenwickState<'_, E>,
+    conv: &mut [f32],
+    t: u64,
     x: &[f32],
     out: &mut [f32],
-    cx: MixerContext<'_, '_, E>,
+    scratch: &mut [f32],
+    act: &mut [ActBlock],
 ) -> Result<(), ModelError> {
     let c = model.config();
     let mode = model.activations();
     if c.arch.is_mamba2() {
         let w = model.mamba2(layer)?;
-        mamba2::step(c, &w, mode, x, out, cx);
+        mamba2::step(c, &w, mode, state, conv, t, x, out, scratch, act);
     } else {
         let w = model.gdn(layer)?;
-        gdn::step(c, &w, mode, x, out, cx);
+        gdn::step(c, &w, mode, state, conv, t, x, out, scratch, act);
     }
     Ok(())
 }
