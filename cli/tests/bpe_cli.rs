@@ -106,23 +106,32 @@ fn train_refuses_raw_text_for_a_bpe_model() {
         "The quick brown fox jumps over the lazy dog. ".repeat(40),
     )
     .unwrap();
-    let out = loglinear(&[
-        "train",
-        "-m",
-        gguf.to_str().unwrap(),
-        "--data",
-        data.to_str().unwrap(),
-        "-o",
-        dir.join("run").to_str().unwrap(),
-        "--steps",
-        "1",
-    ]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "trained on byte ids: {stderr}");
-    assert!(
-        stderr.contains("text.txt") && stderr.contains("BPE vocabulary") && stderr.contains(".u16"),
-        "{stderr}"
-    );
+    // The GGUF file and the checkpoint folder it was converted from.
+    let folder = gguf.parent().unwrap();
+    for (model, run) in [(gguf.as_path(), "run-gguf"), (folder, "run-folder")] {
+        let out = loglinear(&[
+            "train",
+            "-m",
+            model.to_str().unwrap(),
+            "--data",
+            data.to_str().unwrap(),
+            "-o",
+            dir.join(run).to_str().unwrap(),
+            "--steps",
+            "1",
+        ]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success(),
+            "{run}: trained on byte ids: {stderr}"
+        );
+        assert!(
+            stderr.contains("text.txt")
+                && stderr.contains("BPE vocabulary")
+                && stderr.contains(".u16"),
+            "{run}: {stderr}"
+        );
+    }
 }
 
 #[test]

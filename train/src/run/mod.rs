@@ -13,9 +13,7 @@ use loglinear_converter::checkpoint::Checkpoint;
 use loglinear_converter::config_json::{parse_config, parse_lenient_json};
 use loglinear_converter::export::{dequantize, ExportOptions, ExportedModel};
 use loglinear_converter::layout::Layout;
-use loglinear_converter::model_source::{
-    is_gguf, AlignedBytes, IndexedGguf, LoadError, ModelSource,
-};
+use loglinear_converter::model_source::{is_gguf, AlignedBytes, IndexedGguf, LoadError};
 use loglinear_converter::vocab::Vocabulary;
 use loglinear_host_gpu::train::optim::{AdamW, AdamWConfig};
 use loglinear_host_gpu::Gpu;
@@ -74,8 +72,17 @@ fn load_checkpoint(path: &Path) -> Res<Checkpoint> {
     })
 }
 
-/// The model's config.json text, config and starting point.
-fn model_source(args: &TrainArgs, ckpt_dir: &Path) -> Res<(String, ModelConfig, Start)> {
+/// What the model source gives: the config.json text, the config, the starting point and,
+/// for a `--model` that has one, its vocabulary.
+struct Source {
+    config_json: String,
+    config: ModelConfig,
+    start: Start,
+    vocabulary: Option<Vocabulary>,
+}
+
+/// The model's config.json text, config, starting point and vocabulary.
+fn model_source(args: &TrainArgs, ckpt_dir: &Path) -> Res<Source> {
     if args.resume {
         if args.config.is_some() || args.init.is_some() {
             return Err(TrainError::Flag(
@@ -87,24 +94,40 @@ fn model_source(args: &TrainArgs, ckpt_dir: &Path) -> Res<(String, ModelConfig, 
         let cfg_path = dir.join("config.json");
         let text = read_text(&cfg_path)?;
         let (config, _) = parse_config_text(&cfg_path, &text)?;
-        return Ok((text, config, Start::Resume(dir)));
+        return Ok(Source {
+            config_json: text,
+            config,
+            start: Start::Resume(dir),
+            vocabulary: None,
+        });
     }
     match (&args.config, &args.init) {
         (Some(path), None) => {
             let text = read_text(path)?;
             let (config, _) = parse_config_text(path, &text)?;
-            Ok((text, config, Start::Fresh))
+            Ok(Source {
+                config_json: text,
+                config,
+                start: Start::Fresh,
+                vocabulary: None,
+            })
         }
         (None, Some(path)) if path.is_dir() => {
             let ckpt = load_checkpoint(path)?;
             let text = read_text(&path.join("config.json"))?;
             let config = ckpt.config;
             let layout = ckpt.layout;
+            let vocabulary = ckpt.vocabulary.clone();
             let get = move |key: &str| {
                 let name = layout.parse_key(key)?;
                 ckpt.store.tensor(name).map(|v| dequantize(&v))
             };
-            Ok((text, config, Start::Weights(Box::new(get))))
+            Ok(Source {
+                config_json: text,
+                config,
+                start: Start::Weights(Box::new(get)),
+                vocabulary,
+            })
         }
         (None, Some(path)) if is_gguf(path) => {
             let bytes = AlignedBytes::read(path)?;
@@ -113,6 +136,7 @@ fn model_source(args: &TrainArgs, ckpt_dir: &Path) -> Res<(String, ModelConfig, 
                 source,
             })?;
             let config = *g.config();
+            let vocabulary = Vocabulary::from_gguf(g.gguf().file());
             let (json, layout) = checkpoint_dir::official_config(&config)?;
             // Dequantize everything now: the parsed file borrows `bytes`.
             let mut weights = std::collections::HashMap::new();
@@ -123,7 +147,12 @@ fn model_source(args: &TrainArgs, ckpt_dir: &Path) -> Res<(String, ModelConfig, 
             }
             let text = serde_json::to_string_pretty(&json)?;
             let get = move |key: &str| weights.get(key).cloned();
-            Ok((text, config, Start::Weights(Box::new(get))))
+            Ok(Source {
+                config_json: text,
+                config,
+                start: Start::Weights(Box::new(get)),
+                vocabulary,
+            })
         }
         (None, Some(path)) => Err(TrainError::NotAModel(path.clone())),
         (None, None) => Err(TrainError::Flag(
@@ -135,22 +164,19 @@ fn model_source(args: &TrainArgs, ckpt_dir: &Path) -> Res<(String, ModelConfig, 
 
 /// Raw text is one token per byte, which is right only for a byte-level model: a text file
 /// for a `--model` with a BPE vocabulary is refused before any work.
-fn check_text_data(args: &TrainArgs) -> Res {
-    let Some(model) = &args.init else {
+fn check_text_data(args: &TrainArgs, vocabulary: Option<&Vocabulary>) -> Res {
+    let (Some(model), Some(Vocabulary::Bpe { .. })) = (&args.init, vocabulary) else {
         return Ok(());
     };
     let text = std::iter::once(&args.data)
         .chain(&args.val)
         .find(|p| data::TokenFormat::of_path(p) == data::TokenFormat::Bytes);
-    let Some(text) = text else {
-        return Ok(());
-    };
-    match ModelSource::open(model)?.vocabulary() {
-        Some(Vocabulary::Bpe { .. }) => Err(TrainError::TextForBpe {
+    match text {
+        Some(text) => Err(TrainError::TextForBpe {
             data: text.clone(),
             model: model.clone(),
         }),
-        _ => Ok(()),
+        None => Ok(()),
     }
 }
 
@@ -396,10 +422,15 @@ pub fn train(args: &TrainArgs) -> Res {
             return Err(TrainError::CheckpointExists(found));
         }
     }
-    let (config_json, config, start) = model_source(args, &ckpt_dir)?;
+    let Source {
+        config_json,
+        config,
+        start,
+        vocabulary,
+    } = model_source(args, &ckpt_dir)?;
 
     // Data.
-    check_text_data(args)?;
+    check_text_data(args, vocabulary.as_ref())?;
     let vocab = config.vocab_size;
     let all = data::load_tokens(&args.data, vocab)?;
     let (train, val) = match (&args.val, args.val_fraction) {
