@@ -39,11 +39,6 @@ impl Timestamps {
         })
     }
 
-    /// How many timestamps the set holds.
-    pub fn marks(&self) -> u32 {
-        self.marks
-    }
-
     /// The query set, for kernels that write their own pass timestamps
     /// (`ChunkScan::encode_timed`).
     pub fn query_set(&self) -> &wgpu::QuerySet {
