@@ -4,7 +4,7 @@
 
 use crate::arena::Arena;
 use crate::fenwick::{state_len, FenwickState, StateElem};
-use crate::layers::{mixer_scratch_len, mixer_step, mlp_scratch_len, mlp_step};
+use crate::layers::{mixer_scratch_len, mixer_step, mlp_scratch_len, mlp_step, LayerState};
 use crate::level::{LevelPolicy, LAMBDA_LEVELS};
 use crate::math::rmsnorm;
 use crate::model::{Model, ModelError};
@@ -400,20 +400,19 @@ impl<'m, E: StateElem> Session<'m, E> {
             let norms = self.model.norms(layer)?;
             let states = &mut self.states[layer * state_n..(layer + 1) * state_n];
             let conv = &mut self.conv[layer * conv_n..(layer + 1) * conv_n];
-            let Some(mut fen) =
+            let Some(fenwick) =
                 FenwickState::new(states, self.policy, c.num_heads, c.head_k_dim, c.head_v_dim)
             else {
                 return Err(StepError::StateLayout);
             };
+            let mut state = LayerState { fenwick, conv, t };
             // Mixer: x += mixer(RMSNorm(x)).
             rmsnorm(self.x, norms.mixer, c.norm_eps, self.h);
             let out = &mut self.mlp_scratch[..c.hidden_size];
             mixer_step(
                 &self.model,
                 layer,
-                &mut fen,
-                conv,
-                t,
+                &mut state,
                 self.h,
                 out,
                 self.mixer_scratch,

@@ -2,7 +2,7 @@
 //! (`y_block`), for every layer case and sequence length in the manifest.
 
 use loglinear_runtime::fenwick::state_len;
-use loglinear_runtime::layers::{mixer_scratch_len, mixer_step};
+use loglinear_runtime::layers::{mixer_scratch_len, mixer_step, LayerState};
 use loglinear_runtime::{FenwickState, LevelPolicy, Model, Probe, Session, SessionConfig};
 use loglinear_tests::golden_layer::layer_model;
 use loglinear_tests::*;
@@ -44,7 +44,7 @@ fn layers_match_golden() {
                     config.head_v_dim
                 )
             ];
-            let mut fen = FenwickState::new(
+            let fenwick = FenwickState::new(
                 &mut state,
                 policy,
                 config.num_heads,
@@ -53,23 +53,18 @@ fn layers_match_golden() {
             )
             .unwrap();
             let mut conv = vec![0f32; config.conv_channels() * config.conv_kernel];
+            let mut layer_state = LayerState {
+                fenwick,
+                conv: &mut conv,
+                t: 0,
+            };
             let mut scratch = vec![0f32; mixer_scratch_len(&config)];
             let xs = x.f32();
             let mut y = vec![0f32; t_len * d];
             for t in 0..t_len {
                 let (xt, yt) = (&xs[t * d..][..d], &mut y[t * d..][..d]);
-                mixer_step(
-                    &model,
-                    0,
-                    &mut fen,
-                    &mut conv,
-                    t as u64,
-                    xt,
-                    yt,
-                    &mut scratch,
-                    &mut [],
-                )
-                .unwrap();
+                layer_state.t = t as u64;
+                mixer_step(&model, 0, &mut layer_state, xt, yt, &mut scratch, &mut []).unwrap();
             }
             let y_ref = get(&arrays, &format!("T{t_len}.y_mixer"), &what);
             assert_close(&y, &y_ref.data, tol::LAYER, &format!("{what} y_mixer"));

@@ -1,11 +1,11 @@
 //! (Log-Linear) Gated DeltaNet mixer, one token (spec §6.2).
 
 use crate::config::ModelConfig;
-use crate::fenwick::{FenwickState, HeadStep, StateElem};
-use crate::layers::{conv_step, level_weight};
+use crate::fenwick::{HeadStep, StateElem};
+use crate::layers::{conv_step, level_weight, LayerState};
 use crate::math::{exp, l2norm_in_place, rmsnorm_in_place, sigmoid, silu, softplus, sqrt};
-use crate::model::GdnWeights;
-use crate::quant::{ActBlock, Activations};
+use crate::model::{GdnWeights, Model};
+use crate::quant::ActBlock;
 use crate::tensor::MatvecInput;
 
 /// Scratch floats: q, k, v, gate, a, b, λ inputs, and dv that the separate transition step
@@ -18,24 +18,21 @@ pub fn scratch_len(c: &ModelConfig) -> usize {
         + c.head_v_dim
 }
 
-/// One token through the mixer: `x` (D) → `out` (D). `t` is the token's position.
-/// `conv` holds the q, k and v conv states one after another; `act` is scratch for
-/// [`Activations::Q8`] inputs.
-// The long list is kept on purpose: a parameter struct crossing this non-inlined call costs
-// about 260 B of Cortex-M text, and the L475's image goal has less to spare.
-#[allow(clippy::too_many_arguments)]
+/// One token through the mixer with weights `w`: `x` (D) → `out` (D). `state.conv` holds the
+/// q, k and v conv states one after another; `act` is scratch for
+/// [`crate::quant::Activations::Q8`] inputs.
 pub fn step<E: StateElem>(
-    c: &ModelConfig,
+    model: &Model<'_>,
     w: &GdnWeights<'_>,
-    mode: Activations,
-    state: &mut FenwickState<'_, E>,
-    conv: &mut [f32],
-    t: u64,
+    state: &mut LayerState<'_, E>,
     x: &[f32],
     out: &mut [f32],
     scratch: &mut [f32],
     act: &mut [ActBlock],
 ) {
+    let c = model.config();
+    let mode = model.activations();
+    let (fenwick, conv, t) = (&mut state.fenwick, &mut *state.conv, state.t);
     let (h_count, dk, dv, kd, vd) = (
         c.num_heads,
         c.head_k_dim,
@@ -74,7 +71,7 @@ pub fn step<E: StateElem>(
     // applied as the reference does so that rounding matches.
     let q_scale = 1.0 / sqrt(dk as f32);
     let lam_scale = sqrt(dk as f32);
-    state.merge(t);
+    fenwick.merge(t);
     for h in 0..h_count {
         let qh = &mut q[h * dk..(h + 1) * dk];
         let kh = &mut k[h * dk..(h + 1) * dk];
@@ -97,7 +94,7 @@ pub fn step<E: StateElem>(
             lambda: lam,
             v_out: vh,
         };
-        state.step_delta(step, alpha, beta);
+        fenwick.step_delta(step, alpha, beta);
         // Output norm and gate, per head: RMSNorm_dv(o) · w · SiLU(g_proj x).
         rmsnorm_in_place(vh, w.o_norm, c.norm_eps);
         for (o, g) in vh.iter_mut().zip(&gate[h * dv..(h + 1) * dv]) {

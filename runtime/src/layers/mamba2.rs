@@ -1,11 +1,11 @@
 //! (Log-Linear) Mamba-2 mixer, one token (spec §6.1).
 
 use crate::config::ModelConfig;
-use crate::fenwick::{FenwickState, HeadStep, StateElem};
-use crate::layers::{conv_step, level_weight};
+use crate::fenwick::{HeadStep, StateElem};
+use crate::layers::{conv_step, level_weight, LayerState};
 use crate::math::{exp, rmsnorm_in_place, silu, softplus};
-use crate::model::Mamba2Weights;
-use crate::quant::{ActBlock, Activations};
+use crate::model::{Mamba2Weights, Model};
+use crate::quant::ActBlock;
 use crate::tensor::MatvecInput;
 
 /// Scratch floats: the in_proj output and the d_inner output.
@@ -13,23 +13,19 @@ pub fn scratch_len(c: &ModelConfig) -> usize {
     c.in_proj_rows() + c.d_inner()
 }
 
-/// One token through the mixer: `x` (D) → `out` (D). `t` is the token's position; `act` is
-/// scratch for [`Activations::Q8`] inputs.
-// The long list is kept on purpose: a parameter struct crossing this non-inlined call costs
-// about 260 B of Cortex-M text, and the L475's image goal has less to spare.
-#[allow(clippy::too_many_arguments)]
+/// One token through the mixer with weights `w`: `x` (D) → `out` (D); `act` is scratch for [`crate::quant::Activations::Q8`] inputs.
 pub fn step<E: StateElem>(
-    c: &ModelConfig,
+    model: &Model<'_>,
     w: &Mamba2Weights<'_>,
-    mode: Activations,
-    state: &mut FenwickState<'_, E>,
-    conv: &mut [f32],
-    t: u64,
+    state: &mut LayerState<'_, E>,
     x: &[f32],
     out: &mut [f32],
     scratch: &mut [f32],
     act: &mut [ActBlock],
 ) {
+    let c = model.config();
+    let mode = model.activations();
+    let (fenwick, conv, t) = (&mut state.fenwick, &mut *state.conv, state.t);
     let (di, h_count, p, n) = (c.d_inner(), c.num_heads, c.head_v_dim, c.head_k_dim);
     let nl = c.lambda_levels;
     let heads_per_group = h_count / c.num_groups;
@@ -48,7 +44,7 @@ pub fn step<E: StateElem>(
     let (b_all, c_all) = bc.split_at(c.num_groups * n);
 
     // Steps 3-5 per head, on the Fenwick state (merge is shared by all heads).
-    state.merge(t);
+    fenwick.merge(t);
     for h in 0..h_count {
         let dt = softplus(dt_raw[h] + w.dt_bias[h]);
         let alpha = exp(-exp(w.a_log[h]) * dt);
@@ -72,7 +68,7 @@ pub fn step<E: StateElem>(
             lambda: lam,
             v_out: yh,
         };
-        state.step_decay(step, alpha);
+        fenwick.step_decay(step, alpha);
         let d = w.d_skip[h];
         for (yv, xv) in yh.iter_mut().zip(xh) {
             *yv += d * xv;

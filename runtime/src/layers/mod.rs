@@ -86,32 +86,32 @@ pub fn mixer_scratch_len(c: &ModelConfig) -> usize {
     }
 }
 
+/// One block's recurrent state while it takes a token.
+pub struct LayerState<'a, E: StateElem> {
+    /// The Fenwick levels of the block's mixer.
+    pub fenwick: FenwickState<'a, E>,
+    /// The conv window of the block's mixer, in the official `conv_states` layout.
+    pub conv: &'a mut [f32],
+    /// The position of the token being fed.
+    pub t: u64,
+}
+
 /// One token through the mixer of block `layer`, whichever architecture the model has:
-/// `x` (D) → `out` (D). `conv` is the layer's conv state, `scratch` has
-/// [`mixer_scratch_len`] floats and `act` [`Model::act_blocks`] blocks (used when the model
-/// runs with [`Activations::Q8`]).
-// The long list is kept on purpose: a parameter struct crossing this non-inlined call costs
-// about 260 B of Cortex-M text, and the L475's image goal has less to spare.
-#[allow(clippy::too_many_arguments)]
+/// `x` (D) → `out` (D). `scratch` has [`mixer_scratch_len`] floats and `act`
+/// [`Model::act_blocks`] blocks (used when the model runs with [`Activations::Q8`]).
 pub fn mixer_step<E: StateElem>(
     model: &Model<'_>,
     layer: usize,
-    state: &mut FenwickState<'_, E>,
-    conv: &mut [f32],
-    t: u64,
+    state: &mut LayerState<'_, E>,
     x: &[f32],
     out: &mut [f32],
     scratch: &mut [f32],
     act: &mut [ActBlock],
 ) -> Result<(), ModelError> {
-    let c = model.config();
-    let mode = model.activations();
-    if c.arch.is_mamba2() {
-        let w = model.mamba2(layer)?;
-        mamba2::step(c, &w, mode, state, conv, t, x, out, scratch, act);
+    if model.config().arch.is_mamba2() {
+        mamba2::step(model, &model.mamba2(layer)?, state, x, out, scratch, act);
     } else {
-        let w = model.gdn(layer)?;
-        gdn::step(c, &w, mode, state, conv, t, x, out, scratch, act);
+        gdn::step(model, &model.gdn(layer)?, state, x, out, scratch, act);
     }
     Ok(())
 }
