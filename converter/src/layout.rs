@@ -120,52 +120,6 @@ impl Layout {
         }
     }
 
-    /// Every block role this layout can hold.
-    pub fn block_roles(self) -> &'static [Role] {
-        use Role::*;
-        if self.arch().is_mamba2() {
-            &[
-                MixerNorm,
-                MlpNorm,
-                MlpGate,
-                MlpUp,
-                MlpDown,
-                InProj,
-                Conv,
-                ConvBias,
-                DtBias,
-                ALog,
-                DSkip,
-                LambdaScale,
-                OutNorm,
-                OutProj,
-            ]
-        } else {
-            &[
-                MixerNorm,
-                MlpNorm,
-                MlpGate,
-                MlpUp,
-                MlpDown,
-                QProj,
-                KProj,
-                VProj,
-                AProj,
-                BProj,
-                GProj,
-                LProj,
-                QConv,
-                KConv,
-                VConv,
-                ALog,
-                DtBias,
-                LambdaScale,
-                OutNorm,
-                OutProj,
-            ]
-        }
-    }
-
     /// The tensor a full checkpoint key names, if any. Accepts the official load-hook alias
     /// `backbone.embedding.weight`.
     pub fn parse_key(self, key: &str) -> Option<TensorName> {
@@ -189,11 +143,11 @@ impl Layout {
         })
     }
 
-    /// The role of a block-relative key.
+    /// The role of a block-relative key: the one [`Layout::block_key`] names it (each key of a
+    /// layout names one role).
     pub fn parse_block_key(self, rel: &str) -> Option<Role> {
-        self.block_roles()
-            .iter()
-            .copied()
+        Role::ALL
+            .into_iter()
             .find(|&r| self.block_key(r) == Some(rel))
     }
 
@@ -206,6 +160,32 @@ impl Layout {
                 self.prefix(),
                 self.block_key(name.role)?
             )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each block key of a layout names one role, so parsing it finds that role.
+    #[test]
+    fn block_keys_parse_back() {
+        let layouts = [
+            Layout::Hattention,
+            Layout::FlaLogLinearMamba2,
+            Layout::Mamba2Mlp,
+            Layout::HGatedDeltaNet,
+            Layout::GatedDeltaNet,
+        ];
+        for layout in layouts {
+            for role in Role::ALL {
+                if let Some(key) = layout.block_key(role) {
+                    assert_eq!(layout.parse_block_key(key), Some(role), "{layout:?} {key}");
+                    let full = layout.key(TensorName::block(3, role)).unwrap();
+                    assert_eq!(layout.parse_key(&full), Some(TensorName::block(3, role)));
+                }
+            }
         }
     }
 }
