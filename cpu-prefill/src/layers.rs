@@ -5,7 +5,7 @@
 //! linear layers are batched matrix products ([`crate::linalg::project`]).
 
 use crate::act::silu;
-use crate::linalg::{dense, gemm, mat, mat_mut, project, PROJ_ROWS};
+use crate::linalg::{dense, mat, mat_mut, matmul, project, PROJ_ROWS};
 use crate::par;
 use crate::scan::{chunk_scan, Form, ScanInputs, ScanScratch, ScanShape};
 use crate::Timer;
@@ -479,16 +479,14 @@ pub fn mlp(w: &MlpWeights<'_>, threads: usize, h: &[f32], out: &mut [f32], work:
     par::map(threads, jobs, |(blk, ((block, gate), up))| {
         let rows = block.len() / d;
         let hb = mat(&h[blk * b * d..], rows, d);
-        gemm(1.0, &hb, &gate_t.t(), 0.0, &mut mat_mut(gate, rows, inter));
-        gemm(1.0, &hb, &up_t.t(), 0.0, &mut mat_mut(up, rows, inter));
+        matmul(&hb, &gate_t.t(), &mut mat_mut(gate, rows, inter));
+        matmul(&hb, &up_t.t(), &mut mat_mut(up, rows, inter));
         for (gv, uv) in gate.iter_mut().zip(up.iter()) {
             *gv = silu(*gv) * uv;
         }
-        gemm(
-            1.0,
+        matmul(
             &mat(gate, rows, inter),
             &down_t.t(),
-            0.0,
             &mut mat_mut(block, rows, d),
         );
     });

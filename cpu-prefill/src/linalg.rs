@@ -27,15 +27,27 @@ pub fn mat_mut(data: &mut [f32], rows: usize, cols: usize) -> ArrayViewMut2<'_, 
         .expect("internal: matrix view larger than its buffer")
 }
 
-/// c = alpha · a b + beta · c.
-pub fn gemm(
-    alpha: f32,
+/// c = a b.
+pub fn matmul(a: &ArrayView2<'_, f32>, b: &ArrayView2<'_, f32>, c: &mut ArrayViewMut2<'_, f32>) {
+    general_mat_mul(1.0, a, b, 0.0, c);
+}
+
+/// c += a b.
+pub fn matmul_add(
     a: &ArrayView2<'_, f32>,
     b: &ArrayView2<'_, f32>,
-    beta: f32,
     c: &mut ArrayViewMut2<'_, f32>,
 ) {
-    general_mat_mul(alpha, a, b, beta, c);
+    general_mat_mul(1.0, a, b, 1.0, c);
+}
+
+/// c −= a b.
+pub fn matmul_sub(
+    a: &ArrayView2<'_, f32>,
+    b: &ArrayView2<'_, f32>,
+    c: &mut ArrayViewMut2<'_, f32>,
+) {
+    general_mat_mul(-1.0, a, b, 1.0, c);
 }
 
 /// A weight matrix as dense row-major f32: borrowed when stored as f32, otherwise dequantized
@@ -60,7 +72,7 @@ pub fn project(threads: usize, x: &[f32], k: usize, w: &[f32], n: usize, out: &m
     par::for_row_blocks(threads, out, n, PROJ_ROWS, |row, block| {
         let rows = block.len() / n;
         let xb = mat(&x[row * k..], rows, k);
-        gemm(1.0, &xb, &wt, 0.0, &mut mat_mut(block, rows, n));
+        matmul(&xb, &wt, &mut mat_mut(block, rows, n));
     });
 }
 

@@ -21,7 +21,7 @@
 //! Every exponent is ≤ 0: decays are built from local (in-chunk) cumulative sums γ and chunk
 //! totals Γ only (spec §7.5).
 
-use crate::linalg::{gemm, mat, mat_mut};
+use crate::linalg::{mat, mat_mut, matmul, matmul_add, matmul_sub};
 use crate::par;
 use loglinear_runtime::bitlen;
 use loglinear_runtime::chunk::C0P1;
@@ -275,13 +275,7 @@ fn for_lower_decays(gam: &[f32], mut f: impl FnMut(usize, usize, f32)) {
 
 /// o = A V for the chunk's attention tile `att` (n × n) and values `v` (n × dv).
 fn attend(att: &[f32], v: &[f32], n: usize, dv: usize, o: &mut [f32]) {
-    gemm(
-        1.0,
-        &mat(att, n, n),
-        &mat(v, n, dv),
-        0.0,
-        &mut mat_mut(o, n, dv),
-    );
+    matmul(&mat(att, n, n), &mat(v, n, dv), &mut mat_mut(o, n, dv));
 }
 
 /// Phase 1 for one (head, chunk), its results stored in `mem` (at least [`chunk_floats`]).
@@ -321,11 +315,9 @@ fn intra_chunk<'a>(
 
     // S1 = Q Kᵀ (n × n); only its lower triangle is used.
     let mut s1 = vec![0.0f32; n * n];
-    gemm(
-        1.0,
+    matmul(
         &mat(qr, n, dk),
         &mat(&k, n, dk).t(),
-        0.0,
         &mut mat_mut(&mut s1, n, n),
     );
     // K̃_j = e^{Γ − γ_j} k_j.
@@ -351,11 +343,9 @@ fn intra_chunk<'a>(
             // P = StrictLower(diag(β) K Kᵀ), then A_w = (I + P)⁻¹ by forward substitution,
             // row by row: T_i = e_i − Σ_{l<i} P_il T_l (T_l is zero right of l).
             let mut kk = vec![0.0f32; n * n];
-            gemm(
-                1.0,
+            matmul(
                 &mat(&k, n, dk),
                 &mat(&k, n, dk).t(),
-                0.0,
                 &mut mat_mut(&mut kk, n, n),
             );
             let mut aw = vec![0.0f32; n * n];
@@ -376,33 +366,19 @@ fn intra_chunk<'a>(
                 s1[i * n + i + 1..(i + 1) * n].fill(0.0);
             }
             let mut m = vec![0.0f32; n * n];
-            gemm(
-                1.0,
-                &mat(&s1, n, n),
-                &mat(&aw, n, n),
-                0.0,
-                &mut mat_mut(&mut m, n, n),
-            );
+            matmul(&mat(&s1, n, n), &mat(&aw, n, n), &mut mat_mut(&mut m, n, n));
             // βK, then W = A_w βK and qr = Q − M βK.
             let mut bk = k.clone();
             for (i, row) in bk.chunks_exact_mut(dk).enumerate() {
                 row.iter_mut().for_each(|v| *v *= beta[i]);
             }
             let mut w = vec![0.0f32; n * dk];
-            gemm(
-                1.0,
+            matmul(
                 &mat(&aw, n, n),
                 &mat(&bk, n, dk),
-                0.0,
                 &mut mat_mut(&mut w, n, dk),
             );
-            gemm(
-                -1.0,
-                &mat(&m, n, n),
-                &mat(&bk, n, dk),
-                1.0,
-                &mut mat_mut(qr, n, dk),
-            );
+            matmul_sub(&mat(&m, n, n), &mat(&bk, n, dk), &mut mat_mut(qr, n, dk));
             // U = A_u diag(β) V with A_u,ij = e^{γ_i − γ_j} A_w,ij; the attention tile
             // M_ij e^{γ_i − γ_j} β_j λ_i[col(i, j)], both for j ≤ i. Both multiply V, which
             // `u` holds until U replaces it.
@@ -415,24 +391,16 @@ fn intra_chunk<'a>(
             });
             attend(&att, u, n, dv, o);
             let v = u.to_vec();
-            gemm(
-                1.0,
-                &mat(&au, n, n),
-                &mat(&v, n, dv),
-                0.0,
-                &mut mat_mut(u, n, dv),
-            );
+            matmul(&mat(&au, n, n), &mat(&v, n, dv), &mut mat_mut(u, n, dv));
             if dk <= CHUNK {
                 // A = I − Kᵀ W.
                 tr.fill(0.0);
                 for i in 0..dk {
                     tr[i * dk + i] = 1.0;
                 }
-                gemm(
-                    -1.0,
+                matmul_sub(
                     &mat(&k, n, dk).t(),
                     &mat(&w, n, dk),
-                    1.0,
                     &mut mat_mut(tr, dk, dk),
                 );
                 a = tr;
@@ -488,13 +456,7 @@ fn inter_chunk(
         // 1. Readout of every live level: o_i += λ_i[col(7 + m)] e^{γ_i} qr_iᵀ h_m.
         for m in (0..scans).filter(|&m| live[m]) {
             let col = s.lambda_col(C0P1 + m);
-            gemm(
-                1.0,
-                &qr,
-                &mat(&hs[m], dk, bw),
-                0.0,
-                &mut mat_mut(&mut read, n, bw),
-            );
+            matmul(&qr, &mat(&hs[m], dk, bw), &mut mat_mut(&mut read, n, bw));
             for i in 0..n {
                 let f = x.lam[((t0 + i) * s.heads + h) * s.lambda_cols + col] * decay(d.gam[i]);
                 add_scaled_flushed(&mut out[(t0 + i) * bw..][..bw], &read[i * bw..][..bw], f);
@@ -507,27 +469,21 @@ fn inter_chunk(
         let eg = exp(d.gam[n - 1]);
         for m in (0..scans).filter(|&m| live[m]) {
             if !d.a.is_empty() {
-                gemm(
-                    1.0,
+                matmul(
                     &mat(d.a, dk, dk),
                     &mat(&hs[m], dk, bw),
-                    0.0,
                     &mut mat_mut(&mut ah, dk, bw),
                 );
                 std::mem::swap(&mut hs[m], &mut ah);
             } else if s.form == Form::Gdn {
-                gemm(
-                    1.0,
+                matmul(
                     &mat(d.w, n, dk),
                     &mat(&hs[m], dk, bw),
-                    0.0,
                     &mut mat_mut(&mut xw, n, bw),
                 );
-                gemm(
-                    -1.0,
+                matmul_sub(
                     &mat(d.k, n, dk).t(),
                     &mat(&xw, n, bw),
-                    1.0,
                     &mut mat_mut(&mut hs[m], dk, bw),
                 );
             }
@@ -535,13 +491,7 @@ fn inter_chunk(
         }
         // 3. Chunk c's contribution K̃ᵀ U into level 0 (there is a level 0 since c < NT − 1).
         let u = columns(mat(d.u, n, dv), v0, bw);
-        gemm(
-            1.0,
-            &mat(d.kt, n, dk).t(),
-            &u,
-            1.0,
-            &mut mat_mut(&mut hs[0], dk, bw),
-        );
+        matmul_add(&mat(d.kt, n, dk).t(), &u, &mut mat_mut(&mut hs[0], dk, bw));
         live[0] = true;
         // 4. Carry over the trailing one bits of c, never out of the saturated level.
         let mut m = 0;
@@ -632,13 +582,7 @@ fn hand_off(
                     let (r0, r1) = (a0 - s0, b - s0);
                     let kt = mat(d.kt, d.n, dk).slice_axis_move(Axis(0), Slice::from(r0..r1));
                     let u = mat(d.u, d.n, dv).slice_axis_move(Axis(0), Slice::from(r0..r1));
-                    gemm(
-                        1.0,
-                        &kt.t(),
-                        &columns(u, v0, bw),
-                        1.0,
-                        &mut mat_mut(dst, dk, bw),
-                    );
+                    matmul_add(&kt.t(), &columns(u, v0, bw), &mut mat_mut(dst, dk, bw));
                 }
             }
             Form::Gdn => {
