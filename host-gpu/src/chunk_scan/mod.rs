@@ -164,9 +164,13 @@ const COMBINE: &str = include_str!("../shaders/chunk_combine.wgsl");
 const STATE: &str = include_str!("../shaders/chunk_state.wgsl");
 const PRE_COMMON: &str = include_str!("../shaders/chunk_pre_common.wgsl");
 const PRE_CONTRIB_M2: &str = include_str!("../shaders/chunk_pre_contrib_m2.wgsl");
+/// The parts of `chunk_pre_contrib_m2` after chunk_common.wgsl.
+const PRE_CONTRIB_PARTS: [&str; 3] = [ROWS16, PRE_CONTRIB_M2, PRE_COMMON];
 const PRE_SWEEP: &str = include_str!("../shaders/chunk_pre_sweep.wgsl");
 const PRE_PREFIX: &str = include_str!("../shaders/chunk_pre_prefix.wgsl");
 const PRE_READ_M2: &str = include_str!("../shaders/chunk_pre_read_m2.wgsl");
+/// The parts of `chunk_pre_read_m2` after chunk_common.wgsl.
+const PRE_READ_PARTS: [&str; 3] = [ROWS16, PRE_READ_M2, PRE_COMMON];
 
 /// Rows16, sixteen rows of a tile product in four vec4 (shaders/common/rows16.wgsl).
 pub(crate) const ROWS16: &str = include_str!("../shaders/common/rows16.wgsl");
@@ -310,7 +314,7 @@ impl ScanKernels {
                 Form::Mamba2 => Some(PreKernels {
                     contrib: gpu.kernel(
                         "chunk_pre_contrib_m2",
-                        &src(&[PRE_CONTRIB_M2, PRE_COMMON]),
+                        &src(&PRE_CONTRIB_PARTS),
                         "main",
                     )?,
                     sweep: gpu.kernel("chunk_pre_sweep", &src(&[PRE_SWEEP, PRE_COMMON]), "main")?,
@@ -319,11 +323,7 @@ impl ScanKernels {
                         &src(&[PRE_PREFIX, PRE_COMMON]),
                         "main",
                     )?,
-                    read: gpu.kernel(
-                        "chunk_pre_read_m2",
-                        &src(&[PRE_READ_M2, PRE_COMMON]),
-                        "main",
-                    )?,
+                    read: gpu.kernel("chunk_pre_read_m2", &src(&PRE_READ_PARTS), "main")?,
                 }),
                 Form::Gdn => None,
             },
@@ -809,10 +809,10 @@ mod tests {
             chunk_source(&[SCAN_GDN]),
             chunk_source(&[COMBINE]),
             chunk_source(&[STATE]),
-            chunk_source(&[PRE_CONTRIB_M2, PRE_COMMON]),
+            chunk_source(&PRE_CONTRIB_PARTS),
             chunk_source(&[PRE_SWEEP, PRE_COMMON]),
             chunk_source(&[PRE_PREFIX, PRE_COMMON]),
-            chunk_source(&[PRE_READ_M2, PRE_COMMON]),
+            chunk_source(&PRE_READ_PARTS),
         ];
         for source in &sources {
             assert_eq!(size_of::<ChunkParams>(), wgsl_uniform_size(source));

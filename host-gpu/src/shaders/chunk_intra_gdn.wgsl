@@ -84,41 +84,25 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let i0 = (lid / 16u) * 4u;
     let j0 = (lid % 16u) * 4u;
 
-    // 1. S1 = Tril(Q Kᵀ) and P = StrictLower(diag(β) K Kᵀ): a 4x4 block per thread, in vec4
-    //    accumulators (no private arrays: drivers may put those in slow local memory).
-    var s0 = vec4<f32>(0.0);
-    var s1 = vec4<f32>(0.0);
-    var s2 = vec4<f32>(0.0);
-    var s3 = vec4<f32>(0.0);
-    var p0 = vec4<f32>(0.0);
-    var p1 = vec4<f32>(0.0);
-    var p2 = vec4<f32>(0.0);
-    var p3 = vec4<f32>(0.0);
+    // 1. S1 = Tril(Q Kᵀ) and P = StrictLower(diag(β) K Kᵀ): a 4x4 block per thread, in the
+    //    vec4 accumulators of a Rows16.
+    var sb = zero16();
+    var pb = zero16();
     if (j0 <= i0 + 3u && i0 < n) {
-        let r0 = qk_row(t0 + min(i0, n - 1u), h);
-        let r1 = qk_row(t0 + min(i0 + 1u, n - 1u), h);
-        let r2 = qk_row(t0 + min(i0 + 2u, n - 1u), h);
-        let r3 = qk_row(t0 + min(i0 + 3u, n - 1u), h);
-        let c0 = qk_row(t0 + min(j0, n - 1u), h);
-        let c1 = qk_row(t0 + min(j0 + 1u, n - 1u), h);
-        let c2 = qk_row(t0 + min(j0 + 2u, n - 1u), h);
-        let c3 = qk_row(t0 + min(j0 + 3u, n - 1u), h);
+        let rr = qk_rows4(t0, n, h, i0);
+        let cr = qk_rows4(t0, n, h, j0);
         for (var kk = 0u; kk < P.dk; kk++) {
-            let kc = vec4<f32>(k[c0 + kk], k[c1 + kk], k[c2 + kk], k[c3 + kk]);
-            s0 += q[r0 + kk] * kc;
-            s1 += q[r1 + kk] * kc;
-            s2 += q[r2 + kk] * kc;
-            s3 += q[r3 + kk] * kc;
-            p0 += k[r0 + kk] * kc;
-            p1 += k[r1 + kk] * kc;
-            p2 += k[r2 + kk] * kc;
-            p3 += k[r3 + kk] * kc;
+            let kc = vec4<f32>(k[cr.x + kk], k[cr.y + kk], k[cr.z + kk], k[cr.w + kk]);
+            let qr = vec4<f32>(q[rr.x + kk], q[rr.y + kk], q[rr.z + kk], q[rr.w + kk]);
+            let kr = vec4<f32>(k[rr.x + kk], k[rr.y + kk], k[rr.z + kk], k[rr.w + kk]);
+            sb = add_outer(sb, qr, kc);
+            pb = add_outer(pb, kr, kc);
         }
     }
-    store_tiles(t0, n, h, i0, j0, s0, p0);
-    store_tiles(t0, n, h, i0 + 1u, j0, s1, p1);
-    store_tiles(t0, n, h, i0 + 2u, j0, s2, p2);
-    store_tiles(t0, n, h, i0 + 3u, j0, s3, p3);
+    store_tiles(t0, n, h, i0, j0, sb.a, pb.a);
+    store_tiles(t0, n, h, i0 + 1u, j0, sb.b, pb.b);
+    store_tiles(t0, n, h, i0 + 2u, j0, sb.c, pb.c);
+    store_tiles(t0, n, h, i0 + 3u, j0, sb.d, pb.d);
     workgroupBarrier();
 
     // 2. A_w = (I + P)⁻¹ in place, row by row: T_i = e_i − Σ_{l<i} P_il T_l (T_lj = 0 for l < j).

@@ -34,35 +34,24 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     load_gammas(t0, n, h, lid);
     workgroupBarrier();
 
-    // Each thread: a 4x4 block of the 64x64 score tile (rows i0.., columns j0..), in four vec4
-    // accumulators (no private arrays: drivers may put those in slow local memory).
+    // Each thread: a 4x4 block of the 64x64 score tile (rows i0.., columns j0..), in the vec4
+    // accumulators of a Rows16.
     let i0 = (lid / 16u) * 4u;
     let j0 = (lid % 16u) * 4u;
-    var acc0 = vec4<f32>(0.0);
-    var acc1 = vec4<f32>(0.0);
-    var acc2 = vec4<f32>(0.0);
-    var acc3 = vec4<f32>(0.0);
+    var acc = zero16();
     if (j0 <= i0 + 3u && i0 < n) {
-        let q0 = qk_row(t0 + min(i0, n - 1u), h);
-        let q1 = qk_row(t0 + min(i0 + 1u, n - 1u), h);
-        let q2 = qk_row(t0 + min(i0 + 2u, n - 1u), h);
-        let q3 = qk_row(t0 + min(i0 + 3u, n - 1u), h);
-        let k0 = qk_row(t0 + min(j0, n - 1u), h);
-        let k1 = qk_row(t0 + min(j0 + 1u, n - 1u), h);
-        let k2 = qk_row(t0 + min(j0 + 2u, n - 1u), h);
-        let k3 = qk_row(t0 + min(j0 + 3u, n - 1u), h);
+        let qr = qk_rows4(t0, n, h, i0);
+        let kr = qk_rows4(t0, n, h, j0);
         for (var kk = 0u; kk < P.dk; kk++) {
-            let kv = vec4<f32>(k[k0 + kk], k[k1 + kk], k[k2 + kk], k[k3 + kk]);
-            acc0 += q[q0 + kk] * kv;
-            acc1 += q[q1 + kk] * kv;
-            acc2 += q[q2 + kk] * kv;
-            acc3 += q[q3 + kk] * kv;
+            let kv = vec4<f32>(k[kr.x + kk], k[kr.y + kk], k[kr.z + kk], k[kr.w + kk]);
+            let qv = vec4<f32>(q[qr.x + kk], q[qr.y + kk], q[qr.z + kk], q[qr.w + kk]);
+            acc = add_outer(acc, qv, kv);
         }
     }
-    store_scores(t0, n, h, i0, j0, acc0);
-    store_scores(t0, n, h, i0 + 1u, j0, acc1);
-    store_scores(t0, n, h, i0 + 2u, j0, acc2);
-    store_scores(t0, n, h, i0 + 3u, j0, acc3);
+    store_scores(t0, n, h, i0, j0, acc.a);
+    store_scores(t0, n, h, i0 + 1u, j0, acc.b);
+    store_scores(t0, n, h, i0 + 2u, j0, acc.c);
+    store_scores(t0, n, h, i0 + 3u, j0, acc.d);
     workgroupBarrier();
 
     // o = A V: thread = (column d, group of 16 rows).

@@ -43,10 +43,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         fk[lid] = exp(g_last - gam[(t0 + lid) * P.heads + h]);
     }
     workgroupBarrier();
-    var a0 = vec4<f32>(0.0);
-    var a1 = vec4<f32>(0.0);
-    var a2 = vec4<f32>(0.0);
-    var a3 = vec4<f32>(0.0);
+    var acc = zero16();
     for (var j0 = 0u; j0 < C; j0 += DEPTH) {
         for (var e = lid; e < DEPTH * TILE; e += PWG) {
             let jj = e / TILE;
@@ -69,18 +66,15 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         for (var jj = 0u; jj < DEPTH; jj++) {
             let kr = ks[jj * (TILE / 4u) + ty];
             let vr = vs[jj * (TILE / 4u) + tx];
-            a0 += kr.x * vr;
-            a1 += kr.y * vr;
-            a2 += kr.z * vr;
-            a3 += kr.w * vr;
+            acc = add_outer(acc, kr, vr);
         }
         workgroupBarrier();
     }
     let base = (c * P.heads + h) * P.dk * P.dv;
     let k0 = kb * TILE + 4u * ty;
     let d0 = vb * TILE + 4u * tx;
-    store_row(base, k0, d0, a0);
-    store_row(base, k0 + 1u, d0, a1);
-    store_row(base, k0 + 2u, d0, a2);
-    store_row(base, k0 + 3u, d0, a3);
+    store_row(base, k0, d0, acc.a);
+    store_row(base, k0 + 1u, d0, acc.b);
+    store_row(base, k0 + 2u, d0, acc.c);
+    store_row(base, k0 + 3u, d0, acc.d);
 }

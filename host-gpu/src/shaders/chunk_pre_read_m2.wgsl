@@ -45,10 +45,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let tx = lid % 16u; // columns vb·64 + 4 tx ..
     let ty = lid / 16u; // rows 4 ty ..
     let per = P.dk * P.dv;
-    var a0 = vec4<f32>(0.0);
-    var a1 = vec4<f32>(0.0);
-    var a2 = vec4<f32>(0.0);
-    var a3 = vec4<f32>(0.0);
+    var acc = zero16();
     for (var m = 0u; m < P.n_scans; m++) {
         let sat = m == P.m_top;
         let reads = select(((c >> m) & 1u) == 1u, c >= (1u << m), sat);
@@ -99,10 +96,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             for (var kk = 0u; kk < DEPTH; kk++) {
                 let qr = qs[kk * (TILE / 4u) + ty];
                 let sr = ss[kk * (TILE / 4u) + tx];
-                a0 += qr.x * sr;
-                a1 += qr.y * sr;
-                a2 += qr.z * sr;
-                a3 += qr.w * sr;
+                acc = add_outer(acc, qr, sr);
             }
             workgroupBarrier();
         }
@@ -118,8 +112,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         }
     }
     let d0 = vb * TILE + 4u * tx;
-    add_row(h, t0, n, 4u * ty, d0, a0);
-    add_row(h, t0, n, 4u * ty + 1u, d0, a1);
-    add_row(h, t0, n, 4u * ty + 2u, d0, a2);
-    add_row(h, t0, n, 4u * ty + 3u, d0, a3);
+    add_row(h, t0, n, 4u * ty, d0, acc.a);
+    add_row(h, t0, n, 4u * ty + 1u, d0, acc.b);
+    add_row(h, t0, n, 4u * ty + 2u, d0, acc.c);
+    add_row(h, t0, n, 4u * ty + 3u, d0, acc.d);
 }

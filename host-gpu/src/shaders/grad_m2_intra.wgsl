@@ -76,10 +76,7 @@ fn pair_product(pair: u32, t0: u32, n: u32, h: u32, i0: u32, j0: u32, lid: u32) 
             for (var kk = 0u; kk < KS; kk++) {
                 let lv = stg4(kk * C + i0);
                 let rv = stg4(1024u + kk * C + j0);
-                o.a += lv.x * rv;
-                o.b += lv.y * rv;
-                o.c += lv.z * rv;
-                o.d += lv.w * rv;
+                o = add_outer(o, lv, rv);
             }
         }
         workgroupBarrier();
@@ -185,11 +182,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 // B is lower triangular (j <= i): skipping its zero blocks changes nothing.
                 if (r <= ty * 4u + 3u) {
                     let bc = tile_col4(ty * 4u, r);
-                    oq = Rows16(oq.a + bc.x * kv, oq.b + bc.y * kv, oq.c + bc.z * kv, oq.d + bc.w * kv);
+                    oq = add_outer(oq, bc, kv);
                 }
                 if (r >= ty * 4u) {
                     let br = tile_row4(r, ty * 4u);
-                    ok = Rows16(ok.a + br.x * qv, ok.b + br.y * qv, ok.c + br.z * qv, ok.d + br.w * qv);
+                    ok = add_outer(ok, br, qv);
                 }
             }
             workgroupBarrier();
@@ -236,7 +233,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 let dov = stg4(kk * C + tx * 4u);
                 if (r >= ty * 4u) {
                     let ar = tile_row4(r, ty * 4u);
-                    ov = Rows16(ov.a + ar.x * dov, ov.b + ar.y * dov, ov.c + ar.z * dov, ov.d + ar.w * dov);
+                    ov = add_outer(ov, ar, dov);
                 }
             }
             workgroupBarrier();

@@ -1,5 +1,6 @@
-// Sixteen rows of one column of a tile product, as four vec4 (rows r0..r0+3, r0+4..r0+7, ...):
-// vec4 accumulators rather than a private array, which drivers may put in slow local memory.
+// Sixteen values of a tile product as four vec4: sixteen rows of one column (rows r0..r0+3,
+// r0+4..r0+7, ...), or a thread's 4×4 block (row i in the i-th vec4). vec4 accumulators rather
+// than a private array, which drivers may put in slow local memory.
 struct Rows16 {
     a: vec4<f32>,
     b: vec4<f32>,
@@ -25,4 +26,9 @@ fn quad_of(o: Rows16, q: u32) -> vec4<f32> {
 
 fn row_of(o: Rows16, r: u32) -> f32 {
     return quad_of(o, r / 4u)[r % 4u];
+}
+
+// o plus the outer product a ⊗ b: row i of the 4×4 block o.a..o.d gains a[i] · b.
+fn add_outer(o: Rows16, a: vec4<f32>, b: vec4<f32>) -> Rows16 {
+    return Rows16(o.a + a.x * b, o.b + a.y * b, o.c + a.z * b, o.d + a.w * b);
 }
