@@ -19,8 +19,16 @@ pub use mixer::{
 };
 
 const F16: &str = include_str!("../shaders/f16.wgsl");
-const MATMUL: &str = include_str!("../shaders/matmul.wgsl");
-const MATMUL_COOP: &str = include_str!("../shaders/matmul_coop.wgsl");
+const MATMUL: &str = concat!(
+    common_wgsl!("matmul_io"),
+    common_wgsl!("rows16"),
+    common_wgsl!("tile64"),
+    include_str!("../shaders/matmul.wgsl")
+);
+const MATMUL_COOP: &str = concat!(
+    common_wgsl!("matmul_io"),
+    include_str!("../shaders/matmul_coop.wgsl")
+);
 const GATHER: &str = include_str!("../shaders/gather.wgsl");
 /// How each weight dtype's kernels read W (binding 0 and `load_w`), in [`dtype_index`] order.
 const WEIGHT_ACCESS: [(&str, &str); 4] = [

@@ -3,7 +3,8 @@
 // Preceded by a header that ops/mod.rs writes from the adapter's configuration: the `enable`
 // directives, `alias ET` (the input element type, f16 or f32), `alias MatA/MatB/MatC` (the
 // S×S cooperative matrix types; C always f32), `const S`, `const SG` (the adapter's fixed
-// subgroup size) and `const THREADS` (8 subgroups); then f16.wgsl and one weights_*.wgsl.
+// subgroup size) and `const THREADS` (8 subgroups); then f16.wgsl, one weights_*.wgsl and
+// common/matmul_io.wgsl.
 //
 // A workgroup computes an 8S×8S tile of Y (128×128 for S = 16) with 8 subgroups in 2 rows × 4
 // columns, each owning 4S×2S of the tile as 4×2 accumulators. Each K step stages 8S rows ×
@@ -13,21 +14,6 @@
 // once per element of the tile edge, while the product grows with its area. The result leaves
 // one accumulator at a time through a small per-subgroup area, so that Y's edges are written
 // with bounds checks.
-struct MatmulParams {
-    m: u32,
-    n: u32,
-    k: u32,
-    x_offset: u32, // first element of X
-    x_stride: u32, // elements per X row
-    y_offset: u32, // first element of Y
-    y_stride: u32, // elements per Y row (Y may be a column slice of a wider buffer)
-    _pad: u32,
-}
-
-@group(0) @binding(1) var<storage, read> x: array<f32>;
-@group(0) @binding(2) var<storage, read_write> y: array<f32>;
-@group(0) @binding(3) var<uniform> p: MatmulParams;
-
 const TILE: u32 = 8u * S;
 const KT: u32 = 32u;
 // Padded rows: multiples of 8 elements keep every row start 16-byte aligned (as cooperative

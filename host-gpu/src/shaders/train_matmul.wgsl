@@ -3,7 +3,7 @@
 // C[m][n] = c[c_off + m·c_rs + n]. One kernel covers the three products of a linear layer:
 // forward Y = X·Wᵀ, input gradient dX = dY·W, weight gradient dW += dYᵀ·X.
 // Each workgroup computes a 64×64 tile of C, 16 k at a time; each of its 16×16 threads a 4×4
-// block (rows ly + 16i, columns lx + 16j), as matmul.wgsl.
+// block (rows ly + 16i, columns lx + 16j): common/tile64.wgsl, which precedes this file.
 // Split k (weight gradients, where k is every token and C is small): workgroup z sums only
 // k in [z·kz, (z+1)·kz) and writes its partial C at c_off + z·z_stride (acc = 0); a second
 // kernel (train_split_sum.wgsl) adds the partials in a fixed order.
@@ -29,13 +29,6 @@ struct MatmulParams {
 @group(0) @binding(2) var<storage, read_write> c: array<f32>;
 @group(0) @binding(3) var<uniform> p: MatmulParams;
 
-const TILE: u32 = 64u;
-const KT: u32 = 16u;
-const PAD: u32 = 65u;
-
-var<workgroup> a_tile: array<f32, 1040>; // [16 k][65] rows m
-var<workgroup> b_tile: array<f32, 1040>; // [16 k][65] columns n
-
 @compute @workgroup_size(16, 16)
 fn main(
     @builtin(workgroup_id) wg: vec3<u32>,
@@ -46,10 +39,7 @@ fn main(
     let col0 = wg.x * TILE;
     let k_begin = wg.z * p.kz;
     let k_end = min(p.k, k_begin + p.kz);
-    var acc0 = vec4<f32>(0.0);
-    var acc1 = vec4<f32>(0.0);
-    var acc2 = vec4<f32>(0.0);
-    var acc3 = vec4<f32>(0.0);
+    var acc = zero16();
     for (var k0 = k_begin; k0 < k_end; k0 += KT) {
         for (var e = li; e < TILE * KT; e += 256u) {
             // Lanes walk k when k is the contiguous index of the operand, else the row.
@@ -63,7 +53,7 @@ fn main(
             if (row0 + r < p.m && k0 + kk < k_end) {
                 av = a[p.a_off + (row0 + r) * p.a_rs + (k0 + kk) * p.a_cs];
             }
-            a_tile[kk * PAD + r] = av;
+            row_tile[kk * PAD + r] = av;
             var cn = e / KT;
             var kb = e % KT;
             if (p.b_cs == 1u) {
@@ -74,29 +64,17 @@ fn main(
             if (col0 + cn < p.n && k0 + kb < k_end) {
                 bv = b[p.b_off + (k0 + kb) * p.b_rs + (col0 + cn) * p.b_cs];
             }
-            b_tile[kb * PAD + cn] = bv;
+            col_tile[kb * PAD + cn] = bv;
         }
         workgroupBarrier();
-        for (var kk = 0u; kk < KT; kk++) {
-            let base = kk * PAD;
-            let bb = vec4<f32>(
-                b_tile[base + lid.x],
-                b_tile[base + lid.x + 16u],
-                b_tile[base + lid.x + 32u],
-                b_tile[base + lid.x + 48u],
-            );
-            acc0 += a_tile[base + lid.y] * bb;
-            acc1 += a_tile[base + lid.y + 16u] * bb;
-            acc2 += a_tile[base + lid.y + 32u] * bb;
-            acc3 += a_tile[base + lid.y + 48u] * bb;
-        }
+        acc = tile_products(acc, lid.x, lid.y);
         workgroupBarrier();
     }
     let base = p.c_off + wg.z * p.z_stride;
-    store_row(base, row0 + lid.y, col0 + lid.x, acc0);
-    store_row(base, row0 + lid.y + 16u, col0 + lid.x, acc1);
-    store_row(base, row0 + lid.y + 32u, col0 + lid.x, acc2);
-    store_row(base, row0 + lid.y + 48u, col0 + lid.x, acc3);
+    store_row(base, row0 + lid.y, col0 + lid.x, acc.a);
+    store_row(base, row0 + lid.y + 16u, col0 + lid.x, acc.b);
+    store_row(base, row0 + lid.y + 32u, col0 + lid.x, acc.c);
+    store_row(base, row0 + lid.y + 48u, col0 + lid.x, acc.d);
 }
 
 fn store_row(base: u32, r: u32, col: u32, v: vec4<f32>) {

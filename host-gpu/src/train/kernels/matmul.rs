@@ -2,10 +2,14 @@
 //! dispatch) and the linear layer's forward and backward built on it.
 
 use super::{grid_threads, u, Step, TrainKernels};
-use crate::gpu::MAX_GROUPS;
+use crate::gpu::{common_wgsl, MAX_GROUPS};
 use crate::gpu::{Gpu, GpuError, Rows};
 
-pub(super) const MATMUL_WGSL: &str = include_str!("../../shaders/train_matmul.wgsl");
+pub(super) const MATMUL_WGSL: &str = concat!(
+    common_wgsl!("rows16"),
+    common_wgsl!("tile64"),
+    include_str!("../../shaders/train_matmul.wgsl")
+);
 pub(super) const SPLIT_SUM_WGSL: &str = include_str!("../../shaders/train_split_sum.wgsl");
 
 /// Output tile of the training matmul.
