@@ -98,6 +98,24 @@ fn reduce_row(i: u32, hi: u32) -> vec4<f32> {
     return red[b] + red[b + 2u] + red[b + 4u] + red[b + 6u];
 }
 
+// Slot lid < 2C (row lid / 2, column half lid % 2) of W̃ s for the chunk's rows at t0, s = sa
+// (state 0) or sb (state 1): the SPLIT partials of each row through `red`, then reduced; 0 for
+// the other threads. Every thread calls it (barrier inside).
+fn w_state_rows(t0: u32, n: u32, h: u32, row: u32, part: u32, lid: u32, state: u32) -> vec4<f32> {
+    var p = Pair(vec4<f32>(0.0), vec4<f32>(0.0));
+    if (row < n) {
+        p = w_times_state(t0 + row, h, part, state);
+    }
+    red[2u * lid] = p.lo;
+    red[2u * lid + 1u] = p.hi;
+    workgroupBarrier();
+    var x = vec4<f32>(0.0);
+    if (lid < C * 2u) {
+        x = reduce_row(lid / 2u, lid % 2u);
+    }
+    return x;
+}
+
 // Row r of the chunk into the owned state rows: GDN a −= K̃ xa, b += K̃ (U − xb); Mamba-2
 // b += K̃ U. The flags say which state and which vec4 of columns this thread updates.
 fn update_rows(
@@ -247,28 +265,16 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             // xa = W̃ sa, xb = W̃ sb (C x BV each), through the partial sums; only for the
             // states that can be non-zero.
             if (use_a) {
-                var pa = Pair(vec4<f32>(0.0), vec4<f32>(0.0));
-                if (row < n) {
-                    pa = w_times_state(t0 + row, h, part, 0u);
-                }
-                red[2u * lid] = pa.lo;
-                red[2u * lid + 1u] = pa.hi;
-                workgroupBarrier();
+                let x = w_state_rows(t0, n, h, row, part, lid, 0u);
                 if (lid < C * 2u) {
-                    xa[lid] = reduce_row(lid / 2u, lid % 2u);
+                    xa[lid] = x;
                 }
                 workgroupBarrier();
             }
             if (use_b) {
-                var pb = Pair(vec4<f32>(0.0), vec4<f32>(0.0));
-                if (row < n) {
-                    pb = w_times_state(t0 + row, h, part, 1u);
-                }
-                red[2u * lid] = pb.lo;
-                red[2u * lid + 1u] = pb.hi;
-                workgroupBarrier();
+                let x = w_state_rows(t0, n, h, row, part, lid, 1u);
                 if (lid < C * 2u) {
-                    xb[lid] = reduce_row(lid / 2u, lid % 2u);
+                    xb[lid] = x;
                 }
                 workgroupBarrier();
             }
