@@ -39,7 +39,7 @@ use super::{check_training_shape, OpGradIo, OpGrads};
 use crate::chunk_scan::{
     check_buffer, chunk_source, ChunkParams, Form, ScanInputs, ScanShape, Step, CHUNK, GAMMA,
 };
-use crate::gpu::MAX_GROUPS;
+use crate::gpu::{common_wgsl, MAX_GROUPS};
 use crate::gpu::{Gpu, GpuError, Kernel};
 use loglinear_runtime::chunk::C0P1;
 
@@ -54,8 +54,14 @@ const LB_COLS: usize = 64;
 
 const GRAD_COMMON: &str = include_str!("../shaders/grad_gdn_common.wgsl");
 const PREP: &str = include_str!("../shaders/grad_gdn_prep.wgsl");
-const HSCAN: &str = include_str!("../shaders/grad_gdn_hscan.wgsl");
-const DHSCAN: &str = include_str!("../shaders/grad_gdn_dhscan.wgsl");
+const HSCAN: &str = concat!(
+    common_wgsl!("gdn_level_scan"),
+    include_str!("../shaders/grad_gdn_hscan.wgsl")
+);
+const DHSCAN: &str = concat!(
+    common_wgsl!("gdn_level_scan"),
+    include_str!("../shaders/grad_gdn_dhscan.wgsl")
+);
 const LVL: &str = include_str!("../shaders/grad_gdn_lvl.wgsl");
 const INTRA: &str = include_str!("../shaders/grad_gdn_intra.wgsl");
 const VEC: &str = include_str!("../shaders/grad_gdn_vec.wgsl");

@@ -13,11 +13,7 @@
 @group(0) @binding(6) var<storage, read_write> dxs: array<f32>;
 @group(0) @binding(7) var<storage, read> fpt: array<f32>;
 
-const BV: u32 = 8u;
-var<workgroup> st: array<vec4<f32>, 512>;  // [MAX_DK][2]
-// [dk half][C][2]: partial sums of K̃ D; the second half then holds λ_i dO_i ([C][2]).
-var<workgroup> part: array<vec4<f32>, 256>;
-var<workgroup> xw: array<vec4<f32>, 128>;  // [C][2]: dX = K̃ D
+// After phase A, part's second half holds λ_i dO_i ([C][2]) for phase B.
 
 @compute @workgroup_size(128) // 2C: one thread per (row, dk half) in phase A
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -28,14 +24,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let dk = P.dk;
     let ns = dk * 2u;
     let col = C0P1 + m;
-    // Phase A thread (lid < 2C): row ai, dk half ak, both vec4 halves.
-    let ai = lid % C;
-    let ak = lid / C;
-    let kh = (dk + 1u) / 2u;
     let fs = P.group_heads * f_stride();
-    for (var e = lid; e < ns; e += 128u) {
-        st[e] = vec4<f32>(0.0);
-    }
+    zero_state(lid, ns);
     for (var cc = 0u; cc < P.nt; cc++) {
         let c = P.nt - 1u - cc;
         let t0 = c * C;
@@ -44,9 +34,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         let rd = reads(c, m);
         let d_zero = group_last(c, m) || c + 1u == P.nt;
         if (d_zero) {
-            for (var e = lid; e < ns; e += 128u) {
-                st[e] = vec4<f32>(0.0);
-            }
+            zero_state(lid, ns);
         }
         for (var e = lid; e < ns; e += 128u) {
             let d = (e % 2u) * 4u;
@@ -59,20 +47,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         }
         workgroupBarrier();
         // Phase A: partial sums of K̃ D over one dk half (D = 0 after a group-last chunk).
-        if (lid < 2u * C) {
-            var p0 = vec4<f32>(0.0);
-            var p1 = vec4<f32>(0.0);
-            if (ai < n && !d_zero) {
-                let kt = ft_at(c, h, 0u) + ai;
-                for (var kk = ak * kh; kk < min(dk, (ak + 1u) * kh); kk++) {
-                    let kv = fpt[kt + kk * C];
-                    p0 += kv * st[kk * 2u];
-                    p1 += kv * st[kk * 2u + 1u];
-                }
-            }
-            part[lid * 2u] = p0;
-            part[lid * 2u + 1u] = p1;
-        }
+        partial_products(lid, c, h, n, 0u, d_zero);
         workgroupBarrier();
         if (lid < 2u * C) {
             let i = lid % C;

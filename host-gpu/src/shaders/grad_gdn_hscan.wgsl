@@ -14,11 +14,6 @@
 @group(0) @binding(4) var<storage, read_write> xs: array<f32>;
 @group(0) @binding(5) var<storage, read> fpt: array<f32>;
 
-const BV: u32 = 8u;
-var<workgroup> st: array<vec4<f32>, 512>;  // [MAX_DK][2]: the state columns of this workgroup
-var<workgroup> part: array<vec4<f32>, 256>; // [dk half][C][2]: partial sums of W̃ H
-var<workgroup> xw: array<vec4<f32>, 128>;  // [C][2]: X
-
 fn load4(base: u32, ok: vec4<bool>) -> vec4<f32> {
     var r = vec4<f32>(0.0);
     for (var j = 0u; j < 4u; j++) {
@@ -37,13 +32,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let nbv = min(BV, P.dv - v0);
     let dk = P.dk;
     let ns = dk * 2u;
-    for (var e = lid; e < ns; e += 128u) {
-        st[e] = vec4<f32>(0.0);
-    }
-    // Phase A thread (lid < 2C): row ai, dk half ak, both vec4 halves.
-    let ai = lid % C;
-    let ak = lid / C;
-    let kh = (dk + 1u) / 2u;
+    zero_state(lid, ns);
     let fs = P.group_heads * f_stride();
     workgroupBarrier();
     for (var c = 0u; c < P.nt; c++) {
@@ -60,29 +49,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             }
         }
         if (group_last(c, m) || c + 1u == P.nt) {
-            for (var e = lid; e < ns; e += 128u) {
-                st[e] = vec4<f32>(0.0);
-            }
+            zero_state(lid, ns);
             workgroupBarrier();
             continue;
         }
         // Phase A: partial sums of W̃ H over one dk half (H = 0 entering the first chunk of a
         // group of 2^(m+1)).
         let h_zero = (c & ((2u << m) - 1u)) == 0u;
-        if (lid < 2u * C) {
-            var p0 = vec4<f32>(0.0);
-            var p1 = vec4<f32>(0.0);
-            if (ai < n && !h_zero) {
-                let wt = ft_at(c, h, 1u) + ai;
-                for (var kk = ak * kh; kk < min(dk, (ak + 1u) * kh); kk++) {
-                    let w = fpt[wt + kk * C];
-                    p0 += w * st[kk * 2u];
-                    p1 += w * st[kk * 2u + 1u];
-                }
-            }
-            part[lid * 2u] = p0;
-            part[lid * 2u + 1u] = p1;
-        }
+        partial_products(lid, c, h, n, 1u, h_zero);
         workgroupBarrier();
         if (lid < 2u * C) {
             let i = lid % C;

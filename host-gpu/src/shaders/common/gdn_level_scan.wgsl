@@ -1,0 +1,38 @@
+// The workgroup state and phase A of the GDN backward's level scans (grad_gdn_hscan.wgsl,
+// grad_gdn_dhscan.wgsl): one workgroup per (BV columns of dv, head, level), 2C threads, the BV
+// columns as two vec4 halves. Needs grad_gdn_common.wgsl and the kernel's `fpt` binding (the
+// transposed fpack).
+const BV: u32 = 8u;
+var<workgroup> st: array<vec4<f32>, 512>;  // [MAX_DK][2]: the state columns of this workgroup
+var<workgroup> part: array<vec4<f32>, 256>; // [dk half][C][2]: partial sums of phase A
+var<workgroup> xw: array<vec4<f32>, 128>;  // [C][2]: the chunk's product X (or dX)
+
+// The state to zero, by the workgroup's 128 threads (ns = 2 dk vec4 halves).
+fn zero_state(lid: u32, ns: u32) {
+    for (var e = lid; e < ns; e += 128u) {
+        st[e] = vec4<f32>(0.0);
+    }
+}
+
+// Phase A: thread lid < 2C (row ai = lid % C, dk half ak = lid / C) writes to part[lid] the
+// partial sums over its dk half of row ai of fpack block `which` (transposed) of chunk c times
+// the state; zeros for rows past n and where `zero`.
+fn partial_products(lid: u32, c: u32, h: u32, n: u32, which: u32, zero: bool) {
+    if (lid < 2u * C) {
+        let ai = lid % C;
+        let ak = lid / C;
+        let kh = (P.dk + 1u) / 2u;
+        var p0 = vec4<f32>(0.0);
+        var p1 = vec4<f32>(0.0);
+        if (ai < n && !zero) {
+            let f = ft_at(c, h, which) + ai;
+            for (var kk = ak * kh; kk < min(P.dk, (ak + 1u) * kh); kk++) {
+                let fv = fpt[f + kk * C];
+                p0 += fv * st[kk * 2u];
+                p1 += fv * st[kk * 2u + 1u];
+            }
+        }
+        part[lid * 2u] = p0;
+        part[lid * 2u + 1u] = p1;
+    }
+}
