@@ -38,6 +38,7 @@ const WEIGHT_ACCESS: [(&str, &str); 4] = [
     ("q4_0", include_str!("../shaders/weights_q4_0.wgsl")),
 ];
 const RMSNORM: &str = concat!(
+    common_wgsl!("norm_rows"),
     common_wgsl!("workgroup_sum"),
     common_wgsl!("inv_rms"),
     include_str!("../shaders/rmsnorm.wgsl")

@@ -3,28 +3,18 @@
 //   dx[i] = r·w[i]·dy[i] − x[i]·r³/n · Σ_j w[j]·dy[j]·x[j]   (written, or added when acc = 1),
 //   wrow[r][i] = dy[i]·x[i]·r                                (this row's share of dw; a column
 //                                                             sum over rows makes dw).
-struct NormParams {
-    rows: u32,
-    cols: u32,
-    eps: f32,
-    acc: u32,
-    groups: u32,
-}
-
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read> w: array<f32>;
+// Preceded by common/norm_rows.wgsl (one workgroup per row, bindings 0 and 1) and
+// common/train_norm_params.wgsl.
 @group(0) @binding(2) var<storage, read> rstd: array<f32>;
 @group(0) @binding(3) var<storage, read> dy: array<f32>;
 @group(0) @binding(4) var<storage, read_write> dx: array<f32>;
 @group(0) @binding(5) var<storage, read_write> wrow: array<f32>;
 @group(0) @binding(6) var<uniform> p: NormParams;
 
-const WG: u32 = 64u;
-
 @compute @workgroup_size(64)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {
-    let r = wg.y * nw.x + wg.x;
+    let r = grid_row(wg, nw);
     if (r >= p.rows) {
         return;
     }

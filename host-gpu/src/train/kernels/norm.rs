@@ -5,11 +5,15 @@ use super::{grid, u, Step, TrainKernels};
 use crate::gpu::{common_wgsl, Gpu, GpuError, Kernel, Rows};
 
 pub(crate) const RMSNORM_WGSL: &str = concat!(
+    common_wgsl!("norm_rows"),
+    common_wgsl!("train_norm_params"),
     common_wgsl!("workgroup_sum"),
     common_wgsl!("inv_rms"),
     include_str!("../../shaders/train_rmsnorm.wgsl")
 );
 pub(crate) const RMSNORM_BWD_WGSL: &str = concat!(
+    common_wgsl!("norm_rows"),
+    common_wgsl!("train_norm_params"),
     common_wgsl!("workgroup_sum"),
     include_str!("../../shaders/train_rmsnorm_bwd.wgsl")
 );
