@@ -13,6 +13,12 @@ fn silu(x: f32) -> f32 {
     return x * sigmoid(x);
 }
 
+// SiLU'(z) = σ(z)·(1 + z·(1 − σ(z))).
+fn dsilu(z: f32) -> f32 {
+    let s = sigmoid(z);
+    return s * (1.0 + z * (1.0 - s));
+}
+
 // ln(1 + y) for y ≥ 0 without the cancellation of log(1 + y) at small y (WGSL has no log1p, and
 // GPU log may have an absolute, not relative, error near 1): a short series below 1/16.
 fn log1p_pos(y: f32) -> f32 {
@@ -30,6 +36,22 @@ fn softplus(x: f32) -> f32 {
         return x;
     }
     return log1p_pos(exp(x));
+}
+
+// softplus' = sigmoid, 1 in the linear regime above 20 (as softplus).
+fn dsoftplus(x: f32) -> f32 {
+    if (x > 20.0) {
+        return 1.0;
+    }
+    return sigmoid(x);
+}
+
+// λ column: softplus(L·x)·scale for a log-linear model, 1 for a plain one (every column).
+fn lambda_col(log_linear: u32, l_scale: f32, x: f32, scale: f32) -> f32 {
+    if (log_linear != 0u) {
+        return softplus(l_scale * x) * scale;
+    }
+    return 1.0;
 }
 
 // Flat invocation index of a 1-D problem dispatched as a 2-D grid of 256-wide workgroups

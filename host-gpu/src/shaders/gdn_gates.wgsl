@@ -31,10 +31,6 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<
     let lrow = row + 2u * p.heads + h * p.lambda_cols;
     let ls = 3u * p.heads + h * p.lambda_cols;
     for (var l = 0u; l < p.lambda_cols; l++) {
-        var lv = 1.0;
-        if (p.log_linear != 0u) {
-            lv = softplus(vecs[ls + l] * abl[lrow + l]) * p.lam_scale;
-        }
-        lam[i * p.lambda_cols + l] = lv;
+        lam[i * p.lambda_cols + l] = lambda_col(p.log_linear, vecs[ls + l], abl[lrow + l], p.lam_scale);
     }
 }

@@ -7,15 +7,7 @@
 //                 din[r][c] = Σ_j dpre[r + (W−1−j)·B][c] · w[c][j] (rows past the end are 0)
 //                 — two entries, `backward_pre` and `backward_in`.
 //   backward_w:   dw[c][j] += Σ_r dpre[r][c] · in[r − (W−1−j)·B][c] (one workgroup per channel).
-struct ConvParams {
-    rows: u32,
-    batch: u32,
-    stride: u32,
-    c0: u32,
-    channels: u32,
-    width: u32,
-}
-
+// ConvParams: common/train_conv_params.wgsl, which precedes this file.
 @group(0) @binding(0) var<storage, read> inp: array<f32>;
 @group(0) @binding(1) var<storage, read> w: array<f32>;
 @group(0) @binding(2) var<storage, read_write> pre: array<f32>;

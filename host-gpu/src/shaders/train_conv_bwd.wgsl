@@ -1,24 +1,11 @@
 // Backward of train_conv.wgsl, input side (see there): din[r][c] = Σ_j dpre[r + (W−1−j)·B][c] ·
 // w[c][j], with dpre = dout · SiLU'(pre) formed on the fly. Written (not added).
-struct ConvParams {
-    rows: u32,
-    batch: u32,
-    stride: u32,
-    c0: u32,
-    channels: u32,
-    width: u32,
-}
-
+// ConvParams: common/train_conv_params.wgsl, which precedes this file.
 @group(0) @binding(0) var<storage, read> pre: array<f32>;
 @group(0) @binding(1) var<storage, read> dout: array<f32>;
 @group(0) @binding(2) var<storage, read> w: array<f32>;
 @group(0) @binding(3) var<storage, read_write> din: array<f32>;
 @group(0) @binding(4) var<uniform> p: ConvParams;
-
-fn dsilu(z: f32) -> f32 {
-    let s = sigmoid(z);
-    return s * (1.0 + z * (1.0 - s));
-}
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>,

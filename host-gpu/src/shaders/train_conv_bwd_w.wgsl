@@ -1,14 +1,6 @@
 // Backward of train_conv.wgsl, weight side: dw[c][j] += Σ_r dpre[r][c] · in[r − (W−1−j)·B][c],
 // dpre = dout · SiLU'(pre). One 256-thread workgroup per channel, W ≤ 8.
-struct ConvParams {
-    rows: u32,
-    batch: u32,
-    stride: u32,
-    c0: u32,
-    channels: u32,
-    width: u32,
-}
-
+// ConvParams: common/train_conv_params.wgsl, which precedes this file.
 @group(0) @binding(0) var<storage, read> pre: array<f32>;
 @group(0) @binding(1) var<storage, read> dout: array<f32>;
 @group(0) @binding(2) var<storage, read> inp: array<f32>;
@@ -16,11 +8,6 @@ struct ConvParams {
 @group(0) @binding(4) var<uniform> p: ConvParams;
 
 var<workgroup> partial: array<array<f32, 8>, 256>;
-
-fn dsilu(z: f32) -> f32 {
-    let s = sigmoid(z);
-    return s * (1.0 + z * (1.0 - s));
-}
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>,

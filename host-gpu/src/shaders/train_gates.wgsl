@@ -6,7 +6,7 @@
 //   u = L·l, e = dλ·√dk·softplus'(u), dl = e·L;
 //   per-row shares of the parameter gradients, rows [dA_log (H) | d dt_bias (H) | dL (H·15)]:
 //   dA_log += dg·g, d dt_bias += da, dL += e·l (column sums over rows make the gradients).
-// softplus' = sigmoid, 1 in the linear regime above 20 (as the forward's softplus).
+// softplus' = dsoftplus (common.wgsl).
 struct GateParams {
     rows: u32,
     heads: u32,
@@ -29,13 +29,6 @@ struct GateParams {
 @group(0) @binding(8) var<storage, read_write> prow: array<f32>; // backward: parameter shares
 @group(0) @binding(9) var<uniform> p: GateParams;
 
-fn dsoftplus(x: f32) -> f32 {
-    if (x > 20.0) {
-        return 1.0;
-    }
-    return sigmoid(x);
-}
-
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>,
         @builtin(local_invocation_index) li: u32) {
@@ -52,10 +45,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<
         beta[i] = sigmoid(abl[row + p.heads + h]);
         g[i] = -exp(a_log[h]) * softplus(abl[row + h] + dt_bias[h]);
         for (var l = 0u; l < p.lambda_cols; l++) {
-            var lv = 1.0;
-            if (p.log_linear != 0u) {
-                lv = softplus(l_scale[ls + l] * abl[lrow + l]) * p.lam_scale;
-            }
+            let lv = lambda_col(p.log_linear, l_scale[ls + l], abl[lrow + l], p.lam_scale);
             lam[i * p.lambda_cols + l] = lv;
         }
         return;

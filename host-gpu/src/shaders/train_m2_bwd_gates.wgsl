@@ -4,7 +4,7 @@
 //   u = L·dl, e = dλ·softplus'(u), d dl = e·L;
 //   per-row parameter shares, rows [dA_log (H) | d dt_bias (H) | dD (H, bwd_x) | dL (H·15)]:
 //   dA_log += dg·g, d dt_bias += dz, dL += e·dl.
-// softplus' = sigmoid, 1 in the linear regime above 20 (as the forward's softplus).
+// softplus' = dsoftplus (common.wgsl).
 struct BwdGateParams {
     rows: u32,
     heads: u32,
@@ -25,13 +25,6 @@ struct BwdGateParams {
 @group(0) @binding(7) var<storage, read_write> ddtl: array<f32>;
 @group(0) @binding(8) var<storage, read_write> prow: array<f32>;
 @group(0) @binding(9) var<uniform> p: BwdGateParams;
-
-fn dsoftplus(x: f32) -> f32 {
-    if (x > 20.0) {
-        return 1.0;
-    }
-    return sigmoid(x);
-}
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>,

@@ -31,11 +31,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<
     let d = softplus(dtl[row + h] + dt_bias[h]);
     dt[i] = d;
     g[i] = -exp(a_log[h]) * d;
+    let dl = row + p.heads + h * 15u;
     for (var l = 0u; l < p.lambda_cols; l++) {
-        var lv = 1.0;
-        if (p.log_linear != 0u) {
-            lv = softplus(l_scale[h * 15u + l] * dtl[row + p.heads + h * 15u + l]);
-        }
-        lam[i * p.lambda_cols + l] = lv;
+        lam[i * p.lambda_cols + l] = lambda_col(p.log_linear, l_scale[h * 15u + l], dtl[dl + l], 1.0);
     }
 }

@@ -1,11 +1,20 @@
 //! The short causal depthwise conv + SiLU, forward and both backward sides.
 
 use super::{grid, grid_threads, u, Step, TrainKernels};
-use crate::gpu::{Gpu, GpuError};
+use crate::gpu::{common_wgsl, Gpu, GpuError};
 
-pub(super) const CONV_WGSL: &str = include_str!("../../shaders/train_conv.wgsl");
-pub(super) const CONV_BWD_WGSL: &str = include_str!("../../shaders/train_conv_bwd.wgsl");
-pub(super) const CONV_BWD_W_WGSL: &str = include_str!("../../shaders/train_conv_bwd_w.wgsl");
+pub(super) const CONV_WGSL: &str = concat!(
+    common_wgsl!("train_conv_params"),
+    include_str!("../../shaders/train_conv.wgsl")
+);
+pub(super) const CONV_BWD_WGSL: &str = concat!(
+    common_wgsl!("train_conv_params"),
+    include_str!("../../shaders/train_conv_bwd.wgsl")
+);
+pub(super) const CONV_BWD_W_WGSL: &str = concat!(
+    common_wgsl!("train_conv_params"),
+    include_str!("../../shaders/train_conv_bwd_w.wgsl")
+);
 
 /// `ConvParams` of train_conv.wgsl, train_conv_bwd.wgsl and train_conv_bwd_w.wgsl (one
 /// layout).
