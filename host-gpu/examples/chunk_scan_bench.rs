@@ -22,7 +22,7 @@ use clap::builder::RangedU64ValueParser;
 use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches, Parser};
 use loglinear_host_gpu::chunk_scan::{
-    ChunkScan, Form, ScanIo, ScanKernels, ScanShape, ScanStrategy,
+    ChunkScan, Form, ScanBuffers, ScanInputs, ScanKernels, ScanShape, ScanStrategy,
 };
 use loglinear_host_gpu::timestamps::{median, Timestamps};
 use loglinear_host_gpu::{Gpu, GpuError};
@@ -193,25 +193,16 @@ fn bench_gpu(
     timer: Option<&Timestamps>,
 ) -> Result<Row, GpuError> {
     let (form, t) = (shape.form, shape.t);
-    let bq = gpu.storage_from("q", &x.q)?;
-    let bk = gpu.storage_from("k", &x.k)?;
-    let bv = gpu.storage_from("v", &x.v)?;
-    let bg = gpu.storage_from("g", &x.g)?;
-    let bb = gpu.storage_from("beta", &x.beta)?;
-    let bl = gpu.storage_from("lam", &x.lam)?;
-    let bo = gpu.storage_zeroed("o", (t * a.heads * a.dv * 4) as u64)?;
-    let bs = gpu.storage_zeroed("state", (a.levels * a.heads * a.dk * a.dv * 4) as u64)?;
-    let io = ScanIo {
-        q: &bq,
-        k: &bk,
-        v: &bv,
-        g: &bg,
-        beta: &bb,
-        lam: &bl,
-        o: &bo,
-        state: &bs,
+    let inputs = ScanInputs {
+        q: &x.q,
+        k: &x.k,
+        v: &x.v,
+        g: &x.g,
+        beta: &x.beta,
+        lam: &x.lam,
     };
-    let scan = ChunkScan::with_strategy(gpu, kernels, shape, io, strategy)?;
+    let bufs = ScanBuffers::new(gpu, &shape, &inputs)?;
+    let scan = ChunkScan::with_strategy(gpu, kernels, shape, bufs.io(), strategy)?;
     for _ in 0..a.warmup {
         time_once(gpu, &scan, timer)?;
     }
@@ -221,6 +212,7 @@ fn bench_gpu(
     if a.breakdown && timer.is_some() {
         print_breakdown(gpu, &scan, form, t)?;
     }
+    let (o, state) = bufs.read(gpu)?;
     Ok(Row {
         form,
         t,
@@ -229,8 +221,8 @@ fn bench_gpu(
         ms: median(times),
         flops: scan.flops(),
         bytes: scan.bytes(),
-        o: gpu.read_f32(&bo)?,
-        state: gpu.read_f32(&bs)?,
+        o,
+        state,
     })
 }
 

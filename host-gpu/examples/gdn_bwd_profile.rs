@@ -11,9 +11,9 @@
 
 use clap::builder::RangedU64ValueParser;
 use clap::Parser;
-use loglinear_host_gpu::chunk_scan::{Form, ScanShape};
+use loglinear_host_gpu::chunk_scan::{Form, ScanInputs, ScanShape};
 use loglinear_host_gpu::grad::op_gdn::GdnBackward;
-use loglinear_host_gpu::grad::OpGradIo;
+use loglinear_host_gpu::grad::HostBuffers;
 use loglinear_host_gpu::{Gpu, GpuError};
 
 #[derive(Parser)]
@@ -89,35 +89,16 @@ fn main() -> Result<(), GpuError> {
         .map(|a| 0.5 + 0.4 * a)
         .collect();
     let d_o = random(t * h * dv, 7);
-    let up = |label: &str, x: &[f32]| gpu.storage_from(label, x);
-    let zeroed = |label: &str, n: usize| gpu.storage_zeroed(label, (n * 4) as u64);
-    let (bq, bk, bv, bg) = (up("q", &q)?, up("k", &k)?, up("v", &v)?, up("g", &g)?);
-    let (bb, bl, bdo) = (up("beta", &beta)?, up("lam", &lam)?, up("d_o", &d_o)?);
-    let dq = zeroed("dq", t * h * dk)?;
-    let dkb = zeroed("dk", t * h * dk)?;
-    let dvb = zeroed("dv", t * h * dv)?;
-    let dg = zeroed("dg", t * h)?;
-    let dbeta = zeroed("dbeta", t * h)?;
-    let dlam = zeroed("dlam", t * h * levels)?;
-    let bwd = GdnBackward::new(
-        &gpu,
-        shape,
-        OpGradIo {
-            q: &bq,
-            k: &bk,
-            v: &bv,
-            g: &bg,
-            beta: &bb,
-            lam: &bl,
-            d_o: &bdo,
-            dq: &dq,
-            dk: &dkb,
-            dv: &dvb,
-            dg: &dg,
-            dbeta: &dbeta,
-            dlam: &dlam,
-        },
-    )?;
+    let inputs = ScanInputs {
+        q: &q,
+        k: &k,
+        v: &v,
+        g: &g,
+        beta: &beta,
+        lam: &lam,
+    };
+    let bufs = HostBuffers::new(&gpu, &shape, &inputs, &d_o)?;
+    let bwd = GdnBackward::new(&gpu, shape, bufs.io())?;
     bwd.profile_steps(&gpu)?;
     let mut runs = Vec::new();
     for _ in 0..iters {
@@ -140,15 +121,16 @@ fn main() -> Result<(), GpuError> {
     // kept the results.
     let mut sum = 0.0f64;
     let mut each = String::new();
-    for (name, b) in [
-        ("dq", &dq),
-        ("dk", &dkb),
-        ("dv", &dvb),
-        ("dg", &dg),
-        ("dbeta", &dbeta),
-        ("dlam", &dlam),
+    let grads = bufs.read(&gpu)?;
+    for (name, x) in [
+        ("dq", &grads.dq),
+        ("dk", &grads.dk),
+        ("dv", &grads.dv),
+        ("dg", &grads.dg),
+        ("dbeta", &grads.dbeta),
+        ("dlam", &grads.dlam),
     ] {
-        let s: f64 = gpu.read_f32(b)?.iter().map(|&a| f64::from(a).abs()).sum();
+        let s: f64 = x.iter().map(|&a| f64::from(a).abs()).sum();
         each += &format!(" {name} {s:.6e}");
         sum += s;
     }

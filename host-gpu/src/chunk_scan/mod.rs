@@ -153,6 +153,32 @@ pub(crate) struct ChunkParams {
     pub(crate) group_heads: u32,
 }
 
+impl ChunkParams {
+    /// The uniform for shape `s` (validated) with `n_scans` chunk-level scans; the per-dispatch
+    /// fields (`level`, `head0`, `group_heads`) 0.
+    pub(crate) fn new(s: &ScanShape, n_scans: usize) -> Self {
+        let nt = s.chunks();
+        Self {
+            t: s.t as u32,
+            heads: s.heads as u32,
+            qk_heads: s.qk_heads as u32,
+            dk: s.dk as u32,
+            dv: s.dv as u32,
+            lam_cols: s.lambda_cols as u32,
+            top: s.top() as u32,
+            nt: nt as u32,
+            m_top: s.m_top() as u32,
+            n_scans: n_scans as u32,
+            gdn: u32::from(s.form == Form::Gdn),
+            levels: s.levels as u32,
+            half_nt: nt.div_ceil(2) as u32,
+            level: 0,
+            head0: 0,
+            group_heads: 0,
+        }
+    }
+}
+
 const COMMON: &str = include_str!("../shaders/chunk_common.wgsl");
 pub(crate) const GAMMA: &str = include_str!("../shaders/chunk_gamma.wgsl");
 const INTRA_M2: &str = include_str!("../shaders/chunk_intra_m2.wgsl");
@@ -497,24 +523,7 @@ impl ChunkScan {
 
         let nt = s.chunks();
         let scans = s.scans();
-        let params = ChunkParams {
-            t: s.t as u32,
-            heads: s.heads as u32,
-            qk_heads: s.qk_heads as u32,
-            dk: s.dk as u32,
-            dv: s.dv as u32,
-            lam_cols: s.lambda_cols as u32,
-            top: (s.levels - 1) as u32,
-            nt: nt as u32,
-            m_top: s.m_top() as u32,
-            n_scans: scans as u32,
-            gdn: gdn as u32,
-            levels: s.levels as u32,
-            half_nt: nt.div_ceil(2) as u32,
-            level: 0,
-            head0: 0,
-            group_heads: 0,
-        };
+        let params = ChunkParams::new(&s, scans);
         let f = 4u64;
         let th = (s.t * s.heads) as u64;
         let uniform = gpu.uniform_from("chunk params", &params);
@@ -709,6 +718,26 @@ pub struct ScanInputs<'a> {
     pub lam: &'a [f32],
 }
 
+impl ScanInputs<'_> {
+    /// q, k, v, g, beta (one float 0 where empty: Mamba-2), lam on the device, in that order.
+    pub(crate) fn upload(&self, gpu: &Gpu) -> Result<[wgpu::Buffer; 6], GpuError> {
+        let up = |label: &str, x: &[f32]| gpu.storage_from(label, x);
+        let beta = if self.beta.is_empty() {
+            &[0.0f32][..]
+        } else {
+            self.beta
+        };
+        Ok([
+            up("q", self.q)?,
+            up("k", self.k)?,
+            up("v", self.v)?,
+            up("g", self.g)?,
+            up("beta", beta)?,
+            up("lam", self.lam)?,
+        ])
+    }
+}
+
 /// Convenience for tests and benchmarks: upload, run, read back `(o, state)`, with the strategy
 /// [`ScanStrategy::from_env`] picks.
 pub fn run_scan(
@@ -728,70 +757,92 @@ pub fn run_scan_with_strategy(
 ) -> Result<(Vec<f32>, Vec<f32>), GpuError> {
     shape.validate()?;
     let kernels = ScanKernels::new(gpu, shape.form)?;
-    let s = shape;
-    let ScanInputs {
-        q,
-        k,
-        v,
-        g,
-        beta,
-        lam,
-    } = *inputs;
-    let lens = [
-        ("q", q.len(), s.t * s.qk_heads * s.dk),
-        ("k", k.len(), s.t * s.qk_heads * s.dk),
-        ("v", v.len(), s.t * s.heads * s.dv),
-        ("g", g.len(), s.t * s.heads),
-        ("lam", lam.len(), s.t * s.heads * s.lambda_cols),
-    ];
-    for (name, got, want) in lens {
-        if got != want {
-            return Err(GpuError::Invalid(format!(
-                "chunk scan: `{name}` has {got} values, the shape needs {want}"
-            )));
-        }
-    }
-    if s.form == Form::Gdn && beta.len() != s.t * s.heads {
-        return Err(GpuError::Invalid(format!(
-            "chunk scan: `beta` has {} values, the shape needs {}",
-            beta.len(),
-            s.t * s.heads
-        )));
-    }
-    let bq = gpu.storage_from("q", q)?;
-    let bk = gpu.storage_from("k", k)?;
-    let bv = gpu.storage_from("v", v)?;
-    let bg = gpu.storage_from("g", g)?;
-    let bb = gpu.storage_from("beta", if beta.is_empty() { &[0.0f32][..] } else { beta })?;
-    let bl = gpu.storage_from("lam", lam)?;
-    let o_len = s.t * s.heads * s.dv;
-    let st_len = s.levels * s.heads * s.dk * s.dv;
-    let bo = gpu.storage_zeroed("o", (o_len * 4) as u64)?;
-    let bs = gpu.storage_zeroed("state", (st_len * 4) as u64)?;
-    let scan = ChunkScan::with_strategy(
-        gpu,
-        &kernels,
-        shape,
-        ScanIo {
-            q: &bq,
-            k: &bk,
-            v: &bv,
-            g: &bg,
-            beta: &bb,
-            lam: &bl,
-            o: &bo,
-            state: &bs,
-        },
-        strategy,
-    )?;
+    let bufs = ScanBuffers::new(gpu, &shape, inputs)?;
+    let scan = ChunkScan::with_strategy(gpu, &kernels, shape, bufs.io(), strategy)?;
     let mut enc = gpu.encoder("chunk scan");
     scan.encode(&mut enc);
     gpu.submit_and_wait(enc)?;
-    let mut o = gpu.read_f32(&bo)?;
-    o.truncate(o_len);
-    let mut state = gpu.read_f32(&bs)?;
-    state.truncate(st_len);
-    Ok((o, state))
+    bufs.read(gpu)
+}
+
+/// The device buffers of a scan from host values ([`run_scan`], benchmarks): the inputs
+/// uploaded, `o` and `state` zeroed. Mamba-2's `beta` may be empty (one float is bound).
+pub struct ScanBuffers {
+    /// q, k, v, g, beta, lam.
+    inputs: [wgpu::Buffer; 6],
+    o: wgpu::Buffer,
+    state: wgpu::Buffer,
+    o_len: usize,
+    state_len: usize,
+}
+
+impl ScanBuffers {
+    /// Checks each slice's length against `shape` (β only for GDN), then uploads.
+    pub fn new(gpu: &Gpu, shape: &ScanShape, inputs: &ScanInputs<'_>) -> Result<Self, GpuError> {
+        let s = shape;
+        let ScanInputs {
+            q,
+            k,
+            v,
+            g,
+            beta,
+            lam,
+        } = *inputs;
+        let lens = [
+            ("q", q.len(), s.t * s.qk_heads * s.dk),
+            ("k", k.len(), s.t * s.qk_heads * s.dk),
+            ("v", v.len(), s.t * s.heads * s.dv),
+            ("g", g.len(), s.t * s.heads),
+            ("lam", lam.len(), s.t * s.heads * s.lambda_cols),
+        ];
+        for (name, got, want) in lens {
+            if got != want {
+                return Err(GpuError::Invalid(format!(
+                    "chunk scan: `{name}` has {got} values, the shape needs {want}"
+                )));
+            }
+        }
+        if s.form == Form::Gdn && beta.len() != s.t * s.heads {
+            return Err(GpuError::Invalid(format!(
+                "chunk scan: `beta` has {} values, the shape needs {}",
+                beta.len(),
+                s.t * s.heads
+            )));
+        }
+        let o_len = s.t * s.heads * s.dv;
+        let state_len = s.levels * s.heads * s.dk * s.dv;
+        Ok(Self {
+            inputs: inputs.upload(gpu)?,
+            o: gpu.storage_zeroed("o", (o_len * 4) as u64)?,
+            state: gpu.storage_zeroed("state", (state_len * 4) as u64)?,
+            o_len,
+            state_len,
+        })
+    }
+
+    /// The buffers as a scan's bindings.
+    pub fn io(&self) -> ScanIo<'_> {
+        let [q, k, v, g, beta, lam] = &self.inputs;
+        ScanIo {
+            q,
+            k,
+            v,
+            g,
+            beta,
+            lam,
+            o: &self.o,
+            state: &self.state,
+        }
+    }
+
+    /// `(o, state)` as they are in the buffers.
+    pub fn read(&self, gpu: &Gpu) -> Result<(Vec<f32>, Vec<f32>), GpuError> {
+        let mut o = gpu.read_f32(&self.o)?;
+        o.truncate(self.o_len);
+        let mut state = gpu.read_f32(&self.state)?;
+        state.truncate(self.state_len);
+        Ok((o, state))
+    }
 }
 
 #[cfg(test)]

@@ -35,13 +35,12 @@
 //! (T·G·M·NLB). Limits: dk ≤ 256, any dv, any T ≥ 1; ≤ 10 storage buffers and ≤ 16 KiB of
 //! workgroup memory per stage (at most 14.25 KiB: grad_gdn_vec).
 
-use super::{check_training_shape, OpGradIo, OpGrads};
+use super::{check_training_shape, HostBuffers, OpGradIo, OpGrads};
 use crate::chunk_scan::{
-    check_buffer, chunk_source, ChunkParams, Form, ScanInputs, ScanShape, Step, CHUNK, GAMMA,
+    chunk_source, ChunkParams, Form, ScanInputs, ScanShape, Step, CHUNK, GAMMA,
 };
 use crate::gpu::{common_wgsl, MAX_GROUPS};
 use crate::gpu::{Gpu, GpuError, Kernel};
-use loglinear_runtime::chunk::C0P1;
 
 /// dv columns per scan workgroup (`BV` in grad_gdn_hscan / grad_gdn_dhscan).
 const SCAN_BV: usize = 8;
@@ -105,23 +104,7 @@ impl GdnBackward {
         check_training_shape(&shape)?;
         let s = shape;
         let (t, h, dk, dv) = (s.t, s.heads, s.dk, s.dv);
-        for (name, buf, floats) in [
-            ("q", io.q, t * h * dk),
-            ("k", io.k, t * h * dk),
-            ("v", io.v, t * h * dv),
-            ("g", io.g, t * h),
-            ("beta", io.beta, t * h),
-            ("lam", io.lam, t * h * s.lambda_cols),
-            ("d_o", io.d_o, t * h * dv),
-            ("dq", io.dq, t * h * dk),
-            ("dk", io.dk, t * h * dk),
-            ("dv", io.dv, t * h * dv),
-            ("dg", io.dg, t * h),
-            ("dbeta", io.dbeta, t * h),
-            ("dlam", io.dlam, t * h * s.lambda_cols),
-        ] {
-            check_buffer("GDN backward", name, buf, floats)?;
-        }
+        io.check("GDN backward", &s)?;
         let nt = s.chunks();
         let scans = bitlen(nt - 1);
         let nkb = dk.div_ceil(KB_COLS);
@@ -170,24 +153,10 @@ impl GdnBackward {
         let group = h.min(fit).min(max_group_heads.max(1));
         let n_groups = h.div_ceil(group);
 
+        // Exact chunk levels M = bitlen(NT − 1): no saturated level in training.
         let params = ChunkParams {
-            t: t as u32,
-            heads: h as u32,
-            qk_heads: s.qk_heads as u32,
-            dk: dk as u32,
-            dv: dv as u32,
-            lam_cols: s.lambda_cols as u32,
-            top: (s.levels - 1) as u32,
-            nt: nt as u32,
-            m_top: (s.levels - 1).saturating_sub(C0P1) as u32,
-            // Exact chunk levels M = bitlen(NT − 1): no saturated level in training.
-            n_scans: scans as u32,
-            gdn: 1,
-            levels: s.levels as u32,
-            half_nt: nt.div_ceil(2) as u32,
-            level: 0,
-            head0: 0,
             group_heads: h as u32,
+            ..ChunkParams::new(&s, scans)
         };
         let f = 4u64;
         let sz = |per_head: usize| (per_head * group).max(1) as u64 * f;
@@ -357,78 +326,9 @@ pub fn run_backward_grouped(
     d_o: &[f32],
 ) -> Result<OpGrads, GpuError> {
     check_training_shape(&shape)?;
-    let ScanInputs {
-        q,
-        k,
-        v,
-        g,
-        beta,
-        lam,
-    } = *inputs;
-    let s = shape;
-    let (t, h, dk, dv) = (s.t, s.heads, s.dk, s.dv);
-    let lens = [
-        ("q", q.len(), t * h * dk),
-        ("k", k.len(), t * h * dk),
-        ("v", v.len(), t * h * dv),
-        ("g", g.len(), t * h),
-        ("beta", beta.len(), t * h),
-        ("lam", lam.len(), t * h * s.lambda_cols),
-        ("d_o", d_o.len(), t * h * dv),
-    ];
-    for (name, got, want) in lens {
-        if got != want {
-            return Err(GpuError::Invalid(format!(
-                "GDN backward: `{name}` has {got} values, the shape needs {want}"
-            )));
-        }
-    }
-    let up = |label: &str, x: &[f32]| gpu.storage_from(label, x);
-    let (bq, bk, bv, bg) = (up("q", q)?, up("k", k)?, up("v", v)?, up("g", g)?);
-    let (bb, bl, bdo) = (up("beta", beta)?, up("lam", lam)?, up("d_o", d_o)?);
-    let zeroed = |label: &str, n: usize| gpu.storage_zeroed(label, (n * 4) as u64);
-    let dq = zeroed("dq", t * h * dk)?;
-    let dkb = zeroed("dk", t * h * dk)?;
-    let dvb = zeroed("dv", t * h * dv)?;
-    let dg = zeroed("dg", t * h)?;
-    let dbeta = zeroed("dbeta", t * h)?;
-    let dlam = zeroed("dlam", t * h * s.lambda_cols)?;
-    let bwd = GdnBackward::new_grouped(
-        gpu,
-        shape,
-        OpGradIo {
-            q: &bq,
-            k: &bk,
-            v: &bv,
-            g: &bg,
-            beta: &bb,
-            lam: &bl,
-            d_o: &bdo,
-            dq: &dq,
-            dk: &dkb,
-            dv: &dvb,
-            dg: &dg,
-            dbeta: &dbeta,
-            dlam: &dlam,
-        },
-        max_group_heads,
-    )?;
-    let mut enc = gpu.encoder("gdn backward");
-    bwd.encode(&mut enc);
-    gpu.submit_and_wait(enc)?;
-    let read = |b: &wgpu::Buffer, n: usize| -> Result<Vec<f32>, GpuError> {
-        let mut x = gpu.read_f32(b)?;
-        x.truncate(n);
-        Ok(x)
-    };
-    Ok(OpGrads {
-        dq: read(&dq, t * h * dk)?,
-        dk: read(&dkb, t * h * dk)?,
-        dv: read(&dvb, t * h * dv)?,
-        dg: read(&dg, t * h)?,
-        dbeta: read(&dbeta, t * h)?,
-        dlam: read(&dlam, t * h * s.lambda_cols)?,
-    })
+    let bufs = HostBuffers::new(gpu, &shape, inputs, d_o)?;
+    let bwd = GdnBackward::new_grouped(gpu, shape, bufs.io(), max_group_heads)?;
+    bufs.run(gpu, "gdn backward", |enc| bwd.encode(enc))
 }
 
 #[cfg(test)]

@@ -29,10 +29,10 @@
 //! [`ScanShape::validate`] (dk ≤ 256, any dv, any T ≥ 1) plus [`check_training_shape`]; 25 KiB
 //! of workgroup memory and 10 storage buffers per stage.
 
-use super::{check_training_shape, OpGradIo, OpGrads};
+use super::{check_training_shape, HostBuffers, OpGradIo, OpGrads};
 use crate::chunk_scan::{
-    check_buffer, chunk_source, tile_reads, ChunkParams, Form, ScanInputs, ScanShape, Step, CHUNK,
-    GAMMA, GAMMAS, ROWS16,
+    chunk_source, tile_reads, ChunkParams, Form, ScanInputs, ScanShape, Step, CHUNK, GAMMA, GAMMAS,
+    ROWS16,
 };
 use crate::gpu::MAX_GROUPS;
 use crate::gpu::{Gpu, GpuError, Kernel};
@@ -172,21 +172,7 @@ impl M2Backward {
         }
         check_training_shape(&s)?;
         let (t, h, dk, dv, lc) = (s.t, s.heads, s.dk, s.dv, s.lambda_cols);
-        for (name, buf, floats) in [
-            ("q", io.q, t * h * dk),
-            ("k", io.k, t * h * dk),
-            ("v", io.v, t * h * dv),
-            ("g", io.g, t * h),
-            ("lam", io.lam, t * h * lc),
-            ("d_o", io.d_o, t * h * dv),
-            ("dq", io.dq, t * h * dk),
-            ("dk", io.dk, t * h * dk),
-            ("dv", io.dv, t * h * dv),
-            ("dg", io.dg, t * h),
-            ("dlam", io.dlam, t * h * lc),
-        ] {
-            check_buffer("Mamba-2 backward", name, buf, floats)?;
-        }
+        io.check("Mamba-2 backward", &s)?;
         let nt = s.chunks();
         let levels = inter_levels(nt);
         let pairs = total_pairs(nt);
@@ -205,22 +191,9 @@ impl M2Backward {
             )));
         }
         let params = ChunkParams {
-            t: t as u32,
-            heads: h as u32,
-            qk_heads: s.qk_heads as u32,
-            dk: dk as u32,
-            dv: dv as u32,
-            lam_cols: lc as u32,
             top: (lc - 1) as u32,
-            nt: nt as u32,
             m_top: 0,
-            n_scans: levels as u32,
-            gdn: 0,
-            levels: s.levels as u32,
-            half_nt: nt.div_ceil(2) as u32,
-            level: 0,
-            head0: 0,
-            group_heads: 0,
+            ..ChunkParams::new(&s, levels)
         };
         let f = 4u64;
         let uniform = gpu.uniform_from("grad m2 params", &params);
@@ -361,84 +334,9 @@ pub fn run_backward(
     inputs: &ScanInputs<'_>,
     d_o: &[f32],
 ) -> Result<OpGrads, GpuError> {
-    let s = shape;
-    let ScanInputs {
-        q, k, v, g, lam, ..
-    } = *inputs;
-    let (nqk, nv, ng, nl) = (
-        s.t * s.heads * s.dk,
-        s.t * s.heads * s.dv,
-        s.t * s.heads,
-        s.t * s.heads * s.lambda_cols,
-    );
-    for (name, got, want) in [
-        ("q", q.len(), nqk),
-        ("k", k.len(), nqk),
-        ("v", v.len(), nv),
-        ("g", g.len(), ng),
-        ("lam", lam.len(), nl),
-        ("d_o", d_o.len(), nv),
-    ] {
-        if got != want {
-            return Err(GpuError::Invalid(format!(
-                "Mamba-2 backward: `{name}` has {got} values, the shape needs {want}"
-            )));
-        }
-    }
-    let up = |name: &str, data: &[f32]| gpu.storage_from(name, data);
-    let zeroed = |name: &str, floats: usize| gpu.storage_zeroed(name, (floats * 4) as u64);
-    let (bq, bk, bv, bg, bl, bdo) = (
-        up("q", q)?,
-        up("k", k)?,
-        up("v", v)?,
-        up("g", g)?,
-        up("lam", lam)?,
-        up("d_o", d_o)?,
-    );
-    let beta = zeroed("beta (unused)", 1)?;
-    let (dq, dk, dv, dg, dlam) = (
-        zeroed("dq", nqk)?,
-        zeroed("dk", nqk)?,
-        zeroed("dv", nv)?,
-        zeroed("dg", ng)?,
-        zeroed("dlam", nl)?,
-    );
-    let dbeta = zeroed("dbeta (unused)", 1)?;
-    let bwd = M2Backward::new(
-        gpu,
-        shape,
-        OpGradIo {
-            q: &bq,
-            k: &bk,
-            v: &bv,
-            g: &bg,
-            beta: &beta,
-            lam: &bl,
-            d_o: &bdo,
-            dq: &dq,
-            dk: &dk,
-            dv: &dv,
-            dg: &dg,
-            dbeta: &dbeta,
-            dlam: &dlam,
-        },
-    )?;
-    let mut enc = gpu.encoder("grad m2");
-    bwd.encode(&mut enc);
-    gpu.submit_and_wait(enc)?;
-    let read = |b: &wgpu::Buffer, n: usize| -> Result<Vec<f32>, GpuError> {
-        let mut x = gpu.read_f32(b)?;
-        x.truncate(n);
-        Ok(x)
-    };
-    Ok(OpGrads {
-        dq: read(&dq, nqk)?,
-        dk: read(&dk, nqk)?,
-        dv: read(&dv, nv)?,
-        dg: read(&dg, ng)?,
-        dbeta: Vec::new(),
-        dlam: read(&dlam, nl)?,
-    })
+    let bufs = HostBuffers::new(gpu, &shape, inputs, d_o)?;
+    let bwd = M2Backward::new(gpu, shape, bufs.io())?;
+    bufs.run(gpu, "grad m2", |enc| bwd.encode(enc))
 }
 
 // Only the chunk size 64 is supported by the shaders (C in chunk_common.wgsl).
