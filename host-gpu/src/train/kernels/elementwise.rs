@@ -42,17 +42,8 @@ impl TrainKernels {
         out: &wgpu::Buffer,
         n: usize,
     ) -> Result<Step, GpuError> {
-        let params = GateParams {
-            n: u(n)?,
-            backward: 0,
-        };
-        Ok(Self::step(
-            gpu,
-            &self.gate_silu,
-            &[a, b, out, &self.placeholder, &self.placeholder],
-            &params,
-            grid_threads(n)?,
-        ))
+        let placeholder = &self.placeholder;
+        self.gate_silu_step(gpu, [a, b, out, placeholder, placeholder], n, 0)
     }
 
     /// Backward of [`TrainKernels::gate_silu`]: `io.da`, `io.db` from `io.dout`.
@@ -62,14 +53,22 @@ impl TrainKernels {
         io: GateSiluGradIo<'_>,
         n: usize,
     ) -> Result<Step, GpuError> {
-        let params = GateParams {
-            n: u(n)?,
-            backward: 1,
-        };
+        self.gate_silu_step(gpu, [io.a, io.b, io.dout, io.da, io.db], n, 1)
+    }
+
+    /// train_gate_silu.wgsl over `n` floats, its five bindings in order, `backward` 0 or 1.
+    fn gate_silu_step(
+        &self,
+        gpu: &Gpu,
+        buffers: [&wgpu::Buffer; 5],
+        n: usize,
+        backward: u32,
+    ) -> Result<Step, GpuError> {
+        let params = GateParams { n: u(n)?, backward };
         Ok(Self::step(
             gpu,
             &self.gate_silu,
-            &[io.a, io.b, io.dout, io.da, io.db],
+            &buffers,
             &params,
             grid_threads(n)?,
         ))
