@@ -90,6 +90,10 @@ const CASES: [(&str, &str); 2] = [
     ),
 ];
 
+/// The host CLI's arguments of the request that the session and client tests compare with the
+/// host (`loglinear generate`, `loglinear serial`): 16 greedy tokens after `JULIET:\n`.
+const CLIENT_REQUEST: [&str; 6] = ["--prompt", r"JULIET:\n", "-n", "16", "--temperature", "0"];
+
 /// The clippy runs of the firmware crate: target and board. thumbv7em and riscv32imac build
 /// for their default board (firmware/build.rs: mps2-an386, riscv-virt); thumbv6m has none (the
 /// shipped model fits none of its boards): microbit's; thumbv8m.main has none either:
@@ -308,6 +312,13 @@ impl<'a> BoardTest<'a> {
             None => cmd.stderr(Stdio::null()),
         };
         tasks::run(&mut cmd).with_context(|| format!("{}: the host reference run", self.board.name))
+    }
+
+    /// The host's reply to [`CLIENT_REQUEST`], in `<base>.host.out`.
+    fn host_reference(&self, base: &Path) -> anyhow::Result<PathBuf> {
+        let host_out = suffixed(base, ".host.out");
+        self.host_generate(&self.model, &CLIENT_REQUEST, &host_out, None)?;
+        Ok(host_out)
     }
 
     /// Raises the stack peak to the largest `stack_peak_bytes` of a reply's STATUS lines.
@@ -642,13 +653,7 @@ impl<'a> BoardTest<'a> {
     fn session(&mut self) -> anyhow::Result<()> {
         let name = &self.board.name;
         let base = self.work_file("-session");
-        let host_out = suffixed(&base, ".host.out");
-        self.host_generate(
-            &self.model,
-            &["--prompt", r"JULIET:\n", "-n", "16", "--temperature", "0"],
-            &host_out,
-            None,
-        )?;
+        let host_out = self.host_reference(&base)?;
         let gen1 = r"GEN n=8 temperature=0 prompt=JULIET:\n";
         let script =
             format!("{gen1}\nSTATUS\nGEN n=8 temperature=0\nSTATUS\nRESET\nSTATUS\n{gen1}\nQUIT\n");
@@ -689,7 +694,7 @@ impl<'a> BoardTest<'a> {
         let mut cmd = Command::new(&self.setup.cli);
         cmd.args(["serial", "--qemu-board", name, "--elf"])
             .arg(&self.elf)
-            .args(["--prompt", r"JULIET:\n", "-n", "16", "--temperature", "0"])
+            .args(CLIENT_REQUEST)
             .arg("--status");
         let (ended, time) =
             process::run_timed(&mut cmd, &client_out, &client_err, self.setup.limit)?;

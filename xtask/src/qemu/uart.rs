@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 
-use super::{BoardTest, Hostile, CASES};
+use super::{BoardTest, Hostile, CASES, CLIENT_REQUEST};
 use crate::process::{self, read_text, suffixed, QemuRun, Timed};
 use crate::reply;
 use crate::tasks::{runner_command, FirmwareBuild};
@@ -233,13 +233,7 @@ impl BoardTest<'_> {
         let name = &self.board.name;
         let limit = self.setup.limit;
         let base = self.work_file("-uart-client");
-        let host_out = suffixed(&base, ".host.out");
-        self.host_generate(
-            &self.model,
-            &["--prompt", r"JULIET:\n", "-n", "16", "--temperature", "0"],
-            &host_out,
-            None,
-        )?;
+        let host_out = self.host_reference(&base)?;
         let pty_runner = runner.replacen("-serial stdio", "-serial pty", 1);
         if pty_runner == runner {
             bail!(
@@ -299,7 +293,7 @@ impl BoardTest<'_> {
             .arg("serial")
             .arg("--port")
             .arg(&pty)
-            .args(["--prompt", r"JULIET:\n", "-n", "16", "--temperature", "0"])
+            .args(CLIENT_REQUEST)
             .arg("--status");
         let (client_ended, time) = process::run_timed(&mut client, &out, &err, limit)?;
         process::write_all_waiting(&mut pty_file, b"QUIT\n", limit)
