@@ -3,15 +3,13 @@
 //! `--qemu-table` folds in a `cargo xtask count` output, and bad arguments end in a clear
 //! message and a nonzero exit, never a panic.
 
+mod common;
+
+use common::repo;
 use loglinear_runtime::quant::KernelPath;
-use std::path::PathBuf;
 use std::process::{Command, Output};
 
 const TINY: &str = "models/tiny-ll-gdn-microbit-q8_0.gguf";
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 fn bench(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_loglinear"))

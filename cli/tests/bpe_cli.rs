@@ -2,10 +2,13 @@
 //! by the `tokenizers` crate from the model file's vocabulary, generated tokens are written as
 //! their bytes, and eval reports bits per byte over the bytes the tokens stand for.
 
+mod common;
+
+use common::{assert_ok, loglinear};
 use loglinear_tests::bpe_fixture::{write_model_folder, Tokenizer};
 use serde_json::Value;
 use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::sync::OnceLock;
 
 /// A BPE model file (converted from the fixture's folder) and its trained tokenizer.
@@ -23,37 +26,21 @@ fn model() -> &'static (PathBuf, Tokenizer) {
             gguf.to_str().unwrap(),
             "--no-eval",
         ]);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_ok(&out);
         (gguf, trained)
     })
 }
 
-fn loglinear(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_loglinear"))
-        .args(args)
-        .output()
-        .expect("run loglinear")
+/// `loglinear generate -m <the BPE model> <args>`.
+fn generate(args: &[&str]) -> Output {
+    let gguf = model().0.to_str().unwrap();
+    loglinear(&[&["generate", "-m", gguf][..], args].concat())
 }
 
 #[test]
 fn generate_encodes_the_prompt_and_writes_token_bytes() {
-    let (gguf, _) = model();
     let prompt = "The quick brown fox, café 東京";
-    let out = loglinear(&[
-        "generate",
-        "-m",
-        gguf.to_str().unwrap(),
-        "--prompt",
-        prompt,
-        "-n",
-        "12",
-        "--temperature",
-        "0",
-    ]);
+    let out = generate(&["--prompt", prompt, "-n", "12", "--temperature", "0"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(out.stdout.starts_with(prompt.as_bytes()), "{stderr}");
@@ -72,14 +59,10 @@ fn generate_encodes_the_prompt_and_writes_token_bytes() {
 
 #[test]
 fn generation_never_picks_a_padding_id() {
-    let (gguf, _) = model();
     // The fixture's model has MODEL_VOCAB embedding rows for TRAINED_VOCAB tokens: the rest
     // are padding, named "[PAD<id>]" in the file. Sampled at temperature 1 from a model that
     // is not trained on them, 300 tokens would pick one of 16 in 416 almost surely.
-    let out = loglinear(&[
-        "generate",
-        "-m",
-        gguf.to_str().unwrap(),
+    let out = generate(&[
         "--prompt",
         "The quick brown fox",
         "-n",
@@ -136,14 +119,7 @@ fn train_refuses_raw_text_for_a_bpe_model() {
 
 #[test]
 fn a_prompt_that_is_not_text_is_refused_for_a_bpe_model() {
-    let (gguf, _) = model();
-    let out = loglinear(&[
-        "generate",
-        "-m",
-        gguf.to_str().unwrap(),
-        "--prompt",
-        "ab\\xff",
-    ]);
+    let out = generate(&["--prompt", "ab\\xff"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
@@ -169,11 +145,7 @@ fn eval_reports_bits_per_byte_over_the_tokens_bytes() {
         "16",
         "--json",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     let ids = trained.encode(text.as_str(), false).unwrap();
     let windows = (ids.get_ids().len() - 1) / 16;
@@ -210,10 +182,6 @@ fn convert_measures_a_bpe_model_on_its_tokens() {
         "64",
     ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_ok(&out);
     assert!(stdout.contains("bits/token f32 checkpoint"), "{stdout}");
 }

@@ -1,18 +1,12 @@
 //! Output paths and conflicting flags are refused before any work starts, naming what the
 //! user gave: nothing is generated, measured or converted first.
 
+mod common;
+
+use common::{loglinear, repo};
 use std::path::PathBuf;
-use std::process::{Command, Output};
 
 const TINY: &str = "models/tiny-ll-gdn-microbit-q8_0.gguf";
-
-fn loglinear(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_loglinear"))
-        .current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".."))
-        .args(args)
-        .output()
-        .expect("run loglinear")
-}
 
 fn temp(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!(
@@ -110,9 +104,7 @@ fn resume_refuses_levels_or_state_that_contradict_the_snapshot() {
 
 #[test]
 fn a_context_beyond_the_text_or_usize_is_refused_with_the_largest_that_fits() {
-    let len = std::fs::metadata(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../README.md"))
-        .unwrap()
-        .len();
+    let len = std::fs::metadata(repo().join("README.md")).unwrap().len();
     for ctx in ["18446744073709551615", &len.to_string(), "0"] {
         let out = loglinear(&["eval", TINY, "--text", "README.md", "--context", ctx]);
         let err = String::from_utf8_lossy(&out.stderr);

@@ -4,6 +4,9 @@
 //! the stepped ones' losses, the PNG is a valid PNG of the requested size, and bad paths are
 //! refused with errors that name them.
 
+mod common;
+
+use common::repo;
 use loglinear_converter::model_source::ModelSource;
 use loglinear_runtime::snapshot::Crc32;
 use loglinear_train::eval::bits_per_byte;
@@ -14,10 +17,6 @@ use std::process::{Command, Output};
 /// Predictions per window, and windows: small, so that stepping is quick on two cores.
 const CTX: usize = 24;
 const WINDOWS: usize = 4;
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 /// The text the tests read: the built-in held-out text (Hamlet), 5 windows and a bit, so the
 /// `--bytes` cut decides the windows.
@@ -44,6 +43,24 @@ fn loglinear(args: &[&str]) -> Output {
         .args(args)
         .output()
         .expect("run loglinear")
+}
+
+/// `loglinear eval <model> <args>` on the first `bytes` bytes of the tests' text, in windows of
+/// `context` tokens.
+fn eval_text(model: &str, context: usize, bytes: usize, args: &[&str]) -> Output {
+    let text = text_path();
+    let (context, bytes) = (context.to_string(), bytes.to_string());
+    let mut all = vec![
+        model,
+        "--text",
+        text.to_str().unwrap(),
+        "--context",
+        &context,
+        "--bytes",
+        &bytes,
+    ];
+    all.extend_from_slice(args);
+    loglinear(&all)
 }
 
 fn rel(a: f64, b: f64) -> f64 {
@@ -113,22 +130,19 @@ fn levels_and_state_run_the_boards_decoder() {
         assert_ne!(f16, full);
         assert!(rel(f16, full) < 1e-2, "f16 state {f16} vs f32 {full}");
     });
-    let bytes = (WINDOWS * CTX + 1).to_string();
-    let text = text_path();
-    let common = [
-        "models/ll-gdn-mcu16k-q8_0.gguf",
-        "--text",
-        text.to_str().unwrap(),
-        "--context",
-        "24",
-        "--bytes",
-        &bytes,
-    ];
-    let out = loglinear(&[&common[..], &["--levels", "3", "--state", "f16"]].concat());
+    let shipped = |args: &[&str]| {
+        eval_text(
+            "models/ll-gdn-mcu16k-q8_0.gguf",
+            24,
+            WINDOWS * CTX + 1,
+            args,
+        )
+    };
+    let out = shipped(&["--levels", "3", "--state", "f16"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
     assert!(err.contains(", step"), "{err}");
-    let out = loglinear(&[&common[..], &["--levels", "3", "--prefill", "chunkwise"]].concat());
+    let out = shipped(&["--levels", "3", "--prefill", "chunkwise"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(
@@ -180,28 +194,23 @@ fn read_csv(path: &Path) -> Vec<(usize, f64, f64)> {
 fn cli_writes_csv_and_png_with_a_baseline() {
     let csv = scratch("ll.csv");
     let png = scratch("ll.png");
-    let bytes = (WINDOWS * CTX + 1).to_string();
-    let ctx = CTX.to_string();
-    let text_file = text_path();
-    let out = loglinear(&[
+    let out = eval_text(
         "models/ll-gdn-mcu-q8_0.gguf",
-        "--text",
-        text_file.to_str().unwrap(),
-        "--context",
-        &ctx,
-        "--bytes",
-        &bytes,
-        "--prefill",
-        "step",
-        "--per-position",
-        csv.to_str().unwrap(),
-        "--plot",
-        png.to_str().unwrap(),
-        "--plot-size",
-        "480x320",
-        "--baseline",
-        "models/gdn-mcu",
-    ]);
+        CTX,
+        WINDOWS * CTX + 1,
+        &[
+            "--prefill",
+            "step",
+            "--per-position",
+            csv.to_str().unwrap(),
+            "--plot",
+            png.to_str().unwrap(),
+            "--plot-size",
+            "480x320",
+            "--baseline",
+            "models/gdn-mcu",
+        ],
+    );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -238,20 +247,12 @@ fn cli_writes_csv_and_png_with_a_baseline() {
 #[test]
 fn cli_default_runs_windows_chunkwise() {
     let csv = scratch("chunkwise.csv");
-    let bytes = (WINDOWS * CTX + 1).to_string();
-    let ctx = CTX.to_string();
-    let text_file = text_path();
-    let out = loglinear(&[
+    let out = eval_text(
         "models/gdn-mcu",
-        "--text",
-        text_file.to_str().unwrap(),
-        "--context",
-        &ctx,
-        "--bytes",
-        &bytes,
-        "--per-position",
-        csv.to_str().unwrap(),
-    ]);
+        CTX,
+        WINDOWS * CTX + 1,
+        &["--per-position", csv.to_str().unwrap()],
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("chunkwise"), "{stderr}");
@@ -267,18 +268,7 @@ fn cli_default_runs_windows_chunkwise() {
 
 /// A run that must fail fast, with an error naming `needle`.
 fn refused(args: &[&str], needle: &str) {
-    let text = text_path();
-    let mut all = vec![
-        "models/ll-gdn-mcu-q8_0.gguf",
-        "--text",
-        text.to_str().unwrap(),
-        "--context",
-        "8",
-        "--bytes",
-        "9",
-    ];
-    all.extend_from_slice(args);
-    let out = loglinear(&all);
+    let out = eval_text("models/ll-gdn-mcu-q8_0.gguf", 8, 9, args);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{args:?} succeeded");
     assert!(stderr.contains("error: "), "{args:?}: {stderr}");

@@ -7,7 +7,9 @@
 //! once after a prefill; on this prompt that leaves greedy text unchanged for Mamba-2 but not
 //! for the GDN model, whose text forks after 40 tokens: so GDN runs with an f32 state here.)
 
-use std::path::PathBuf;
+mod common;
+
+use common::repo;
 use std::process::Command;
 
 /// 200 prompt bytes: 4 chunks of 64 (the last one partial) and levels up to 8.
@@ -20,10 +22,6 @@ const CASES: [(&str, &str); 2] = [
     ("models/ll-gdn-mcu-q8_0.gguf", "f32"),
     ("models/ll-mamba2-mcu", "f16"),
 ];
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 /// stdout of `loglinear generate` with `args`, after checking it succeeded.
 fn generate(args: &[&str]) -> (String, String) {

@@ -1,20 +1,13 @@
 //! `--json` of `inspect`, `plan` and `eval` parses with a JSON parser and carries numbers as
 //! numbers; `--model`/`-m` and the positional spelling give the same result.
 
+mod common;
+
+use common::loglinear;
 use serde_json::Value;
-use std::path::PathBuf;
-use std::process::{Command, Output};
 
 const TINY: &str = "models/tiny-ll-gdn-microbit-q8_0.gguf";
 const SHIPPED: &str = "models/ll-gdn-mcu16k-q8_0.gguf";
-
-fn loglinear(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_loglinear"))
-        .current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(".."))
-        .args(args)
-        .output()
-        .expect("run loglinear")
-}
 
 /// The JSON object a successful run prints.
 fn json_ok(args: &[&str]) -> Value {

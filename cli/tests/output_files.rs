@@ -2,12 +2,11 @@
 //! a failed write names the path and destroys nothing, and a replaced file leaves no temporary
 //! file behind (every write goes through `loglinear_converter::output_file`).
 
+mod common;
+
+use common::repo;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 /// A fresh folder holding a copy of the test-sized model as `model.gguf`.
 fn folder(name: &str) -> PathBuf {

@@ -1,12 +1,11 @@
 //! `loglinear plan` with a quality table: the recommended levels and state type per context,
 //! chosen among the measured settings that fit the board, and a bad table named in the error.
 
+mod common;
+
+use common::repo;
 use std::path::PathBuf;
 use std::process::{Command, Output};
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 fn plan(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_loglinear"))

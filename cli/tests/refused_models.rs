@@ -3,23 +3,13 @@
 //! (`convert` and `quantize` never copy such a weight into a new file); a stray tensor is named,
 //! not numbered; `inspect` lists a refused file and exits non-zero.
 
+mod common;
+
+use common::{loglinear, repo};
 use loglinear_converter::model_source::AlignedBytes;
 use loglinear_runtime::gguf::GgufFile;
 use loglinear_runtime::DType;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-fn loglinear(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_loglinear"))
-        .current_dir(repo())
-        .args(args)
-        .output()
-        .expect("run loglinear")
-}
 
 /// The test-sized model with `value` written over one element of its first f32 tensor;
 /// returns the file and that tensor's name.

@@ -3,12 +3,10 @@
 //! so the PRNG state matters), for f32 and f16 state, a log-linear GGUF and a plain checkpoint
 //! folder; another model's snapshot and a damaged file are refused.
 
-use std::path::PathBuf;
-use std::process::{Command, Output};
+mod common;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
+use common::repo;
+use std::process::{Command, Output};
 
 fn loglinear<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(args: &[S]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_loglinear"))
