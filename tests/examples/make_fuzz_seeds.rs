@@ -4,9 +4,8 @@
 //! `cargo run -p loglinear-tests --example make_fuzz_seeds`
 
 use loglinear_converter::export::{ExportOptions, ExportedModel};
-use loglinear_converter::{Tensor, TensorStore};
 use loglinear_runtime::{Arch, DType, ModelConfig, LAMBDA_LEVELS};
-use loglinear_tests::repo_root;
+use loglinear_tests::{repo_root, uniform_store};
 
 fn tiny(arch: Arch, hidden: usize) -> ModelConfig {
     let mamba = arch.is_mamba2();
@@ -49,17 +48,7 @@ fn main() {
             (32, DType::Q4_0),
         ] {
             let config = tiny(arch, hidden);
-            let mut store = TensorStore::default();
-            for name in config.tensor_names() {
-                let (rows, cols) = config.tensor_shape(name.role);
-                let data = (0..rows * cols)
-                    .map(|_| {
-                        seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12345);
-                        ((seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5) * 0.5
-                    })
-                    .collect();
-                store.insert(name, Tensor { rows, cols, data });
-            }
+            let store = uniform_store(&config, &mut seed, 0.5);
             let opts = ExportOptions {
                 matrix_type: dtype,
                 ..Default::default()

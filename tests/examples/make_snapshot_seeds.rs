@@ -4,10 +4,9 @@
 //!
 //! `cargo run -p loglinear-tests --example make_snapshot_seeds`
 
-use loglinear_runtime::snapshot;
 use loglinear_runtime::StateElem;
 use loglinear_tests::repo_root;
-use loglinear_tests::snapshot_fixture::with_fuzz_session;
+use loglinear_tests::snapshot_fixture::{snapshot_bytes, with_fuzz_session};
 
 fn seed<E: StateElem>(t: u64) -> Vec<u8> {
     with_fuzz_session::<E, _>(|s, sampler, fp| {
@@ -16,13 +15,7 @@ fn seed<E: StateElem>(t: u64) -> Vec<u8> {
             let tok = sampler.sample(s.logits(), &mut scratch).unwrap();
             s.step(tok).unwrap();
         }
-        let mut out = vec![];
-        snapshot::write(s, sampler, fp, &mut |b: &[u8]| {
-            out.extend_from_slice(b);
-            Ok(())
-        })
-        .unwrap();
-        out
+        snapshot_bytes(s, sampler, fp)
     })
 }
 

@@ -5,6 +5,7 @@ pub mod bpe_fixture;
 pub mod golden;
 pub mod golden_layer;
 pub mod microbit_model;
+pub mod prefill_fixture;
 pub mod snapshot_fixture;
 
 use safetensors::{Dtype, SafeTensors};
@@ -166,6 +167,50 @@ pub mod tol {
     pub const LAYER: f64 = 5e-5;
     /// Logits, decode logits and model states.
     pub const MODEL: f64 = 1e-4;
+}
+
+/// `ckpt` converted with its matrices stored as `dtype`, everything else as the converter's
+/// defaults.
+pub fn export_as(
+    ckpt: &loglinear_converter::Checkpoint,
+    dtype: loglinear_runtime::DType,
+) -> loglinear_converter::ExportedModel {
+    let opts = loglinear_converter::ExportOptions {
+        matrix_type: dtype,
+        ..Default::default()
+    };
+    loglinear_converter::ExportedModel::from_checkpoint(ckpt, &opts).unwrap()
+}
+
+/// The model file of [`export_as`], in memory aligned for the model reader.
+pub fn gguf_as(
+    ckpt: &loglinear_converter::Checkpoint,
+    dtype: loglinear_runtime::DType,
+) -> loglinear_converter::model_source::AlignedBytes {
+    let file = export_as(ckpt, dtype).to_gguf().unwrap();
+    loglinear_converter::model_source::AlignedBytes::from_slice(&file)
+}
+
+/// The tensors of an untrained model of `config`: every value uniform in
+/// [-scale / 2, scale / 2), from a linear congruential sequence (glibc's constants) that goes on
+/// from `seed`.
+pub fn uniform_store(
+    config: &loglinear_runtime::ModelConfig,
+    seed: &mut u32,
+    scale: f32,
+) -> loglinear_converter::TensorStore {
+    let mut store = loglinear_converter::TensorStore::default();
+    for name in config.tensor_names() {
+        let (rows, cols) = config.tensor_shape(name.role);
+        let data = (0..rows * cols)
+            .map(|_| {
+                *seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12345);
+                ((*seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5) * scale
+            })
+            .collect();
+        store.insert(name, loglinear_converter::Tensor { rows, cols, data });
+    }
+    store
 }
 
 /// Everything a model file from an untrusted source goes through: parse, walk all metadata and

@@ -8,7 +8,6 @@
 //! `tests/tests/microbit_model.rs` checks that the committed file equals a fresh generation.
 
 use loglinear_converter::export::{ExportOptions, ExportedModel};
-use loglinear_converter::{Tensor, TensorStore};
 use loglinear_runtime::{Arch, DType, ModelConfig, LAMBDA_LEVELS};
 
 /// The committed file, relative to the repository root.
@@ -38,18 +37,7 @@ pub fn config() -> ModelConfig {
 /// sequence (seed 0x6d62 "mb"), matrices in Q8_0, the rest in F32.
 pub fn generate() -> Vec<u8> {
     let config = config();
-    let mut seed = 0x6d62u32;
-    let mut store = TensorStore::default();
-    for name in config.tensor_names() {
-        let (rows, cols) = config.tensor_shape(name.role);
-        let data = (0..rows * cols)
-            .map(|_| {
-                seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12345);
-                (seed >> 8) as f32 / (1u32 << 24) as f32 - 0.5
-            })
-            .collect();
-        store.insert(name, Tensor { rows, cols, data });
-    }
+    let store = crate::uniform_store(&config, &mut 0x6d62, 1.0);
     let opts = ExportOptions {
         name: Some("tiny-ll-gdn-microbit".into()),
         matrix_type: DType::Q8_0,

@@ -3,7 +3,6 @@
 //! (`examples/make_snapshot_seeds.rs`).
 
 use loglinear_converter::export::{ExportOptions, ExportedModel};
-use loglinear_converter::{Tensor, TensorStore};
 use loglinear_runtime::gguf::GgufModel;
 use loglinear_runtime::sampler::{Sampler, SamplerConfig};
 use loglinear_runtime::snapshot::{self, model_fingerprint};
@@ -13,7 +12,7 @@ use std::sync::OnceLock;
 /// A tiny byte-level model of `arch` (hidden 16, 2 layers, 2 heads of 4 × 4, vocabulary 256),
 /// weights uniform in [-0.5, 0.5) from a fixed sequence started at `seed`, f32 matrices: a
 /// different `seed` gives a model of the same shapes but another file.
-pub fn tiny_model(arch: Arch, seed: u32) -> Vec<u8> {
+pub fn tiny_model(arch: Arch, mut seed: u32) -> Vec<u8> {
     let mamba = arch.is_mamba2();
     let config = loglinear_runtime::ModelConfig {
         arch,
@@ -35,18 +34,7 @@ pub fn tiny_model(arch: Arch, seed: u32) -> Vec<u8> {
             0
         },
     };
-    let mut s = seed;
-    let mut store = TensorStore::default();
-    for name in config.tensor_names() {
-        let (rows, cols) = config.tensor_shape(name.role);
-        let data = (0..rows * cols)
-            .map(|_| {
-                s = s.wrapping_mul(1_103_515_245).wrapping_add(12345);
-                (s >> 8) as f32 / (1u32 << 24) as f32 - 0.5
-            })
-            .collect();
-        store.insert(name, Tensor { rows, cols, data });
-    }
+    let store = crate::uniform_store(&config, &mut seed, 1.0);
     let opts = ExportOptions {
         matrix_type: DType::F32,
         ..Default::default()
@@ -103,6 +91,17 @@ pub fn with_fuzz_session<E: StateElem, R>(
     let mut session = Session::<E>::new(&model, &mut arena, cfg).expect("arena");
     let mut sampler = Sampler::new(sampler_config(7));
     f(&mut session, &mut sampler, *fp)
+}
+
+/// The snapshot of `s` with `sampler`'s PRNG, for the model whose fingerprint is `fp`.
+pub fn snapshot_bytes<E: StateElem>(s: &Session<'_, E>, sampler: &Sampler, fp: u64) -> Vec<u8> {
+    let mut out = vec![];
+    snapshot::write(s, sampler, fp, &mut |b: &[u8]| {
+        out.extend_from_slice(b);
+        Ok(())
+    })
+    .expect("a snapshot of a live session");
+    out
 }
 
 /// Everything an untrusted snapshot goes through: peek, then restore into f32 and f16

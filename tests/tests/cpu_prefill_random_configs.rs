@@ -5,37 +5,14 @@
 mod cpu_prefill_common;
 
 use cpu_prefill_common::*;
-use loglinear_converter::{ExportOptions, ExportedModel, Tensor, TensorStore};
+use loglinear_converter::{ExportOptions, ExportedModel};
 use loglinear_runtime::ModelConfig;
 
 /// A random model of `json`'s config: unit-variance projections, decays around e^-0.05 per
 /// token, λ scales 1.
 fn random_model(json: serde_json::Value, seed: u32) -> ExportedModel {
-    use loglinear_runtime::Role::*;
     let (config, _): (ModelConfig, _) = loglinear_converter::parse_config(&json).unwrap();
-    let mut state = seed;
-    let mut uniform = move || {
-        state = state.wrapping_mul(1664525).wrapping_add(1013904223);
-        (state >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0
-    };
-    let mut store = TensorStore::default();
-    for name in config.tensor_names() {
-        let (rows, cols) = config.tensor_shape(name.role);
-        let n = rows * cols;
-        let data: Vec<f32> = match name.role {
-            FinalNorm | MixerNorm | MlpNorm | OutNorm | DSkip | LambdaScale => vec![1.0; n],
-            ALog => (0..n).map(|_| -1.0 + 0.5 * uniform()).collect(),
-            DtBias => vec![-3.0; n],
-            ConvBias => vec![0.0; n],
-            Conv | QConv | KConv | VConv => (0..n).map(|_| 0.5 * uniform()).collect(),
-            Embedding => (0..n).map(|_| 1.7 * uniform()).collect(),
-            _ => {
-                let a = (3.0 / cols as f32).sqrt();
-                (0..n).map(|_| a * uniform()).collect()
-            }
-        };
-        store.insert(name, Tensor { rows, cols, data });
-    }
+    let store = random_store(&config, seed, None);
     ExportedModel::from_source(config, &store, &ExportOptions::default(), &mut |_| {}).unwrap()
 }
 

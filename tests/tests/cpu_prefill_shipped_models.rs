@@ -6,9 +6,9 @@ mod cpu_prefill_common;
 
 use cpu_prefill_common::*;
 use loglinear_converter::model_source::{AlignedBytes, IndexedGguf};
-use loglinear_converter::{Checkpoint, ExportOptions, ExportedModel};
+use loglinear_converter::Checkpoint;
 use loglinear_runtime::DType;
-use loglinear_tests::models_dir;
+use loglinear_tests::{export_as, models_dir};
 
 /// The first `n` bytes of TRAINING.md as tokens.
 fn prompt(n: usize) -> Vec<u32> {
@@ -50,11 +50,7 @@ fn quantized_models_match_stepping() {
 
     let ckpt = Checkpoint::load(models_dir().join("ll-mamba2-mcu")).unwrap();
     for dtype in [DType::F16, DType::Q4_0] {
-        let opts = ExportOptions {
-            matrix_type: dtype,
-            ..ExportOptions::default()
-        };
-        let exported = ExportedModel::from_checkpoint(&ckpt, &opts).unwrap();
+        let exported = export_as(&ckpt, dtype);
         let model = exported.model().unwrap();
         assert_eq!(model.mlp(0).unwrap().up.dtype(), dtype);
         let what = format!("ll-mamba2-mcu {}", dtype.name());

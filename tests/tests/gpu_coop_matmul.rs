@@ -17,7 +17,8 @@ use loglinear_host_gpu::ops::{Kernels, MatmulPath};
 use loglinear_host_gpu::weights::GpuMatrix;
 use loglinear_host_gpu::{wgpu, Gpu, GpuModel, PrefillOptions, Rows};
 use loglinear_runtime::quant::{BlockQ4_0, BlockQ8_0, QK};
-use loglinear_runtime::{DType, Session, SessionConfig};
+use loglinear_runtime::DType;
+use loglinear_tests::prefill_fixture::{arena, session, step_all};
 use loglinear_tests::*;
 
 /// A device with cooperative matrices on, or None when the adapter has none the kernel can
@@ -198,22 +199,6 @@ fn coop_matmul_matches_the_exact_product(gpu: Gpu, cfg: CoopMatmul) {
     }
 }
 
-fn session_for<'m>(
-    model: &loglinear_runtime::Model<'m>,
-    arena: &'m mut [u8],
-    levels: usize,
-) -> Session<'m, f32> {
-    Session::new(
-        model,
-        arena,
-        SessionConfig {
-            levels: Some(levels),
-            ..Default::default()
-        },
-    )
-    .unwrap()
-}
-
 /// The golden stress models prefilled with the coop matmuls: logits at every position and
 /// hidden states against golden/model, then the hand-off: the GPU state continued on the CPU
 /// against the golden decode trace.
@@ -268,23 +253,10 @@ fn coop_prefill_matches_golden_models(gpu: Gpu, cfg: CoopMatmul) {
             &p.last_logits,
             &get(&g, "decode.prefill_last_logits", &name).data,
         );
-        let mut arena = vec![
-            0u8;
-            Session::<f32>::arena_bytes(
-                &model,
-                &SessionConfig {
-                    levels: Some(levels),
-                    ..Default::default()
-                }
-            )
-            .unwrap()
-        ];
-        let mut s = session_for(&model, &mut arena, levels);
+        let mut arena = arena(&model, levels);
+        let mut s = session(&model, &mut arena, levels);
         p.load_into(&mut s).unwrap();
-        let mut logits = Vec::new();
-        for &id in &get(&g, "decode.step_ids", &name).ids() {
-            logits.extend_from_slice(s.step(id).unwrap());
-        }
+        let logits = step_all(&mut s, &get(&g, "decode.step_ids", &name).ids());
         note(
             format!("coop {name} decode logits after the hand-off"),
             &logits,

@@ -2,43 +2,11 @@
 //! `Session`, must continue exactly as a session that stepped every token on the CPU.
 
 use loglinear_converter::model_source::{AlignedBytes, IndexedGguf};
-use loglinear_converter::{Checkpoint, ExportOptions, ExportedModel, Tensor, TensorStore};
+use loglinear_converter::{Checkpoint, ExportOptions, ExportedModel, TensorStore};
 use loglinear_host_gpu::{Gpu, GpuError, GpuModel, Prefill, PrefillOptions};
 use loglinear_runtime::{DType, Model, Session, SessionConfig};
+use loglinear_tests::prefill_fixture::{arena, lcg_bytes, random_store, session, step_all, wide};
 use loglinear_tests::*;
-
-fn wide(x: &[f32]) -> Vec<f64> {
-    x.iter().map(|&v| v as f64).collect()
-}
-
-fn arena(model: &Model<'_>, levels: usize) -> Vec<u8> {
-    let cfg = SessionConfig {
-        levels: Some(levels),
-        ..Default::default()
-    };
-    vec![0u8; Session::<f32>::arena_bytes(model, &cfg).unwrap()]
-}
-
-fn session<'m>(model: &Model<'m>, arena: &'m mut [u8], levels: usize) -> Session<'m, f32> {
-    Session::new(
-        model,
-        arena,
-        SessionConfig {
-            levels: Some(levels),
-            ..Default::default()
-        },
-    )
-    .unwrap()
-}
-
-/// Steps `ids` on `s`, returning the logits of every step `[n][V]`.
-fn step_all(s: &mut Session<'_, f32>, ids: &[u32]) -> Vec<f32> {
-    let mut out = Vec::new();
-    for &id in ids {
-        out.extend_from_slice(s.step(id).unwrap());
-    }
-    out
-}
 
 /// GPU prefill of `ids[..split]` continued on the CPU for the rest, against a CPU session that
 /// steps everything: the prefill logits, the states at the split and the continued logits.
@@ -231,13 +199,7 @@ fn long_prompts_continue_on_the_cpu() {
     let gpu = Gpu::new_fp32().expect("GPU adapter");
     let m = manifest();
     // A fixed pseudo-random token stream (LCG), so that every position differs.
-    let mut x = 12345u32;
-    let ids: Vec<u32> = (0..1520)
-        .map(|_| {
-            x = x.wrapping_mul(1664525).wrapping_add(1013904223);
-            x >> 24
-        })
-        .collect();
+    let ids = lcg_bytes(1520, 12345);
     for (name, entry) in cases(&m, "model") {
         let layout = entry["layout"].as_str().unwrap();
         if entry["style"] != "stress" || !["hattention", "h_gated_deltanet"].contains(&layout) {
@@ -301,11 +263,7 @@ fn trained_models_continue_on_the_cpu() {
         tol::MODEL,
     );
     for dtype in [DType::F16, DType::Q4_0] {
-        let opts = ExportOptions {
-            matrix_type: dtype,
-            ..ExportOptions::default()
-        };
-        let exported = ExportedModel::from_checkpoint(&ckpt, &opts).unwrap();
+        let exported = export_as(&ckpt, dtype);
         let model = exported.model().unwrap();
         assert!(model.mlp(0).unwrap().up.dtype() == dtype);
         let what = format!("ll-mamba2-mcu {}", dtype.name());
@@ -356,31 +314,8 @@ fn bad_inputs_are_errors() {
 
 /// A random model of a mid-size config (not trained: only for timing).
 fn random_model_store(json: serde_json::Value) -> (loglinear_runtime::ModelConfig, TensorStore) {
-    use loglinear_runtime::Role::*;
     let (config, _) = loglinear_converter::parse_config(&json).unwrap();
-    let mut state = 1u32;
-    let mut uniform = move || {
-        state = state.wrapping_mul(1664525).wrapping_add(1013904223);
-        (state >> 8) as f32 / (1u32 << 24) as f32 * 2.0 - 1.0
-    };
-    let mut store = TensorStore::default();
-    for name in config.tensor_names() {
-        let (rows, cols) = config.tensor_shape(name.role);
-        let n = rows * cols;
-        let data: Vec<f32> = match name.role {
-            FinalNorm | MixerNorm | MlpNorm | OutNorm | DSkip | LambdaScale => vec![1.0; n],
-            ALog => vec![0.5; n],
-            DtBias => vec![-3.0; n],
-            ConvBias => vec![0.0; n],
-            Conv | QConv | KConv | VConv => (0..n).map(|_| 0.5 * uniform()).collect(),
-            Embedding => (0..n).map(|_| 1.7 * uniform()).collect(),
-            _ => {
-                let a = (3.0 / cols as f32).sqrt();
-                (0..n).map(|_| a * uniform()).collect()
-            }
-        };
-        store.insert(name, Tensor { rows, cols, data });
-    }
+    let store = random_store(&config, 1, Some(0.5));
     (config, store)
 }
 
@@ -400,13 +335,7 @@ fn prefill_throughput() {
             "num_hidden_layers": 8, "num_heads": 6, "head_dim": 128, "expand_v": 2,
             "conv_size": 4, "norm_eps": 1e-6}),
     ];
-    let mut x = 7u32;
-    let ids: Vec<u32> = (0..16384)
-        .map(|_| {
-            x = x.wrapping_mul(1664525).wrapping_add(1013904223);
-            x >> 24
-        })
-        .collect();
+    let ids = lcg_bytes(16384, 7);
     for json in configs {
         let (config, store) = random_model_store(json);
         for dtype in [DType::F32, DType::Q8_0] {

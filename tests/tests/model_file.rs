@@ -12,22 +12,13 @@ use loglinear_runtime::{DType, Session, SessionConfig, TensorView};
 use loglinear_tests::golden::{check_model, full_sequence_error};
 use loglinear_tests::*;
 
-fn to_gguf(ckpt: &Checkpoint, dtype: DType) -> AlignedBytes {
-    let opts = ExportOptions {
-        matrix_type: dtype,
-        ..Default::default()
-    };
-    let exported = ExportedModel::from_checkpoint(ckpt, &opts).unwrap();
-    AlignedBytes::from_slice(&exported.to_gguf().unwrap())
-}
-
 #[test]
 fn f32_files_match_golden_like_checkpoints() {
     let m = manifest();
     for (name, entry) in cases(&m, "model") {
         let dir = golden_dir().join(entry["dir"].as_str().unwrap());
         let ckpt = Checkpoint::load(&dir).unwrap();
-        let bytes = to_gguf(&ckpt, DType::F32);
+        let bytes = gguf_as(&ckpt, DType::F32);
         let file = GgufModel::parse(bytes.as_bytes()).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(file.config(), &ckpt.config, "{name}: config round trip");
         let model = file.model().unwrap();
@@ -56,7 +47,7 @@ fn quantized_files_stay_within_their_measured_error() {
         let g = read_arrays(&dir.join("golden.safetensors"));
         let mut last = 0.0;
         for (dtype, bound) in QUANT_BOUNDS {
-            let bytes = to_gguf(&ckpt, dtype);
+            let bytes = gguf_as(&ckpt, dtype);
             let file = GgufModel::parse(bytes.as_bytes()).unwrap();
             let e = full_sequence_error(&file.model().unwrap(), &g);
             eprintln!("{name} {}: logits rel_max {e:.2e}", dtype.name());
@@ -72,7 +63,7 @@ fn trained_models_reproduce_greedy_from_the_f32_file() {
     for model_name in ["ll-gdn-mcu", "ll-mamba2-mcu", "gdn-mcu"] {
         let dir = models_dir().join(model_name);
         let ckpt = Checkpoint::load(&dir).unwrap();
-        let bytes = to_gguf(&ckpt, DType::F32);
+        let bytes = gguf_as(&ckpt, DType::F32);
         let file = GgufModel::parse(bytes.as_bytes()).unwrap();
         let model = file.model().unwrap();
         let exp = read_arrays(&dir.join("prompts/expected.safetensors"));
@@ -123,7 +114,7 @@ fn hostile_model_files_give_typed_errors() {
     use loglinear_runtime::gguf::{GgufError, ModelFileError};
     use loglinear_runtime::{ConfigError, ModelError, Role, TensorName};
     let ckpt = Checkpoint::load(golden_dir().join("model/hattention_stress")).unwrap();
-    let good = to_gguf(&ckpt, DType::F32).as_bytes().to_vec();
+    let good = gguf_as(&ckpt, DType::F32).as_bytes().to_vec();
     let parse = |b: &[u8]| {
         GgufModel::parse(AlignedBytes::from_slice(b).as_bytes())
             .map(|_| ())

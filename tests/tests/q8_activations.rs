@@ -8,23 +8,12 @@
 //!
 //! The recurrent state maths stays f32 in every case: only the projections' inputs change.
 
-use loglinear_converter::export::{ExportOptions, ExportedModel};
-use loglinear_converter::model_source::AlignedBytes;
 use loglinear_converter::Checkpoint;
 use loglinear_runtime::gguf::GgufModel;
 use loglinear_runtime::quant::{self, Activations, KernelPath};
 use loglinear_runtime::{DType, Model, Session, SessionConfig};
 use loglinear_tests::golden::full_sequence_error;
 use loglinear_tests::*;
-
-fn to_gguf(ckpt: &Checkpoint, dtype: DType) -> AlignedBytes {
-    let opts = ExportOptions {
-        matrix_type: dtype,
-        ..Default::default()
-    };
-    let exported = ExportedModel::from_checkpoint(ckpt, &opts).unwrap();
-    AlignedBytes::from_slice(&exported.to_gguf().unwrap())
-}
 
 /// Bounds on the full-sequence logits error (rel_max against the fp64 reference) of the
 /// stress models with Q8 activations, about 1.5× the worst measured when this test was
@@ -42,7 +31,7 @@ fn q8_activations_stay_within_their_measured_error() {
         let ckpt = Checkpoint::load(&dir).unwrap();
         let g = read_arrays(&dir.join("golden.safetensors"));
         for (dtype, bound) in Q8_ACT_BOUNDS {
-            let bytes = to_gguf(&ckpt, dtype);
+            let bytes = gguf_as(&ckpt, dtype);
             let file = GgufModel::parse(bytes.as_bytes()).unwrap();
             let model = file.model().unwrap();
             let e_f32 = full_sequence_error(&model.with_activations(Activations::F32), &g);
@@ -99,7 +88,7 @@ fn every_kernel_path_gives_bit_identical_model_logits() {
         let key = g.keys().find(|k| k.starts_with("ids_T")).unwrap().clone();
         let ids = g[&key].ids();
         for dtype in [DType::Q8_0, DType::Q4_0] {
-            let bytes = to_gguf(&ckpt, dtype);
+            let bytes = gguf_as(&ckpt, dtype);
             let file = GgufModel::parse(bytes.as_bytes()).unwrap();
             let model = file.model().unwrap().with_activations(Activations::Q8);
             // Process-wide, but harmless beside the other test: every path gives the same bits.

@@ -11,7 +11,7 @@ use loglinear_runtime::slot_store::{MemFlash, MemFlashError, NorFlash, SlotStore
 use loglinear_runtime::snapshot::{self, model_fingerprint, Crc32, SnapshotError, HEADER_LEN};
 use loglinear_runtime::{Arch, Model, Session, SessionConfig, StateElem};
 use loglinear_tests::snapshot_fixture::{
-    aligned, exercise_snapshot, sampler_config, tiny_model, with_fuzz_session,
+    aligned, exercise_snapshot, sampler_config, snapshot_bytes, tiny_model, with_fuzz_session,
 };
 use loglinear_tests::{models_dir, repo_root};
 
@@ -191,12 +191,7 @@ fn another_model_file_is_refused_and_nothing_changes() {
     let mut a = new_session::<f32>(&model1, &mut arena, None);
     let mut sa = Sampler::new(sampler_config(1));
     advance(&mut a, &mut sa, 20);
-    let mut snap = vec![];
-    snapshot::write(&a, &sa, fp1, &mut |b: &[u8]| {
-        snap.extend_from_slice(b);
-        Ok(())
-    })
-    .unwrap();
+    let snap = snapshot_bytes(&a, &sa, fp1);
 
     let mut arena = vec![];
     let mut b = new_session::<f32>(&model2, &mut arena, None);
@@ -258,13 +253,7 @@ fn another_model_file_is_refused_and_nothing_changes() {
 fn fuzz_snapshot<E: StateElem>(t: u64) -> Vec<u8> {
     with_fuzz_session::<E, _>(|s, sampler, fp| {
         advance(s, sampler, t);
-        let mut out = vec![];
-        snapshot::write(s, sampler, fp, &mut |b: &[u8]| {
-            out.extend_from_slice(b);
-            Ok(())
-        })
-        .unwrap();
-        out
+        snapshot_bytes(s, sampler, fp)
     })
 }
 

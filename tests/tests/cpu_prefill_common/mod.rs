@@ -1,45 +1,12 @@
-//! Shared by the cpu-prefill tests: sessions, stepping, and the prefill-vs-stepping check.
+//! Shared by the cpu-prefill tests: the prefill-vs-stepping check, and the fixtures of
+//! `loglinear_tests::prefill_fixture` (sessions, token streams, random models) re-exported.
 #![allow(dead_code)]
 
 use loglinear_cpu_prefill::{prefill, prefill_into, Prefill, PrefillOptions};
 use loglinear_runtime::sampler::{Sampler, SamplerConfig};
-use loglinear_runtime::{Model, Session, SessionConfig};
+use loglinear_runtime::Model;
+pub use loglinear_tests::prefill_fixture::*;
 use loglinear_tests::{check_rel_max, tol};
-
-pub fn wide(x: &[f32]) -> Vec<f64> {
-    x.iter().map(|&v| v as f64).collect()
-}
-
-pub fn arena(model: &Model<'_>, levels: usize) -> Vec<u8> {
-    let cfg = SessionConfig {
-        levels: Some(levels),
-        ..Default::default()
-    };
-    vec![0u8; Session::<f32>::arena_bytes(model, &cfg).unwrap()]
-}
-
-pub fn session<'m>(model: &Model<'m>, arena: &'m mut [u8], levels: usize) -> Session<'m, f32> {
-    Session::new(
-        model,
-        arena,
-        SessionConfig {
-            levels: Some(levels),
-            ..Default::default()
-        },
-    )
-    .unwrap()
-}
-
-/// A fixed pseudo-random token stream (LCG) below `vocab`.
-pub fn lcg_ids(n: usize, vocab: usize, seed: u32) -> Vec<u32> {
-    let mut x = seed;
-    (0..n)
-        .map(|_| {
-            x = x.wrapping_mul(1664525).wrapping_add(1013904223);
-            (x >> 8) % vocab as u32
-        })
-        .collect()
-}
 
 /// Worst errors of one comparison.
 #[derive(Clone, Copy, Debug, Default)]
