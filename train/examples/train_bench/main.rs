@@ -174,18 +174,6 @@ fn parse_args() -> Args {
     a
 }
 
-/// Uniform [0, 1) numbers (xorshift; deterministic).
-struct Rng(u64);
-
-impl Rng {
-    fn uni(&mut self) -> f32 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        ((self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 40) as f32) / (1u64 << 24) as f32
-    }
-}
-
 /// Runs `f` inside validation and out-of-memory error scopes, so that a wgpu error becomes this
 /// row's error instead of the process's panic.
 fn scoped<T>(gpu: &Gpu, f: impl FnOnce() -> Result<T, GpuError>) -> Result<T, String> {

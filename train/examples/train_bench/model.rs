@@ -1,12 +1,13 @@
 //! The model benchmark: tokens/s of whole optimizer steps, and with `--stages` where a step's
 //! GPU time goes.
 
-use crate::{scoped, Args, Rng};
+use crate::{scoped, Args};
 use loglinear_converter::{parse_config, parse_lenient_json};
 use loglinear_host_gpu::chunk_scan::Form;
 use loglinear_host_gpu::timestamps::{median, Timestamps};
 use loglinear_host_gpu::train::optim::{AdamW, AdamWConfig};
 use loglinear_host_gpu::{wgpu, Gpu, GpuError};
+use loglinear_runtime::rng::SplitMix64;
 use loglinear_runtime::ModelConfig;
 use loglinear_train::model::{new_train_graph, Stage, TrainGraph};
 use std::time::Instant;
@@ -137,9 +138,9 @@ fn bench_model(gpu: &Gpu, a: &Args, c: &ModelConfig) -> Result<StepTimes, GpuErr
     let timer = Timestamps::new(gpu, marks as u32);
     m.init_params(gpu, 1)?;
     let mut opt = AdamW::new(gpu, m.params(), AdamWConfig::default())?;
-    let mut rng = Rng(0x0dd_ba11_cafe_f00d);
+    let mut rng = SplitMix64::new(0x0dd_ba11_cafe_f00d);
     let tokens: Vec<u32> = (0..a.batch * (a.seq + 1))
-        .map(|_| ((rng.uni() * c.vocab_size as f32) as u32).min(c.vocab_size as u32 - 1))
+        .map(|_| ((rng.unit_f32() * c.vocab_size as f32) as u32).min(c.vocab_size as u32 - 1))
         .collect();
     let tokens = gpu.storage_from("tokens", &tokens)?;
     let scale = 1.0 / (a.batch * a.seq) as f32;

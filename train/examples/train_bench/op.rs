@@ -2,24 +2,19 @@
 //! shape, one row per form and T, beside the anchors of the same shape.
 
 use crate::anchors::{Anchors, Best};
-use crate::{form_name, scoped, wall_ms, Args, Rng};
+use crate::{form_name, scoped, wall_ms, Args};
 use loglinear_host_gpu::chunk_scan::{ChunkScan, Form, ScanIo, ScanKernels, ScanShape};
 use loglinear_host_gpu::grad::op_gdn::GdnBackward;
 use loglinear_host_gpu::grad::op_m2::{M2Backward, M2Kernels};
 use loglinear_host_gpu::grad::{check_training_shape, OpGradIo};
 use loglinear_host_gpu::timestamps::{median, Timestamps};
 use loglinear_host_gpu::{wgpu, Gpu, GpuError};
+use loglinear_runtime::rng::SplitMix64;
 
 /// Operator inputs and gradients, sized for `tokens` × `heads` rows (the same for every T:
 /// only the split of the rows into T × heads·batch changes, and random rows stay random).
 struct OpBuffers {
-    q: wgpu::Buffer,
-    k: wgpu::Buffer,
-    v: wgpu::Buffer,
-    g: wgpu::Buffer,
-    beta: wgpu::Buffer,
-    lam: wgpu::Buffer,
-    d_o: wgpu::Buffer,
+    input: OpInputs,
     o: wgpu::Buffer,
     state: wgpu::Buffer,
     dq: wgpu::Buffer,
@@ -60,13 +55,7 @@ impl OpInputs {
             dg: zeros("dg", rows)?,
             dbeta: zeros("dbeta", rows)?,
             dlam: zeros("dlam", rows * a.levels)?,
-            q: self.q,
-            k: self.k,
-            v: self.v,
-            g: self.g,
-            beta: self.beta,
-            lam: self.lam,
-            d_o: self.d_o,
+            input: self,
         })
     }
 }
@@ -77,28 +66,28 @@ impl OpInputs {
 /// (the state buffer's size).
 fn op_buffers(gpu: &Gpu, a: &Args, max_heads: usize) -> Result<OpBuffers, GpuError> {
     let rows = a.tokens * a.heads;
-    let mut rng = Rng(0x1234_5678_9abc_def1);
+    let mut rng = SplitMix64::new(0x1234_5678_9abc_def1);
     let scale = 1.0 / (a.dk as f32).sqrt();
     let q: Vec<f32> = (0..rows * a.dk)
-        .map(|_| (rng.uni() - 0.5) * scale)
+        .map(|_| (rng.unit_f32() - 0.5) * scale)
         .collect();
     let q = gpu.storage_from("q", &q)?;
-    let mut k: Vec<f32> = (0..rows * a.dk).map(|_| rng.uni() - 0.5).collect();
+    let mut k: Vec<f32> = (0..rows * a.dk).map(|_| rng.unit_f32() - 0.5).collect();
     for row in k.chunks_mut(a.dk) {
         let n = row.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-6);
         row.iter_mut().for_each(|x| *x /= n);
     }
     let k = gpu.storage_from("k", &k)?;
-    let v: Vec<f32> = (0..rows * a.dv).map(|_| rng.uni() - 0.5).collect();
+    let v: Vec<f32> = (0..rows * a.dv).map(|_| rng.unit_f32() - 0.5).collect();
     let v = gpu.storage_from("v", &v)?;
-    let d_o: Vec<f32> = (0..rows * a.dv).map(|_| rng.uni() - 0.5).collect();
+    let d_o: Vec<f32> = (0..rows * a.dv).map(|_| rng.unit_f32() - 0.5).collect();
     let d_o = gpu.storage_from("d_o", &d_o)?;
-    let g: Vec<f32> = (0..rows).map(|_| -0.05 * rng.uni() - 1e-3).collect();
+    let g: Vec<f32> = (0..rows).map(|_| -0.05 * rng.unit_f32() - 1e-3).collect();
     let g = gpu.storage_from("g", &g)?;
-    let beta: Vec<f32> = (0..rows).map(|_| 0.05 + 0.9 * rng.uni()).collect();
+    let beta: Vec<f32> = (0..rows).map(|_| 0.05 + 0.9 * rng.unit_f32()).collect();
     let beta = gpu.storage_from("beta", &beta)?;
     let lam: Vec<f32> = (0..rows * a.levels)
-        .map(|_| (1.0 + (4.0 * rng.uni() - 2.0).exp()).ln())
+        .map(|_| (1.0 + (4.0 * rng.unit_f32() - 2.0).exp()).ln())
         .collect();
     let lam = gpu.storage_from("lam", &lam)?;
     let inputs = OpInputs {
@@ -199,24 +188,24 @@ fn build_call(
         &kernels.scan,
         shape,
         ScanIo {
-            q: &b.q,
-            k: &b.k,
-            v: &b.v,
-            g: &b.g,
-            beta: &b.beta,
-            lam: &b.lam,
+            q: &b.input.q,
+            k: &b.input.k,
+            v: &b.input.v,
+            g: &b.input.g,
+            beta: &b.input.beta,
+            lam: &b.input.lam,
             o: &b.o,
             state: &b.state,
         },
     )?;
     let io = OpGradIo {
-        q: &b.q,
-        k: &b.k,
-        v: &b.v,
-        g: &b.g,
-        beta: &b.beta,
-        lam: &b.lam,
-        d_o: &b.d_o,
+        q: &b.input.q,
+        k: &b.input.k,
+        v: &b.input.v,
+        g: &b.input.g,
+        beta: &b.input.beta,
+        lam: &b.input.lam,
+        d_o: &b.input.d_o,
         dq: &b.dq,
         dk: &b.dk,
         dv: &b.dv,
@@ -249,13 +238,13 @@ fn sub_buffers(
         enc.copy_buffer_to_buffer(src, index as u64 * bytes, &dst, 0, bytes);
         Ok::<_, GpuError>(dst)
     };
-    let q = copy("q", &b.q, a.dk)?;
-    let k = copy("k", &b.k, a.dk)?;
-    let v = copy("v", &b.v, a.dv)?;
-    let g = copy("g", &b.g, 1)?;
-    let beta = copy("beta", &b.beta, 1)?;
-    let lam = copy("lam", &b.lam, a.levels)?;
-    let d_o = copy("d_o", &b.d_o, a.dv)?;
+    let q = copy("q", &b.input.q, a.dk)?;
+    let k = copy("k", &b.input.k, a.dk)?;
+    let v = copy("v", &b.input.v, a.dv)?;
+    let g = copy("g", &b.input.g, 1)?;
+    let beta = copy("beta", &b.input.beta, 1)?;
+    let lam = copy("lam", &b.input.lam, a.levels)?;
+    let d_o = copy("d_o", &b.input.d_o, a.dv)?;
     gpu.submit_and_wait(enc)?;
     let inputs = OpInputs {
         q,
