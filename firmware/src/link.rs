@@ -210,6 +210,21 @@ impl WireTx {
     }
 }
 
+/// The USB device that `builder` (from [`UsbDescriptors::builder`]) builds with one CDC-ACM
+/// serial port, and that port, whose class keeps its state in `state`: run the device beside
+/// [`pump_cdc_acm`] over the port. A plain function, not an async one: the device and the class
+/// live in the board's task, whose future then holds no builder (352 B less RAM on the STM32H743).
+pub fn cdc_acm_device<'d, D: embassy_usb::driver::Driver<'d>>(
+    mut builder: embassy_usb::Builder<'d, D>,
+    state: &'d mut embassy_usb::class::cdc_acm::State<'d>,
+) -> (
+    embassy_usb::UsbDevice<'d, D>,
+    embassy_usb::class::cdc_acm::CdcAcmClass<'d, D>,
+) {
+    let class = embassy_usb::class::cdc_acm::CdcAcmClass::new(&mut builder, state, 64);
+    (builder.build(), class)
+}
+
 /// Carries the link over USB CDC-ACM, forever: bytes from the host's OUT packets to the protocol
 /// loop, queued output in IN packets. While no host has the port configured, output is dropped
 /// (nobody would read it) so the protocol loop never blocks on a missing host.
@@ -392,6 +407,24 @@ pub fn serve<P: OutputPin>(
                 wait_for_interrupt();
             }
         }
+    }
+}
+
+/// Logs board.toml's clock beside `measured_hz`, the clock the HAL set (`what` names it in the
+/// log); another speed than board.toml's `clock_hz` is an error.
+pub fn check_clock(what: &str, measured_hz: u32) {
+    info!(
+        "board.toml: clock_hz {}, {}",
+        crate::board::CLOCK_HZ,
+        crate::board::CLOCKS
+    );
+    if measured_hz != crate::board::CLOCK_HZ {
+        error!(
+            "{} is {} Hz, board.toml says {} Hz",
+            what,
+            measured_hz,
+            crate::board::CLOCK_HZ
+        );
     }
 }
 

@@ -76,18 +76,7 @@ fn report_clocks() {
         cpu,
         esp_hal::clock::xtal_clock().as_hz()
     );
-    info!(
-        "board.toml: clock_hz {}, {}",
-        board::CLOCK_HZ,
-        board::CLOCKS
-    );
-    if cpu != board::CLOCK_HZ {
-        error!(
-            "the CPU runs at {} Hz, board.toml says {} Hz",
-            cpu,
-            board::CLOCK_HZ
-        );
-    }
+    link::check_clock("the CPU clock", cpu);
 }
 
 /// The USB-Serial-JTAG's CDC-ACM port, interrupt-driven.

@@ -27,7 +27,7 @@ use embassy_nrf::peripherals::{
 };
 use embassy_nrf::usb::vbus_detect::HardwareVbusDetect;
 use embassy_nrf::{bind_interrupts, uarte, usb, Peri};
-use embassy_usb::class::cdc_acm::{CdcAcmClass, State};
+use embassy_usb::class::cdc_acm::State;
 use loglinear_firmware::board;
 use loglinear_firmware::link::{self, ActivityLed, WireRx, WireTx};
 use panic_probe as _;
@@ -112,9 +112,7 @@ async fn usb_serial(usbd: Peri<'static, USBD>, wire_rx: WireRx, wire_tx: WireTx)
     let driver = usb::Driver::new(usbd, Irqs, HardwareVbusDetect::new(Irqs));
     let mut descriptors = link::UsbDescriptors::new();
     let mut state = State::new();
-    let mut builder = descriptors.builder(driver);
-    let class = CdcAcmClass::new(&mut builder, &mut state, 64);
-    let mut device = builder.build();
+    let (mut device, class) = link::cdc_acm_device(descriptors.builder(driver), &mut state);
     let pump = link::pump_cdc_acm(class, wire_rx, wire_tx);
     embassy_futures::join::join(device.run(), pump).await;
 }

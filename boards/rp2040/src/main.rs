@@ -27,7 +27,7 @@ use embassy_rp::interrupt::{InterruptExt, Priority};
 use embassy_rp::peripherals::{PIN_0, PIN_1, UART0, USB};
 use embassy_rp::uart::{self, BufferedUart};
 use embassy_rp::{bind_interrupts, usb, Peri};
-use embassy_usb::class::cdc_acm::{CdcAcmClass, State};
+use embassy_usb::class::cdc_acm::State;
 use loglinear_firmware::board;
 use loglinear_firmware::link::{self, ActivityLed, WireRx, WireTx};
 use panic_probe as _;
@@ -86,18 +86,7 @@ fn report_clocks() {
         embassy_rp::clocks::clk_usb_freq(),
         xip_cache
     );
-    info!(
-        "board.toml: clock_hz {}, {}",
-        board::CLOCK_HZ,
-        board::CLOCKS
-    );
-    if sys != board::CLOCK_HZ {
-        error!(
-            "clk_sys is {} Hz, board.toml says {} Hz",
-            sys,
-            board::CLOCK_HZ
-        );
-    }
+    link::check_clock("clk_sys", sys);
     if !xip_cache {
         error!("the XIP cache is off: code and model run uncached from flash");
     }
@@ -110,9 +99,7 @@ async fn usb_serial(usb: Peri<'static, USB>, wire_rx: WireRx, wire_tx: WireTx) {
     let driver = usb::Driver::new(usb, Irqs);
     let mut descriptors = link::UsbDescriptors::new();
     let mut state = State::new();
-    let mut builder = descriptors.builder(driver);
-    let class = CdcAcmClass::new(&mut builder, &mut state, 64);
-    let mut device = builder.build();
+    let (mut device, class) = link::cdc_acm_device(descriptors.builder(driver), &mut state);
     let pump = link::pump_cdc_acm(class, wire_rx, wire_tx);
     embassy_futures::join::join(device.run(), pump).await;
 }

@@ -27,7 +27,7 @@ use embassy_stm32::interrupt::{InterruptExt, Priority};
 use embassy_stm32::peripherals::{PA11, PA12, PD8, PD9, USART3, USB_OTG_FS};
 use embassy_stm32::usart::{self, BufferedUart};
 use embassy_stm32::{bind_interrupts, usb, Peri};
-use embassy_usb::class::cdc_acm::{CdcAcmClass, State};
+use embassy_usb::class::cdc_acm::State;
 use loglinear_firmware::board;
 use loglinear_firmware::link::{self, ActivityLed, WireRx, WireTx};
 use panic_probe as _;
@@ -127,18 +127,7 @@ fn report_clocks(rcc: &Peri<'_, embassy_stm32::peripherals::RCC>) {
         cortex_m::peripheral::SCB::icache_enabled(),
         cortex_m::peripheral::SCB::dcache_enabled()
     );
-    info!(
-        "board.toml: clock_hz {}, {}",
-        board::CLOCK_HZ,
-        board::CLOCKS
-    );
-    if sys != board::CLOCK_HZ {
-        error!(
-            "SYSCLK is {} Hz, board.toml says {} Hz",
-            sys,
-            board::CLOCK_HZ
-        );
-    }
+    link::check_clock("SYSCLK", sys);
 }
 
 /// USB CDC-ACM on OTG-FS: the device, and the link's pump over its one serial port.
@@ -155,12 +144,11 @@ async fn usb_serial(
     // The Nucleo does not wire VBUS sensing to PA9 for the user port; it is bus-powered there.
     usb_config.vbus_detection = false;
     let driver = usb::Driver::new_fs(otg, Irqs, dp, dm, &mut ep_out_buffer, usb_config);
-    let mut descriptors = loglinear_firmware::link::UsbDescriptors::new();
+    let mut descriptors = link::UsbDescriptors::new();
     let mut state = State::new();
-    let mut builder = descriptors.builder(driver);
-    let class = CdcAcmClass::new(&mut builder, &mut state, 64);
-    let mut device = builder.build();
-    embassy_futures::join::join(device.run(), link::pump_cdc_acm(class, wire_rx, wire_tx)).await;
+    let (mut device, class) = link::cdc_acm_device(descriptors.builder(driver), &mut state);
+    let pump = link::pump_cdc_acm(class, wire_rx, wire_tx);
+    embassy_futures::join::join(device.run(), pump).await;
 }
 
 /// USART3 at 115200 8N1, interrupt-driven into the HAL's ring buffers.
