@@ -9,7 +9,7 @@
 @group(0) @binding(2) var<storage, read> gam: array<f32>;
 @group(0) @binding(3) var<storage, read> lam: array<f32>;
 @group(0) @binding(4) var<storage, read> dout: array<f32>;
-@group(0) @binding(5) var<storage, read_write> dhs: array<f32>;
+@group(0) @binding(5) var<storage, read_write> states: array<f32>; // dhs[m][c]
 @group(0) @binding(6) var<storage, read_write> dxs: array<f32>;
 @group(0) @binding(7) var<storage, read> fpt: array<f32>;
 
@@ -36,15 +36,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         if (d_zero) {
             zero_state(lid, ns);
         }
-        for (var e = lid; e < ns; e += 128u) {
-            let d = (e % 2u) * 4u;
-            let s = st[e];
-            for (var j = 0u; j < 4u; j++) {
-                if (d + j < nbv) {
-                    dhs[sb + (e / 2u) * P.dv + v0 + d + j] = s[j];
-                }
-            }
-        }
+        store_state(lid, ns, sb, v0, nbv);
         workgroupBarrier();
         // Phase A: partial sums of K̃ D over one dk half (D = 0 after a group-last chunk).
         partial_products(lid, c, h, n, 0u, d_zero);

@@ -10,7 +10,7 @@
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read> fpack: array<f32>;
 @group(0) @binding(2) var<storage, read> gam: array<f32>;
-@group(0) @binding(3) var<storage, read_write> hs: array<f32>;
+@group(0) @binding(3) var<storage, read_write> states: array<f32>; // hs[m][c]
 @group(0) @binding(4) var<storage, read_write> xs: array<f32>;
 @group(0) @binding(5) var<storage, read> fpt: array<f32>;
 
@@ -39,15 +39,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         let t0 = c * C;
         let n = chunk_rows(c);
         let sb = state_at(m, c, h);
-        for (var e = lid; e < ns; e += 128u) {
-            let d = (e % 2u) * 4u;
-            let s = st[e];
-            for (var j = 0u; j < 4u; j++) {
-                if (d + j < nbv) {
-                    hs[sb + (e / 2u) * P.dv + v0 + d + j] = s[j];
-                }
-            }
-        }
+        store_state(lid, ns, sb, v0, nbv);
         if (group_last(c, m) || c + 1u == P.nt) {
             zero_state(lid, ns);
             workgroupBarrier();

@@ -1,7 +1,7 @@
 // The workgroup state and phase A of the GDN backward's level scans (grad_gdn_hscan.wgsl,
 // grad_gdn_dhscan.wgsl): one workgroup per (BV columns of dv, head, level), 2C threads, the BV
-// columns as two vec4 halves. Needs grad_gdn_common.wgsl and the kernel's `fpt` binding (the
-// transposed fpack).
+// columns as two vec4 halves. Needs grad_gdn_common.wgsl and the kernel's `fpt` (the transposed
+// fpack) and `states` (the level states it stores: H or dL/dH) bindings.
 const BV: u32 = 8u;
 var<workgroup> st: array<vec4<f32>, 512>;  // [MAX_DK][2]: the state columns of this workgroup
 var<workgroup> part: array<vec4<f32>, 256>; // [dk half][C][2]: partial sums of phase A
@@ -11,6 +11,19 @@ var<workgroup> xw: array<vec4<f32>, 128>;  // [C][2]: the chunk's product X (or 
 fn zero_state(lid: u32, ns: u32) {
     for (var e = lid; e < ns; e += 128u) {
         st[e] = vec4<f32>(0.0);
+    }
+}
+
+// The workgroup's state (its nbv of the BV columns from v0) into `states` at sb.
+fn store_state(lid: u32, ns: u32, sb: u32, v0: u32, nbv: u32) {
+    for (var e = lid; e < ns; e += 128u) {
+        let d = (e % 2u) * 4u;
+        let s = st[e];
+        for (var j = 0u; j < 4u; j++) {
+            if (d + j < nbv) {
+                states[sb + (e / 2u) * P.dv + v0 + d + j] = s[j];
+            }
+        }
     }
 }
 
