@@ -404,6 +404,13 @@ impl Step {
         }
     }
 
+    /// Records `steps` in order, each as a compute pass of its own, without timestamps.
+    pub(crate) fn record_all(steps: &[Step], encoder: &mut wgpu::CommandEncoder) {
+        for s in steps {
+            s.record(encoder, None);
+        }
+    }
+
     /// Records the dispatch as a compute pass of its own; with `timestamps` = (set, i), its
     /// beginning and end are written to queries 2i and 2i + 1 of the set.
     pub(crate) fn record(

@@ -276,9 +276,7 @@ impl GdnBackward {
 
     /// Records every dispatch (one compute pass each; wgpu orders them by their buffer use).
     pub fn encode(&self, encoder: &mut wgpu::CommandEncoder) {
-        for s in &self.steps {
-            s.record(encoder, None);
-        }
+        Step::record_all(&self.steps, encoder);
     }
 }
 

@@ -320,9 +320,7 @@ impl M2Backward {
 
     /// Records all dispatches (one compute pass each, so each sees the previous one's writes).
     pub fn encode(&self, encoder: &mut wgpu::CommandEncoder) {
-        for s in &self.steps {
-            s.record(encoder, None);
-        }
+        Step::record_all(&self.steps, encoder);
     }
 }
 
