@@ -233,41 +233,25 @@ fn prompt_ids(n: usize) -> Vec<u32> {
 fn trained_models_continue_on_the_cpu() {
     let gpu = Gpu::new_fp32().expect("GPU adapter");
     let ids = prompt_ids(120);
-    let split = 100;
+    // The first 100 tokens prefilled, at the model's default levels.
+    let check = |what: &str, model: &Model<'_>| {
+        let levels = model.config().default_state_levels();
+        gpu_then_cpu_vs_cpu(what, &gpu, model, &ids, 100, levels, tol::MODEL);
+    };
 
     let bytes = AlignedBytes::read(&models_dir().join("ll-gdn-mcu-q8_0.gguf")).unwrap();
     let gguf = IndexedGguf::parse(bytes.as_bytes()).unwrap();
     let model = gguf.model().unwrap();
     assert_eq!(model.mlp(0).unwrap().up.dtype(), DType::Q8_0);
-    let levels = model.config().default_state_levels();
-    gpu_then_cpu_vs_cpu(
-        "ll-gdn-mcu q8_0",
-        &gpu,
-        &model,
-        &ids,
-        split,
-        levels,
-        tol::MODEL,
-    );
+    check("ll-gdn-mcu q8_0", &model);
 
     let ckpt = Checkpoint::load(models_dir().join("ll-mamba2-mcu")).unwrap();
-    let model = ckpt.model().unwrap();
-    let levels = model.config().default_state_levels();
-    gpu_then_cpu_vs_cpu(
-        "ll-mamba2-mcu f32",
-        &gpu,
-        &model,
-        &ids,
-        split,
-        levels,
-        tol::MODEL,
-    );
+    check("ll-mamba2-mcu f32", &ckpt.model().unwrap());
     for dtype in [DType::F16, DType::Q4_0] {
         let exported = export_as(&ckpt, dtype);
         let model = exported.model().unwrap();
         assert!(model.mlp(0).unwrap().up.dtype() == dtype);
-        let what = format!("ll-mamba2-mcu {}", dtype.name());
-        gpu_then_cpu_vs_cpu(&what, &gpu, &model, &ids, split, levels, tol::MODEL);
+        check(&format!("ll-mamba2-mcu {}", dtype.name()), &model);
     }
 }
 
