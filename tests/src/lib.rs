@@ -1,11 +1,20 @@
 //! Shared helpers for the integration tests: where the data lives, reading safetensors
 //! references, and the relative error metric of the golden README.
+//!
+//! The model fixtures, which import checkpoints through `loglinear-converter`, sit behind the
+//! default feature `models`: `loglinear-host-gpu`'s tests take only the golden helpers
+//! (`default-features = false`), so the GPU crate's tree holds no converter.
 
+#[cfg(feature = "models")]
 pub mod bpe_fixture;
 pub mod golden;
+#[cfg(feature = "models")]
 pub mod golden_layer;
+#[cfg(feature = "models")]
 pub mod microbit_model;
+#[cfg(feature = "models")]
 pub mod prefill_fixture;
+#[cfg(feature = "models")]
 pub mod snapshot_fixture;
 
 use safetensors::{Dtype, SafeTensors};
@@ -169,6 +178,7 @@ pub mod tol {
     pub const MODEL: f64 = 1e-4;
 }
 
+#[cfg(feature = "models")]
 /// `ckpt` converted with its matrices stored as `dtype`, everything else as the converter's
 /// defaults.
 pub fn export_as(
@@ -182,6 +192,7 @@ pub fn export_as(
     loglinear_converter::ExportedModel::from_checkpoint(ckpt, &opts).unwrap()
 }
 
+#[cfg(feature = "models")]
 /// The model file of [`export_as`], in memory aligned for the model reader.
 pub fn gguf_as(
     ckpt: &loglinear_converter::Checkpoint,
@@ -191,6 +202,7 @@ pub fn gguf_as(
     loglinear_converter::model_source::AlignedBytes::from_slice(&file)
 }
 
+#[cfg(feature = "models")]
 /// The tensors of an untrained model of `config`: every value uniform in
 /// [-scale / 2, scale / 2), from a linear congruential sequence (glibc's constants) that goes on
 /// from `seed`.
