@@ -726,8 +726,39 @@ pub struct ScanInputs<'a> {
 }
 
 impl ScanInputs<'_> {
-    /// q, k, v, g, beta (one float 0 where empty: Mamba-2), lam on the device, in that order.
-    pub(crate) fn upload(&self, gpu: &Gpu) -> Result<[wgpu::Buffer; 6], GpuError> {
+    /// Checks each slice's length against `s` (β only for GDN); `what` names the run in the
+    /// error.
+    fn check_lens(&self, what: &str, s: &ScanShape) -> Result<(), GpuError> {
+        let (nqk, nh) = (s.t * s.qk_heads * s.dk, s.t * s.heads);
+        let beta = (s.form == Form::Gdn).then_some(("beta", self.beta.len(), nh));
+        let lens = [
+            ("q", self.q.len(), nqk),
+            ("k", self.k.len(), nqk),
+            ("v", self.v.len(), nh * s.dv),
+            ("g", self.g.len(), nh),
+        ]
+        .into_iter()
+        .chain(beta)
+        .chain([("lam", self.lam.len(), nh * s.lambda_cols)]);
+        for (name, got, want) in lens {
+            if got != want {
+                return Err(GpuError::Invalid(format!(
+                    "{what}: `{name}` has {got} values, the shape needs {want}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// After [`Self::check_lens`], q, k, v, g, beta (one float 0 where empty: Mamba-2), lam on
+    /// the device, in that order.
+    pub(crate) fn upload(
+        &self,
+        gpu: &Gpu,
+        what: &str,
+        s: &ScanShape,
+    ) -> Result<[wgpu::Buffer; 6], GpuError> {
+        self.check_lens(what, s)?;
         let up = |label: &str, x: &[f32]| gpu.storage_from(label, x);
         let beta = if self.beta.is_empty() {
             &[0.0f32][..]
@@ -787,39 +818,10 @@ impl ScanBuffers {
     /// Checks each slice's length against `shape` (β only for GDN), then uploads.
     pub fn new(gpu: &Gpu, shape: &ScanShape, inputs: &ScanInputs<'_>) -> Result<Self, GpuError> {
         let s = shape;
-        let ScanInputs {
-            q,
-            k,
-            v,
-            g,
-            beta,
-            lam,
-        } = *inputs;
-        let lens = [
-            ("q", q.len(), s.t * s.qk_heads * s.dk),
-            ("k", k.len(), s.t * s.qk_heads * s.dk),
-            ("v", v.len(), s.t * s.heads * s.dv),
-            ("g", g.len(), s.t * s.heads),
-            ("lam", lam.len(), s.t * s.heads * s.lambda_cols),
-        ];
-        for (name, got, want) in lens {
-            if got != want {
-                return Err(GpuError::Invalid(format!(
-                    "chunk scan: `{name}` has {got} values, the shape needs {want}"
-                )));
-            }
-        }
-        if s.form == Form::Gdn && beta.len() != s.t * s.heads {
-            return Err(GpuError::Invalid(format!(
-                "chunk scan: `beta` has {} values, the shape needs {}",
-                beta.len(),
-                s.t * s.heads
-            )));
-        }
         let o_len = s.t * s.heads * s.dv;
         let state_len = s.levels * s.heads * s.dk * s.dv;
         Ok(Self {
-            inputs: inputs.upload(gpu)?,
+            inputs: inputs.upload(gpu, "chunk scan", s)?,
             o: gpu.storage_zeroed("o", (o_len * 4) as u64)?,
             state: gpu.storage_zeroed("state", (state_len * 4) as u64)?,
             o_len,

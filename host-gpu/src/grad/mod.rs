@@ -100,13 +100,15 @@ pub struct HostBuffers {
 }
 
 impl HostBuffers {
-    /// Checks each slice's length against `shape` (β only for GDN), then uploads.
+    /// Checks the shape ([`check_training_shape`]) and each slice's length against it (β only
+    /// for GDN), then uploads.
     pub fn new(
         gpu: &Gpu,
         shape: &ScanShape,
         inputs: &ScanInputs<'_>,
         d_o: &[f32],
     ) -> Result<Self, GpuError> {
+        check_training_shape(shape)?;
         let s = shape;
         let has_beta = s.form == Form::Gdn;
         let what = if has_beta {
@@ -114,27 +116,12 @@ impl HostBuffers {
         } else {
             "Mamba-2 backward"
         };
-        let ScanInputs {
-            q,
-            k,
-            v,
-            g,
-            beta,
-            lam,
-        } = *inputs;
         let [nqk, nv, ng, nl] = floats(s);
-        let beta_len = has_beta.then_some(("beta", beta.len(), ng));
-        let lens = [("q", q.len(), nqk), ("k", k.len(), nqk)]
-            .into_iter()
-            .chain([("v", v.len(), nv), ("g", g.len(), ng)])
-            .chain(beta_len)
-            .chain([("lam", lam.len(), nl), ("d_o", d_o.len(), nv)]);
-        for (name, got, want) in lens {
-            if got != want {
-                return Err(GpuError::Invalid(format!(
-                    "{what}: `{name}` has {got} values, the shape needs {want}"
-                )));
-            }
+        if d_o.len() != nv {
+            return Err(GpuError::Invalid(format!(
+                "{what}: `d_o` has {} values, the shape needs {nv}",
+                d_o.len()
+            )));
         }
         let zeroed = |label: &str, n: usize| gpu.storage_zeroed(label, (n * 4) as u64);
         let dbeta = if has_beta {
@@ -143,7 +130,7 @@ impl HostBuffers {
             zeroed("dbeta (unused)", 1)?
         };
         Ok(Self {
-            inputs: inputs.upload(gpu)?,
+            inputs: inputs.upload(gpu, what, s)?,
             d_o: gpu.storage_from("d_o", d_o)?,
             grads: [
                 zeroed("dq", nqk)?,

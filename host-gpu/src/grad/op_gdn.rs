@@ -323,7 +323,6 @@ pub fn run_backward_grouped(
     inputs: &ScanInputs<'_>,
     d_o: &[f32],
 ) -> Result<OpGrads, GpuError> {
-    check_training_shape(&shape)?;
     let bufs = HostBuffers::new(gpu, &shape, inputs, d_o)?;
     let bwd = GdnBackward::new_grouped(gpu, shape, bufs.io(), max_group_heads)?;
     bufs.run(gpu, "gdn backward", |enc| bwd.encode(enc))

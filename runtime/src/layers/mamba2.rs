@@ -13,7 +13,8 @@ pub fn scratch_len(c: &ModelConfig) -> usize {
     c.in_proj_rows() + c.d_inner()
 }
 
-/// One token through the mixer with weights `w`: `x` (D) → `out` (D); `act` is scratch for [`crate::quant::Activations::Q8`] inputs.
+/// One token through the mixer with weights `w`: `x` (D) → `out` (D); `act` is scratch for
+/// [`crate::quant::Activations::Q8`] inputs.
 pub fn step<E: StateElem>(
     model: &Model<'_>,
     w: &Mamba2Weights<'_>,
