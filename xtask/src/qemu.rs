@@ -215,7 +215,8 @@ fn firmware_lints(setup: &Setup) -> anyhow::Result<()> {
         cmd.args(["--", "-D", "warnings"]);
         if named.is_none() {
             // The target's default board, as firmware/build.rs picks it.
-            cmd.env("LOGLINEAR_BOARD", "").env("RUSTFLAGS", "");
+            cmd.env("LOGLINEAR_BOARD", "")
+                .env("CARGO_ENCODED_RUSTFLAGS", tasks::firmware_rustflags(""));
         }
         tasks::run(&mut cmd).with_context(|| format!("clippy of the firmware for {target}"))?;
         if board.uart.is_none() {

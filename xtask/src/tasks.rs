@@ -2,7 +2,7 @@
 //! and its target folder, running commands with errors that name them, the host CLI, and the
 //! firmware builds with a board's settings.
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -248,7 +248,10 @@ impl<'a> FirmwareBuild<'a> {
         .env("LOGLINEAR_TRANSPORT", self.transport.unwrap_or(""))
         .env("LOGLINEAR_ACTIVATIONS", self.activations.unwrap_or(""))
         .env("LOGLINEAR_KERNEL", self.kernel.unwrap_or(""))
-        .env("RUSTFLAGS", &self.board.rustflags);
+        .env(
+            "CARGO_ENCODED_RUSTFLAGS",
+            firmware_rustflags(&self.board.rustflags),
+        );
         if !self.features.is_empty() {
             cmd.arg("--features").arg(self.features.join(","));
         }
@@ -284,6 +287,38 @@ impl<'a> FirmwareBuild<'a> {
         run(self.command("clippy").args(["--", "-D", "warnings"]))
             .with_context(|| format!("clippy of the firmware for {}", self.board.name))
     }
+}
+
+/// The rustflags of a firmware build, as `CARGO_ENCODED_RUSTFLAGS`: the board's own, then a
+/// remap of the repository's and cargo home's paths. Panic locations embed those paths in flash,
+/// so without the remap an image's size depends on where the checkout lies: the footprint goals
+/// and the size snapshots must hold in every checkout, CI's included.
+pub fn firmware_rustflags(board_flags: &str) -> OsString {
+    let mut flags: Vec<OsString> = board_flags.split_whitespace().map(OsString::from).collect();
+    let root = std::env::current_dir().ok();
+    let cargo_home = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| Path::new(&home).join(".cargo")));
+    // The last matching remap wins, so cargo home goes last in case it lies inside the checkout.
+    let remaps = [
+        root.map(|root| (root, ".")),
+        cargo_home.map(|home| (home, "/cargo")),
+    ];
+    for (from, to) in remaps.into_iter().flatten() {
+        let mut flag = OsString::from("--remap-path-prefix=");
+        flag.push(from.as_os_str());
+        flag.push("=");
+        flag.push(to);
+        flags.push(flag);
+    }
+    let mut encoded = OsString::new();
+    for (i, flag) in flags.iter().enumerate() {
+        if i > 0 {
+            encoded.push("\x1f");
+        }
+        encoded.push(flag);
+    }
+    encoded
 }
 
 /// The board's model file: its own (`model = ...`) or [`DEFAULT_MODEL`].
@@ -329,5 +364,22 @@ mod tests {
         assert!(e.to_string().contains("false --flag failed"), "{e}");
         let e = output(Command::new("sh").args(["-c", "echo oops >&2; exit 3"])).unwrap_err();
         assert!(e.to_string().contains("oops"), "{e}");
+    }
+
+    #[test]
+    fn firmware_rustflags_keep_the_boards_and_remap_the_checkout() {
+        let encoded = firmware_rustflags("-C target-cpu=cortex-m4  -C opt-level=s");
+        let encoded = encoded.to_str().unwrap();
+        let flags: Vec<&str> = encoded.split('\x1f').collect();
+        assert_eq!(
+            flags[..4],
+            ["-C", "target-cpu=cortex-m4", "-C", "opt-level=s"]
+        );
+        let here = std::env::current_dir().unwrap();
+        let remap = format!("--remap-path-prefix={}=.", here.display());
+        assert_eq!(flags.get(4), Some(&remap.as_str()), "{flags:?}");
+        assert!(flags[4..]
+            .iter()
+            .all(|f| f.starts_with("--remap-path-prefix=")));
     }
 }
