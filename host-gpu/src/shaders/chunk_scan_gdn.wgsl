@@ -50,14 +50,6 @@ struct Pair {
     hi: vec4<f32>,
 }
 
-// Word `at` of the transposed q̃ (src 0) or W̃ (src 1).
-fn qw_at(src: u32, at: u32) -> f32 {
-    if (src == 0u) {
-        return qt[at];
-    }
-    return wt[at];
-}
-
 // Row i, columns 8 ch .. 8 ch + 7 of q̃ st (src 0) or W̃ st (src 1) over dk rows k0..k1 of chunk
 // c. `base` + kk * C is element (kk, i) of the chunk's transposed q̃ or W̃.
 fn product(src: u32, c: u32, h: u32, i: u32, ch: u32, k0: u32, k1: u32) -> Pair {
@@ -66,17 +58,34 @@ fn product(src: u32, c: u32, h: u32, i: u32, ch: u32, k0: u32, k1: u32) -> Pair 
     let base = (c * P.heads + h) * P.dk * C + i;
     var kk = k0;
     var s = kk * 4u + ch * 2u;
-    for (; kk + 1u < k1; kk += 2u) {
-        let x0 = qw_at(src, base + kk * C);
-        let x1 = qw_at(src, base + (kk + 1u) * C);
-        lo += x0 * st[s] + x1 * st[s + 4u];
-        hi += x0 * st[s + 1u] + x1 * st[s + 5u];
-        s += 8u;
-    }
-    if (kk < k1) {
-        let x = qw_at(src, base + kk * C);
-        lo += x * st[s];
-        hi += x * st[s + 1u];
+    // One loop per source rather than a select per load, for the same reason as the state
+    // transition's three loops below.
+    if (src == 0u) {
+        for (; kk + 1u < k1; kk += 2u) {
+            let x0 = qt[base + kk * C];
+            let x1 = qt[base + (kk + 1u) * C];
+            lo += x0 * st[s] + x1 * st[s + 4u];
+            hi += x0 * st[s + 1u] + x1 * st[s + 5u];
+            s += 8u;
+        }
+        if (kk < k1) {
+            let x = qt[base + kk * C];
+            lo += x * st[s];
+            hi += x * st[s + 1u];
+        }
+    } else {
+        for (; kk + 1u < k1; kk += 2u) {
+            let x0 = wt[base + kk * C];
+            let x1 = wt[base + (kk + 1u) * C];
+            lo += x0 * st[s] + x1 * st[s + 4u];
+            hi += x0 * st[s + 1u] + x1 * st[s + 5u];
+            s += 8u;
+        }
+        if (kk < k1) {
+            let x = wt[base + kk * C];
+            lo += x * st[s];
+            hi += x * st[s + 1u];
+        }
     }
     return Pair(lo, hi);
 }
@@ -280,34 +289,55 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             let eg = exp(gam[(t0 + n - 1u) * P.heads + h]);
             // Rows of the chunk's K̃ block are dk words apart.
             var f = (c * P.heads + h) * C * dk + kk;
-            if (up_a) {
+            // Three spelled-out loops rather than one that tests up_a and up_b per row: the
+            // single loop measured 3-5 % slower on the whole GDN forward (BENCHMARKS.md).
+            if (up_a && up_b) {
                 a0 *= eg;
                 a1 *= eg;
                 a2 *= eg;
                 a3 *= eg;
-            }
-            if (up_b) {
                 b0 *= eg;
                 b1 *= eg;
                 b2 *= eg;
                 b3 *= eg;
-            }
-            // One pass over K̃ for both states: each kt word loaded serves both updates.
-            for (var r = 0u; r < n && (up_a || up_b); r++) {
-                let kv = kt[f];
-                if (up_a) {
+                for (var r = 0u; r < n; r++) {
+                    let kv = kt[f];
                     a0 += kv * xa[4u * r];
                     a1 += kv * xa[4u * r + 1u];
                     a2 += kv * xa[4u * r + 2u];
                     a3 += kv * xa[4u * r + 3u];
-                }
-                if (up_b) {
                     b0 += kv * xb[4u * r];
                     b1 += kv * xb[4u * r + 1u];
                     b2 += kv * xb[4u * r + 2u];
                     b3 += kv * xb[4u * r + 3u];
+                    f += dk;
                 }
-                f += dk;
+            } else if (up_a) {
+                a0 *= eg;
+                a1 *= eg;
+                a2 *= eg;
+                a3 *= eg;
+                for (var r = 0u; r < n; r++) {
+                    let kv = kt[f];
+                    a0 += kv * xa[4u * r];
+                    a1 += kv * xa[4u * r + 1u];
+                    a2 += kv * xa[4u * r + 2u];
+                    a3 += kv * xa[4u * r + 3u];
+                    f += dk;
+                }
+            } else if (up_b) {
+                b0 *= eg;
+                b1 *= eg;
+                b2 *= eg;
+                b3 *= eg;
+                for (var r = 0u; r < n; r++) {
+                    let kv = kt[f];
+                    b0 += kv * xb[4u * r];
+                    b1 += kv * xb[4u * r + 1u];
+                    b2 += kv * xb[4u * r + 2u];
+                    b3 += kv * xb[4u * r + 3u];
+                    f += dk;
+                }
             }
             if ((c + 1u) % half == 0u) {
                 if (clear_a) {
