@@ -5,6 +5,7 @@
 //! bind groups made from them. Nothing here caches behind the caller's back.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 
 /// Workgroups in one grid dimension, at most: WebGPU's guaranteed
@@ -540,9 +541,30 @@ pub fn dispatch(
         label: Some(&kernel.label),
         timestamp_writes: None,
     });
-    pass.set_pipeline(&kernel.pipeline);
+    record_dispatch(&mut pass, &kernel.pipeline, bind_group, workgroups);
+}
+
+/// Dispatches recorded by [`record_dispatch`] in this process: every kernel launch of the
+/// crate goes through it, so a benchmark can count a step's launches (the count of a recording
+/// is the difference of two readings around it).
+static RECORDED_DISPATCHES: AtomicU64 = AtomicU64::new(0);
+
+/// How many dispatches this process has recorded so far (see [`RECORDED_DISPATCHES`]).
+pub fn recorded_dispatches() -> u64 {
+    RECORDED_DISPATCHES.load(Ordering::Relaxed)
+}
+
+/// Records one dispatch of `pipeline` with `bind_group` into an open pass, and counts it.
+pub(crate) fn record_dispatch(
+    pass: &mut wgpu::ComputePass<'_>,
+    pipeline: &wgpu::ComputePipeline,
+    bind_group: &wgpu::BindGroup,
+    workgroups: [u32; 3],
+) {
+    pass.set_pipeline(pipeline);
     pass.set_bind_group(0, bind_group, &[]);
     pass.dispatch_workgroups(workgroups[0], workgroups[1], workgroups[2]);
+    RECORDED_DISPATCHES.fetch_add(1, Ordering::Relaxed);
 }
 
 /// A 2-D grid of `n` workgroups laid out row by row (shaders rebuild the flat index).

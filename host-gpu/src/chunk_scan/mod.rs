@@ -45,7 +45,7 @@
 //! BENCHMARKS.md ("GPU prefill").
 
 use crate::gpu::MAX_GROUPS;
-use crate::gpu::{Gpu, GpuError, Kernel};
+use crate::gpu::{record_dispatch, Gpu, GpuError, Kernel};
 pub use loglinear_runtime::chunk::{Form, ScanShape, CHUNK};
 
 mod cost;
@@ -426,9 +426,7 @@ impl Step {
                 end_of_pass_write_index: Some(2 * i + 1),
             }),
         });
-        pass.set_pipeline(&self.pipeline);
-        pass.set_bind_group(0, &self.bind, &[]);
-        pass.dispatch_workgroups(self.groups[0], self.groups[1], self.groups[2]);
+        record_dispatch(&mut pass, &self.pipeline, &self.bind, self.groups);
     }
 }
 

@@ -6,7 +6,8 @@
 //! are small uniform blocks, each a `#[repr(C)]` mirror of its shader's struct.
 
 use crate::gpu::{
-    common_wgsl, dispatch, with_common, CoopMatmul, Gpu, GpuError, Kernel, Rows, MAX_GROUPS,
+    common_wgsl, dispatch, record_dispatch, with_common, CoopMatmul, Gpu, GpuError, Kernel, Rows,
+    MAX_GROUPS,
 };
 pub(crate) use crate::gpu::{grid, grid_threads, u};
 use crate::weights::GpuMatrix;
@@ -123,9 +124,7 @@ impl Step<'_> {
 
     /// Records the dispatch into an open compute pass.
     pub fn record(&self, pass: &mut wgpu::ComputePass<'_>) {
-        pass.set_pipeline(&self.kernel.pipeline);
-        pass.set_bind_group(0, &self.bind, &[]);
-        pass.dispatch_workgroups(self.groups[0], self.groups[1], self.groups[2]);
+        record_dispatch(pass, &self.kernel.pipeline, &self.bind, self.groups);
     }
 }
 

@@ -38,8 +38,10 @@
 //!    `--stages` also times each part of a step with GPU timestamps (`train::graph::Stage`:
 //!    embedding, per layer mixer in / operator / mixer out + MLP, head, and their backwards;
 //!    zeroing and AdamW) and prints a table per model, the block stages summed over layers:
-//!    where a step's time goes. The marks are empty passes between stages, so the stages'
-//!    sum can exceed the plain step a little.
+//!    where a step's time goes, and how many kernel dispatches each part records
+//!    (`host_gpu::gpu::recorded_dispatches`; the GPU times need TIMESTAMP_QUERY, the counts
+//!    do not). The marks are empty passes between stages, so the stages' sum can exceed the
+//!    plain step a little.
 //!
 //! A row whose setup or run fails (a buffer over the adapter's limits, say) prints the error in
 //! the table instead of ending the run. `--quick`: tiny shapes for lavapipe (operator heads 2,

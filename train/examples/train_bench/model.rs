@@ -1,9 +1,10 @@
 //! The model benchmark: tokens/s of whole optimizer steps, and with `--stages` where a step's
-//! GPU time goes.
+//! GPU time and its dispatches go.
 
 use crate::{scoped, Args};
 use loglinear_converter::{parse_config, parse_lenient_json};
 use loglinear_host_gpu::chunk_scan::Form;
+use loglinear_host_gpu::gpu::recorded_dispatches;
 use loglinear_host_gpu::timestamps::{median, Timestamps};
 use loglinear_host_gpu::train::optim::{AdamW, AdamWConfig};
 use loglinear_host_gpu::{wgpu, Gpu, GpuError};
@@ -34,10 +35,21 @@ pub struct StepTimes {
     pub step: f64,
     /// GPU ms of forward, backward and optimizer inside one step.
     pub gpu: Option<[f64; 3]>,
-    /// With `--stages`: GPU ms of each part of a step (a block stage summed over the layers).
-    pub stages: Vec<(&'static str, f64)>,
+    /// Kernel dispatches recorded for one step.
+    pub dispatches: u64,
+    /// With `--stages`: each part of a step (a block stage summed over the layers).
+    pub stages: Vec<StageTimes>,
     /// Mean loss of the first and the last step (a sanity check: it should fall).
     pub loss: (f64, f64),
+}
+
+/// One part of a step in the `--stages` table.
+pub struct StageTimes {
+    pub label: &'static str,
+    /// Median GPU ms (none without TIMESTAMP_QUERY).
+    pub gpu_ms: Option<f64>,
+    /// Kernel dispatches it records.
+    pub dispatches: u64,
 }
 
 fn config_from_json(
@@ -97,22 +109,28 @@ fn mean_loss(gpu: &Gpu, m: &dyn TrainGraph) -> Result<f64, GpuError> {
     Ok(l.iter().map(|&x| f64::from(x)).sum::<f64>() / l.len().max(1) as f64)
 }
 
-/// Timestamps at the marks of one step, and what each interval (from the previous mark) was.
-/// An interval between two marks: its label and its phase (`FORWARD`, `BACKWARD` or
-/// `OPTIMIZER`).
-type Interval = (&'static str, usize);
+/// An interval between two marks of a step: its label, its phase (`FORWARD`, `BACKWARD` or
+/// `OPTIMIZER`) and the dispatches recorded in it.
+type Interval = (&'static str, usize, u64);
 
+/// The marks of one step: a timestamp at each (where the adapter has them), and what each
+/// interval from the previous mark was.
 struct Marks<'a> {
     timer: Option<&'a Timestamps>,
     labels: Vec<Interval>,
+    /// [`recorded_dispatches`] at the previous mark.
+    dispatches_before: u64,
 }
 
 impl Marks<'_> {
     fn mark(&mut self, enc: &mut wgpu::CommandEncoder, label: &'static str, phase: usize) {
         if let Some(t) = self.timer {
             t.mark(enc, self.labels.len() as u32 + 1);
-            self.labels.push((label, phase));
         }
+        let now = recorded_dispatches();
+        self.labels
+            .push((label, phase, now - self.dispatches_before));
+        self.dispatches_before = now;
     }
 }
 
@@ -149,6 +167,7 @@ fn bench_model(gpu: &Gpu, a: &Args, c: &ModelConfig) -> Result<StepTimes, GpuErr
         let mut marks = Marks {
             timer: timer.as_ref(),
             labels: Vec::new(),
+            dispatches_before: recorded_dispatches(),
         };
         if let Some(t) = &timer {
             t.mark(&mut enc, 0);
@@ -191,12 +210,21 @@ fn bench_model(gpu: &Gpu, a: &Args, c: &ModelConfig) -> Result<StepTimes, GpuErr
     // Per label (in first-seen order): its phase and the per-iteration sums of its intervals.
     let mut wall = vec![];
     let mut per_label: Vec<(&'static str, usize, Vec<f64>)> = Vec::new();
+    // Per label (in first-seen order): the dispatches of one step (the same every step).
+    let mut dispatches: Vec<(&'static str, u64)> = Vec::new();
     for _ in 0..a.iters {
         let (ms, labels) = step(&mut opt)?;
         wall.push(ms);
+        dispatches.clear();
+        for &(label, _, n) in &labels {
+            match dispatches.iter_mut().find(|(l, _)| *l == label) {
+                Some((_, sum)) => *sum += n,
+                None => dispatches.push((label, n)),
+            }
+        }
         if let Some(t) = &timer {
             let mut sums: Vec<(&'static str, usize, f64)> = Vec::new();
-            for (&(label, phase), v) in labels.iter().zip(t.intervals_ms(gpu)?) {
+            for (&(label, phase, _), v) in labels.iter().zip(t.intervals_ms(gpu)?) {
                 match sums.iter_mut().find(|(l, _, _)| *l == label) {
                     Some((_, _, sum)) => *sum += v,
                     None => sums.push((label, phase, v)),
@@ -229,8 +257,16 @@ fn bench_model(gpu: &Gpu, a: &Args, c: &ModelConfig) -> Result<StepTimes, GpuErr
         params: m.params().iter().map(|p| p.len).sum(),
         step: median(wall),
         gpu: gpu_phases,
+        dispatches: dispatches.iter().map(|(_, n)| n).sum(),
         stages: if a.stages {
-            medians.into_iter().map(|(l, _, v)| (l, v)).collect()
+            dispatches
+                .iter()
+                .map(|&(label, dispatches)| StageTimes {
+                    label,
+                    gpu_ms: medians.iter().find(|m| m.0 == label).map(|m| m.2),
+                    dispatches,
+                })
+                .collect()
         } else {
             Vec::new()
         },
@@ -290,18 +326,22 @@ fn print_stages(name: &str, x: &StepTimes) {
     if x.stages.is_empty() {
         return;
     }
-    let total: f64 = x.stages.iter().map(|(_, v)| v).sum();
-    println!("### {name}: GPU time per stage (block stages summed over the layers)");
+    let total: f64 = x.stages.iter().filter_map(|s| s.gpu_ms).sum();
+    println!("### {name}: GPU time and dispatches per stage (block stages summed over the layers)");
     println!();
-    println!("| stage | GPU ms | share |");
-    println!("| --- | ---: | ---: |");
-    for (label, v) in &x.stages {
-        println!(
-            "| {label} | {v:.3} | {:.1} % |",
-            100.0 * v / total.max(f64::MIN_POSITIVE)
-        );
+    println!("| stage | GPU ms | share | dispatches |");
+    println!("| --- | ---: | ---: | ---: |");
+    for s in &x.stages {
+        let (ms, share) = match s.gpu_ms {
+            Some(v) => (
+                format!("{v:.3}"),
+                format!("{:.1} %", 100.0 * v / total.max(f64::MIN_POSITIVE)),
+            ),
+            None => ("n/a".into(), String::new()),
+        };
+        println!("| {} | {ms} | {share} | {} |", s.label, s.dispatches);
     }
-    println!("| all | {total:.3} | |");
+    println!("| all | {total:.3} | | {} |", x.dispatches);
     println!();
 }
 

@@ -65,11 +65,14 @@ pub fn json_report(gpu: &Gpu, a: &Args, ops: &[OpRow], models: &[ModelRow]) -> s
                         o["gpu_bwd_ms"] = json!(g[1]);
                         o["gpu_opt_ms"] = json!(g[2]);
                     }
+                    o["dispatches"] = json!(x.dispatches);
                     if !x.stages.is_empty() {
                         o["gpu_stages_ms"] = x
                             .stages
                             .iter()
-                            .map(|(l, v)| json!({ "stage": l, "ms": v }))
+                            .map(|s| {
+                                json!({ "stage": s.label, "ms": s.gpu_ms, "dispatches": s.dispatches })
+                            })
                             .collect();
                     }
                 }

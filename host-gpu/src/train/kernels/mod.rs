@@ -7,7 +7,7 @@
 //! calls them sizes its buffers from one config.
 
 pub(crate) use crate::gpu::{grid, grid_threads, u};
-use crate::gpu::{with_common, Gpu, GpuError, Kernel};
+use crate::gpu::{record_dispatch, with_common, Gpu, GpuError, Kernel};
 
 mod conv;
 mod elementwise;
@@ -54,9 +54,7 @@ impl Step {
     /// Records the op into an open pass.
     pub fn record(&self, pass: &mut wgpu::ComputePass<'_>) {
         for d in &self.parts {
-            pass.set_pipeline(&d.pipeline);
-            pass.set_bind_group(0, &d.bind, &[]);
-            pass.dispatch_workgroups(d.groups[0], d.groups[1], d.groups[2]);
+            record_dispatch(pass, &d.pipeline, &d.bind, d.groups);
         }
     }
 }
