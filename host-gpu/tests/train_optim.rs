@@ -4,43 +4,17 @@
 use loglinear_host_gpu::train::optim::{AdamW, AdamWConfig};
 use loglinear_host_gpu::train::Param;
 use loglinear_host_gpu::Gpu;
+use loglinear_runtime::rng::SplitMix64;
+use loglinear_tests::rel_max as rel;
 
 /// Max relative error allowed against the f64 reference (max |a − b| / max |b| per tensor).
 const TOL: f64 = 1e-6;
 
-/// SplitMix64, for reproducible test data.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in [-scale, scale).
-    fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
-        (0..n)
-            .map(|_| ((self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale)
-            .collect()
-    }
-}
-
-fn rel(a: &[f32], b: &[f64]) -> f64 {
-    assert_eq!(a.len(), b.len());
-    let num = a
-        .iter()
-        .zip(b)
-        .map(|(x, y)| (*x as f64 - y).abs())
-        .fold(0.0, f64::max);
-    let den = b.iter().map(|y| y.abs()).fold(0.0, f64::max);
-    if den == 0.0 {
-        num
-    } else {
-        num / den
-    }
+/// `n` values uniform in [-scale, scale), reproducible from the seed of `rng`.
+fn uniform(rng: &mut SplitMix64, n: usize, scale: f32) -> Vec<f32> {
+    (0..n)
+        .map(|_| (rng.unit_f32() * 2.0 - 1.0) * scale)
+        .collect()
 }
 
 /// One tensor in the f64 reference.
@@ -85,11 +59,15 @@ fn reference_step(
     norm
 }
 
-fn make_params(gpu: &Gpu, rng: &mut Rng, sizes: &[(usize, bool)]) -> (Vec<Param>, Vec<RefParam>) {
+fn make_params(
+    gpu: &Gpu,
+    rng: &mut SplitMix64,
+    sizes: &[(usize, bool)],
+) -> (Vec<Param>, Vec<RefParam>) {
     let mut params = Vec::new();
     let mut refs = Vec::new();
     for (i, &(len, decay)) in sizes.iter().enumerate() {
-        let value = rng.vec(len, 1.0);
+        let value = uniform(rng, len, 1.0);
         params.push(Param {
             name: format!("p{i}"),
             shape: vec![len],
@@ -140,13 +118,16 @@ const SIZES: [(usize, bool); 4] = [(1, false), (1000, true), (4097, true), (9000
 #[test]
 fn adamw_matches_the_f64_reference_over_several_steps() {
     let gpu = Gpu::new().expect("GPU adapter (lavapipe in CI)");
-    let mut rng = Rng(1);
+    let mut rng = SplitMix64::new(1);
     let (params, mut refs) = make_params(&gpu, &mut rng, &SIZES);
     let config = AdamWConfig::default();
     let mut opt = AdamW::new(&gpu, &params, config).unwrap();
     let mut worst = 0.0f64;
     for (t, lr) in [(1u64, 1e-3), (2, 2e-3), (3, 5e-4), (4, 1e-2), (5, 3e-3)] {
-        let grads: Vec<Vec<f32>> = params.iter().map(|p| rng.vec(p.len, 0.5)).collect();
+        let grads: Vec<Vec<f32>> = params
+            .iter()
+            .map(|p| uniform(&mut rng, p.len, 0.5))
+            .collect();
         for (p, g) in params.iter().zip(&grads) {
             gpu.write(&p.grad, g);
         }
@@ -163,7 +144,7 @@ fn adamw_matches_the_f64_reference_over_several_steps() {
 #[test]
 fn clipping_scales_by_the_global_norm_and_reports_the_pre_clip_norm() {
     let gpu = Gpu::new().expect("GPU adapter (lavapipe in CI)");
-    let mut rng = Rng(2);
+    let mut rng = SplitMix64::new(2);
     let (params, mut refs) = make_params(&gpu, &mut rng, &SIZES);
     let config = AdamWConfig {
         weight_decay: 0.3,
@@ -172,7 +153,10 @@ fn clipping_scales_by_the_global_norm_and_reports_the_pre_clip_norm() {
     let mut opt = AdamW::new(&gpu, &params, config).unwrap();
     // Step 1 is clipped (norm about 30 > 1), step 2 is not (norm about 0.03 < 1).
     for (t, scale) in [(1u64, 1.0f32), (2, 1e-3)] {
-        let grads: Vec<Vec<f32>> = params.iter().map(|p| rng.vec(p.len, scale)).collect();
+        let grads: Vec<Vec<f32>> = params
+            .iter()
+            .map(|p| uniform(&mut rng, p.len, scale))
+            .collect();
         for (p, g) in params.iter().zip(&grads) {
             gpu.write(&p.grad, g);
         }
@@ -195,10 +179,10 @@ fn clipping_scales_by_the_global_norm_and_reports_the_pre_clip_norm() {
 #[test]
 fn the_norm_is_deterministic() {
     let gpu = Gpu::new().expect("GPU adapter (lavapipe in CI)");
-    let mut rng = Rng(3);
+    let mut rng = SplitMix64::new(3);
     let (params, _) = make_params(&gpu, &mut rng, &[(70_000, true), (333, false)]);
     for p in &params {
-        gpu.write(&p.grad, &rng.vec(p.len, 1.0));
+        gpu.write(&p.grad, &uniform(&mut rng, p.len, 1.0));
     }
     let opt = AdamW::new(&gpu, &params, AdamWConfig::default()).unwrap();
     let mut norms = Vec::new();
@@ -216,7 +200,7 @@ fn the_norm_is_deterministic() {
 #[test]
 fn weight_decay_applies_only_where_the_flag_is_set() {
     let gpu = Gpu::new().expect("GPU adapter (lavapipe in CI)");
-    let mut rng = Rng(4);
+    let mut rng = SplitMix64::new(4);
     let (params, refs) = make_params(&gpu, &mut rng, &[(500, true), (500, false)]);
     let config = AdamWConfig {
         weight_decay: 0.5,
@@ -239,11 +223,14 @@ fn weight_decay_applies_only_where_the_flag_is_set() {
 #[test]
 fn moments_round_trip_and_bad_input_is_an_error() {
     let gpu = Gpu::new().expect("GPU adapter (lavapipe in CI)");
-    let mut rng = Rng(5);
+    let mut rng = SplitMix64::new(5);
     let (params, _) = make_params(&gpu, &mut rng, &[(10, true), (5000, false)]);
     let mut opt = AdamW::new(&gpu, &params, AdamWConfig::default()).unwrap();
-    let m = rng.vec(5000, 1.0);
-    let v: Vec<f32> = rng.vec(5000, 1.0).iter().map(|x| x.abs()).collect();
+    let m = uniform(&mut rng, 5000, 1.0);
+    let v: Vec<f32> = uniform(&mut rng, 5000, 1.0)
+        .iter()
+        .map(|x| x.abs())
+        .collect();
     opt.load_moments(&gpu, 1, &m, &v).unwrap();
     opt.set_steps(7);
     let got = opt.read_moments(&gpu).unwrap();
