@@ -73,7 +73,7 @@ pub struct PrefillOptions {
 }
 
 /// One mixer run on given inputs, for checking a layer against references: the output and
-/// the intermediates under the golden files' names (`T50.inter.*`).
+/// the intermediates under the golden files' names (`T<n>.inter.*`).
 #[derive(Clone, Debug)]
 pub struct MixerTrace {
     pub y_mixer: Vec<f32>,
