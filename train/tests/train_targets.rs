@@ -6,17 +6,16 @@
 //! 2. per model: explicit targets equal to the windows' next tokens reproduce `encode_forward`
 //!    bit for bit; all targets ignored give zero losses and exactly zero gradients; the
 //!    gradients of a mask and of its complement add up to the unmasked gradients;
-//! 3. the correct flags of the stress models against the argmax of their golden logits.
+//! 3. the correct flags of every golden model against the argmax of its golden logits.
 
-use loglinear_converter::Checkpoint;
 use loglinear_host_gpu::train::kernels::{LossShape, MaskedLossIo, TrainKernels};
 use loglinear_host_gpu::wgpu;
 use loglinear_host_gpu::Gpu;
-use loglinear_runtime::{Arch, WeightSource};
-use loglinear_tests::*;
+use loglinear_runtime::Arch;
 use loglinear_train::model::{new_train_graph, TrainGraph};
 
 mod common;
+use common::model::golden_models;
 use common::{gpu, load_large_params, read, rel_l2, tiny_config, Rng};
 
 const IGNORED: u32 = u32::MAX;
@@ -229,29 +228,14 @@ fn mamba2_ignored_targets_give_no_gradient() {
 #[test]
 fn correct_flags_match_golden_argmax() {
     let gpu = gpu();
-    for name in [
-        "h_gated_deltanet_stress",
-        "gated_deltanet_stress",
-        "hattention_stress",
-    ] {
-        let dir = golden_dir().join("model").join(name);
-        let ckpt = Checkpoint::load(&dir).unwrap();
-        let c = ckpt.config;
-        let v = c.vocab_size;
-        let g = read_arrays(&dir.join("golden.safetensors"));
-        let ids = get(&g, "ids_T100", name).ids();
-        let logits: Vec<f32> = get(&g, "logits_T100", name)
-            .data
-            .iter()
-            .map(|&x| x as f32)
-            .collect();
-        let t = 99;
-        let m = new_train_graph(&gpu, &c, 1, t).unwrap();
-        m.load_params(&gpu, &|key| {
-            let n = ckpt.layout.parse_key(key)?;
-            ckpt.store.tensor(n)?.as_f32().map(<[f32]>::to_vec)
-        })
-        .unwrap();
+    for gm in golden_models(&["ll_gdn", "gdn", "ll_mamba2", "mamba2"]) {
+        let name = &gm.name;
+        let v = gm.ckpt.config.vocab_size;
+        let n = gm.lengths()[0];
+        let ids = gm.ids(n);
+        let logits: Vec<f32> = gm.logits(n).iter().map(|&x| x as f32).collect();
+        let t = gm.window();
+        let m = gm.train_graph(&gpu, 1, t);
         // Targets: the golden argmax at positions ≡ 0 (mod 3), the runner-up at ≡ 1, ignored
         // at ≡ 2. Positions whose top two logits are within 1e-3 are skipped (fp32 order).
         let mut targets = Vec::with_capacity(t);

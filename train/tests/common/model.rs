@@ -7,7 +7,7 @@ use loglinear_converter::Checkpoint;
 use loglinear_host_gpu::train::{NamedTensor, Param};
 use loglinear_host_gpu::Gpu;
 use loglinear_runtime::{ModelConfig, WeightSource};
-use loglinear_tests::{get, golden_dir, read_arrays, tol};
+use loglinear_tests::{cases, get, golden_dir, manifest, read_arrays, tol, Array};
 use loglinear_train::model::{new_train_graph, TrainGraph};
 use std::collections::HashMap;
 
@@ -284,6 +284,94 @@ pub fn spread_coords(p: &Param) -> Vec<usize> {
     }
 }
 
+/// The longest window the golden-logit tests run (lavapipe time): the shortest golden
+/// sequence, cut to this many tokens.
+const GOLDEN_WINDOW: usize = 100;
+
+/// One golden model case: its checkpoint and its reference tensors.
+pub struct GoldenModel {
+    pub name: String,
+    pub ckpt: Checkpoint,
+    pub golden: HashMap<String, Array>,
+}
+
+impl GoldenModel {
+    /// The lengths of its full-sequence cases (`ids_T<n>`), shortest first.
+    pub fn lengths(&self) -> Vec<usize> {
+        let mut v: Vec<usize> = self
+            .golden
+            .keys()
+            .filter_map(|k| k.strip_prefix("ids_T")?.parse().ok())
+            .collect();
+        assert!(!v.is_empty(), "{}: no `ids_T<n>` tensor", self.name);
+        v.sort_unstable();
+        v
+    }
+
+    /// Positions scored per window: the shortest sequence (at most [`GOLDEN_WINDOW`] tokens)
+    /// less the last, whose next token is unknown.
+    pub fn window(&self) -> usize {
+        let n = self.lengths()[0].min(GOLDEN_WINDOW);
+        assert!(
+            n >= 2,
+            "{}: a {n}-token sequence has no next token",
+            self.name
+        );
+        n - 1
+    }
+
+    /// The token ids of the length-`n` sequence.
+    pub fn ids(&self, n: usize) -> Vec<u32> {
+        get(&self.golden, &format!("ids_T{n}"), &self.name).ids()
+    }
+
+    /// The fp64 logits `[n][vocab]` of the length-`n` sequence.
+    pub fn logits(&self, n: usize) -> &[f64] {
+        &get(&self.golden, &format!("logits_T{n}"), &self.name).data
+    }
+
+    /// A training graph of `batch` windows of `t` tokens holding the checkpoint's weights.
+    pub fn train_graph(&self, gpu: &Gpu, batch: usize, t: usize) -> Box<dyn TrainGraph> {
+        let ckpt = &self.ckpt;
+        let model = new_train_graph(gpu, &ckpt.config, batch, t).unwrap();
+        model
+            .load_params(gpu, &|key| {
+                let n = ckpt.layout.parse_key(key)?;
+                ckpt.store.tensor(n)?.as_f32().map(<[f32]>::to_vec)
+            })
+            .unwrap_or_else(|e| panic!("{}: {e}", self.name));
+        model
+    }
+}
+
+/// Every golden model case (manifest section `model`) whose `kind` is one of `kinds`, by name.
+/// Fails unless each of `kinds` is present at least once.
+pub fn golden_models(kinds: &[&str]) -> Vec<GoldenModel> {
+    let m = manifest();
+    let found: Vec<(String, serde_json::Value)> = cases(&m, "model")
+        .into_iter()
+        .filter(|(_, e)| kinds.contains(&e["kind"].as_str().unwrap_or_default()))
+        .collect();
+    for kind in kinds {
+        assert!(
+            found.iter().any(|(_, e)| e["kind"] == *kind),
+            "the golden set has no model of kind `{kind}`"
+        );
+    }
+    found
+        .into_iter()
+        .map(|(name, e)| {
+            let dir =
+                golden_dir().join(e["dir"].as_str().unwrap_or_else(|| panic!("{name}: `dir`")));
+            GoldenModel {
+                ckpt: Checkpoint::load(&dir).unwrap_or_else(|e| panic!("{name}: {e}")),
+                golden: read_arrays(&dir.join("golden.safetensors")),
+                name,
+            }
+        })
+        .collect()
+}
+
 /// Per-token losses from golden logits `[t + 1][vocab]` (f64).
 fn golden_losses(logits: &[f64], ids: &[u32], vocab: usize, t: usize) -> Vec<f64> {
     (0..t)
@@ -291,38 +379,29 @@ fn golden_losses(logits: &[f64], ids: &[u32], vocab: usize, t: usize) -> Vec<f64
         .collect()
 }
 
-/// The forward's per-token losses on two windows of each stress model `names` (the T = 100
-/// and T = 300 golden prompts' first 100 tokens) against its golden logits.
-pub fn forward_losses_match_golden_logits(names: &[&str]) {
+/// For every golden model of `kinds`: the forward's per-token losses on one window per golden
+/// sequence (its first [`GoldenModel::window`] + 1 tokens) against its golden logits.
+pub fn forward_losses_match_golden_logits(kinds: &[&str]) {
     let gpu = super::gpu();
-    for &name in names {
-        let dir = golden_dir().join("model").join(name);
-        let ckpt = Checkpoint::load(&dir).unwrap();
-        let c = ckpt.config;
-        let g = read_arrays(&dir.join("golden.safetensors"));
-        let ids100 = get(&g, "ids_T100", name).ids();
-        let ids300 = get(&g, "ids_T300", name).ids();
-        let l100 = get(&g, "logits_T100", name).data.clone();
-        let l300 = get(&g, "logits_T300", name).data.clone();
-        let t = 99;
-        let model = new_train_graph(&gpu, &c, 2, t).unwrap();
-        model
-            .load_params(&gpu, &|key| {
-                let n = ckpt.layout.parse_key(key)?;
-                ckpt.store.tensor(n)?.as_f32().map(<[f32]>::to_vec)
-            })
-            .unwrap();
-        let mut tokens = ids100[..t + 1].to_vec();
-        tokens.extend_from_slice(&ids300[..t + 1]);
+    for gm in golden_models(kinds) {
+        let name = &gm.name;
+        let lengths = gm.lengths();
+        let t = gm.window();
+        let model = gm.train_graph(&gpu, lengths.len(), t);
+        let v = gm.ckpt.config.vocab_size;
+        let mut tokens = Vec::new();
+        let mut want = Vec::new();
+        for &n in &lengths {
+            let ids = gm.ids(n);
+            tokens.extend_from_slice(&ids[..t + 1]);
+            want.extend(golden_losses(gm.logits(n), &ids, v, t));
+        }
         let tb = gpu.storage_from("tokens", &tokens).unwrap();
         let mut enc = gpu.encoder("fwd");
         model.encode_forward(&mut enc, &tb);
         gpu.submit_and_wait(enc).unwrap();
         let mut got = gpu.read_f32(model.losses()).unwrap();
-        got.truncate(2 * t);
-        let v = c.vocab_size;
-        let mut want = golden_losses(&l100, &ids100, v, t);
-        want.extend(golden_losses(&l300, &ids300, v, t));
+        got.truncate(want.len());
         let e = rel_l2(&got, &want);
         let max = got
             .iter()
