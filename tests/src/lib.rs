@@ -15,6 +15,8 @@ pub mod microbit_model;
 #[cfg(feature = "models")]
 pub mod prefill_fixture;
 #[cfg(feature = "models")]
+pub mod shipped;
+#[cfg(feature = "models")]
 pub mod snapshot_fixture;
 
 use safetensors::{Dtype, SafeTensors};
@@ -130,6 +132,53 @@ pub fn get<'a>(arrays: &'a HashMap<String, Array>, key: &str, what: &str) -> &'a
     arrays
         .get(key)
         .unwrap_or_else(|| panic!("{what}: golden tensor `{key}` is missing"))
+}
+
+/// The lengths `n` of the tensors named `{prefix}{n}{suffix}`, shortest first: the golden
+/// sets name their sequences by length (`ids_T300`, `T50.x`), and another set has other
+/// lengths.
+fn lengths(arrays: &HashMap<String, Array>, prefix: &str, suffix: &str) -> Vec<usize> {
+    let mut v: Vec<usize> = arrays
+        .keys()
+        .filter_map(|k| k.strip_prefix(prefix)?.strip_suffix(suffix)?.parse().ok())
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+/// The sequence lengths of a golden model case (its `ids_T{n}` tensors), shortest first.
+/// Fails naming the case if it has none.
+pub fn model_lengths(g: &HashMap<String, Array>, what: &str) -> Vec<usize> {
+    let v = lengths(g, "ids_T", "");
+    assert!(!v.is_empty(), "{what}: no `ids_T<n>` tensor");
+    v
+}
+
+/// The token ids of a golden model case's longest sequence: the one its decode trace
+/// (`decode.*`) follows.
+pub fn decode_ids(g: &HashMap<String, Array>, what: &str) -> Vec<u32> {
+    let t = *model_lengths(g, what).last().unwrap();
+    get(g, &format!("ids_T{t}"), what).ids()
+}
+
+/// The sequence lengths of a golden layer case (its `T{n}.x` tensors), shortest first. Fails
+/// naming the case if it has none.
+pub fn layer_lengths(arrays: &HashMap<String, Array>, what: &str) -> Vec<usize> {
+    let v = lengths(arrays, "T", ".x");
+    assert!(!v.is_empty(), "{what}: no `T<n>.x` tensor");
+    v
+}
+
+/// The length whose intermediates (`T{n}.inter.*`) a golden layer case stores.
+pub fn layer_inter_length(arrays: &HashMap<String, Array>, what: &str) -> usize {
+    layer_lengths(arrays, what)
+        .into_iter()
+        .find(|t| {
+            arrays
+                .keys()
+                .any(|k| k.starts_with(&format!("T{t}.inter.")))
+        })
+        .unwrap_or_else(|| panic!("{what}: no `T<n>.inter.*` intermediates"))
 }
 
 /// The golden README's metric: max|a − b| / max|b|.

@@ -1,5 +1,6 @@
 //! Round trips checkpoint → GGUF → runtime: the F32 file reproduces every golden model check
-//! exactly as the checkpoint does, quantized files stay within their measured error, and the
+//! exactly as the checkpoint does, quantized shipped models stay within their measured error,
+//! quantized golden models lose accuracy in type order, and the
 //! trained models' greedy continuations come out of the F32 file byte for byte.
 
 use loglinear_converter::export::{dequantize, gguf_name, ExportOptions, ExportedModel};
@@ -7,9 +8,11 @@ use loglinear_converter::gguf_writer::{GgufWriter, OwnedTensorData};
 use loglinear_converter::model_source::AlignedBytes;
 use loglinear_converter::Checkpoint;
 use loglinear_runtime::gguf::GgufModel;
+use loglinear_runtime::quant::Activations;
 use loglinear_runtime::sampler::{Sampler, SamplerConfig};
 use loglinear_runtime::{DType, Session, SessionConfig, TensorView};
 use loglinear_tests::golden::{check_model, full_sequence_error};
+use loglinear_tests::shipped::quantized_prompt_error;
 use loglinear_tests::*;
 
 #[test]
@@ -27,17 +30,52 @@ fn f32_files_match_golden_like_checkpoints() {
     }
 }
 
-/// Bounds on the full-sequence logits error (rel_max against the fp64 reference) of the
-/// stress models, about 1.5× the worst measured when this test was written: F16 1.9e-3,
-/// Q8_0 4.6e-2, Q4_0 6.3e-1 (h_gated_deltanet_stress). The `stress` weights (std 1/√fan_in,
-/// O(1) embeddings, no training) are much harder on quantization than trained ones; the
-/// trained models' bits per byte per type are in BENCHMARKS.md.
-const QUANT_BOUNDS: [(DType, f64); 3] =
-    [(DType::F16, 3e-3), (DType::Q8_0, 7e-2), (DType::Q4_0, 0.95)];
+/// Bounds on how far a shipped model's prompt logits move when its matrices are stored as each
+/// type (`shipped::quantized_prompt_error`, f32 activations), about 1.5× the figures measured
+/// when this test was written: ll-gdn-mcu F16 8.9e-4, Q8_0 1.33e-2, Q4_0 0.220; ll-mamba2-mcu
+/// 3.7e-4, 9.9e-3, 0.101; gdn-mcu 5.4e-4, 2.0e-2, 0.210. The trained models' bits per byte per
+/// type are in BENCHMARKS.md.
+const QUANT_BOUNDS: [(&str, [(DType, f64); 3]); 3] = [
+    (
+        "ll-gdn-mcu",
+        [
+            (DType::F16, 1.4e-3),
+            (DType::Q8_0, 2e-2),
+            (DType::Q4_0, 0.33),
+        ],
+    ),
+    (
+        "ll-mamba2-mcu",
+        [
+            (DType::F16, 6e-4),
+            (DType::Q8_0, 1.5e-2),
+            (DType::Q4_0, 0.15),
+        ],
+    ),
+    (
+        "gdn-mcu",
+        [(DType::F16, 8e-4), (DType::Q8_0, 3e-2), (DType::Q4_0, 0.32)],
+    ),
+];
 
 #[test]
-fn quantized_files_stay_within_their_measured_error() {
+fn quantized_shipped_models_stay_within_their_measured_error() {
+    for (name, bounds) in QUANT_BOUNDS {
+        for (dtype, bound) in bounds {
+            let e = quantized_prompt_error(name, dtype, Activations::F32);
+            eprintln!("{name} {}: prompt logits rel_max {e:.2e}", dtype.name());
+            assert!(e <= bound, "{name} {}: {e:.2e} > {bound:.0e}", dtype.name());
+        }
+    }
+}
+
+/// Every golden stress model, whatever the set: each quantized file runs the full sequences,
+/// and a coarser type is never more accurate (F16, then Q8_0, then Q4_0). No numeric bound:
+/// the error depends on the weights, and a bound measured on one set says nothing of another.
+#[test]
+fn quantized_golden_models_lose_accuracy_in_type_order() {
     let m = manifest();
+    let mut checked = 0;
     for (name, entry) in cases(&m, "model") {
         if entry["style"] != "stress" {
             continue;
@@ -46,16 +84,18 @@ fn quantized_files_stay_within_their_measured_error() {
         let ckpt = Checkpoint::load(&dir).unwrap();
         let g = read_arrays(&dir.join("golden.safetensors"));
         let mut last = 0.0;
-        for (dtype, bound) in QUANT_BOUNDS {
+        for dtype in [DType::F16, DType::Q8_0, DType::Q4_0] {
             let bytes = gguf_as(&ckpt, dtype);
             let file = GgufModel::parse(bytes.as_bytes()).unwrap();
             let e = full_sequence_error(&file.model().unwrap(), &g);
             eprintln!("{name} {}: logits rel_max {e:.2e}", dtype.name());
-            assert!(e <= bound, "{name} {}: {e:.2e} > {bound:.0e}", dtype.name());
+            assert!(e.is_finite(), "{name} {}: error {e}", dtype.name());
             assert!(e > last, "{name}: coarser types must not be more accurate");
             last = e;
         }
+        checked += 1;
     }
+    assert!(checked > 0, "no stress model in the golden set");
 }
 
 #[test]
@@ -130,16 +170,21 @@ fn hostile_model_files_give_typed_errors() {
         )))
     );
     // One block more than the file holds: the first tensor of that block is named as missing.
-    let e = parse(&patch_u32(&good, "loglinear_mamba2.block_count", 3));
+    let layers = ckpt.config.num_layers;
+    let e = parse(&patch_u32(
+        &good,
+        "loglinear_mamba2.block_count",
+        layers as u32 + 1,
+    ));
     assert!(
-        matches!(e, Some(ModelFileError::MissingTensor(name)) if name.layer == Some(2)),
+        matches!(e, Some(ModelFileError::MissingTensor(name)) if name.layer == Some(layers as u16)),
         "{e:?}"
     );
     // A dimension that disagrees with the tensors names the tensor.
     let e = parse(&patch_u32(
         &good,
         "loglinear_mamba2.feed_forward_length",
-        128,
+        ckpt.config.intermediate_size as u32 + 32,
     ));
     assert!(
         matches!(e, Some(ModelFileError::Model(ModelError::ShapeMismatch { name, .. })) if name.role == Role::MlpGate),

@@ -2,7 +2,7 @@
 //! golden models, converted to Q8_0 and Q4_0 files:
 //!
 //! * how far the full-sequence logits move from the fp64 reference with f32 and with Q8
-//!   activations (measured, printed, and bounded at about 1.5× the worst seen);
+//!   activations (printed; the bounds measured on the shipped models are checked on them);
 //! * that every integer-kernel path this CPU runs (portable, AVX2, NEON, sdot) gives the same
 //!   logits bit for bit through a whole model, not only in the kernel unit tests.
 //!
@@ -13,32 +13,56 @@ use loglinear_runtime::gguf::GgufModel;
 use loglinear_runtime::quant::{self, Activations, KernelPath};
 use loglinear_runtime::{DType, Model, Session, SessionConfig};
 use loglinear_tests::golden::full_sequence_error;
+use loglinear_tests::shipped::quantized_prompt_error;
 use loglinear_tests::*;
 
-/// Bounds on the full-sequence logits error (rel_max against the fp64 reference) of the
-/// stress models with Q8 activations, about 1.5× the worst measured when this test was
-/// written: Q8_0 5.7e-2 (h_gated_deltanet_stress; 4.6e-2 with f32 activations), Q4_0 6.3e-1
-/// (gated_deltanet_stress; 6.3e-1 with f32 activations). The stress weights are much harder on quantization than
-/// trained ones; the trained model's bits per byte with Q8 activations are in BENCHMARKS.md.
-const Q8_ACT_BOUNDS: [(DType, f64); 2] = [(DType::Q8_0, 9e-2), (DType::Q4_0, 0.95)];
+/// Bounds on how far a shipped model's prompt logits move with Q8 activations, its matrices
+/// stored as each type (`shipped::quantized_prompt_error`, against the F32 checkpoint), about
+/// 1.5× the figures measured when this test was written: ll-gdn-mcu Q8_0 1.83e-2, Q4_0 0.212
+/// (f32 activations: 1.33e-2, 0.220); ll-mamba2-mcu 1.32e-2, 0.096 (9.9e-3, 0.101); gdn-mcu
+/// 2.16e-2, 0.207 (2.0e-2, 0.210). The trained models' bits per byte with Q8 activations are in
+/// BENCHMARKS.md.
+const Q8_ACT_BOUNDS: [(&str, [(DType, f64); 2]); 3] = [
+    ("ll-gdn-mcu", [(DType::Q8_0, 2.7e-2), (DType::Q4_0, 0.32)]),
+    ("ll-mamba2-mcu", [(DType::Q8_0, 2e-2), (DType::Q4_0, 0.15)]),
+    ("gdn-mcu", [(DType::Q8_0, 3.2e-2), (DType::Q4_0, 0.31)]),
+];
 
 #[test]
-fn q8_activations_stay_within_their_measured_error() {
+fn q8_activations_on_shipped_models_stay_within_their_measured_error() {
+    for (name, bounds) in Q8_ACT_BOUNDS {
+        for (dtype, bound) in bounds {
+            let e = quantized_prompt_error(name, dtype, Activations::Q8);
+            eprintln!(
+                "{name} {} q8 activations: prompt logits rel_max {e:.2e}",
+                dtype.name()
+            );
+            assert!(e <= bound, "{name} {}: {e:.2e} > {bound:.0e}", dtype.name());
+        }
+    }
+}
+
+/// Every golden model, whatever the set, as Q8_0 and Q4_0 files: how far the full-sequence
+/// logits move from the fp64 reference with f32 and with Q8 activations (printed), and the
+/// activation quantization alone (Q8 against f32 activations, same weights). Checked without
+/// a set-specific bound: Q8 activations may add at most as much error again as the weight
+/// quantization itself (measured: 1.00× to 1.41× the f32-activation error on two golden sets).
+#[test]
+fn q8_activations_add_less_error_than_the_weights() {
     let m = manifest();
     let mut checked = 0;
     for (name, entry) in cases(&m, "model") {
         let dir = golden_dir().join(entry["dir"].as_str().unwrap());
         let ckpt = Checkpoint::load(&dir).unwrap();
         let g = read_arrays(&dir.join("golden.safetensors"));
-        for (dtype, bound) in Q8_ACT_BOUNDS {
+        let t = model_lengths(&g, &name)[0];
+        let ids = get(&g, &format!("ids_T{t}"), &name).ids();
+        for dtype in [DType::Q8_0, DType::Q4_0] {
             let bytes = gguf_as(&ckpt, dtype);
             let file = GgufModel::parse(bytes.as_bytes()).unwrap();
             let model = file.model().unwrap();
             let e_f32 = full_sequence_error(&model.with_activations(Activations::F32), &g);
             let e_q8 = full_sequence_error(&model.with_activations(Activations::Q8), &g);
-            // The activation quantization alone: Q8 against f32 activations, same weights.
-            let key = g.keys().find(|k| k.starts_with("ids_T")).unwrap();
-            let ids = g[key].ids();
             let f32_act: Vec<f64> = logits(&model.with_activations(Activations::F32), &ids)
                 .iter()
                 .map(|&x| x as f64)
@@ -49,13 +73,13 @@ fn q8_activations_stay_within_their_measured_error() {
             );
             eprintln!(
                 "{name} {}: logits rel_max vs reference: f32-act {e_f32:.3e}, q8-act {e_q8:.3e} \
-                 ({:.2}×); q8-act vs f32-act ({key}) {e_act:.3e}",
+                 ({:.2}×); q8-act vs f32-act (ids_T{t}) {e_act:.3e}",
                 dtype.name(),
                 e_q8 / e_f32
             );
             assert!(
-                e_q8 <= bound,
-                "{name} {}: {e_q8:.2e} > {bound:.0e}",
+                e_q8.is_finite() && e_q8 <= 2.0 * e_f32,
+                "{name} {}: Q8 activations {e_q8:.2e} against {e_f32:.2e} with f32 activations",
                 dtype.name()
             );
             checked += 1;
@@ -85,8 +109,8 @@ fn every_kernel_path_gives_bit_identical_model_logits() {
         let dir = golden_dir().join(entry["dir"].as_str().unwrap());
         let ckpt = Checkpoint::load(&dir).unwrap();
         let g = read_arrays(&dir.join("golden.safetensors"));
-        let key = g.keys().find(|k| k.starts_with("ids_T")).unwrap().clone();
-        let ids = g[&key].ids();
+        let t = model_lengths(&g, &name)[0];
+        let ids = get(&g, &format!("ids_T{t}"), &name).ids();
         for dtype in [DType::Q8_0, DType::Q4_0] {
             let bytes = gguf_as(&ckpt, dtype);
             let file = GgufModel::parse(bytes.as_bytes()).unwrap();
