@@ -56,7 +56,8 @@ pub fn train() -> tokenizers::Tokenizer {
     tokenizer
 }
 
-/// A golden 256-token checkpoint in `dir`, grown to [`MODEL_VOCAB`] embedding rows.
+/// A golden checkpoint in `dir`, resized to [`MODEL_VOCAB`] embedding and head rows (its rows
+/// repeated in order), whatever the golden set's vocabulary.
 pub fn write_checkpoint(dir: &std::path::Path) {
     let src = golden_dir().join("model/h_gated_deltanet_stress");
     let mut config: serde_json::Value =
@@ -70,8 +71,10 @@ pub fn write_checkpoint(dir: &std::path::Path) {
                 let mut data = a.f32();
                 let mut shape = a.shape.clone();
                 if k == "lm_head.weight" || k == "model.embeddings.weight" {
-                    let row = shape[1];
-                    data.extend_from_within(..(MODEL_VOCAB - shape[0]) * row);
+                    let (rows, row) = (shape[0], shape[1]);
+                    data = (0..MODEL_VOCAB)
+                        .flat_map(|i| data[(i % rows) * row..][..row].to_vec())
+                        .collect();
                     shape[0] = MODEL_VOCAB;
                 }
                 (

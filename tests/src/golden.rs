@@ -75,15 +75,7 @@ fn check_full_sequences(name: &str, model: &Model<'_>, g: &HashMap<String, Array
 fn check_decode(name: &str, model: &Model<'_>, g: &HashMap<String, Array>, tol: f64) {
     let c = *model.config();
     let prefill = get(g, "decode.prefill_len", name).data[0] as usize;
-    let ids: Vec<u32> = g
-        .keys()
-        .filter_map(|k| {
-            k.strip_prefix("ids_T")
-                .and_then(|t| t.parse::<usize>().ok())
-        })
-        .max()
-        .map(|t| g[&format!("ids_T{t}")].ids())
-        .unwrap();
+    let ids = crate::decode_ids(g, name);
     let mut arena = Vec::new();
     let mut s = session(model, &mut arena);
     for &id in &ids[..prefill] {

@@ -35,12 +35,13 @@ fn bad_inputs_are_typed_errors() {
         prefill(&model, &[], &o).unwrap_err(),
         PrefillError::EmptyPrompt
     );
+    let vocab = model.config().vocab_size;
     assert_eq!(
-        prefill(&model, &[1, 2, 256, 3], &o).unwrap_err(),
+        prefill(&model, &[1, 2, vocab as u32, 3], &o).unwrap_err(),
         PrefillError::TokenOutOfRange {
             index: 2,
-            token: 256,
-            vocab_size: 256
+            token: vocab as u32,
+            vocab_size: vocab
         }
     );
     for bad in [0, 1, 16, 100] {
@@ -129,7 +130,7 @@ fn thread_count_does_not_change_results() {
     for kind in ["ll_gdn", "ll_mamba2"] {
         let ckpt = golden_checkpoint(kind);
         let model = ckpt.model().unwrap();
-        let ids = lcg_ids(777, 256, 99);
+        let ids = lcg_ids(777, model.config().vocab_size, 99);
         same_for_every_thread_count(kind, &model, &ids, 15);
         same_for_every_thread_count(kind, &model, &ids[..300], 4);
     }
@@ -141,7 +142,7 @@ fn thread_count_does_not_change_results() {
 fn all_logits_match_stepping() {
     let ckpt = golden_checkpoint("ll_mamba2");
     let model = ckpt.model().unwrap();
-    let ids = lcg_ids(200, 256, 5);
+    let ids = lcg_ids(200, model.config().vocab_size, 5);
     let p = prefill(
         &model,
         &ids,
@@ -174,7 +175,7 @@ fn all_logits_match_stepping() {
 fn f16_sessions_and_reused_sessions() {
     let ckpt = golden_checkpoint("ll_gdn");
     let model = ckpt.model().unwrap();
-    let ids = lcg_ids(150, 256, 7);
+    let ids = lcg_ids(150, model.config().vocab_size, 7);
     let cfg = loglinear_runtime::SessionConfig::default();
     let mut a16 =
         vec![0u8; loglinear_runtime::Session::<half::f16>::arena_bytes(&model, &cfg).unwrap()];

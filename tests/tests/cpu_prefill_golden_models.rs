@@ -60,7 +60,7 @@ fn saturating_levels_match_stepping() {
     }
 }
 
-/// The golden decode trace: prefill `decode.prefill_len` tokens of ids_T300 chunkwise, then
+/// The golden decode trace: prefill `decode.prefill_len` tokens of the longest sequence chunkwise, then
 /// the golden decode steps on the handed-over session.
 #[test]
 fn golden_decode_trace_after_prefill() {
@@ -69,7 +69,7 @@ fn golden_decode_trace_after_prefill() {
         let model = ckpt.model().unwrap();
         let levels = model.config().default_state_levels();
         let g = read_arrays(&dir.join("golden.safetensors"));
-        let ids = get(&g, "ids_T300", &name).ids();
+        let ids = decode_ids(&g, &name);
         let split = get(&g, "decode.prefill_len", &name).data[0] as usize;
         let mut a = arena(&model, levels);
         let mut s = session(&model, &mut a, levels);

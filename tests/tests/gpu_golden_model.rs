@@ -1,6 +1,7 @@
 //! Whole-model GPU prefill against `golden/model` (the 5 stress models; the `init` ones too when
 //! `LOGLINEAR_GOLDEN_DIR` points at the full set): logits at every
-//! position and the residual stream after each block, for ids_T100 and ids_T300.
+//! position at every stored length, and the residual stream after each block where the case
+//! stores it.
 
 use loglinear_converter::Checkpoint;
 use loglinear_host_gpu::{Gpu, GpuModel, PrefillOptions};
@@ -11,19 +12,19 @@ fn prefill_logits_and_hidden_match_golden() {
     let gpu = Gpu::new_fp32().expect("GPU adapter");
     eprintln!("GPU: {}", gpu.describe());
     let m = manifest();
-    let mut stress = 0;
+    let mut stress_kinds = Vec::new();
     for (name, entry) in cases(&m, "model") {
         let dir = golden_dir().join(entry["dir"].as_str().unwrap());
         let ckpt = Checkpoint::load(&dir).unwrap_or_else(|e| panic!("{name}: {e}"));
         let model = ckpt.model().unwrap();
         let g = read_arrays(&dir.join("golden.safetensors"));
         let gm = GpuModel::new(&gpu, &model).unwrap();
-        for t in [100, 300] {
+        for t in model_lengths(&g, &name) {
             let ids = get(&g, &format!("ids_T{t}"), &name).ids();
             let opts = PrefillOptions {
                 levels: model.config().default_state_levels(),
                 all_logits: true,
-                hidden: t == 100,
+                hidden: g.contains_key(&format!("hidden_T{t}.layer0")),
                 profile: false,
             };
             let p = gm.prefill_with(&ids, &opts).unwrap();
@@ -54,7 +55,14 @@ fn prefill_logits_and_hidden_match_golden() {
             }
             eprintln!("{name} T{t}: GPU {:.1} ms", p.gpu_seconds * 1e3);
         }
-        stress += usize::from(entry["style"] == "stress");
+        if entry["style"] == "stress" {
+            stress_kinds.push(entry["kind"].as_str().unwrap_or_default().to_string());
+        }
     }
-    assert_eq!(stress, 5, "expected the 5 stress models");
+    for kind in ["ll_mamba2", "mamba2", "ll_gdn", "gdn"] {
+        assert!(
+            stress_kinds.iter().any(|k| k == kind),
+            "expected a stress model of kind {kind}"
+        );
+    }
 }

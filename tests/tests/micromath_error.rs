@@ -2,10 +2,10 @@
 //! feed `exp`, `ln`, `sqrt` and `sigmoid`, and so why `runtime/src/math.rs` uses `libm`.
 //!
 //! Inputs come from the golden layer files (`tests/golden/layer/*.safetensors`, both weight
-//! styles): the stored `T50.inter.*` intermediates, plus the few pre-activation values the
+//! styles): the stored `T<n>.inter.*` intermediates, plus the few pre-activation values the
 //! files do not store (conv outputs before SiLU, GDN `a`/`b`/gate/λ projections), which are
-//! recomputed in f64 from the stored weights and `T50.x` and checked against the stored
-//! post-activation intermediates before use.
+//! recomputed in f64 from the stored weights and `T<n>.x` and checked against the stored
+//! post-activation intermediates before use. Shapes come from each case's manifest config.
 //!
 //! * `exp`: α = e^g (g ≤ 0), e^A_log, e^x inside softplus, e^−x inside sigmoid / SiLU.
 //! * `ln`: ln(1 + e^x) on every softplus input x ≤ 20 (the non-linear regime).
@@ -43,10 +43,6 @@ fn tensor(st: &SafeTensors<'_>, name: &str) -> Vec<f64> {
             .collect(),
         d => panic!("tensor {name}: unexpected dtype {d:?}"),
     }
-}
-
-fn shape(st: &SafeTensors<'_>, name: &str) -> Vec<usize> {
-    st.tensor(name).unwrap().shape().to_vec()
 }
 
 /// `W x` for every row of `x` ([T, D]), W [out, D]: returns [T, out].
@@ -248,17 +244,14 @@ impl Samples {
         self.add(Func::Sqrt, "RMSNorm mean(x²)+eps", mean_squares(x, n, eps));
     }
 
-    /// The block norms (width `d`) on the stored residual streams.
-    fn add_block_norms(&mut self, st: &SafeTensors<'_>, d: usize, eps: f64) {
-        for name in [
-            "T50.x",
-            "T50.y_mixer",
-            "T50.y_block",
-            "T200.x",
-            "T200.y_block",
-        ] {
-            self.add_rmsnorm(&tensor(st, name), d, eps);
+    /// The block norms (width `d`) on the stored residual streams: every length's input and
+    /// block output, and the mixer output of the length with intermediates.
+    fn add_block_norms(&mut self, case: &Case<'_>, d: usize, eps: f64) {
+        for t in &case.lengths {
+            self.add_rmsnorm(&tensor(case.st, &format!("T{t}.x")), d, eps);
+            self.add_rmsnorm(&tensor(case.st, &format!("T{t}.y_block")), d, eps);
         }
+        self.add_rmsnorm(&case.at("y_mixer"), d, eps);
     }
 
     /// λ = softplus(L ⊙ λ input) · `scale` (spec §5): the f64 maths checked against the
@@ -270,60 +263,112 @@ impl Samples {
     }
 }
 
-fn collect_mamba2(s: &mut Samples, st: &SafeTensors<'_>, log_linear: bool) {
-    let eps = 1e-5;
-    let di = 128;
-    let conv_dim = 256;
-    let d = *shape(st, "T50.x").last().unwrap();
+/// One golden layer file: its tensors, its sequence lengths, the length `t` whose
+/// intermediates it stores, and its manifest config.
+struct Case<'a> {
+    st: &'a SafeTensors<'a>,
+    lengths: Vec<usize>,
+    t: usize,
+    config: &'a serde_json::Value,
+}
 
-    s.add(Func::Exp, "α = e^g (g ≤ 0)", tensor(st, "T50.inter.g"));
+impl<'a> Case<'a> {
+    fn new(st: &'a SafeTensors<'a>, config: &'a serde_json::Value) -> Self {
+        let mut lengths: Vec<usize> = st
+            .names()
+            .iter()
+            .filter_map(|k| k.strip_prefix('T')?.strip_suffix(".x")?.parse().ok())
+            .collect();
+        lengths.sort_unstable();
+        let t = *lengths
+            .iter()
+            .find(|t| {
+                st.names()
+                    .iter()
+                    .any(|k| k.starts_with(&format!("T{t}.inter.")))
+            })
+            .expect("a length with stored intermediates");
+        Self {
+            st,
+            lengths,
+            t,
+            config,
+        }
+    }
+
+    /// `T{t}.{name}` at the length with intermediates.
+    fn at(&self, name: &str) -> Vec<f64> {
+        tensor(self.st, &format!("T{}.{name}", self.t))
+    }
+
+    /// `T{t}.inter.{name}`.
+    fn inter(&self, name: &str) -> Vec<f64> {
+        self.at(&format!("inter.{name}"))
+    }
+
+    /// A whole-number config value.
+    fn usize(&self, key: &str) -> usize {
+        self.config[key]
+            .as_u64()
+            .unwrap_or_else(|| panic!("layer config has no `{key}`")) as usize
+    }
+
+    fn f64(&self, key: &str) -> f64 {
+        self.config[key]
+            .as_f64()
+            .unwrap_or_else(|| panic!("layer config has no `{key}`"))
+    }
+}
+
+fn collect_mamba2(s: &mut Samples, case: &Case<'_>, log_linear: bool) {
+    let st = case.st;
+    let eps = case.f64("layer_norm_epsilon");
+    let d = case.usize("hidden_size");
+    let di = case.usize("expand") * d;
+    let bc = case.usize("n_groups") * case.usize("state_size");
+    let conv_dim = di + 2 * bc;
+    let width = case.usize("conv_kernel");
+
+    s.add(Func::Exp, "α = e^g (g ≤ 0)", case.inter("g"));
     s.add(Func::Exp, "e^A_log", tensor(st, "mixer.A_log"));
 
     // dt = softplus(dt_raw + dt_bias).
-    let dt_raw = tensor(st, "T50.inter.dt_raw");
+    let dt_raw = case.inter("dt_raw");
     let dt_bias = tensor(st, "mixer.dt_bias");
     let sp_in = per_head(&dt_raw, &dt_bias, |v, b| v + b);
     check_close(
         "mamba2 dt",
         &sp_in.iter().map(|&v| softplus64(v)).collect::<Vec<_>>(),
-        &tensor(st, "T50.inter.dt"),
+        &case.inter("dt"),
         1e-6,
     );
     s.add_softplus(&sp_in);
 
     // λ = softplus(L ⊙ dl).
     if log_linear {
-        let lam_in = per_head(
-            &tensor(st, "T50.inter.dl"),
-            &tensor(st, "mixer.L"),
-            |v, l| v * l,
-        );
-        s.add_lambda("mamba2 λ", &lam_in, 1.0, &tensor(st, "T50.inter.lam"));
+        let lam_in = per_head(&case.inter("dl"), &tensor(st, "mixer.L"), |v, l| v * l);
+        s.add_lambda("mamba2 λ", &lam_in, 1.0, &case.inter("lam"));
     }
 
     // SiLU inputs: z, and the conv outputs (x | B | C before SiLU).
-    let z = tensor(st, "T50.inter.z");
+    let z = case.inter("z");
     s.add_sigmoid(&z);
-    let xbc = tensor(st, "T50.inter.xBC");
+    let xbc = case.inter("xBC");
     let pre = conv(
         &xbc,
         &tensor(st, "mixer.conv1d.weight"),
         Some(&tensor(st, "mixer.conv1d.bias")),
         conv_dim,
-        4,
+        width,
     );
     let post: Vec<f64> = pre.iter().map(|&v| silu64(v)).collect();
-    let (xs, bs, cs) = (
-        tensor(st, "T50.inter.xs"),
-        tensor(st, "T50.inter.B"),
-        tensor(st, "T50.inter.C"),
-    );
+    let (xs, bs, cs) = (case.inter("xs"), case.inter("B"), case.inter("C"));
     let stored: Vec<f64> = (0..post.len() / conv_dim)
         .flat_map(|t| {
             xs[t * di..(t + 1) * di]
                 .iter()
-                .chain(&bs[t * 64..(t + 1) * 64])
-                .chain(&cs[t * 64..(t + 1) * 64])
+                .chain(&bs[t * bc..(t + 1) * bc])
+                .chain(&cs[t * bc..(t + 1) * bc])
                 .copied()
                 .collect::<Vec<_>>()
         })
@@ -332,19 +377,23 @@ fn collect_mamba2(s: &mut Samples, st: &SafeTensors<'_>, log_linear: bool) {
     s.add_sigmoid(&pre);
 
     // RMSNorm: the gated norm over d_inner sees y·SiLU(z).
-    let y = tensor(st, "T50.inter.y");
+    let y = case.inter("y");
     let gated: Vec<f64> = y.iter().zip(&z).map(|(a, b)| a * silu64(*b)).collect();
     s.add_rmsnorm(&gated, di, eps);
-    s.add_block_norms(st, d, eps);
+    s.add_block_norms(case, d, eps);
 }
 
-fn collect_gdn(s: &mut Samples, st: &SafeTensors<'_>, log_linear: bool) {
-    let eps = 1e-6;
-    let (h, dk, dv) = (2usize, 64usize, 128usize);
-    let x = tensor(st, "T50.x");
-    let d = *shape(st, "T50.x").last().unwrap();
+fn collect_gdn(s: &mut Samples, case: &Case<'_>, log_linear: bool) {
+    let st = case.st;
+    let eps = case.f64("norm_eps");
+    let h = case.usize("num_heads");
+    let dk = case.usize("head_dim");
+    let dv = dk * case.usize("expand_v");
+    let width = case.usize("conv_size");
+    let x = case.at("x");
+    let d = case.usize("hidden_size");
 
-    s.add(Func::Exp, "α = e^g (g ≤ 0)", tensor(st, "T50.inter.g"));
+    s.add(Func::Exp, "α = e^g (g ≤ 0)", case.inter("g"));
     let a_log = tensor(st, "attn.A_log");
     s.add(Func::Exp, "e^A_log", a_log.iter().copied());
 
@@ -353,7 +402,7 @@ fn collect_gdn(s: &mut Samples, st: &SafeTensors<'_>, log_linear: bool) {
     let a = project(&tensor(st, "attn.a_proj.weight"), &x, d);
     let sp_in = per_head(&a, &dt_bias, |v, b| v + b);
     let g = per_head(&sp_in, &a_log, |v, a_log| -a_log.exp() * softplus64(v));
-    check_close("gdn g", &g, &tensor(st, "T50.inter.g"), 1e-6);
+    check_close("gdn g", &g, &case.inter("g"), 1e-6);
     s.add_softplus(&sp_in);
 
     // β = sigmoid(b_proj x).
@@ -361,7 +410,7 @@ fn collect_gdn(s: &mut Samples, st: &SafeTensors<'_>, log_linear: bool) {
     check_close(
         "gdn beta",
         &b.iter().map(|&v| sigmoid64(v)).collect::<Vec<_>>(),
-        &tensor(st, "T50.inter.beta"),
+        &case.inter("beta"),
         1e-6,
     );
     s.add_sigmoid(&b);
@@ -370,36 +419,27 @@ fn collect_gdn(s: &mut Samples, st: &SafeTensors<'_>, log_linear: bool) {
     if log_linear {
         let lin = project(&tensor(st, "attn.l_proj.weight"), &x, d);
         let lam_in = per_head(&lin, &tensor(st, "attn.L"), |v, l| v * l);
-        let stored = tensor(st, "T50.inter.lam_used");
+        let stored = case.inter("lam_used");
         s.add_lambda("gdn λ", &lam_in, (dk as f64).sqrt(), &stored);
     }
 
     // SiLU inputs: q, k, v conv outputs and the output gate.
     for (p, c, stored, ch) in [
-        (
-            "attn.q_proj.weight",
-            "attn.q_conv1d.weight",
-            "T50.inter.q",
-            h * dk,
-        ),
-        (
-            "attn.k_proj.weight",
-            "attn.k_conv1d.weight",
-            "T50.inter.k",
-            h * dk,
-        ),
-        (
-            "attn.v_proj.weight",
-            "attn.v_conv1d.weight",
-            "T50.inter.v",
-            h * dv,
-        ),
+        ("attn.q_proj.weight", "attn.q_conv1d.weight", "q", h * dk),
+        ("attn.k_proj.weight", "attn.k_conv1d.weight", "k", h * dk),
+        ("attn.v_proj.weight", "attn.v_conv1d.weight", "v", h * dv),
     ] {
-        let pre = conv(&project(&tensor(st, p), &x, d), &tensor(st, c), None, ch, 4);
+        let pre = conv(
+            &project(&tensor(st, p), &x, d),
+            &tensor(st, c),
+            None,
+            ch,
+            width,
+        );
         check_close(
             stored,
             &pre.iter().map(|&v| silu64(v)).collect::<Vec<_>>(),
-            &tensor(st, stored),
+            &case.inter(stored),
             1e-6,
         );
         s.add_sigmoid(&pre);
@@ -408,15 +448,15 @@ fn collect_gdn(s: &mut Samples, st: &SafeTensors<'_>, log_linear: bool) {
     s.add_sigmoid(&gate);
 
     // l2norm Σx² + 1e-6 on q, k (per head); o_norm mean over dv; block norms; √dk.
-    for name in ["T50.inter.q", "T50.inter.k"] {
+    for name in ["q", "k"] {
         s.add(
             Func::Sqrt,
             "l2norm Σx²+1e-6",
-            sum_squares(&tensor(st, name), dk, 1e-6),
+            sum_squares(&case.inter(name), dk, 1e-6),
         );
     }
-    s.add_rmsnorm(&tensor(st, "T50.inter.o"), dv, eps);
-    s.add_block_norms(st, d, eps);
+    s.add_rmsnorm(&case.inter("o"), dv, eps);
+    s.add_block_norms(case, d, eps);
     s.add(Func::Sqrt, "√dk", [dk as f64]);
 }
 
@@ -488,10 +528,11 @@ fn micromath_is_too_coarse_for_the_operator_tolerance() {
             let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             let st = SafeTensors::deserialize(&bytes).unwrap();
             let log_linear = kind.starts_with("ll_");
+            let case = Case::new(&st, &entry["config"]);
             if kind.ends_with("mamba2") {
-                collect_mamba2(&mut samples, &st, log_linear);
+                collect_mamba2(&mut samples, &case, log_linear);
             } else {
-                collect_gdn(&mut samples, &st, log_linear);
+                collect_gdn(&mut samples, &case, log_linear);
             }
             files += 1;
         }
@@ -514,7 +555,8 @@ fn micromath_is_too_coarse_for_the_operator_tolerance() {
     }
 
     println!(
-        "\nmicromath 2.1 vs libm 0.2 on golden-layer inputs ({files} files: tests/golden/layer/*.safetensors)"
+        "\nmicromath 2.1 vs libm 0.2 on golden-layer inputs ({files} files of {})",
+        loglinear_tests::golden_dir().join("layer").display()
     );
     println!("relative error |approx - ref| / |ref|; operator tolerance {OPERATOR_TOL:.0e}\n");
     println!(

@@ -9,9 +9,21 @@ use loglinear_runtime::gguf::{GgufFile, GgufModel, MetaValue};
 use loglinear_tests::golden_dir;
 use std::path::PathBuf;
 
-/// A copy of a 256-token golden checkpoint with `tokenizer` as its tokenizer.json.
+/// The golden checkpoint the tests copy.
+fn golden_source() -> PathBuf {
+    golden_dir().join("model/h_gated_deltanet_stress")
+}
+
+/// The vocabulary size of [`golden_source`].
+fn golden_vocab() -> usize {
+    let text = std::fs::read_to_string(golden_source().join("config.json")).unwrap();
+    let config: serde_json::Value = serde_json::from_str(&text).unwrap();
+    config["vocab_size"].as_u64().expect("vocab_size") as usize
+}
+
+/// A copy of a golden checkpoint with `tokenizer` as its tokenizer.json.
 fn checkpoint_with(tag: &str, tokenizer: &str) -> PathBuf {
-    let src = golden_dir().join("model/h_gated_deltanet_stress");
+    let src = golden_source();
     let dir = std::env::temp_dir().join(format!("loglinear-tok-{}-{tag}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     for f in ["config.json", "model.safetensors"] {
@@ -45,7 +57,11 @@ fn bpe_vocabulary_goes_into_the_model_file() {
     else {
         panic!("{:?}", ckpt.vocabulary)
     };
-    assert_eq!(tokens.len(), 256, "padded to the model's vocabulary");
+    assert_eq!(
+        tokens.len(),
+        golden_vocab(),
+        "padded to the model's vocabulary"
+    );
     assert_eq!(&tokens[..6], ["a", "b", "ab", "Ġ", "Ġab", "<|endoftext|>"]);
     assert_eq!(tokens[6], "[PAD6]");
     assert_eq!(
@@ -87,17 +103,18 @@ fn bpe_vocabulary_goes_into_the_model_file() {
 
 #[test]
 fn bad_tokenizer_files_are_named_errors() {
+    let vocab = golden_vocab();
+    let big_id = format!(
+        r#"{{"pre_tokenizer": {{"type": "ByteLevel"}}, "model": {{"type": "BPE", "vocab": {{"a": {vocab}}}, "merges": []}}}}"#
+    );
+    let big_id_message = format!("id {vocab}");
     let cases = [
         (
             "unigram",
             r#"{"model": {"type": "Unigram", "vocab": []}}"#,
             "only BPE",
         ),
-        (
-            "big-id",
-            r#"{"pre_tokenizer": {"type": "ByteLevel"}, "model": {"type": "BPE", "vocab": {"a": 256}, "merges": []}}"#,
-            "id 256",
-        ),
+        ("big-id", big_id.as_str(), big_id_message.as_str()),
         (
             "dup",
             r#"{"pre_tokenizer": {"type": "ByteLevel"}, "model": {"type": "BPE", "vocab": {"a": 1, "b": 1}, "merges": []}}"#,
