@@ -298,14 +298,7 @@ pub struct GoldenModel {
 impl GoldenModel {
     /// The lengths of its full-sequence cases (`ids_T<n>`), shortest first.
     pub fn lengths(&self) -> Vec<usize> {
-        let mut v: Vec<usize> = self
-            .golden
-            .keys()
-            .filter_map(|k| k.strip_prefix("ids_T")?.parse().ok())
-            .collect();
-        assert!(!v.is_empty(), "{}: no `ids_T<n>` tensor", self.name);
-        v.sort_unstable();
-        v
+        loglinear_tests::model_lengths(&self.golden, &self.name)
     }
 
     /// Positions scored per window: the shortest sequence (at most [`GOLDEN_WINDOW`] tokens)
