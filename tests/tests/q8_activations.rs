@@ -11,9 +11,9 @@
 use loglinear_converter::Checkpoint;
 use loglinear_runtime::gguf::GgufModel;
 use loglinear_runtime::quant::{self, Activations, KernelPath};
-use loglinear_runtime::{DType, Model, Session, SessionConfig};
+use loglinear_runtime::DType;
 use loglinear_tests::golden::full_sequence_error;
-use loglinear_tests::shipped::quantized_prompt_error;
+use loglinear_tests::shipped::{all_logits as logits, quantized_prompt_error};
 use loglinear_tests::*;
 
 /// Bounds on how far a shipped model's prompt logits move with Q8 activations, its matrices
@@ -86,18 +86,6 @@ fn q8_activations_add_less_error_than_the_weights() {
         }
     }
     assert!(checked >= 2);
-}
-
-/// All logits of stepping `ids` from an empty state.
-fn logits(model: &Model<'_>, ids: &[u32]) -> Vec<f32> {
-    let cfg = SessionConfig::default();
-    let mut arena = vec![0u8; Session::<f32>::arena_bytes(model, &cfg).unwrap()];
-    let mut s = Session::<f32>::new(model, &mut arena, cfg).unwrap();
-    let mut out = Vec::new();
-    for &id in ids {
-        out.extend_from_slice(s.step(id).unwrap());
-    }
-    out
 }
 
 #[test]
