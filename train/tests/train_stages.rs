@@ -75,3 +75,54 @@ fn marks_in_order_and_change_nothing() {
         assert_eq!(forward, 2 + 3 * c.num_layers, "{arch:?}");
     }
 }
+
+/// The same for the forward over explicit inputs and targets (what `train_bench --mqar
+/// --stages` times): marks in order, and losses and gradients as an unmarked step's.
+#[test]
+fn target_marks_in_order_and_change_nothing() {
+    let gpu = gpu();
+    for arch in [Arch::LogLinearGatedDeltaNet, Arch::LogLinearMamba2] {
+        let c = tiny_config(arch);
+        let m = new_train_graph(&gpu, &c, BATCH, T).unwrap();
+        load_large_params(&gpu, m.as_ref());
+        let vocab = c.vocab_size;
+        let inputs: Vec<u32> = (0..BATCH * T)
+            .map(|i| ((i * 5 + 1) % vocab) as u32)
+            .collect();
+        // Every third target ignored.
+        let targets: Vec<u32> = (0..BATCH * T)
+            .map(|i| {
+                if i % 3 == 0 {
+                    u32::MAX
+                } else {
+                    ((i * 3) % vocab) as u32
+                }
+            })
+            .collect();
+        let inputs = gpu.storage_from("inputs", &inputs).unwrap();
+        let targets = gpu.storage_from("targets", &targets).unwrap();
+        let run = |marked: bool| {
+            let mut seen = Vec::new();
+            let mut mark = |enc: &mut wgpu::CommandEncoder, s: Stage| {
+                if marked {
+                    let _pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+                }
+                seen.push(s);
+            };
+            let mut enc = gpu.encoder("target stages");
+            m.encode_zero_grads(&mut enc);
+            m.encode_forward_targets_marked(&mut enc, &inputs, &targets, &mut mark)
+                .unwrap();
+            m.encode_backward_marked(&mut enc, 0.5, &mut mark);
+            gpu.submit_and_wait(enc).unwrap();
+            let losses = read(&gpu, m.losses(), BATCH * T);
+            (losses, m.read_grads(&gpu).unwrap(), seen)
+        };
+        let (l0, g0, _) = run(false);
+        let (l1, g1, seen) = run(true);
+        assert_eq!(seen, expected(c.num_layers), "{arch:?}");
+        assert!(l0.iter().any(|&x| x > 0.0), "{arch:?}: no loss");
+        assert_eq!(l0, l1, "{arch:?}: losses");
+        assert_eq!(g0, g1, "{arch:?}: gradients");
+    }
+}

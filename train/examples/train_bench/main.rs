@@ -6,7 +6,7 @@
 //!     [--t 2048,8192,16384] [--tokens 32768] [--heads 48] [--dk 128] [--dv 64] [--levels 15]
 //!     [--form m2|gdn|both] [--warmup 2] [--iters 5] [--op-only | --model-only]
 //!     [--seq 512] [--batch 32] [--config PATH] [--stages] [--json FILE] [--sub-calls 1]
-//!     [--anchors FILE]...
+//!     [--anchors FILE]... [--mqar 32,64]
 //! ```
 //!
 //! 1. Operator (spec §9 shape): `--tokens` tokens per call, split into batch = tokens / T
@@ -43,12 +43,19 @@
 //!    do not). The marks are empty passes between stages, so the stages' sum can exceed the
 //!    plain step a little.
 //!
+//! 3. `--mqar DIMS` (alone): the step of `loglinear mqar` (vocabulary 8192, tied head on the
+//!    scored rows, Zoology's init, AdamW) for LL-GDN, GDN, LL-Mamba-2 and Mamba-2 at each
+//!    width, on one batch drawn in Zoology's kv proportions (`--seq` and `--batch` default to
+//!    256). Per step: wall ms with the steps submitted back to back (as the sweep runs them),
+//!    wall ms of one step alone, the CPU ms to record it, GPU ms per phase and dispatches.
+//!
 //! A row whose setup or run fails (a buffer over the adapter's limits, say) prints the error in
 //! the table instead of ending the run. `--quick`: tiny shapes for lavapipe (operator heads 2,
 //! dk 32, dv 16, T 128 and 256, 512 tokens per call; models seq 64, batch 2).
 
 mod anchors;
 mod model;
+mod mqar;
 mod op;
 mod report;
 
@@ -103,8 +110,17 @@ struct Args {
     #[arg(long, conflicts_with = "model_only")]
     op_only: bool,
     /// Only the model-step benchmark.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "mqar")]
     model_only: bool,
+    /// Only the MQAR step benchmark, at these widths (the four architectures of
+    /// `loglinear mqar` each; `--seq` and `--batch` default to the protocol's 256 and 256).
+    #[arg(
+        long,
+        value_name = "DIMS",
+        value_delimiter = ',',
+        conflicts_with = "op_only"
+    )]
+    mqar: Vec<usize>,
     /// Model step: tokens per window.
     #[arg(long, default_value_t = 512)]
     seq: usize,
@@ -173,6 +189,14 @@ fn parse_args() -> Args {
             }
         }
     }
+    if !a.mqar.is_empty() {
+        let at_default = |id: &str| m.value_source(id) == Some(ValueSource::DefaultValue);
+        for (id, value) in [("seq", &mut a.seq), ("batch", &mut a.batch)] {
+            if at_default(id) {
+                *value = 256;
+            }
+        }
+    }
     a
 }
 
@@ -226,18 +250,20 @@ fn main() {
     }
     println!();
     let adapter = gpu.info.name.clone();
-    let ops = if !a.model_only {
+    let mqar_only = !a.mqar.is_empty();
+    let ops = if !a.model_only && !mqar_only {
         op::run_op(&gpu, &a, &adapter, &anchors)
     } else {
         vec![]
     };
-    let models = if !a.op_only {
+    let models = if !a.op_only && !mqar_only {
         model::run_models(&gpu, &a, &adapter)
     } else {
         vec![]
     };
+    let mqar = mqar::run_mqar(&gpu, &a, &adapter);
     if let Some(path) = &a.json {
-        let report = report::json_report(&gpu, &a, &ops, &models);
+        let report = report::json_report(&gpu, &a, &ops, &models, &mqar);
         let text = serde_json::to_string_pretty(&report).unwrap_or_default();
         if let Err(e) = std::fs::write(path, text) {
             fail(format!("{path}: {e}"));

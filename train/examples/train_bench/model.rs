@@ -111,19 +111,19 @@ fn mean_loss(gpu: &Gpu, m: &dyn TrainGraph) -> Result<f64, GpuError> {
 
 /// An interval between two marks of a step: its label, its phase (`FORWARD`, `BACKWARD` or
 /// `OPTIMIZER`) and the dispatches recorded in it.
-type Interval = (&'static str, usize, u64);
+pub type Interval = (&'static str, usize, u64);
 
 /// The marks of one step: a timestamp at each (where the adapter has them), and what each
 /// interval from the previous mark was.
-struct Marks<'a> {
-    timer: Option<&'a Timestamps>,
-    labels: Vec<Interval>,
+pub struct Marks<'a> {
+    pub timer: Option<&'a Timestamps>,
+    pub labels: Vec<Interval>,
     /// [`recorded_dispatches`] at the previous mark.
-    dispatches_before: u64,
+    pub dispatches_before: u64,
 }
 
 impl Marks<'_> {
-    fn mark(&mut self, enc: &mut wgpu::CommandEncoder, label: &'static str, phase: usize) {
+    pub fn mark(&mut self, enc: &mut wgpu::CommandEncoder, label: &'static str, phase: usize) {
         if let Some(t) = self.timer {
             t.mark(enc, self.labels.len() as u32 + 1);
         }
@@ -135,12 +135,12 @@ impl Marks<'_> {
 }
 
 /// The phases of a step, as indices of `StepTimes::gpu` (zeroing counts as forward).
-const FORWARD: usize = 0;
-const BACKWARD: usize = 1;
-const OPTIMIZER: usize = 2;
+pub const FORWARD: usize = 0;
+pub const BACKWARD: usize = 1;
+pub const OPTIMIZER: usize = 2;
 
 /// The phase of a stage.
-fn phase_of(s: Stage) -> usize {
+pub fn phase_of(s: Stage) -> usize {
     if s.is_backward() {
         BACKWARD
     } else {
@@ -207,71 +207,90 @@ fn bench_model(gpu: &Gpu, a: &Args, c: &ModelConfig) -> Result<StepTimes, GpuErr
         step(&mut opt)?;
         first_loss.get_or_insert(mean_loss(gpu, m.as_ref())?);
     }
-    // Per label (in first-seen order): its phase and the per-iteration sums of its intervals.
     let mut wall = vec![];
-    let mut per_label: Vec<(&'static str, usize, Vec<f64>)> = Vec::new();
-    // Per label (in first-seen order): the dispatches of one step (the same every step).
-    let mut dispatches: Vec<(&'static str, u64)> = Vec::new();
+    let mut sums = StageSums::default();
     for _ in 0..a.iters {
         let (ms, labels) = step(&mut opt)?;
         wall.push(ms);
-        dispatches.clear();
-        for &(label, _, n) in &labels {
-            match dispatches.iter_mut().find(|(l, _)| *l == label) {
-                Some((_, sum)) => *sum += n,
-                None => dispatches.push((label, n)),
-            }
-        }
-        if let Some(t) = &timer {
-            let mut sums: Vec<(&'static str, usize, f64)> = Vec::new();
-            for (&(label, phase, _), v) in labels.iter().zip(t.intervals_ms(gpu)?) {
-                match sums.iter_mut().find(|(l, _, _)| *l == label) {
-                    Some((_, _, sum)) => *sum += v,
-                    None => sums.push((label, phase, v)),
-                }
-            }
-            for (label, phase, v) in sums {
-                match per_label.iter_mut().find(|(l, _, _)| *l == label) {
-                    Some((_, _, all)) => all.push(v),
-                    None => per_label.push((label, phase, vec![v])),
-                }
-            }
-        }
+        let gpu_ms = match &timer {
+            Some(t) => Some(t.intervals_ms(gpu)?),
+            None => None,
+        };
+        sums.add(&labels, gpu_ms.as_deref());
         if first_loss.is_none() {
             first_loss = Some(mean_loss(gpu, m.as_ref())?);
         }
     }
     let last = mean_loss(gpu, m.as_ref())?;
-    let medians: Vec<(&'static str, usize, f64)> = per_label
-        .into_iter()
-        .map(|(l, phase, v)| (l, phase, median(v)))
-        .collect();
-    let gpu_phases = timer.as_ref().map(|_| {
-        let mut g = [0.0; 3];
-        for &(_, phase, v) in &medians {
-            g[phase] += v;
-        }
-        g
-    });
     Ok(StepTimes {
         params: m.params().iter().map(|p| p.len).sum(),
         step: median(wall),
-        gpu: gpu_phases,
-        dispatches: dispatches.iter().map(|(_, n)| n).sum(),
+        gpu: timer.as_ref().map(|_| sums.phases()),
+        dispatches: sums.dispatches(),
         stages: if a.stages {
-            dispatches
-                .iter()
-                .map(|&(label, dispatches)| StageTimes {
-                    label,
-                    gpu_ms: medians.iter().find(|m| m.0 == label).map(|m| m.2),
-                    dispatches,
-                })
-                .collect()
+            sums.stages(timer.is_some())
         } else {
             Vec::new()
         },
         loss: (first_loss.unwrap_or(last), last),
     })
+}
+
+/// The intervals of the timed steps, summed per label (a block stage over the layers) in
+/// first-seen order: each label's phase, its dispatches in one step (the same every step)
+/// and its GPU ms in each step.
+#[derive(Default)]
+pub struct StageSums {
+    labels: Vec<(&'static str, usize, u64, Vec<f64>)>,
+}
+
+impl StageSums {
+    /// Adds one step: its intervals, and their GPU ms where the adapter has timestamps.
+    pub fn add(&mut self, intervals: &[Interval], gpu_ms: Option<&[f64]>) {
+        let mut step: Vec<(&'static str, usize, u64, f64)> = Vec::new();
+        for (i, &(label, phase, n)) in intervals.iter().enumerate() {
+            let v = gpu_ms.and_then(|g| g.get(i)).copied().unwrap_or(0.0);
+            match step.iter_mut().find(|s| s.0 == label) {
+                Some(s) => (s.2, s.3) = (s.2 + n, s.3 + v),
+                None => step.push((label, phase, n, v)),
+            }
+        }
+        for (label, phase, n, v) in step {
+            match self.labels.iter_mut().find(|s| s.0 == label) {
+                Some(s) => {
+                    s.2 = n;
+                    s.3.push(v);
+                }
+                None => self.labels.push((label, phase, n, vec![v])),
+            }
+        }
+    }
+
+    /// Each label's dispatches, and its median GPU ms where the steps were `timed`.
+    pub fn stages(&self, timed: bool) -> Vec<StageTimes> {
+        self.labels
+            .iter()
+            .map(|(label, _, n, v)| StageTimes {
+                label,
+                gpu_ms: timed.then(|| median(v.clone())),
+                dispatches: *n,
+            })
+            .collect()
+    }
+
+    /// Median GPU ms of the forward, backward and optimizer phases.
+    pub fn phases(&self) -> [f64; 3] {
+        let mut g = [0.0; 3];
+        for (_, phase, _, v) in &self.labels {
+            g[*phase] += median(v.clone());
+        }
+        g
+    }
+
+    /// Dispatches of one step.
+    pub fn dispatches(&self) -> u64 {
+        self.labels.iter().map(|s| s.2).sum()
+    }
 }
 
 pub fn run_models(gpu: &Gpu, a: &Args, adapter: &str) -> Vec<ModelRow> {
@@ -315,23 +334,23 @@ pub fn run_models(gpu: &Gpu, a: &Args, adapter: &str) -> Vec<ModelRow> {
     println!();
     for r in &rows {
         if let Ok(x) = &r.result {
-            print_stages(r.name, x);
+            print_stages(r.name, &x.stages);
         }
     }
     rows
 }
 
 /// The `--stages` table of one model: GPU ms per part of a step and its share.
-fn print_stages(name: &str, x: &StepTimes) {
-    if x.stages.is_empty() {
+pub fn print_stages(name: &str, stages: &[StageTimes]) {
+    if stages.is_empty() {
         return;
     }
-    let total: f64 = x.stages.iter().filter_map(|s| s.gpu_ms).sum();
+    let total: f64 = stages.iter().filter_map(|s| s.gpu_ms).sum();
     println!("### {name}: GPU time and dispatches per stage (block stages summed over the layers)");
     println!();
     println!("| stage | GPU ms | share | dispatches |");
     println!("| --- | ---: | ---: | ---: |");
-    for s in &x.stages {
+    for s in stages {
         let (ms, share) = match s.gpu_ms {
             Some(v) => (
                 format!("{v:.3}"),
@@ -341,7 +360,8 @@ fn print_stages(name: &str, x: &StepTimes) {
         };
         println!("| {} | {ms} | {share} | {} |", s.label, s.dispatches);
     }
-    println!("| all | {total:.3} | | {} |", x.dispatches);
+    let dispatches: u64 = stages.iter().map(|s| s.dispatches).sum();
+    println!("| all | {total:.3} | | {dispatches} |");
     println!();
 }
 
@@ -383,5 +403,40 @@ fn print_model_row(adapter: &str, a: &Args, r: &ModelRow) {
                 x.loss.1
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stage_sums_add_a_label_over_the_layers_and_take_medians_over_steps() {
+        let step = [
+            ("embedding", FORWARD, 2),
+            ("operator", FORWARD, 5),
+            ("operator", FORWARD, 5),
+            ("AdamW", OPTIMIZER, 3),
+        ];
+        let mut sums = StageSums::default();
+        sums.add(&step, Some(&[1.0, 2.0, 3.0, 0.5]));
+        sums.add(&step, Some(&[1.0, 4.0, 4.0, 0.5]));
+        sums.add(&step, Some(&[3.0, 2.0, 2.0, 0.5]));
+        let stages = sums.stages(true);
+        let got: Vec<_> = stages
+            .iter()
+            .map(|s| (s.label, s.gpu_ms, s.dispatches))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("embedding", Some(1.0), 2),
+                ("operator", Some(5.0), 10),
+                ("AdamW", Some(0.5), 3)
+            ]
+        );
+        assert_eq!(sums.dispatches(), 15);
+        assert_eq!(sums.phases(), [6.0, 0.0, 0.5]);
+        assert!(sums.stages(false).iter().all(|s| s.gpu_ms.is_none()));
     }
 }

@@ -1,11 +1,18 @@
 //! `--json FILE`: the results as one JSON object, anchors included.
 
 use crate::model::ModelRow;
+use crate::mqar::MqarRow;
 use crate::op::OpRow;
 use crate::{form_name, Args};
 use loglinear_host_gpu::Gpu;
 
-pub fn json_report(gpu: &Gpu, a: &Args, ops: &[OpRow], models: &[ModelRow]) -> serde_json::Value {
+pub fn json_report(
+    gpu: &Gpu,
+    a: &Args,
+    ops: &[OpRow],
+    models: &[ModelRow],
+    mqar: &[MqarRow],
+) -> serde_json::Value {
     use serde_json::json;
     let ops: Vec<_> = ops
         .iter()
@@ -81,11 +88,34 @@ pub fn json_report(gpu: &Gpu, a: &Args, ops: &[OpRow], models: &[ModelRow]) -> s
             o
         })
         .collect();
+    let mqar: Vec<_> = mqar
+        .iter()
+        .map(|r| {
+            let mut o = json!({ "model": r.arch, "dim": r.dim, "seq": a.seq, "batch": a.batch });
+            match &r.result {
+                Ok(x) => {
+                    o["params"] = json!(x.params);
+                    o["step_ms"] = json!(x.pipelined_ms);
+                    o["step_alone_ms"] = json!(x.alone_ms);
+                    o["record_ms"] = json!(x.record_ms);
+                    if let Some(g) = x.gpu {
+                        o["gpu_fwd_ms"] = json!(g[0]);
+                        o["gpu_bwd_ms"] = json!(g[1]);
+                        o["gpu_opt_ms"] = json!(g[2]);
+                    }
+                    o["dispatches"] = json!(x.dispatches);
+                }
+                Err(e) => o["error"] = json!(e),
+            }
+            o
+        })
+        .collect();
     json!({
         "adapter": gpu.describe(),
         "warmup": a.warmup,
         "iters": a.iters,
         "operator": ops,
         "models": models,
+        "mqar": mqar,
     })
 }

@@ -38,6 +38,14 @@ pub trait TrainGraph {
         inputs: &wgpu::Buffer,
         targets: &wgpu::Buffer,
     ) -> Result<(), GpuError>;
+    /// [`TrainGraph::encode_forward_targets`], calling `mark` after each stage.
+    fn encode_forward_targets_marked(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        inputs: &wgpu::Buffer,
+        targets: &wgpu::Buffer,
+        mark: StageMark,
+    ) -> Result<(), GpuError>;
     /// Gradients += ∂(loss_scale · Σ losses)/∂param of the last forward.
     fn encode_backward(&self, enc: &mut wgpu::CommandEncoder, loss_scale: f32);
     /// [`TrainGraph::encode_forward`], calling `mark` after each stage.

@@ -355,6 +355,17 @@ impl<M: Mixer> TrainModel<M> {
         inputs: &wgpu::Buffer,
         targets: &wgpu::Buffer,
     ) -> Result<(), GpuError> {
+        self.encode_forward_targets_marked(enc, inputs, targets, &mut |_, _| {})
+    }
+
+    /// [`Self::encode_forward_targets`], calling `mark` after each [`Stage`].
+    pub fn encode_forward_targets_marked(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        inputs: &wgpu::Buffer,
+        targets: &wgpu::Buffer,
+        mark: StageMark,
+    ) -> Result<(), GpuError> {
         copy_targets(
             enc,
             inputs,
@@ -364,7 +375,7 @@ impl<M: Mixer> TrainModel<M> {
             self.batch * self.seq_len,
         )?;
         self.pack.encode(enc);
-        self.encode_body(enc, &mut |_, _| {});
+        self.encode_body(enc, mark);
         Ok(())
     }
 
@@ -474,6 +485,15 @@ impl<M: Mixer> TrainGraph for TrainModel<M> {
         targets: &wgpu::Buffer,
     ) -> Result<(), GpuError> {
         TrainModel::encode_forward_targets(self, enc, inputs, targets)
+    }
+    fn encode_forward_targets_marked(
+        &self,
+        enc: &mut wgpu::CommandEncoder,
+        inputs: &wgpu::Buffer,
+        targets: &wgpu::Buffer,
+        mark: StageMark,
+    ) -> Result<(), GpuError> {
+        TrainModel::encode_forward_targets_marked(self, enc, inputs, targets, mark)
     }
     fn encode_backward(&self, enc: &mut wgpu::CommandEncoder, loss_scale: f32) {
         TrainModel::encode_backward(self, enc, loss_scale)
