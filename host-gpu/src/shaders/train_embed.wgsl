@@ -8,6 +8,9 @@ struct EmbedParams {
     batch: u32,
     d: u32,
     vocab: u32,
+    // The backward's block of dE per workgroup (the forward ignores them).
+    ids_per_group: u32,
+    cols_per_group: u32,
 }
 
 @group(0) @binding(0) var<storage, read> tokens: array<u32>;
@@ -36,23 +39,44 @@ fn forward(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: ve
 
 var<workgroup> flags: array<u32, 256>;
 var<workgroup> rows_hit: array<u32, 256>;
+var<workgroup> ids_hit: array<u32, 256>;
+// The workgroup's block of dE: ids_per_group ids × cols_per_group columns (at most
+// ACC_FLOATS; `EmbedShape` picks the block).
+const ACC_FLOATS: u32 = 2048u;
+var<workgroup> acc: array<f32, ACC_FLOATS>;
 
-// One workgroup per vocabulary row v: blocks of 256 rows are scanned for id(r) = v, the hits
-// listed in row order (a workgroup prefix sum of the match flags), and their dx rows added to
-// dE[v] in that order. O(V·rows) id compares, not O(V·D·rows); deterministic.
+// One workgroup per block of dE: ids [v0, v0 + ids_per_group) × columns [c0, c0 +
+// cols_per_group). Blocks of 256 rows are scanned for ids in the block's range, the hits
+// listed in row order (a workgroup prefix sum of the match flags), and their dx columns added
+// into the block in workgroup memory in that order; the block is added to dE at the end.
+// O(V/ids_per_group · rows) id compares, not O(V·D·rows); deterministic (no atomics, a fixed
+// order). Several ids per workgroup keep a large vocabulary from rescanning the rows once per
+// id.
 @compute @workgroup_size(256)
 fn backward(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: vec3<u32>,
             @builtin(local_invocation_index) li: u32) {
-    let v = wg.y * nw.x + wg.x;
-    if (v >= p.vocab) {
+    let g = wg.y * nw.x + wg.x;
+    let col_groups = (p.d + p.cols_per_group - 1u) / p.cols_per_group;
+    let v0 = (g / col_groups) * p.ids_per_group;
+    if (v0 >= p.vocab) {
         return; // uniform across the workgroup
+    }
+    let c0 = (g % col_groups) * p.cols_per_group;
+    let ids = min(p.ids_per_group, p.vocab - v0);
+    let cols = min(p.cols_per_group, p.d - c0);
+    for (var i = li; i < ids * cols; i += 256u) {
+        acc[i] = 0.0;
     }
     let rows = p.t * p.batch;
     for (var r0 = 0u; r0 < rows; r0 += 256u) {
         let r = r0 + li;
         var hit = 0u;
-        if (r < rows && token_of(r) == v) {
-            hit = 1u;
+        var id = 0u;
+        if (r < rows) {
+            id = token_of(r);
+            if (id >= v0 && id < v0 + ids) {
+                hit = 1u;
+            }
         }
         flags[li] = hit;
         workgroupBarrier();
@@ -68,18 +92,20 @@ fn backward(@builtin(workgroup_id) wg: vec3<u32>, @builtin(num_workgroups) nw: v
         }
         if (hit == 1u) {
             rows_hit[flags[li] - 1u] = r;
+            ids_hit[flags[li] - 1u] = id - v0;
         }
         let count = workgroupUniformLoad(&flags[255]);
-        // (workgroupUniformLoad is also the barrier that publishes rows_hit.)
-        for (var c = li; c < p.d; c += 256u) {
-            var s = 0.0;
+        // (workgroupUniformLoad is also the barrier that publishes rows_hit and ids_hit.)
+        // A column belongs to one thread, so each acc entry is added to in row order.
+        for (var c = li; c < cols; c += 256u) {
             for (var j = 0u; j < count; j++) {
-                s += src[rows_hit[j] * p.d + c];
-            }
-            if (count > 0u) {
-                dst[v * p.d + c] = dst[v * p.d + c] + s;
+                acc[ids_hit[j] * cols + c] += src[rows_hit[j] * p.d + c0 + c];
             }
         }
         workgroupBarrier();
+    }
+    for (var i = li; i < ids * cols; i += 256u) {
+        let o = (v0 + i / cols) * p.d + c0 + i % cols;
+        dst[o] = dst[o] + acc[i];
     }
 }

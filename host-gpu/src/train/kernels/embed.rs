@@ -7,6 +7,12 @@ use crate::gpu::{Gpu, GpuError};
 pub(super) const EMBED_WGSL: &str = include_str!("../../shaders/train_embed.wgsl");
 pub(super) const TARGETS_WGSL: &str = include_str!("../../shaders/train_targets.wgsl");
 
+/// `ACC_FLOATS` of train_embed.wgsl: the floats of dE one backward workgroup holds.
+const EMBED_ACC_FLOATS: usize = 2048;
+/// Workgroups the backward aims for: enough to fill a large GPU, so a big vocabulary is cut
+/// into blocks of several ids rather than one workgroup (and one scan of the rows) per id.
+const EMBED_BWD_GROUPS: usize = 256;
+
 /// `EmbedParams` of train_embed.wgsl.
 #[repr(C)]
 #[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
@@ -15,6 +21,8 @@ struct EmbedParams {
     batch: u32,
     d: u32,
     vocab: u32,
+    ids_per_group: u32,
+    cols_per_group: u32,
 }
 
 /// `TargetParams` of train_targets.wgsl.
@@ -46,12 +54,30 @@ pub struct EmbedShape {
 
 impl EmbedShape {
     fn params(&self) -> Result<EmbedParams, GpuError> {
+        let (ids, cols) = self.backward_block();
         Ok(EmbedParams {
             t: u(self.seq_len)?,
             batch: u(self.batch)?,
             d: u(self.d)?,
             vocab: u(self.vocab)?,
+            ids_per_group: u(ids)?,
+            cols_per_group: u(cols)?,
         })
+    }
+
+    /// The block of dE one backward workgroup owns: (ids, columns). Each workgroup scans
+    /// every row once, so ids are grouped until about [`EMBED_BWD_GROUPS`] workgroups remain,
+    /// as far as the block fits in `EMBED_ACC_FLOATS`.
+    fn backward_block(&self) -> (usize, usize) {
+        let cols = self.d.clamp(1, EMBED_ACC_FLOATS);
+        let ids = (self.vocab / EMBED_BWD_GROUPS).clamp(1, EMBED_ACC_FLOATS / cols);
+        (ids, cols)
+    }
+
+    /// Workgroups of the backward: one per block of dE.
+    fn backward_groups(&self) -> usize {
+        let (ids, cols) = self.backward_block();
+        self.vocab.div_ceil(ids) * self.d.div_ceil(cols)
     }
 }
 
@@ -89,7 +115,7 @@ impl TrainKernels {
             &self.embed_bwd,
             &[tokens, dx, de],
             &shape.params()?,
-            grid(shape.vocab)?,
+            grid(shape.backward_groups())?,
         ))
     }
 
@@ -140,5 +166,35 @@ mod tests {
         let size = |body: &str| wgsl_uniform_size(&with_common(body));
         assert_eq!(size_of::<EmbedParams>(), size(EMBED_WGSL));
         assert_eq!(size_of::<TargetParams>(), size(TARGETS_WGSL));
+    }
+
+    #[test]
+    fn the_backward_block_fits_the_shaders_accumulator() {
+        let wgsl = format!("const ACC_FLOATS: u32 = {EMBED_ACC_FLOATS}u;");
+        assert!(
+            EMBED_WGSL.contains(&wgsl),
+            "train_embed.wgsl lacks `{wgsl}`"
+        );
+        let shape = |d, vocab| EmbedShape {
+            seq_len: 256,
+            batch: 256,
+            d,
+            vocab,
+        };
+        // MQAR: 32 ids of 64 columns, 256 workgroups.
+        assert_eq!(shape(64, 8192).backward_block(), (32, 64));
+        assert_eq!(shape(64, 8192).backward_groups(), 256);
+        // A byte vocabulary keeps one id per workgroup.
+        assert_eq!(shape(256, 256).backward_block(), (1, 256));
+        // Wide rows: one id, the columns in blocks.
+        assert_eq!(shape(5000, 8192).backward_block(), (1, 2048));
+        assert_eq!(shape(5000, 8192).backward_groups(), 8192 * 3);
+        for (d, vocab) in [(1, 1), (7, 100_000), (3000, 3), (64, 8192)] {
+            let (ids, cols) = shape(d, vocab).backward_block();
+            assert!(
+                ids >= 1 && cols >= 1 && ids * cols <= EMBED_ACC_FLOATS,
+                "{d} {vocab}"
+            );
+        }
     }
 }
