@@ -32,9 +32,14 @@ pub fn all_logits(model: &Model<'_>, ids: &[u32]) -> Vec<f32> {
 }
 
 /// How far the prompt logits of shipped model `model_name` move when its matrices are stored
-/// as `dtype` and run with `activations`: rel_max against its F32 checkpoint, over every
-/// position of its prompt.
-pub fn quantized_prompt_error(model_name: &str, dtype: DType, activations: Activations) -> f64 {
+/// as each of `dtypes` and run with `activations`: rel_max against its F32 checkpoint, over
+/// every position of its prompt, in `dtypes` order. The checkpoint and its reference logits
+/// are computed once for all types.
+pub fn quantized_prompt_errors(
+    model_name: &str,
+    dtypes: &[DType],
+    activations: Activations,
+) -> Vec<f64> {
     let ckpt = Checkpoint::load(models_dir().join(model_name))
         .unwrap_or_else(|e| panic!("{model_name}: {e}"));
     let ids = prompt_ids(model_name);
@@ -42,8 +47,13 @@ pub fn quantized_prompt_error(model_name: &str, dtype: DType, activations: Activ
         .iter()
         .map(|&x| f64::from(x))
         .collect();
-    let bytes = gguf_as(&ckpt, dtype);
-    let file = GgufModel::parse(bytes.as_bytes()).unwrap();
-    let model = file.model().unwrap().with_activations(activations);
-    rel_max(&all_logits(&model, &ids), &reference)
+    dtypes
+        .iter()
+        .map(|&dtype| {
+            let bytes = gguf_as(&ckpt, dtype);
+            let file = GgufModel::parse(bytes.as_bytes()).unwrap();
+            let model = file.model().unwrap().with_activations(activations);
+            rel_max(&all_logits(&model, &ids), &reference)
+        })
+        .collect()
 }
