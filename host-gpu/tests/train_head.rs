@@ -5,9 +5,14 @@
 //! 2. rows × vocab logits over the adapter's own storage-binding limit (lavapipe: 128 MiB)
 //!    build and run a forward and backward in tiles, the losses and the LM head's gradient
 //!    against an f64 CPU reference;
-//! 3. the tile choice ([`tile_rows`]).
+//! 3. the tile choice ([`tile_rows`]);
+//! 4. the compact head's row levels ([`row_levels`], `Head::set_scored_rows`): the smallest
+//!    level that holds the scored rows matches the full capacity, and a level below them turns
+//!    the rows beyond it into NaN.
 
-use loglinear_host_gpu::train::head::{tile_rows, Head, HeadIo, HeadOptions, HeadShape};
+use loglinear_host_gpu::train::head::{
+    row_levels, tile_rows, Head, HeadIo, HeadOptions, HeadShape,
+};
 use loglinear_host_gpu::train::kernels::TrainKernels;
 use loglinear_host_gpu::{Gpu, GpuError};
 use loglinear_runtime::rng::SplitMix64;
@@ -75,9 +80,22 @@ struct Out {
     norm_g: Vec<f32>,
     lm_head_g: Vec<f32>,
     tile: usize,
+    /// The rows the head ran on.
+    rows_in_use: usize,
 }
 
 fn run(gpu: &Gpu, k: &TrainKernels, c: &Case, options: HeadOptions) -> Result<Out, GpuError> {
+    run_scored(gpu, k, c, options, None)
+}
+
+/// [`run`], with `Head::set_scored_rows(scored)` before recording when given.
+fn run_scored(
+    gpu: &Gpu,
+    k: &TrainKernels,
+    c: &Case,
+    options: HeadOptions,
+    scored: Option<usize>,
+) -> Result<Out, GpuError> {
     let (rows, d, vocab) = (c.rows(), c.shape.d, c.shape.vocab);
     let zeros = |label: &str, len: usize| gpu.storage_zeroed(label, 4 * len as u64);
     let x_last = gpu.storage_from("x_last", &c.x)?;
@@ -104,6 +122,9 @@ fn run(gpu: &Gpu, k: &TrainKernels, c: &Case, options: HeadOptions) -> Result<Ou
         dx: &dx,
     };
     let head = Head::with_options(gpu, k, &io, c.shape, options)?;
+    if let Some(n) = scored {
+        head.set_scored_rows(n);
+    }
     let mut enc = gpu.encoder("head");
     head.encode_forward(&mut enc);
     head.encode_backward(&mut enc);
@@ -120,6 +141,7 @@ fn run(gpu: &Gpu, k: &TrainKernels, c: &Case, options: HeadOptions) -> Result<Ou
         norm_g: read(&norm_g, d)?,
         lm_head_g: read(&lm_head_g, vocab * d)?,
         tile: head.tile_rows(),
+        rows_in_use: head.rows_in_use(),
     })
 }
 
@@ -283,5 +305,49 @@ fn tile_choice() {
     match tile_rows(40, 300, 1199) {
         Err(GpuError::TooLarge { bytes: 1200, .. }) => {}
         other => panic!("one row over the limit: {other:?}"),
+    }
+}
+
+#[test]
+fn row_levels_split_the_capacity_in_eighths() {
+    assert_eq!(
+        row_levels(16384),
+        [2048, 4096, 6144, 8192, 10240, 12288, 14336, 16384]
+    );
+    assert_eq!(row_levels(9), [2, 4, 6, 8, 9]);
+    assert_eq!(row_levels(5), [1, 2, 3, 4, 5]);
+    assert_eq!(row_levels(1), [1]);
+}
+
+#[test]
+fn the_smallest_level_that_holds_the_scored_rows_matches_the_capacity() {
+    let gpu = gpu();
+    let k = TrainKernels::new(&gpu).unwrap();
+    let c = Case::new(15, 8, 24, 1100);
+    let scored = c.targets.iter().filter(|&&t| t != IGNORED).count();
+    // 80 scored rows of 120, capacity 96: levels of 12 rows.
+    assert_eq!(scored, 80);
+    let options = HeadOptions {
+        rows: Some(96),
+        max_tile_bytes: None,
+    };
+    let full = run(&gpu, &k, &c, options).unwrap();
+    assert_eq!(full.rows_in_use, 96, "before set_scored_rows: the capacity");
+    for (hint, level) in [(80, 84), (84, 84), (85, 96), (96, 96), (1000, 96)] {
+        let what = format!("set_scored_rows({hint})");
+        let got = run_scored(&gpu, &k, &c, options, Some(hint)).unwrap();
+        assert_eq!(got.rows_in_use, level, "{what}");
+        assert_matches(&what, &got, &full);
+    }
+    // A hint below the scored rows: level 72 holds the first 72, the last 8 become NaN.
+    let dropped = run_scored(&gpu, &k, &c, options, Some(70)).unwrap();
+    assert_eq!(dropped.rows_in_use, 72);
+    let nan = dropped.losses.iter().filter(|v| v.is_nan()).count();
+    assert_eq!(nan, scored - 72, "scored rows beyond level 72 become NaN");
+    let kept: Vec<usize> = (0..c.rows())
+        .filter(|&i| !dropped.losses[i].is_nan())
+        .collect();
+    for &i in &kept {
+        assert_eq!(dropped.losses[i], full.losses[i], "loss {i}");
     }
 }

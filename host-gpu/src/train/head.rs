@@ -20,12 +20,20 @@
 //! about 25 of 256) then skip most of the head's vocabulary-wide work and memory. Scored rows
 //! beyond the capacity are dropped and their losses, correctness and dL/dx rows become NaN,
 //! so an overflow is visible rather than silent.
+//!
+//! The scored rows of a batch are usually far fewer than the capacity, which must hold the
+//! worst batch (MQAR: about 4,000 of 16,384). So the compact head is recorded at
+//! [`ROW_LEVELS`] row counts up to the capacity ([`row_levels`]), all over the same buffers,
+//! and [`Head::set_scored_rows`] picks the smallest that holds the next batch's scored rows:
+//! the head's work follows the batch rather than the worst case. A level is a capacity like
+//! any other: rows beyond it become NaN.
 
-use crate::gpu::{with_common, Gpu, GpuError, Rows};
+use crate::gpu::{with_common, Gpu, GpuError, Kernel, Rows};
 use crate::train::kernels::{
     encode_all, grid, grid_threads, u, LinearGradIo, LinearShape, LossShape, MaskedLossIo,
     NormGrads, NormIo, Step, TrainKernels,
 };
+use std::cell::Cell;
 
 const ROWS_WGSL: &str = include_str!("../shaders/train_rows.wgsl");
 const ROWS_COMPACT_WGSL: &str = include_str!("../shaders/train_rows_compact.wgsl");
@@ -132,10 +140,31 @@ pub struct HeadOptions {
     pub max_tile_bytes: Option<u64>,
 }
 
-/// The head's recorded forward and backward and the buffers they bind.
-pub struct Head {
+/// Row counts the compact head is recorded at, up to its capacity.
+pub const ROW_LEVELS: usize = 8;
+
+/// The row counts the compact head is recorded at for capacity `cap`: `cap / ROW_LEVELS`
+/// (rounded up) and its multiples, the last one `cap`, in increasing order.
+pub fn row_levels(cap: usize) -> Vec<usize> {
+    let step = cap.div_ceil(ROW_LEVELS).max(1);
+    let mut levels: Vec<usize> = (1..=ROW_LEVELS).map(|i| (i * step).min(cap)).collect();
+    levels.dedup();
+    levels
+}
+
+/// The head's forward and backward recorded for one row count.
+struct Level {
+    rows: usize,
     forward: Vec<Step>,
     backward: Vec<Step>,
+}
+
+/// The head's recorded forward and backward and the buffers they bind.
+pub struct Head {
+    /// In increasing rows; the last one holds every row the head may run on.
+    levels: Vec<Level>,
+    /// The level the next [`Head::encode_forward`] and [`Head::encode_backward`] record.
+    level: Cell<usize>,
     /// Rows per tile of the LM head and the loss.
     tile: usize,
     // Kept alive for the bind groups.
@@ -202,13 +231,17 @@ impl Head {
                     shape,
                 )?;
                 Self {
-                    forward: fwd,
-                    backward: bwd,
+                    levels: vec![Level {
+                        rows,
+                        forward: fwd,
+                        backward: bwd,
+                    }],
+                    level: Cell::new(0),
                     tile,
                     _buffers: Vec::new(),
                 }
             }
-            Some(cap) => compact_steps(gpu, k, &core, io, shape, cap)?,
+            Some(cap) => compact_head(gpu, k, &core, io, shape, cap)?,
         };
         head._buffers.extend([
             core.xf,
@@ -226,15 +259,30 @@ impl Head {
         self.tile
     }
 
-    /// Records the forward: losses and correctness `[B][T]` from x_last.
-    pub fn encode_forward(&self, enc: &mut wgpu::CommandEncoder) {
-        encode_all(enc, &self.forward);
+    /// Picks the rows of the next forward and backward: the smallest level that holds
+    /// `scored` rows (the scored targets of the batch about to be recorded), else the
+    /// capacity. Until it is called, the head runs at its capacity. With every row
+    /// (`head_rows` = `None`) there is one level and this changes nothing.
+    pub fn set_scored_rows(&self, scored: usize) {
+        let last = self.levels.len() - 1;
+        let i = self.levels.iter().position(|l| l.rows >= scored);
+        self.level.set(i.unwrap_or(last));
     }
 
-    /// Records the backward of the last recorded forward: dL/dx_last (written) and the norm
-    /// and LM-head weight gradients (added).
+    /// The rows the next forward and backward run on (see [`Head::set_scored_rows`]).
+    pub fn rows_in_use(&self) -> usize {
+        self.levels[self.level.get()].rows
+    }
+
+    /// Records the forward: losses and correctness `[B][T]` from x_last.
+    pub fn encode_forward(&self, enc: &mut wgpu::CommandEncoder) {
+        encode_all(enc, &self.levels[self.level.get()].forward);
+    }
+
+    /// Records the backward of the last recorded forward (at the same level): dL/dx_last
+    /// (written) and the norm and LM-head weight gradients (added).
     pub fn encode_backward(&self, enc: &mut wgpu::CommandEncoder) {
-        encode_all(enc, &self.backward);
+        encode_all(enc, &self.levels[self.level.get()].backward);
     }
 }
 
@@ -331,10 +379,9 @@ fn core_steps(
     Ok((fwd, bwd))
 }
 
-/// The head on at most `cap` scored rows (without the core's buffers): compact → gather
-/// x_last → core → scatter losses and correctness; backward: core → scatter dx (zero on
-/// unscored rows).
-fn compact_steps(
+/// The head on at most `cap` scored rows (without the core's buffers), recorded at each of
+/// [`row_levels`]`(cap)` over one set of buffers sized for `cap`.
+fn compact_head(
     gpu: &Gpu,
     k: &TrainKernels,
     core: &CoreBuffers,
@@ -342,32 +389,105 @@ fn compact_steps(
     shape: HeadShape,
     cap: usize,
 ) -> Result<Head, GpuError> {
+    let (n, d) = (shape.seq_len * shape.batch, shape.d);
+    let kern = |label: &str, body: &str, entry: &str| gpu.kernel(label, &with_common(body), entry);
+    let kernels = CompactKernels {
+        compact: kern("train_rows_compact", ROWS_COMPACT_WGSL, "main")?,
+        gather: kern("train_rows_gather", ROWS_WGSL, "gather_rows")?,
+        scatter: kern("train_rows_scatter", ROWS_WGSL, "scatter_targets")?,
+    };
+    let z = |label: &str, len: usize| gpu.storage_zeroed(label, 4 * len as u64);
+    let b = CompactBuffers {
+        slot_row: z("head slot_row", cap)?,
+        slot_target: z("head slot_target", cap)?,
+        row_slot: z("head row_slot", n)?,
+        x_c: z("head x compact", cap * d)?,
+        dx_c: z("head dx compact", cap * d)?,
+        losses_c: z("head losses compact", cap)?,
+        correct_c: z("head correct compact", cap)?,
+    };
+    let parts = CompactParts {
+        gpu,
+        k,
+        kernels: &kernels,
+        core,
+        b: &b,
+        io,
+        shape,
+    };
+    let levels = row_levels(cap)
+        .into_iter()
+        .map(|rows| compact_level(&parts, rows))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(Head {
+        level: Cell::new(levels.len() - 1),
+        levels,
+        tile: core.tile,
+        _buffers: vec![
+            b.slot_row,
+            b.slot_target,
+            b.row_slot,
+            b.x_c,
+            b.dx_c,
+            b.losses_c,
+            b.correct_c,
+        ],
+    })
+}
+
+/// The compact head's own kernels.
+struct CompactKernels {
+    compact: Kernel,
+    gather: Kernel,
+    scatter: Kernel,
+}
+
+/// The compact head's buffers, for `cap` slots.
+struct CompactBuffers {
+    slot_row: wgpu::Buffer,
+    slot_target: wgpu::Buffer,
+    row_slot: wgpu::Buffer,
+    x_c: wgpu::Buffer,
+    dx_c: wgpu::Buffer,
+    losses_c: wgpu::Buffer,
+    correct_c: wgpu::Buffer,
+}
+
+/// What every level of the compact head records with.
+struct CompactParts<'a> {
+    gpu: &'a Gpu,
+    k: &'a TrainKernels,
+    kernels: &'a CompactKernels,
+    core: &'a CoreBuffers,
+    b: &'a CompactBuffers,
+    io: &'a HeadIo<'a>,
+    shape: HeadShape,
+}
+
+/// The compact head at capacity `cap` (≤ the buffers' slots): compact → gather x_last → core
+/// → scatter losses and correctness; backward: core → scatter dx (zero on unscored rows).
+fn compact_level(parts: &CompactParts<'_>, cap: usize) -> Result<Level, GpuError> {
+    let CompactParts {
+        gpu,
+        k,
+        kernels,
+        core,
+        b,
+        io,
+        shape,
+    } = *parts;
     let (t, batch, d) = (shape.seq_len, shape.batch, shape.d);
     let n = t * batch;
-    let kern = |label: &str, body: &str, entry: &str| gpu.kernel(label, &with_common(body), entry);
-    let compact = kern("train_rows_compact", ROWS_COMPACT_WGSL, "main")?;
-    let gather = kern("train_rows_gather", ROWS_WGSL, "gather_rows")?;
-    let scatter = kern("train_rows_scatter", ROWS_WGSL, "scatter_targets")?;
-
-    let z = |label: &str, len: usize| gpu.storage_zeroed(label, 4 * len as u64);
-    let slot_row = z("head slot_row", cap)?;
-    let slot_target = z("head slot_target", cap)?;
-    let row_slot = z("head row_slot", n)?;
-    let x_c = z("head x compact", cap * d)?;
-    let dx_c = z("head dx compact", cap * d)?;
-    let losses_c = z("head losses compact", cap)?;
-    let correct_c = z("head correct compact", cap)?;
-
     let (core_fwd, core_bwd) = core_steps(
         gpu,
         k,
         core,
         &CoreIo {
-            x: &x_c,
-            targets: &slot_target,
-            losses: &losses_c,
-            correct: &correct_c,
-            dx: &dx_c,
+            x: &b.x_c,
+            targets: &b.slot_target,
+            losses: &b.losses_c,
+            correct: &b.correct_c,
+            dx: &b.dx_c,
             t: cap,
             batch: 1,
         },
@@ -384,7 +504,7 @@ fn compact_steps(
         };
         Ok::<_, GpuError>(TrainKernels::step(
             gpu,
-            &gather,
+            &kernels.gather,
             &[map, src, dst],
             &params,
             grid_threads(rows * d)?,
@@ -400,8 +520,8 @@ fn compact_steps(
         };
         Ok::<_, GpuError>(TrainKernels::step(
             gpu,
-            &scatter,
-            &[&row_slot, src, dst],
+            &kernels.scatter,
+            &[&b.row_slot, src, dst],
             &params,
             grid_threads(n)?,
         ))
@@ -415,33 +535,23 @@ fn compact_steps(
     };
     let compact_step = TrainKernels::step(
         gpu,
-        &compact,
-        &[io.targets, &slot_row, &slot_target, &row_slot],
+        &kernels.compact,
+        &[io.targets, &b.slot_row, &b.slot_target, &b.row_slot],
         &compact_params,
         grid(1)?,
     );
 
-    let mut fwd = vec![compact_step, map_rows(&slot_row, io.x_last, &x_c, cap)?];
-    fwd.extend(core_fwd);
-    fwd.push(to_targets(&losses_c, io.losses)?);
-    fwd.push(to_targets(&correct_c, io.correct)?);
+    let mut forward = vec![compact_step, map_rows(&b.slot_row, io.x_last, &b.x_c, cap)?];
+    forward.extend(core_fwd);
+    forward.push(to_targets(&b.losses_c, io.losses)?);
+    forward.push(to_targets(&b.correct_c, io.correct)?);
 
-    let mut bwd = core_bwd;
-    bwd.push(map_rows(&row_slot, &dx_c, io.dx, n)?);
-
-    Ok(Head {
-        forward: fwd,
-        backward: bwd,
-        tile: core.tile,
-        _buffers: vec![
-            slot_row,
-            slot_target,
-            row_slot,
-            x_c,
-            dx_c,
-            losses_c,
-            correct_c,
-        ],
+    let mut backward = core_bwd;
+    backward.push(map_rows(&b.row_slot, &b.dx_c, io.dx, n)?);
+    Ok(Level {
+        rows: cap,
+        forward,
+        backward,
     })
 }
 

@@ -90,6 +90,8 @@ fn bench_one(gpu: &Gpu, a: &Args, arch: MqarArch, dim: usize) -> Result<MqarStep
             head_rows: Some(a.batch * max_kv),
         };
         let m = new_train_graph_with(gpu, &cfg, a.batch, a.seq, options)?;
+        // As the sweep does: the head on the fewest rows that hold the batch's scored ones.
+        m.set_scored_rows(scored);
         m.init_params(gpu, 1)?;
         let inputs = gpu.storage_from("mqar inputs", &inputs)?;
         let targets = gpu.storage_from("mqar targets", &targets)?;

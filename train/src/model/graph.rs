@@ -38,6 +38,12 @@ pub trait TrainGraph {
         inputs: &wgpu::Buffer,
         targets: &wgpu::Buffer,
     ) -> Result<(), GpuError>;
+    /// With `head_rows`: the next recorded forward and backward run the head on the fewest
+    /// rows it is recorded at that hold `scored` rows (the scored targets of the inputs about
+    /// to be recorded; see `loglinear_host_gpu::train::head::Head::set_scored_rows`). Scored
+    /// rows beyond them get NaN losses, as beyond the capacity. Until it is called, the head
+    /// runs at its capacity; without `head_rows` it changes nothing.
+    fn set_scored_rows(&self, scored: usize);
     /// [`TrainGraph::encode_forward_targets`], calling `mark` after each stage.
     fn encode_forward_targets_marked(
         &self,

@@ -495,6 +495,9 @@ impl<M: Mixer> TrainGraph for TrainModel<M> {
     ) -> Result<(), GpuError> {
         TrainModel::encode_forward_targets_marked(self, enc, inputs, targets, mark)
     }
+    fn set_scored_rows(&self, scored: usize) {
+        self.head.set_scored_rows(scored);
+    }
     fn encode_backward(&self, enc: &mut wgpu::CommandEncoder, loss_scale: f32) {
         TrainModel::encode_backward(self, enc, loss_scale)
     }

@@ -130,6 +130,8 @@ impl Runner<'_> {
         let (ib, tb) = (&self.inputs[slot], &self.targets[slot]);
         self.gpu.write(ib, &inputs);
         self.gpu.write(tb, &targets);
+        // The head runs on the fewest of its row levels that hold this batch's scored rows.
+        self.graph.set_scored_rows(scored as usize);
         self.graph.encode_forward_targets(enc, ib, tb)?;
         Ok(scored)
     }
