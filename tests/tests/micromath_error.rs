@@ -19,31 +19,12 @@
 //! Run: `cargo test --release -p loglinear-tests --test micromath_error -- --nocapture`.
 
 use loglinear_runtime::math;
+use loglinear_tests::{get, layer_inter_length, layer_lengths, read_arrays, Array};
 use micromath::F32Ext;
-use safetensors::{Dtype, SafeTensors};
+use std::collections::HashMap;
 
 /// Operator tolerance of the golden tests for an exact-fp32 implementation (golden README §7).
 const OPERATOR_TOL: f64 = 2e-5;
-
-/// A tensor as f64 (F64 and F32 files both).
-fn tensor(st: &SafeTensors<'_>, name: &str) -> Vec<f64> {
-    let t = st
-        .tensor(name)
-        .unwrap_or_else(|e| panic!("tensor {name}: {e}"));
-    match t.dtype() {
-        Dtype::F64 => t
-            .data()
-            .chunks_exact(8)
-            .map(|b| f64::from_le_bytes(b.try_into().unwrap()))
-            .collect(),
-        Dtype::F32 => t
-            .data()
-            .chunks_exact(4)
-            .map(|b| f32::from_le_bytes(b.try_into().unwrap()) as f64)
-            .collect(),
-        d => panic!("tensor {name}: unexpected dtype {d:?}"),
-    }
-}
 
 /// `W x` for every row of `x` ([T, D]), W [out, D]: returns [T, out].
 fn project(w: &[f64], x: &[f64], d: usize) -> Vec<f64> {
@@ -248,8 +229,8 @@ impl Samples {
     /// block output, and the mixer output of the length with intermediates.
     fn add_block_norms(&mut self, case: &Case<'_>, d: usize, eps: f64) {
         for t in &case.lengths {
-            self.add_rmsnorm(&tensor(case.st, &format!("T{t}.x")), d, eps);
-            self.add_rmsnorm(&tensor(case.st, &format!("T{t}.y_block")), d, eps);
+            self.add_rmsnorm(&case.tensor(&format!("T{t}.x")), d, eps);
+            self.add_rmsnorm(&case.tensor(&format!("T{t}.y_block")), d, eps);
         }
         self.add_rmsnorm(&case.at("y_mixer"), d, eps);
     }
@@ -266,39 +247,32 @@ impl Samples {
 /// One golden layer file: its tensors, its sequence lengths, the length `t` whose
 /// intermediates it stores, and its manifest config.
 struct Case<'a> {
-    st: &'a SafeTensors<'a>,
+    name: &'a str,
+    arrays: HashMap<String, Array>,
     lengths: Vec<usize>,
     t: usize,
     config: &'a serde_json::Value,
 }
 
 impl<'a> Case<'a> {
-    fn new(st: &'a SafeTensors<'a>, config: &'a serde_json::Value) -> Self {
-        let mut lengths: Vec<usize> = st
-            .names()
-            .iter()
-            .filter_map(|k| k.strip_prefix('T')?.strip_suffix(".x")?.parse().ok())
-            .collect();
-        lengths.sort_unstable();
-        let t = *lengths
-            .iter()
-            .find(|t| {
-                st.names()
-                    .iter()
-                    .any(|k| k.starts_with(&format!("T{t}.inter.")))
-            })
-            .expect("a length with stored intermediates");
+    fn new(name: &'a str, arrays: HashMap<String, Array>, config: &'a serde_json::Value) -> Self {
         Self {
-            st,
-            lengths,
-            t,
+            name,
+            lengths: layer_lengths(&arrays, name),
+            t: layer_inter_length(&arrays, name),
+            arrays,
             config,
         }
     }
 
+    /// Tensor `key` as f64.
+    fn tensor(&self, key: &str) -> Vec<f64> {
+        get(&self.arrays, key, self.name).data.clone()
+    }
+
     /// `T{t}.{name}` at the length with intermediates.
     fn at(&self, name: &str) -> Vec<f64> {
-        tensor(self.st, &format!("T{}.{name}", self.t))
+        self.tensor(&format!("T{}.{name}", self.t))
     }
 
     /// `T{t}.inter.{name}`.
@@ -321,7 +295,6 @@ impl<'a> Case<'a> {
 }
 
 fn collect_mamba2(s: &mut Samples, case: &Case<'_>, log_linear: bool) {
-    let st = case.st;
     let eps = case.f64("layer_norm_epsilon");
     let d = case.usize("hidden_size");
     let di = case.usize("expand") * d;
@@ -330,11 +303,11 @@ fn collect_mamba2(s: &mut Samples, case: &Case<'_>, log_linear: bool) {
     let width = case.usize("conv_kernel");
 
     s.add(Func::Exp, "α = e^g (g ≤ 0)", case.inter("g"));
-    s.add(Func::Exp, "e^A_log", tensor(st, "mixer.A_log"));
+    s.add(Func::Exp, "e^A_log", case.tensor("mixer.A_log"));
 
     // dt = softplus(dt_raw + dt_bias).
     let dt_raw = case.inter("dt_raw");
-    let dt_bias = tensor(st, "mixer.dt_bias");
+    let dt_bias = case.tensor("mixer.dt_bias");
     let sp_in = per_head(&dt_raw, &dt_bias, |v, b| v + b);
     check_close(
         "mamba2 dt",
@@ -346,7 +319,7 @@ fn collect_mamba2(s: &mut Samples, case: &Case<'_>, log_linear: bool) {
 
     // λ = softplus(L ⊙ dl).
     if log_linear {
-        let lam_in = per_head(&case.inter("dl"), &tensor(st, "mixer.L"), |v, l| v * l);
+        let lam_in = per_head(&case.inter("dl"), &case.tensor("mixer.L"), |v, l| v * l);
         s.add_lambda("mamba2 λ", &lam_in, 1.0, &case.inter("lam"));
     }
 
@@ -356,8 +329,8 @@ fn collect_mamba2(s: &mut Samples, case: &Case<'_>, log_linear: bool) {
     let xbc = case.inter("xBC");
     let pre = conv(
         &xbc,
-        &tensor(st, "mixer.conv1d.weight"),
-        Some(&tensor(st, "mixer.conv1d.bias")),
+        &case.tensor("mixer.conv1d.weight"),
+        Some(&case.tensor("mixer.conv1d.bias")),
         conv_dim,
         width,
     );
@@ -384,7 +357,6 @@ fn collect_mamba2(s: &mut Samples, case: &Case<'_>, log_linear: bool) {
 }
 
 fn collect_gdn(s: &mut Samples, case: &Case<'_>, log_linear: bool) {
-    let st = case.st;
     let eps = case.f64("norm_eps");
     let h = case.usize("num_heads");
     let dk = case.usize("head_dim");
@@ -394,19 +366,19 @@ fn collect_gdn(s: &mut Samples, case: &Case<'_>, log_linear: bool) {
     let d = case.usize("hidden_size");
 
     s.add(Func::Exp, "α = e^g (g ≤ 0)", case.inter("g"));
-    let a_log = tensor(st, "attn.A_log");
+    let a_log = case.tensor("attn.A_log");
     s.add(Func::Exp, "e^A_log", a_log.iter().copied());
 
     // g = −e^A_log · softplus(a + dt_bias), a = a_proj x.
-    let dt_bias = tensor(st, "attn.dt_bias");
-    let a = project(&tensor(st, "attn.a_proj.weight"), &x, d);
+    let dt_bias = case.tensor("attn.dt_bias");
+    let a = project(&case.tensor("attn.a_proj.weight"), &x, d);
     let sp_in = per_head(&a, &dt_bias, |v, b| v + b);
     let g = per_head(&sp_in, &a_log, |v, a_log| -a_log.exp() * softplus64(v));
     check_close("gdn g", &g, &case.inter("g"), 1e-6);
     s.add_softplus(&sp_in);
 
     // β = sigmoid(b_proj x).
-    let b = project(&tensor(st, "attn.b_proj.weight"), &x, d);
+    let b = project(&case.tensor("attn.b_proj.weight"), &x, d);
     check_close(
         "gdn beta",
         &b.iter().map(|&v| sigmoid64(v)).collect::<Vec<_>>(),
@@ -417,8 +389,8 @@ fn collect_gdn(s: &mut Samples, case: &Case<'_>, log_linear: bool) {
 
     // λ_used = softplus(L ⊙ l_proj x) · √dk.
     if log_linear {
-        let lin = project(&tensor(st, "attn.l_proj.weight"), &x, d);
-        let lam_in = per_head(&lin, &tensor(st, "attn.L"), |v, l| v * l);
+        let lin = project(&case.tensor("attn.l_proj.weight"), &x, d);
+        let lam_in = per_head(&lin, &case.tensor("attn.L"), |v, l| v * l);
         let stored = case.inter("lam_used");
         s.add_lambda("gdn λ", &lam_in, (dk as f64).sqrt(), &stored);
     }
@@ -430,8 +402,8 @@ fn collect_gdn(s: &mut Samples, case: &Case<'_>, log_linear: bool) {
         ("attn.v_proj.weight", "attn.v_conv1d.weight", "v", h * dv),
     ] {
         let pre = conv(
-            &project(&tensor(st, p), &x, d),
-            &tensor(st, c),
+            &project(&case.tensor(p), &x, d),
+            &case.tensor(c),
             None,
             ch,
             width,
@@ -444,7 +416,7 @@ fn collect_gdn(s: &mut Samples, case: &Case<'_>, log_linear: bool) {
         );
         s.add_sigmoid(&pre);
     }
-    let gate = project(&tensor(st, "attn.g_proj.weight"), &x, d);
+    let gate = project(&case.tensor("attn.g_proj.weight"), &x, d);
     s.add_sigmoid(&gate);
 
     // l2norm Σx² + 1e-6 on q, k (per head); o_norm mean over dv; block norms; √dk.
@@ -520,15 +492,13 @@ fn row(func: Func, source: &str, xs: &[f32]) -> Row {
 fn micromath_is_too_coarse_for_the_operator_tolerance() {
     let mut samples = Samples::default();
     let mut files = 0;
-    for (_, entry) in loglinear_tests::cases(&loglinear_tests::manifest(), "layer") {
+    for (name, entry) in loglinear_tests::cases(&loglinear_tests::manifest(), "layer") {
         let kind = entry["kind"].as_str().expect("layer kind");
         {
             let path =
                 loglinear_tests::golden_dir().join(entry["file"].as_str().expect("layer file"));
-            let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-            let st = SafeTensors::deserialize(&bytes).unwrap();
             let log_linear = kind.starts_with("ll_");
-            let case = Case::new(&st, &entry["config"]);
+            let case = Case::new(&name, read_arrays(&path), &entry["config"]);
             if kind.ends_with("mamba2") {
                 collect_mamba2(&mut samples, &case, log_linear);
             } else {
