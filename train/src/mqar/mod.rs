@@ -52,8 +52,10 @@
 //! loss run on the scored rows only (`GraphOptions::head_rows` = micro-batch × the most scored
 //! positions of any example, 64 at the default kv settings: a quarter of the rows, logits
 //! 0.5 GiB at batch 256 instead of 2 GiB). On an H200 that took a batch-128 step at dim 64 from
-//! 38.5 to 29 ms (GDN) and from 30.5 to 21 ms (Mamba-2). The full protocol (22 528 steps × 48
-//! runs per seed) still takes many hours on one GPU. Within a fixed budget use
+//! 38.5 to 29 ms (GDN) and from 30.5 to 21 ms (Mamba-2). Within that capacity the head is
+//! recorded at eight row levels, and each micro-batch runs the smallest that holds its scored
+//! rows (`TrainGraph::set_scored_rows`; about 4,000 of 16,384 at batch 256). The full protocol
+//! (22 528 steps × 48 runs per seed) still takes many hours on one GPU. Within a fixed budget use
 //! `--max-seconds-per-run` (the cosine is fitted to the steps that fit), one learning rate per
 //! pass (results accumulate in `--output`; a second pass with another `--lrs` adds to the table),
 //! and possibly a smaller `--batch` (more updates per second; not the protocol's 256), e.g.
