@@ -699,12 +699,14 @@ fn embed_case(t: usize, batch: usize, d: usize, vocab: usize) {
             want_de[id(r) * d + c] += dx[r * d + c] as f64;
         }
     }
-    // f32 sums of up to ~30 rows per token: rounding, well under 1e-6.
+    // f32 sums of up to ~30 rows per token round to a rel L2 of about 1e-7 (1.03e-7 on
+    // lavapipe in the larger case); 2e-7 holds that with a margin, and a row lost or added
+    // is orders of magnitude above it.
     check(
         "embed backward",
         &read(&gpu, &bde, vocab * d),
         &want_de,
-        1e-6,
+        2e-7,
     );
     let loss64 = |lg: &[f64]| -> Vec<f64> {
         let mut out = vec![0.0; rows];

@@ -10,7 +10,7 @@ use loglinear_host_gpu::train::optim::{AdamW, AdamWConfig};
 use loglinear_host_gpu::{wgpu, Gpu, GpuError};
 use loglinear_runtime::rng::SplitMix64;
 use loglinear_runtime::ModelConfig;
-use loglinear_train::model::{new_train_graph, Stage, TrainGraph};
+use loglinear_train::model::{new_train_graph, Stage, StageMark, TrainGraph};
 use std::time::Instant;
 
 /// The shipped models' configs (compiled in, so a binary carried to another machine needs no
@@ -115,15 +115,15 @@ pub type Interval = (&'static str, usize, u64);
 
 /// The marks of one step: a timestamp at each (where the adapter has them), and what each
 /// interval from the previous mark was.
-pub struct Marks<'a> {
-    pub timer: Option<&'a Timestamps>,
-    pub labels: Vec<Interval>,
+struct Marks<'a> {
+    timer: Option<&'a Timestamps>,
+    labels: Vec<Interval>,
     /// [`recorded_dispatches`] at the previous mark.
-    pub dispatches_before: u64,
+    dispatches_before: u64,
 }
 
 impl Marks<'_> {
-    pub fn mark(&mut self, enc: &mut wgpu::CommandEncoder, label: &'static str, phase: usize) {
+    fn mark(&mut self, enc: &mut wgpu::CommandEncoder, label: &'static str, phase: usize) {
         if let Some(t) = self.timer {
             t.mark(enc, self.labels.len() as u32 + 1);
         }
@@ -140,11 +140,76 @@ pub const BACKWARD: usize = 1;
 pub const OPTIMIZER: usize = 2;
 
 /// The phase of a stage.
-pub fn phase_of(s: Stage) -> usize {
+fn phase_of(s: Stage) -> usize {
     if s.is_backward() {
         BACKWARD
     } else {
         FORWARD
+    }
+}
+
+/// What every recorded training step of one model shares: all but its forward.
+pub struct StepRecorder<'a> {
+    pub gpu: &'a Gpu,
+    pub model: &'a dyn TrainGraph,
+    /// The command encoder's label.
+    pub label: &'static str,
+    /// Mark each stage (`--stages`), else each phase.
+    pub stages: bool,
+    /// The backward's loss scale: one over the scored positions.
+    pub loss_scale: f32,
+    /// AdamW's gradient clipping.
+    pub max_norm: Option<f32>,
+}
+
+impl StepRecorder<'_> {
+    /// Records one step (zero gradients, `forward`, backward, AdamW) with a mark after each
+    /// stage or phase, timestamped where `timer` is given; returns the unsubmitted encoder and
+    /// the marks' intervals. `forward` records the model's forward, calling its mark after
+    /// each stage.
+    pub fn record(
+        &self,
+        opt: &mut AdamW,
+        timer: Option<&Timestamps>,
+        forward: impl FnOnce(&mut wgpu::CommandEncoder, StageMark) -> Result<(), GpuError>,
+    ) -> Result<(wgpu::CommandEncoder, Vec<Interval>), GpuError> {
+        let mut enc = self.gpu.encoder(self.label);
+        let mut marks = Marks {
+            timer,
+            labels: Vec::new(),
+            dispatches_before: recorded_dispatches(),
+        };
+        if let Some(t) = timer {
+            t.mark(&mut enc, 0);
+        }
+        self.model.encode_zero_grads(&mut enc);
+        let stages = self.stages;
+        if stages {
+            marks.mark(&mut enc, "zero gradients", FORWARD);
+        }
+        forward(&mut enc, &mut |e, s| {
+            if stages {
+                marks.mark(e, s.name(), phase_of(s));
+            }
+        })?;
+        if !stages {
+            marks.mark(&mut enc, "forward", FORWARD);
+        }
+        self.model
+            .encode_backward_marked(&mut enc, self.loss_scale, &mut |e, s| {
+                if stages {
+                    marks.mark(e, s.name(), phase_of(s));
+                }
+            });
+        if !stages {
+            marks.mark(&mut enc, "backward", BACKWARD);
+        }
+        opt.encode_step(self.gpu, &mut enc, 1e-3, self.max_norm)?;
+        marks.mark(&mut enc, "AdamW", OPTIMIZER);
+        if let Some(t) = timer {
+            t.resolve(&mut enc);
+        }
+        Ok((enc, marks.labels))
     }
 }
 
@@ -161,46 +226,22 @@ fn bench_model(gpu: &Gpu, a: &Args, c: &ModelConfig) -> Result<StepTimes, GpuErr
         .map(|_| ((rng.unit_f32() * c.vocab_size as f32) as u32).min(c.vocab_size as u32 - 1))
         .collect();
     let tokens = gpu.storage_from("tokens", &tokens)?;
-    let scale = 1.0 / (a.batch * a.seq) as f32;
+    let recorder = StepRecorder {
+        gpu,
+        model: m.as_ref(),
+        label: "train step",
+        stages: a.stages,
+        loss_scale: 1.0 / (a.batch * a.seq) as f32,
+        max_norm: Some(1.0),
+    };
     let step = |opt: &mut AdamW| -> Result<(f64, Vec<Interval>), GpuError> {
-        let mut enc = gpu.encoder("train step");
-        let mut marks = Marks {
-            timer: timer.as_ref(),
-            labels: Vec::new(),
-            dispatches_before: recorded_dispatches(),
-        };
-        if let Some(t) = &timer {
-            t.mark(&mut enc, 0);
-        }
-        m.encode_zero_grads(&mut enc);
-        let stages = a.stages;
-        if stages {
-            marks.mark(&mut enc, "zero gradients", FORWARD);
-        }
-        m.encode_forward_marked(&mut enc, &tokens, &mut |e, s| {
-            if stages {
-                marks.mark(e, s.name(), phase_of(s));
-            }
-        });
-        if !stages {
-            marks.mark(&mut enc, "forward", FORWARD);
-        }
-        m.encode_backward_marked(&mut enc, scale, &mut |e, s| {
-            if stages {
-                marks.mark(e, s.name(), phase_of(s));
-            }
-        });
-        if !stages {
-            marks.mark(&mut enc, "backward", BACKWARD);
-        }
-        opt.encode_step(gpu, &mut enc, 1e-3, Some(1.0))?;
-        marks.mark(&mut enc, "AdamW", OPTIMIZER);
-        if let Some(t) = &timer {
-            t.resolve(&mut enc);
-        }
+        let (enc, labels) = recorder.record(opt, timer.as_ref(), |enc, mark| {
+            m.encode_forward_marked(enc, &tokens, mark);
+            Ok(())
+        })?;
         let start = Instant::now();
         gpu.submit_and_wait(enc)?;
-        Ok((start.elapsed().as_secs_f64() * 1e3, marks.labels))
+        Ok((start.elapsed().as_secs_f64() * 1e3, labels))
     };
     let mut first_loss = None;
     for _ in 0..a.warmup {

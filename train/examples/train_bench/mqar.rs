@@ -2,17 +2,14 @@
 //! architectures at each width: where a step's wall time goes (CPU recording, GPU time) and
 //! how many dispatches it records.
 
-use crate::model::{
-    phase_of, print_stages, Interval, Marks, StageSums, StageTimes, BACKWARD, FORWARD, OPTIMIZER,
-};
+use crate::model::{print_stages, Interval, StageSums, StageTimes, StepRecorder};
 use crate::{scoped, Args};
-use loglinear_host_gpu::gpu::recorded_dispatches;
 use loglinear_host_gpu::timestamps::{median, Timestamps};
 use loglinear_host_gpu::train::optim::{AdamW, AdamWConfig};
 use loglinear_host_gpu::{wgpu, Gpu, GpuError};
 use loglinear_train::model::{new_train_graph_with, GraphOptions, InitScheme};
-use loglinear_train::mqar::data::{generate, MqarConfig, ZOOLOGY_KV_PAIRS};
-use loglinear_train::mqar::{model_config, MqarArch};
+use loglinear_train::mqar::data::{generate, MqarConfig, ZOOLOGY_KV_PAIRS, ZOOLOGY_TRAIN_EXAMPLES};
+use loglinear_train::mqar::{model_config, MqarArch, GDN_EXPAND_V, IGNORED};
 use std::time::Instant;
 
 /// The sweep's architectures, in its order.
@@ -22,13 +19,6 @@ const ARCHS: [MqarArch; 4] = [
     MqarArch::LlMamba2,
     MqarArch::Mamba2,
 ];
-/// Zoology's training examples per kv setting (`ZOOLOGY_KV_PAIRS` order): the batch is drawn
-/// in these proportions.
-const ZOOLOGY_TRAIN_EXAMPLES: [usize; 5] = [100_000, 20_000, 20_000, 20_000, 20_000];
-/// Targets the loss ignores (the sweep's `IGNORED`).
-const IGNORED: u32 = u32::MAX;
-/// The sweep's value heads: twice the key heads (Zoology's and fla's GDN).
-const GDN_EXPAND_V: usize = 2;
 
 /// One architecture at one width.
 pub struct MqarRow {
@@ -100,46 +90,22 @@ fn bench_one(gpu: &Gpu, a: &Args, arch: MqarArch, dim: usize) -> Result<MqarStep
         // backward; AdamW) or per phase.
         let marks = if a.stages { 7 + 6 * cfg.num_layers } else { 4 };
         let timer = Timestamps::new(gpu, marks as u32);
-        let scale = 1.0 / scored.max(1) as f32;
+        let recorder = StepRecorder {
+            gpu,
+            model: m.as_ref(),
+            label: "mqar step",
+            stages: a.stages,
+            loss_scale: 1.0 / scored.max(1) as f32,
+            max_norm: None,
+        };
         // Records one step; with `timed`, timestamps between its stages or phases.
         type Recorded = (wgpu::CommandBuffer, Vec<Interval>);
         let record = |opt: &mut AdamW, timed: bool| -> Result<Recorded, GpuError> {
-            let mut enc = gpu.encoder("mqar step");
-            let mut marks = Marks {
-                timer: timer.as_ref().filter(|_| timed),
-                labels: Vec::new(),
-                dispatches_before: recorded_dispatches(),
-            };
-            if let Some(t) = marks.timer {
-                t.mark(&mut enc, 0);
-            }
-            m.encode_zero_grads(&mut enc);
-            let stages = a.stages;
-            if stages {
-                marks.mark(&mut enc, "zero gradients", FORWARD);
-            }
-            m.encode_forward_targets_marked(&mut enc, &inputs, &targets, &mut |e, s| {
-                if stages {
-                    marks.mark(e, s.name(), phase_of(s));
-                }
+            let timer = timer.as_ref().filter(|_| timed);
+            let (enc, labels) = recorder.record(opt, timer, |enc, mark| {
+                m.encode_forward_targets_marked(enc, &inputs, &targets, mark)
             })?;
-            if !stages {
-                marks.mark(&mut enc, "forward", FORWARD);
-            }
-            m.encode_backward_marked(&mut enc, scale, &mut |e, s| {
-                if stages {
-                    marks.mark(e, s.name(), phase_of(s));
-                }
-            });
-            if !stages {
-                marks.mark(&mut enc, "backward", BACKWARD);
-            }
-            opt.encode_step(gpu, &mut enc, 1e-3, None)?;
-            marks.mark(&mut enc, "AdamW", OPTIMIZER);
-            if let Some(t) = marks.timer {
-                t.resolve(&mut enc);
-            }
-            Ok((enc.finish(), marks.labels))
+            Ok((enc.finish(), labels))
         };
         let wait = || {
             gpu.device

@@ -38,6 +38,10 @@ pub const ZOOLOGY_VOCAB: usize = 8192;
 pub const ZOOLOGY_SEQ_LEN: usize = 256;
 /// Key–value pair counts swept.
 pub const ZOOLOGY_KV_PAIRS: [usize; 5] = [4, 8, 16, 32, 64];
+/// Zoology's training examples per key–value setting (`original_mqar_configs.py`), in
+/// `ZOOLOGY_KV_PAIRS` order: the default `--train-examples`, whose proportions a mixed batch
+/// follows.
+pub const ZOOLOGY_TRAIN_EXAMPLES: [usize; 5] = [100_000, 20_000, 20_000, 20_000, 20_000];
 /// Zoology's power-law parameter for query gaps (train and test).
 pub const ZOOLOGY_POWER_A: f64 = 0.01;
 /// Zoology's test split uses the training seed plus this.

@@ -87,6 +87,13 @@ mod sweep;
 pub use error::MqarError;
 pub use results::*;
 
+/// A target the loss ignores (no loss, no gradient, not scored): every position but the
+/// queries.
+pub const IGNORED: u32 = u32::MAX;
+/// The default `--gdn-expand-v`: GDN value heads twice the key heads' width, as Zoology's
+/// GatedDeltaNet mixer and fla's default.
+pub const GDN_EXPAND_V: usize = 2;
+
 /// An architecture of the sweep.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum)]
 pub enum MqarArch {
@@ -283,7 +290,7 @@ pub struct MqarArgs {
     pub merge: Vec<PathBuf>,
     /// GDN value head width over key head width (head_v_dim = this × head_k_dim): 2 in
     /// Zoology's GatedDeltaNet mixer and fla's default; runs recorded before this flag used 1.
-    #[arg(long, default_value_t = 2)]
+    #[arg(long, default_value_t = GDN_EXPAND_V)]
     pub gdn_expand_v: usize,
     /// Vocabulary size (Zoology: 8192; smaller for tests).
     #[arg(long, default_value_t = crate::mqar::data::ZOOLOGY_VOCAB, hide = true)]
@@ -485,7 +492,7 @@ pub fn train_counts(args: &MqarArgs) -> Result<Vec<usize>, MqarError> {
         return Ok(args
             .kv
             .iter()
-            .map(|&kv| if kv == 4 { 100_000 } else { 20_000 })
+            .map(|&kv| zoology_train_examples(kv))
             .collect());
     };
     let counts = match given[..] {
@@ -505,6 +512,14 @@ pub fn train_counts(args: &MqarArgs) -> Result<Vec<usize>, MqarError> {
         )));
     }
     Ok(counts)
+}
+
+/// Zoology's training examples for a `kv` setting; a setting outside Zoology's takes the
+/// count of its last one.
+fn zoology_train_examples(kv: usize) -> usize {
+    use crate::mqar::data::{ZOOLOGY_KV_PAIRS, ZOOLOGY_TRAIN_EXAMPLES};
+    let i = ZOOLOGY_KV_PAIRS.iter().position(|&z| z == kv);
+    ZOOLOGY_TRAIN_EXAMPLES[i.unwrap_or(ZOOLOGY_TRAIN_EXAMPLES.len() - 1)]
 }
 
 /// Steps per epoch: the training set in batches, the last one partial.
@@ -571,6 +586,17 @@ mod tests {
         let e = load_results(&args).unwrap_err();
         assert!(matches!(e, MqarError::NoRuns { .. }), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Without `--train-examples` each setting takes Zoology's count, one outside Zoology's
+    /// that of its last setting; the `--gdn-expand-v` default is `GDN_EXPAND_V`.
+    #[test]
+    fn defaults_are_zoologys() {
+        let args = Cli::parse_from(["mqar"]).mqar;
+        assert_eq!(train_counts(&args).unwrap(), data::ZOOLOGY_TRAIN_EXAMPLES);
+        assert_eq!(args.gdn_expand_v, GDN_EXPAND_V);
+        let args = Cli::parse_from(["mqar", "--kv", "2,64,4"]).mqar;
+        assert_eq!(train_counts(&args).unwrap(), [20_000, 20_000, 100_000]);
     }
 
     /// A results file with this command's settings and no `runs`.

@@ -13,8 +13,6 @@ use std::time::Instant;
 
 type Res<T> = Result<T, MqarError>;
 
-/// Ignored target (no loss, no gradient, not scored).
-const IGNORED: u32 = u32::MAX;
 /// Training data seed (Zoology's 123), per kv setting apart by 1000; tests add 10.
 const DATA_SEED: u64 = 123;
 /// Steps between loss read-backs (each waits for the GPU).
