@@ -32,6 +32,11 @@ pub enum GpuError {
     },
     /// Inputs with the wrong shape or an unsupported model.
     Invalid(String),
+    /// [`GpuOptions::adapter`] is past the end of the adapters [`adapters`] lists.
+    NoSuchAdapter {
+        index: usize,
+        adapters: Vec<AdapterSummary>,
+    },
 }
 
 impl fmt::Display for GpuError {
@@ -53,6 +58,18 @@ impl fmt::Display for GpuError {
                 "buffer `{label}` needs {bytes} bytes, over the adapter's storage-binding limit of {limit}"
             ),
             GpuError::Invalid(m) => write!(f, "{m}"),
+            GpuError::NoSuchAdapter { index, adapters } if adapters.is_empty() => write!(
+                f,
+                "no GPU adapter {index}: no adapters found; on Linux without a GPU install mesa-vulkan-drivers (lavapipe)"
+            ),
+            GpuError::NoSuchAdapter { index, adapters } => {
+                let list: Vec<String> = adapters.iter().map(ToString::to_string).collect();
+                write!(
+                    f,
+                    "no GPU adapter {index}; the adapters are {}",
+                    list.join("; ")
+                )
+            }
         }
     }
 }
@@ -81,12 +98,16 @@ pub struct GpuOptions {
     /// type (f16 on NVIDIA), so results meet the reduced-precision tolerances of the golden
     /// README §7 (3e-3 / 3e-2), not the fp32 ones.
     pub cooperative_matrix: bool,
+    /// The adapter: index i is the i-th of [`adapters`]; `None` lets wgpu choose (high
+    /// performance preference).
+    pub adapter: Option<usize>,
 }
 
 impl Default for GpuOptions {
     fn default() -> Self {
         Self {
             cooperative_matrix: true,
+            adapter: None,
         }
     }
 }
@@ -98,8 +119,76 @@ impl GpuOptions {
         let off = std::env::var("LOGLINEAR_GPU_NO_COOP").is_ok_and(|v| v == "1");
         Self {
             cooperative_matrix: !off,
+            ..Self::default()
         }
     }
+}
+
+/// An adapter as [`adapters`] lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AdapterSummary {
+    /// Its index for [`GpuOptions::adapter`].
+    pub index: usize,
+    pub name: String,
+    pub backend: wgpu::Backend,
+    pub device_type: wgpu::DeviceType,
+}
+
+impl fmt::Display for AdapterSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: {} ({:?}, {:?})",
+            self.index, self.name, self.backend, self.device_type
+        )
+    }
+}
+
+/// The adapters that [`GpuOptions::adapter`] indexes, in its order: those of wgpu's primary
+/// backends (Vulkan, Metal, DX12; or the ones `WGPU_BACKEND` names), discrete GPUs first, then
+/// integrated, virtual, other and CPU ones (lavapipe), each kind in the driver's enumeration
+/// order. OpenGL is left out, as it would list the Vulkan GPUs a second time; so index i is
+/// the same device in every process of a machine.
+pub fn adapters() -> Vec<AdapterSummary> {
+    let list = pollster::block_on(ordered_adapters(&new_instance()));
+    summaries(&list)
+}
+
+fn summaries(list: &[wgpu::Adapter]) -> Vec<AdapterSummary> {
+    list.iter()
+        .enumerate()
+        .map(|(index, a)| {
+            let info = a.get_info();
+            AdapterSummary {
+                index,
+                name: info.name,
+                backend: info.backend,
+                device_type: info.device_type,
+            }
+        })
+        .collect()
+}
+
+/// The instance every device and listing starts from (`WGPU_BACKEND` and the other wgpu
+/// environment variables apply).
+fn new_instance() -> wgpu::Instance {
+    wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env())
+}
+
+/// The adapters in [`adapters`]' order.
+async fn ordered_adapters(instance: &wgpu::Instance) -> Vec<wgpu::Adapter> {
+    let mut list = instance
+        .enumerate_adapters(wgpu::Backends::PRIMARY.with_env())
+        .await;
+    // A stable sort: each kind keeps the driver's order.
+    list.sort_by_key(|a| match a.get_info().device_type {
+        wgpu::DeviceType::DiscreteGpu => 0,
+        wgpu::DeviceType::IntegratedGpu => 1,
+        wgpu::DeviceType::VirtualGpu => 2,
+        wgpu::DeviceType::Other => 3,
+        wgpu::DeviceType::Cpu => 4,
+    });
+    list
 }
 
 /// The cooperative-matrix configuration of the coop matmul kernel: S×S matrices
@@ -256,6 +345,7 @@ impl Gpu {
     pub fn new_fp32() -> Result<Self, GpuError> {
         Self::new_with(GpuOptions {
             cooperative_matrix: false,
+            adapter: None,
         })
     }
 
@@ -265,17 +355,28 @@ impl Gpu {
     }
 
     async fn new_async(options: GpuOptions) -> Result<Self, GpuError> {
-        let instance =
-            wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env());
-        let adapter = instance
-            .request_adapter(&wgpu::RequestAdapterOptions {
-                power_preference: wgpu::PowerPreference::HighPerformance,
-                force_fallback_adapter: false,
-                compatible_surface: None,
-                apply_limit_buckets: false,
-            })
-            .await
-            .map_err(|e| GpuError::NoAdapter(e.to_string()))?;
+        let instance = new_instance();
+        let adapter = match options.adapter {
+            None => instance
+                .request_adapter(&wgpu::RequestAdapterOptions {
+                    power_preference: wgpu::PowerPreference::HighPerformance,
+                    force_fallback_adapter: false,
+                    compatible_surface: None,
+                    apply_limit_buckets: false,
+                })
+                .await
+                .map_err(|e| GpuError::NoAdapter(e.to_string()))?,
+            Some(index) => {
+                let mut list = ordered_adapters(&instance).await;
+                if index >= list.len() {
+                    return Err(GpuError::NoSuchAdapter {
+                        index,
+                        adapters: summaries(&list),
+                    });
+                }
+                list.swap_remove(index)
+            }
+        };
         let wanted = wgpu::Features::SHADER_F16
             | wgpu::Features::SUBGROUP
             | wgpu::Features::TIMESTAMP_QUERY
@@ -332,15 +433,27 @@ impl Gpu {
 
     /// "name (backend, device type, driver); matmul: …" for logs and benchmark tables.
     pub fn describe(&self) -> String {
-        let i = &self.info;
         let matmul = match &self.coop_matmul {
             Ok(cfg) => format!("cooperative matrices {}", cfg.describe()),
             Err(why) => format!("fp32 ({why})"),
         };
+        format!("{}; matmul: {matmul}", self.describe_adapter())
+    }
+
+    /// "name (backend, device type, driver)".
+    pub fn describe_adapter(&self) -> String {
+        let i = &self.info;
         format!(
-            "{} ({:?}, {:?}, {} {}); matmul: {matmul}",
+            "{} ({:?}, {:?}, {} {})",
             i.name, i.backend, i.device_type, i.driver, i.driver_info
         )
+    }
+
+    /// "name (backend, device type, driver); training kernels: fp32", for the trainers' logs:
+    /// the training graphs run every kernel in fp32 on any adapter (the cooperative-matrix
+    /// matmul serves only the inference projections).
+    pub fn describe_for_training(&self) -> String {
+        format!("{}; training kernels: fp32", self.describe_adapter())
     }
 
     fn check_size(&self, label: &str, bytes: u64) -> Result<(), GpuError> {
@@ -638,6 +751,46 @@ mod tests {
         let aligned = "struct P { a: u32, b: u32, c: u32, v: vec4<f32> }\n\
                        @group(0) @binding(0) var<uniform> p: P;";
         assert_eq!(wgsl_uniform_size(aligned), 32);
+    }
+
+    #[test]
+    fn an_adapter_is_chosen_by_its_index() {
+        let list = adapters();
+        assert!(!list.is_empty(), "no adapters (lavapipe in CI)");
+        for (i, a) in list.iter().enumerate() {
+            assert_eq!(a.index, i);
+        }
+        let last = list.len() - 1;
+        let gpu = Gpu::new_with(GpuOptions {
+            adapter: Some(last),
+            ..GpuOptions::default()
+        })
+        .expect("the last adapter listed");
+        assert_eq!(gpu.info.name, list[last].name);
+        assert_eq!(gpu.info.backend, list[last].backend);
+    }
+
+    #[test]
+    fn an_adapter_index_out_of_range_lists_the_adapters() {
+        let list = adapters();
+        let err = Gpu::new_with(GpuOptions {
+            adapter: Some(list.len()),
+            ..GpuOptions::default()
+        })
+        .err()
+        .expect("an index past the list is refused");
+        assert!(
+            matches!(&err, GpuError::NoSuchAdapter { index, adapters } if *index == list.len() && *adapters == list),
+            "{err:?}"
+        );
+        let message = err.to_string();
+        assert!(
+            message.contains(&format!("no GPU adapter {}", list.len())),
+            "{message}"
+        );
+        for a in &list {
+            assert!(message.contains(&a.to_string()), "{message}");
+        }
     }
 
     #[test]

@@ -14,7 +14,7 @@ pub mod timestamps;
 pub mod train;
 pub mod weights;
 
-pub use gpu::{dispatch, Gpu, GpuError, Kernel, Rows};
+pub use gpu::{adapters, dispatch, AdapterSummary, Gpu, GpuError, GpuOptions, Kernel, Rows};
 pub use prefill::{GpuModel, MixerTrace, Prefill, PrefillOptions};
 /// The wgpu this crate is built on (its buffers and encoders appear in the training API).
 pub use wgpu;

@@ -240,7 +240,7 @@ fn main() {
     // Anchor files are read before the GPU work, so that a bad path fails at once.
     let anchors = Anchors::read(&a.anchors).unwrap_or_else(|e| fail(e));
     let gpu = Gpu::new().unwrap_or_else(|e| fail(e));
-    println!("adapter: {}", gpu.describe());
+    println!("adapter: {}", gpu.describe_for_training());
     if !a.anchors.is_empty() {
         println!(
             "anchors: {} timings from {} file(s)",

@@ -111,7 +111,7 @@ pub fn json_report(
         })
         .collect();
     json!({
-        "adapter": gpu.describe(),
+        "adapter": gpu.describe_for_training(),
         "warmup": a.warmup,
         "iters": a.iters,
         "operator": ops,

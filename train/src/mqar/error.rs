@@ -1,6 +1,7 @@
 //! Why the MQAR task or sweep failed. Each variant names what failed: a data setting, a flag,
 //! a file or a folder; its message is what `loglinear mqar` prints.
 
+use super::launch::ProcessFailure;
 use crate::checkpoint_dir::CheckpointError;
 use crate::schedule::ScheduleError;
 use loglinear_converter::output_file::OutputFileError;
@@ -175,6 +176,22 @@ pub enum MqarError {
         scored: u64,
         /// Rows of the head.
         capacity: usize,
+    },
+    /// This executable cannot be found, so `--gpus` cannot start its processes.
+    #[error("cannot find this executable to start the --gpus processes: {0}")]
+    CurrentExe(#[source] std::io::Error),
+    /// Processes of `--gpus` that failed; the others ran to their end.
+    #[error(
+        "{} of {count} mqar processes failed: {}; the runs they recorded are in their results \
+         files, and the same command continues",
+        .failed.len(),
+        .failed.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+    )]
+    Processes {
+        /// The processes that failed.
+        failed: Vec<ProcessFailure>,
+        /// Processes started.
+        count: usize,
     },
     /// A results or table file that cannot be written.
     #[error(transparent)]

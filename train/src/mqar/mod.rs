@@ -64,6 +64,15 @@
 //! add throughput (12 at once on the H200 each ran 10–13× slower); runs made with different
 //! settings go into one table with `--merge a.json,b.json`.
 //!
+//! Several GPUs: the runs are independent, so `loglinear mqar --gpus 8 --output mqar.json --md
+//! mqar.md` runs the sweep as 8 processes of this command, one per adapter (`--gpu INDEX` puts
+//! one process on one adapter; indices in [`loglinear_host_gpu::adapters`]' order, discrete
+//! GPUs first). The sweep's runs are dealt round-robin in its order; process k of P records its
+//! runs in `mqar.share<k>of<P>.json` and checkpoints into that file's `.run/`, so the same
+//! command (`--max-seconds` is passed on to every process) resumes each process where it
+//! stopped; when all have finished, their runs are added to `--output` and the table is
+//! written (`launch.rs`).
+//!
 //! Interruptions: the run in progress is checkpointed into `<out>.run/` (`loglinear train`'s
 //! crash-safe folder: parameters, AdamW moments and step count, and in `trainer_state.json`
 //! the sweep's settings and the run's state: step, step count after any cut, the shuffle's
@@ -80,11 +89,13 @@ use std::path::PathBuf;
 
 pub mod data;
 mod error;
+mod launch;
 mod results;
 mod resume;
 mod sweep;
 
 pub use error::MqarError;
+pub use launch::{GpuList, ProcessFailure, Share};
 pub use results::*;
 
 /// A target the loss ignores (no loss, no gradient, not scored): every position but the
@@ -164,6 +175,16 @@ pub enum MqarHead {
     Untied,
 }
 
+impl MqarHead {
+    /// The command-line name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Tied => "tied",
+            Self::Untied => "untied",
+        }
+    }
+}
+
 /// The weight initialisation of the sweep's models.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum MqarInit {
@@ -171,6 +192,16 @@ pub enum MqarInit {
     Zoology,
     /// fla's `_init_weights`, as the official language models (N(0, 0.006)).
     Official,
+}
+
+impl MqarInit {
+    /// The command-line name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Zoology => "zoology",
+            Self::Official => "official",
+        }
+    }
 }
 
 /// A run as the sweep's messages name it.
@@ -193,7 +224,7 @@ fn graph_options(head: MqarHead, init: MqarInit, head_rows: usize) -> crate::mod
 }
 
 /// `loglinear mqar`: the MQAR sweep.
-#[derive(clap::Args, Debug, Clone)]
+#[derive(clap::Args, Debug, Clone, PartialEq)]
 pub struct MqarArgs {
     /// Architectures.
     #[arg(
@@ -288,6 +319,27 @@ pub struct MqarArgs {
     /// settings are listed under the table; the best learning rate per cell is taken over all.
     #[arg(long, value_delimiter = ',')]
     pub merge: Vec<PathBuf>,
+    /// The GPU to train on: an index into the adapters in the order --gpus uses (discrete
+    /// GPUs first, then integrated, virtual and CPU ones such as lavapipe, each kind in the
+    /// driver's order; Vulkan, Metal or DX12). Default: wgpu's choice (high performance).
+    #[arg(long, value_name = "INDEX")]
+    pub gpu: Option<usize>,
+    /// One process per GPU: a count N (adapters 0 to N-1, as --gpu numbers them) or a comma
+    /// list of adapter indices (`2,3`; `0,0` is two processes on adapter 0). The sweep's runs
+    /// are dealt round-robin; process k of P writes `<output stem>.share<k>of<P>.json` and its
+    /// checkpoint folder beside --output, so the same command resumes, and when all have
+    /// finished their runs are merged into --output and --md.
+    #[arg(
+        long,
+        value_name = "SPEC",
+        value_parser = GpuList::parse,
+        conflicts_with_all = ["merge", "gpu", "share"]
+    )]
+    pub gpus: Option<GpuList>,
+    /// Only this share of the sweep's runs, `k/P`: runs k, k + P, k + 2P, ... of its list (the
+    /// processes of --gpus).
+    #[arg(long, hide = true, value_parser = Share::parse)]
+    pub share: Option<Share>,
     /// GDN value head width over key head width (head_v_dim = this × head_k_dim): 2 in
     /// Zoology's GatedDeltaNet mixer and fla's default; runs recorded before this flag used 1.
     #[arg(long, default_value_t = GDN_EXPAND_V)]
@@ -309,6 +361,9 @@ pub fn run(args: &MqarArgs) -> Result<(), MqarError> {
         }
         print!("{table}");
         return Ok(());
+    }
+    if let Some(gpus) = &args.gpus {
+        return launch::run(args, gpus);
     }
     sweep::run(args)
 }
@@ -393,8 +448,8 @@ fn settings_json(args: &MqarArgs) -> serde_json::Value {
         "early_stop": args.early_stop,
         "max_seconds_per_run": args.max_seconds_per_run,
         "warmup": args.warmup,
-        "head": format!("{:?}", args.head).to_lowercase(),
-        "init": format!("{:?}", args.init).to_lowercase(),
+        "head": args.head.name(),
+        "init": args.init.name(),
     });
     // Absent means 1: the results files written before the flag existed used dv = dk.
     if args.gdn_expand_v != 1 {

@@ -7,7 +7,7 @@ use crate::mqar::data::MqarBatch;
 use crate::schedule::{Decay, LrSchedule};
 use indicatif::{ProgressBar, ProgressStyle};
 use loglinear_host_gpu::train::optim::{AdamW, AdamWConfig};
-use loglinear_host_gpu::{wgpu, Gpu, GpuError};
+use loglinear_host_gpu::{wgpu, Gpu, GpuError, GpuOptions};
 use loglinear_runtime::rng::SplitMix64;
 use std::time::Instant;
 
@@ -194,12 +194,39 @@ impl Budget {
 }
 
 /// One run of the sweep: what the results file tells runs apart by.
-#[derive(Clone, Copy)]
-struct RunId {
-    arch: MqarArch,
-    dim: usize,
-    lr: f64,
-    seed: u64,
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct RunId {
+    pub arch: MqarArch,
+    pub dim: usize,
+    pub lr: f64,
+    pub seed: u64,
+}
+
+impl RunId {
+    /// Whether `r` is a record of this run.
+    pub fn recorded_by(&self, r: &RunRecord) -> bool {
+        r.same_run(self.arch, self.dim, self.lr, self.seed)
+    }
+}
+
+/// Every run of the sweep, in its order: by architecture, then width, learning rate and seed.
+pub(super) fn sweep_runs(args: &MqarArgs) -> Vec<RunId> {
+    let mut all = Vec::new();
+    for &arch in &args.archs {
+        for &dim in &args.dims {
+            for &lr in &args.lrs {
+                for &seed in &args.seeds {
+                    all.push(RunId {
+                        arch,
+                        dim,
+                        lr,
+                        seed,
+                    });
+                }
+            }
+        }
+    }
+    all
 }
 
 /// How a run of this command ended.
@@ -221,23 +248,15 @@ pub(super) fn run(args: &MqarArgs) -> Res<()> {
     };
     check_args(args)?;
     let mut runs = load_results(args)?;
-    let mut todo = Vec::new();
-    for &arch in &args.archs {
-        for &dim in &args.dims {
-            for &lr in &args.lrs {
-                for &seed in &args.seeds {
-                    if !runs.iter().any(|r| r.same_run(arch, dim, lr, seed)) {
-                        todo.push(RunId {
-                            arch,
-                            dim,
-                            lr,
-                            seed,
-                        });
-                    }
-                }
-            }
-        }
-    }
+    let mine = match args.share {
+        Some(share) => share.of(&sweep_runs(args)),
+        None => sweep_runs(args),
+    };
+    let total = mine.len();
+    let mut todo: Vec<RunId> = mine
+        .into_iter()
+        .filter(|id| !runs.iter().any(|r| id.recorded_by(r)))
+        .collect();
     // A paused run (same settings, else an error) goes first.
     let run_dir = resume::run_dir(&args.out);
     let mut paused = resume::find_paused(&run_dir, args)?;
@@ -273,7 +292,6 @@ pub(super) fn run(args: &MqarArgs) -> Res<()> {
             });
         }
     }
-    let total = args.archs.len() * args.dims.len() * args.lrs.len() * args.seeds.len();
     eprintln!(
         "mqar: {} runs to do, {} already in {}",
         todo.len(),
@@ -281,7 +299,7 @@ pub(super) fn run(args: &MqarArgs) -> Res<()> {
         args.out.display()
     );
     if todo.is_empty() {
-        // The JSON stays as it is (a re-parse would round the last digit of some floats).
+        // Nothing to record: the JSON stays as it is.
         if let Some(md) = &args.md {
             write_atomic(md, &markdown(args, &runs))?;
         }
@@ -296,7 +314,11 @@ pub(super) fn run(args: &MqarArgs) -> Res<()> {
         data.train.len(),
         data.test.len()
     );
-    let gpu = Gpu::new()?;
+    let gpu = Gpu::new_with(GpuOptions {
+        adapter: args.gpu,
+        ..GpuOptions::from_env()
+    })?;
+    eprintln!("mqar: GPU {}", gpu.describe_for_training());
     let steps = args
         .steps
         .unwrap_or(steps_per_epoch(args) * args.epochs as u64);

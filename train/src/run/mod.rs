@@ -521,7 +521,7 @@ pub fn train(args: &TrainArgs) -> Res {
         "training {} ({params} parameters) on {}: {} training tokens, {} validation windows; \
          {} x {} x {} tokens per step; steps {}..{}",
         config.arch.name(),
-        gpu.describe(),
+        gpu.describe_for_training(),
         train.len(),
         val_windows.len(),
         args.accum,
