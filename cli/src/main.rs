@@ -61,6 +61,9 @@ enum Command {
     /// one), with checkpoints in the official layout (config.json + model.safetensors) and exact
     /// resume.
     Train(Box<loglinear_train::TrainArgs>),
+    /// Draw the loss curves of `train` runs (their train_log.csv) in one PNG chart, with a
+    /// table of how far each run is from the first.
+    LossPlot(cmd::loss_plot::LossPlotArgs),
     /// The paper's MQAR table: train 2-layer models on Zoology's MQAR over archs × dims ×
     /// learning rates × seeds, report test accuracy per kv setting beside the paper's.
     Mqar(Box<loglinear_train::mqar::MqarArgs>),
@@ -117,6 +120,7 @@ fn run(cli: Cli) -> Res {
         Command::Serial(args) => cmd::serial::run(&args),
         Command::Bench(args) => bench::run(&args),
         Command::Train(args) => Ok(loglinear_train::run::train(&args)?),
+        Command::LossPlot(args) => cmd::loss_plot::run(&args),
         Command::Mqar(args) => Ok(loglinear_train::mqar::run(&args)?),
         Command::Plan(args) => cmd::plan::run(&args),
         Command::Eval(args) => eval_cli::run(&args),

@@ -1,7 +1,8 @@
-//! PNG charts of per-position loss (bits against position, log-scale position axis), drawn with
-//! `plotters`' bitmap backend. Text is rendered with a font compiled into the binary (Hack
-//! Regular from `epaint_default_fonts`) through `ab_glyph`, so drawing needs no system fonts
-//! and no fontconfig: it works the same on a headless CI machine.
+//! PNG charts, drawn with `plotters`' bitmap backend: per-position loss (bits against
+//! position, log-scale position axis) and training runs' loss curves (bits against step).
+//! Text is rendered with a font compiled into the binary (Hack Regular from
+//! `epaint_default_fonts`) through `ab_glyph`, so drawing needs no system fonts and no
+//! fontconfig: it works the same on a headless CI machine.
 
 use loglinear_train::per_position::power_of_two_buckets;
 use plotters::prelude::*;
@@ -31,6 +32,22 @@ pub struct PlotOptions {
 
 /// Widths and heights accepted, in pixels.
 pub const SIZE_RANGE: std::ops::RangeInclusive<u32> = 64..=8192;
+
+/// Parses `--plot-size WIDTHxHEIGHT` (pixels, each in [`SIZE_RANGE`]).
+pub fn parse_size(s: &str) -> Result<(u32, u32), String> {
+    let bad = || format!("expected WIDTHxHEIGHT in pixels (e.g. 960x600), got {s:?}");
+    let (w, h) = s.split_once(['x', 'X']).ok_or_else(bad)?;
+    let w = w.trim().parse().map_err(|_| bad())?;
+    let h = h.trim().parse().map_err(|_| bad())?;
+    if !SIZE_RANGE.contains(&w) || !SIZE_RANGE.contains(&h) {
+        return Err(format!(
+            "plot size {w}x{h}: width and height must be in {}..={} pixels",
+            SIZE_RANGE.start(),
+            SIZE_RANGE.end()
+        ));
+    }
+    Ok((w, h))
+}
 
 /// Why a chart could not be drawn.
 #[derive(Debug, thiserror::Error)]
@@ -80,6 +97,15 @@ pub fn check_png_path(path: &Path) -> Result<(), PlotError> {
     }
 }
 
+/// Checks a chart's file name and size, and registers the font its text uses.
+fn check_chart(path: &Path, opts: &PlotOptions) -> Result<(), PlotError> {
+    check_png_path(path)?;
+    if !SIZE_RANGE.contains(&opts.width) || !SIZE_RANGE.contains(&opts.height) {
+        return Err(PlotError::Size(opts.width, opts.height));
+    }
+    register_embedded_font()
+}
+
 /// The font family every text of the chart uses.
 const FONT: &str = "sans-serif";
 
@@ -110,15 +136,11 @@ const COLOURS: [RGBColor; 4] = [
 /// the power-of-two buckets `{0}, {1}, {2,3}, {4..7}, …` bold with markers, at each bucket's
 /// geometric centre.
 pub fn draw_png(path: &Path, curves: &[Curve], opts: &PlotOptions) -> Result<(), PlotError> {
-    check_png_path(path)?;
-    if !SIZE_RANGE.contains(&opts.width) || !SIZE_RANGE.contains(&opts.height) {
-        return Err(PlotError::Size(opts.width, opts.height));
-    }
+    check_chart(path, opts)?;
     let ctx = curves.iter().map(|c| c.mean_bits.len()).max().unwrap_or(0);
     if ctx == 0 {
         return Err(PlotError::Empty);
     }
-    register_embedded_font()?;
     loglinear_converter::output_file::write_atomic_via(path, |file| {
         draw(file, path, curves, opts, ctx)
     })
@@ -201,6 +223,158 @@ fn draw(
                 buckets
                     .iter()
                     .map(|&(x, y)| Circle::new((x, y), 4, colour.filled())),
+            )
+            .map_err(|e| draw_err(&e))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .label_font((FONT, 15))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+        .map_err(|e| draw_err(&e))?;
+    root.present().map_err(|e| draw_err(&e))?;
+    Ok(())
+}
+
+/// One training run's curves.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LossCurve {
+    /// The legend's name for it.
+    pub label: String,
+    /// Training bits per token at each logged step, `(step, bits)`.
+    pub train: Vec<(f64, f64)>,
+    /// Validation bits per token where the run validated, `(step, bits)`.
+    pub val: Vec<(f64, f64)>,
+}
+
+/// Centred moving average over `window` points (fewer at the ends), so the average does not
+/// lag behind a falling loss.
+pub fn moving_average(points: &[(f64, f64)], window: usize) -> Vec<(f64, f64)> {
+    let before = window.max(1) / 2;
+    let after = window.max(1) - 1 - before;
+    (0..points.len())
+        .map(|i| {
+            let span = &points[i.saturating_sub(before)..(i + after + 1).min(points.len())];
+            let mean = span.iter().map(|p| p.1).sum::<f64>() / span.len() as f64;
+            (points[i].0, mean)
+        })
+        .collect()
+}
+
+/// The points from the first one at or under `y1` on: the first steps of a run start above
+/// the chart's y range and enter it from the top edge.
+fn from_under(points: &[(f64, f64)], y1: f64) -> Vec<(f64, f64)> {
+    points.iter().copied().skip_while(|p| p.1 > y1).collect()
+}
+
+/// Draws training loss against step for each run into a PNG at `path`. Each run is drawn in
+/// its colour: every step thin and pale, the centred moving average over `smooth` steps bold,
+/// and the validation points as markers joined by a line. The y axis spans the averages and
+/// the validation points after the first tenth of the steps, so the first steps' high loss
+/// does not flatten the rest.
+pub fn draw_loss_png(
+    path: &Path,
+    runs: &[LossCurve],
+    smooth: usize,
+    opts: &PlotOptions,
+) -> Result<(), PlotError> {
+    check_chart(path, opts)?;
+    if runs.iter().all(|r| r.train.is_empty()) {
+        return Err(PlotError::Empty);
+    }
+    loglinear_converter::output_file::write_atomic_via(path, |file| {
+        draw_loss(file, path, runs, smooth, opts)
+    })
+}
+
+/// [`draw_loss_png`]'s drawing, into `file` (a temporary file that then replaces `path`).
+fn draw_loss(
+    file: &Path,
+    path: &Path,
+    runs: &[LossCurve],
+    smooth: usize,
+    opts: &PlotOptions,
+) -> Result<(), PlotError> {
+    let draw_err = |e: &dyn std::fmt::Display| PlotError::Draw {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    };
+    let averages: Vec<Vec<(f64, f64)>> = runs
+        .iter()
+        .map(|r| moving_average(&r.train, smooth))
+        .collect();
+    let x1 = runs
+        .iter()
+        .flat_map(|r| r.train.iter().chain(&r.val))
+        .map(|p| p.0)
+        .fold(1.0_f64, f64::max);
+    let settled = |p: &&(f64, f64)| p.0 >= x1 / 10.0;
+    let (lo, hi) = averages
+        .iter()
+        .flatten()
+        .chain(runs.iter().flat_map(|r| &r.val))
+        .filter(settled)
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), p| {
+            (lo.min(p.1), hi.max(p.1))
+        });
+    let (lo, hi) = if lo.is_finite() { (lo, hi) } else { (0.0, 8.0) };
+    let pad = ((hi - lo) * 0.08).max(0.02);
+    let (y0, y1) = ((lo - pad).max(0.0), hi + pad);
+
+    let root = BitMapBackend::new(file, (opts.width, opts.height)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| draw_err(&e))?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(&opts.title, (FONT, 20))
+        .margin(14)
+        .x_label_area_size(48)
+        .y_label_area_size(64)
+        .build_cartesian_2d(0.0..x1, y0..y1)
+        .map_err(|e| draw_err(&e))?;
+    chart
+        .configure_mesh()
+        .x_desc("optimizer step")
+        .y_desc("loss, bits per token")
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| format!("{y:.2}"))
+        .label_style((FONT, 14))
+        .axis_desc_style((FONT, 16))
+        .light_line_style(WHITE.mix(0.0))
+        .bold_line_style(BLACK.mix(0.12))
+        .draw()
+        .map_err(|e| draw_err(&e))?;
+
+    for (i, (run, average)) in runs.iter().zip(&averages).enumerate() {
+        let colour = COLOURS[i % COLOURS.len()];
+        chart
+            .draw_series(LineSeries::new(
+                from_under(&run.train, y1),
+                colour.mix(0.25).stroke_width(1),
+            ))
+            .map_err(|e| draw_err(&e))?;
+        let style = colour.stroke_width(3);
+        let last_val = run
+            .val
+            .last()
+            .map(|v| format!(", validation {:.4} at step {:.0}", v.1, v.0))
+            .unwrap_or_default();
+        chart
+            .draw_series(LineSeries::new(from_under(average, y1), style))
+            .map_err(|e| draw_err(&e))?
+            .label(format!("{}{last_val}", run.label))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 24, y)], style));
+        chart
+            .draw_series(LineSeries::new(
+                from_under(&run.val, y1),
+                colour.stroke_width(1),
+            ))
+            .map_err(|e| draw_err(&e))?;
+        chart
+            .draw_series(
+                from_under(&run.val, y1)
+                    .into_iter()
+                    .map(|(x, y)| Circle::new((x, y), 4, colour.filled())),
             )
             .map_err(|e| draw_err(&e))?;
     }

@@ -102,21 +102,10 @@ fn fails(dir: &Path, args: &[&str], want: &str) {
 
 /// (step, bits per token, validation bits per token) of every row of train_log.csv.
 fn log_rows(path: &Path) -> Vec<(u64, f64, Option<f64>)> {
-    let text = std::fs::read_to_string(path).unwrap();
-    let mut lines = text.lines();
-    assert_eq!(
-        lines.next(),
-        Some("step,tokens,lr,loss,bits_per_token,grad_norm,val_bits_per_token,seconds")
-    );
-    lines
-        .map(|l| {
-            let f: Vec<&str> = l.split(',').collect();
-            (
-                f[0].parse().unwrap(),
-                f[4].parse().unwrap(),
-                f[6].parse().ok(),
-            )
-        })
+    loglinear_train::train_log::read(path)
+        .unwrap()
+        .iter()
+        .map(|r| (r.step, r.bits_per_token(), r.val_bits_per_token))
         .collect()
 }
 
@@ -255,6 +244,48 @@ fn train_converts_resumes_exactly_and_exports() {
         .filter(|s| **s == "20")
         .for_each(|s| *s = "25");
     fails(&dir, &other, "`batch`");
+
+    // The curves of both runs in one chart: the table has a row per run, and the resumed
+    // run's curves are the straight run's exactly.
+    let out = loglinear(
+        &dir,
+        &[
+            "loss-plot",
+            "straight",
+            "resumed=split/train_log.csv",
+            "full",
+            "-o",
+            "curves.png",
+            "--smooth",
+            "5",
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let png = std::fs::read(dir.join("curves.png")).unwrap();
+    assert_eq!(&png[..8], b"\x89PNG\r\n\x1a\n");
+    let rows: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("| ---"))
+        .collect();
+    assert_eq!(rows.len(), 4, "header and three runs:\n{stdout}");
+    assert!(rows[0].contains("validation − straight"), "{}", rows[0]);
+    let resumed_row = rows.iter().find(|r| r.starts_with("| resumed |")).unwrap();
+    assert!(
+        resumed_row.contains("| 20 |") && resumed_row.matches("+0.0000 (0.0000)").count() == 2,
+        "{resumed_row}"
+    );
+    // The full run's first 20 steps are the straight run's (a constant schedule), so its
+    // validations at steps 10 and 20 are the same too.
+    let full_row = rows.iter().find(|r| r.starts_with("| full |")).unwrap();
+    assert!(
+        full_row.contains("| 31 |") && full_row.contains("| +0.0000 (0.0000) |"),
+        "{full_row}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -369,6 +400,31 @@ fn bad_input_is_a_clear_error() {
         ],
         "neither a checkpoint folder nor a GGUF file",
     );
+    // loss-plot names the run or the file at fault.
+    let plot = |run: &str, out: &str, want: &str| {
+        fails(&dir, &["loss-plot", run, "-o", out], want);
+    };
+    plot("nowhere", "c.png", "cannot read nowhere");
+    plot(
+        "train.txt",
+        "c.png",
+        "train.txt: not a `loglinear train` log",
+    );
+    let header = "step,tokens,lr,loss,bits_per_token,grad_norm,val_bits_per_token,seconds";
+    std::fs::write(
+        dir.join("cut.csv"),
+        format!("{header}\n1,64,1e-3,5.5,7.9,1.0,,0.1\n2,128"),
+    )
+    .unwrap();
+    plot("cut.csv", "c.png", "cut.csv, line 3: 2 fields");
+    std::fs::write(
+        dir.join("log.csv"),
+        format!("{header}\n1,64,1e-3,5.5,7.9,1.0,,0.1\n"),
+    )
+    .unwrap();
+    plot("log.csv", "c.svg", "c.svg: the plot is written as PNG");
+    plot("log.csv", "no/c.png", "no: no such folder");
+    assert!(!dir.join("c.png").exists());
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

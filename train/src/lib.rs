@@ -29,8 +29,8 @@
 //! Each step draws `accum × batch` windows, runs forward and backward per micro-batch into the
 //! same gradients (loss scale 1/(batch·seq_len·accum): the mean over all predicted tokens),
 //! clips by the global norm and takes one AdamW step, all in one GPU submission. The log
-//! (`OUT/train_log.csv`) has step, tokens, lr, loss (nats), bits per token, gradient norm
-//! before clipping, validation bits per token (on validation steps) and seconds.
+//! (`OUT/train_log.csv`, [`train_log`]) has step, tokens, lr, loss (nats), bits per token,
+//! gradient norm before clipping, validation bits per token (on validation steps) and seconds.
 
 pub mod args;
 pub mod checkpoint_dir;
@@ -41,5 +41,6 @@ pub mod mqar;
 pub mod per_position;
 pub mod run;
 pub mod schedule;
+pub mod train_log;
 
 pub use args::TrainArgs;

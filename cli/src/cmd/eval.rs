@@ -63,7 +63,7 @@ pub struct EvalArgs {
     #[arg(long, value_name = "MODEL")]
     baseline: Option<PathBuf>,
     /// Size of the plot in pixels, WIDTHxHEIGHT.
-    #[arg(long, value_name = "WxH", default_value = "960x600", value_parser = parse_size)]
+    #[arg(long, value_name = "WxH", default_value = "960x600", value_parser = plot::parse_size)]
     plot_size: (u32, u32),
     /// Print the result as one JSON object on stdout (bits and nats per byte, windows,
     /// predictions, seconds, tokens/s; the baseline's under "baseline").
@@ -77,21 +77,6 @@ enum RunnerArg {
     Auto,
     Step,
     Chunkwise,
-}
-
-fn parse_size(s: &str) -> Result<(u32, u32), String> {
-    let bad = || format!("expected WIDTHxHEIGHT in pixels (e.g. 960x600), got {s:?}");
-    let (w, h) = s.split_once(['x', 'X']).ok_or_else(bad)?;
-    let w = w.trim().parse().map_err(|_| bad())?;
-    let h = h.trim().parse().map_err(|_| bad())?;
-    if !plot::SIZE_RANGE.contains(&w) || !plot::SIZE_RANGE.contains(&h) {
-        return Err(format!(
-            "plot size {w}x{h}: width and height must be in {}..={} pixels",
-            plot::SIZE_RANGE.start(),
-            plot::SIZE_RANGE.end()
-        ));
-    }
-    Ok((w, h))
 }
 
 /// Runs `loglinear eval`.

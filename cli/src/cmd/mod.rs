@@ -5,6 +5,7 @@ pub mod convert;
 pub mod eval;
 pub mod generate;
 pub mod inspect;
+pub mod loss_plot;
 pub mod plan;
 pub mod serial;
 mod table;

@@ -7,6 +7,7 @@ use crate::checkpoint_dir::{self, CheckpointData, TrainerState};
 use crate::data;
 use crate::model::{new_train_graph, TrainGraph};
 use crate::schedule::{Decay, LrSchedule};
+use crate::train_log::{LogRow, HEADER};
 use fnv::FnvHasher;
 use indicatif::{ProgressBar, ProgressStyle};
 use loglinear_converter::checkpoint::Checkpoint;
@@ -251,13 +252,10 @@ struct Log {
 }
 
 impl Log {
-    const HEADER: &'static str =
-        "step,tokens,lr,loss,bits_per_token,grad_norm,val_bits_per_token,seconds";
-
     /// Opens the log; on resume keeps only the rows up to `step` (a crash may have logged
     /// steps after the last checkpoint).
     fn open(path: PathBuf, resume_step: Option<u64>) -> Res<Self> {
-        let mut kept = format!("{}\n", Self::HEADER);
+        let mut kept = format!("{HEADER}\n");
         if let (Some(step), Ok(old)) = (resume_step, std::fs::read_to_string(&path)) {
             for line in old.lines().skip(1) {
                 let s = line.split(',').next().and_then(|s| s.parse::<u64>().ok());
@@ -279,8 +277,8 @@ impl Log {
         Ok(Self { path, file })
     }
 
-    fn row(&mut self, fields: std::fmt::Arguments<'_>) -> Res {
-        writeln!(self.file, "{fields}").map_err(|source| TrainError::Log {
+    fn row(&mut self, row: &LogRow) -> Res {
+        writeln!(self.file, "{}", row.csv()).map_err(|source| TrainError::Log {
             action: "write",
             path: self.path.clone(),
             source,
@@ -556,7 +554,7 @@ pub fn train(args: &TrainArgs) -> Res {
         state.tokens_seen += (args.accum * args.batch * args.seq_len) as u64;
         state.lr = lr;
         state.loss = loss;
-        let mut val_cell = String::new();
+        let mut val_bits_per_token = None;
         let last = step == args.steps;
         if !val_windows.is_empty() && ((args.eval_every > 0 && step % args.eval_every == 0) || last)
         {
@@ -565,18 +563,22 @@ pub fn train(args: &TrainArgs) -> Res {
             if state.best_val_bpt.is_none_or(|b| bpt < b) {
                 state.best_val_bpt = Some(bpt);
             }
-            val_cell = format!("{bpt:.5}");
+            val_bits_per_token = Some(bpt);
             pb.println(format!(
                 "step {step}: train loss {loss:.4} nats ({:.4} bits/token), validation {bpt:.4} bits/token",
                 loss / std::f64::consts::LN_2
             ));
         }
         let secs = started.elapsed().as_secs_f64();
-        log.row(format_args!(
-            "{step},{},{lr:.6e},{loss:.6},{:.6},{grad_norm:.6},{val_cell},{secs:.3}",
-            state.tokens_seen,
-            loss / std::f64::consts::LN_2
-        ))?;
+        log.row(&LogRow {
+            step,
+            tokens: state.tokens_seen,
+            lr,
+            loss,
+            grad_norm: f64::from(grad_norm),
+            val_bits_per_token,
+            seconds: secs,
+        })?;
         let rate = (step - first_step) as f64 * (args.accum * args.batch * args.seq_len) as f64
             / secs.max(1e-9);
         pb.set_position(step);
