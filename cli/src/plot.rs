@@ -5,6 +5,8 @@
 //! fontconfig: it works the same on a headless CI machine.
 
 use loglinear_train::per_position::power_of_two_buckets;
+use plotters::coord::ranged1d::ValueFormatter;
+use plotters::coord::CoordTranslate;
 use plotters::prelude::*;
 use plotters::style::{register_font, FontStyle};
 use std::path::{Path, PathBuf};
@@ -122,6 +124,47 @@ fn register_embedded_font() -> Result<(), PlotError> {
     }
 }
 
+/// The grid and the axes of a chart: whole-number x labels, y labels to two decimals.
+fn draw_mesh<'a, DB, X, Y>(
+    chart: &mut ChartContext<'a, DB, Cartesian2d<X, Y>>,
+    x_desc: &str,
+    y_desc: &str,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>>
+where
+    DB: DrawingBackend + 'a,
+    X: Ranged<ValueType = f64> + ValueFormatter<f64>,
+    Y: Ranged<ValueType = f64> + ValueFormatter<f64>,
+{
+    chart
+        .configure_mesh()
+        .x_desc(x_desc)
+        .y_desc(y_desc)
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_label_formatter(&|y| format!("{y:.2}"))
+        .label_style((FONT, 14))
+        .axis_desc_style((FONT, 16))
+        .light_line_style(WHITE.mix(0.0))
+        .bold_line_style(BLACK.mix(0.12))
+        .draw()
+}
+
+/// The legend of a chart's labelled series, at its upper right.
+fn draw_legend<'a, DB, CT>(
+    chart: &mut ChartContext<'a, DB, CT>,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>>
+where
+    DB: DrawingBackend + 'a,
+    CT: CoordTranslate,
+{
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperRight)
+        .label_font((FONT, 15))
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .draw()
+}
+
 /// Line colours of the curves, in order (matplotlib's first ones).
 const COLOURS: [RGBColor; 4] = [
     RGBColor(31, 119, 180),
@@ -184,18 +227,12 @@ fn draw(
         .y_label_area_size(64)
         .build_cartesian_2d((1.0..x1).log_scale().with_key_points(ticks), y0..y1)
         .map_err(|e| draw_err(&e))?;
-    chart
-        .configure_mesh()
-        .x_desc("bytes of context (position + 1), log scale")
-        .y_desc("validation loss, bits per byte")
-        .x_label_formatter(&|x| format!("{x:.0}"))
-        .y_label_formatter(&|y| format!("{y:.2}"))
-        .label_style((FONT, 14))
-        .axis_desc_style((FONT, 16))
-        .light_line_style(WHITE.mix(0.0))
-        .bold_line_style(BLACK.mix(0.12))
-        .draw()
-        .map_err(|e| draw_err(&e))?;
+    draw_mesh(
+        &mut chart,
+        "bytes of context (position + 1), log scale",
+        "validation loss, bits per byte",
+    )
+    .map_err(|e| draw_err(&e))?;
 
     for (i, curve) in curves.iter().enumerate() {
         let colour = COLOURS[i % COLOURS.len()];
@@ -226,14 +263,7 @@ fn draw(
             )
             .map_err(|e| draw_err(&e))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .label_font((FONT, 15))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| draw_err(&e))?;
+    draw_legend(&mut chart).map_err(|e| draw_err(&e))?;
     root.present().map_err(|e| draw_err(&e))?;
     Ok(())
 }
@@ -332,18 +362,7 @@ fn draw_loss(
         .y_label_area_size(64)
         .build_cartesian_2d(0.0..x1, y0..y1)
         .map_err(|e| draw_err(&e))?;
-    chart
-        .configure_mesh()
-        .x_desc("optimizer step")
-        .y_desc("loss, bits per token")
-        .x_label_formatter(&|x| format!("{x:.0}"))
-        .y_label_formatter(&|y| format!("{y:.2}"))
-        .label_style((FONT, 14))
-        .axis_desc_style((FONT, 16))
-        .light_line_style(WHITE.mix(0.0))
-        .bold_line_style(BLACK.mix(0.12))
-        .draw()
-        .map_err(|e| draw_err(&e))?;
+    draw_mesh(&mut chart, "optimizer step", "loss, bits per token").map_err(|e| draw_err(&e))?;
 
     for (i, (run, average)) in runs.iter().zip(&averages).enumerate() {
         let colour = COLOURS[i % COLOURS.len()];
@@ -378,14 +397,7 @@ fn draw_loss(
             )
             .map_err(|e| draw_err(&e))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
-        .label_font((FONT, 15))
-        .background_style(WHITE.mix(0.85))
-        .border_style(BLACK)
-        .draw()
-        .map_err(|e| draw_err(&e))?;
+    draw_legend(&mut chart).map_err(|e| draw_err(&e))?;
     root.present().map_err(|e| draw_err(&e))?;
     Ok(())
 }

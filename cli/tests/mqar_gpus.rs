@@ -6,72 +6,15 @@
 use std::path::{Path, PathBuf};
 
 mod common;
-use common::{mqar, temp};
+use common::{mqar_err, mqar_ok, runs_without_seconds, temp, tiny_mqar};
 
-/// Two runs (seeds 1 and 2) of 12 steps over 256 examples (8 steps per epoch), evaluated
-/// every 4 steps.
-const TINY: [&str; 24] = [
-    "--vocab",
-    "20",
-    "--seq-len",
-    "16",
-    "--kv",
-    "1",
-    "--train-examples",
-    "256",
-    "--test-examples",
-    "64",
-    "--batch",
-    "32",
-    "--dims",
-    "16",
-    "--archs",
-    "gdn",
-    "--lrs",
-    "2e-2",
-    "--seeds",
-    "1,2",
-    "--steps",
-    "12",
-    "--eval-every",
-    "4",
-];
-
+/// The tiny sweep: two runs of 12 steps, evaluated every 4 steps; then `extra`.
 fn with(extra: &[&str]) -> Vec<String> {
-    TINY.iter().chain(extra).map(|s| s.to_string()).collect()
-}
-
-/// stdout and stderr of a run that succeeded.
-fn run_ok(args: &[String]) -> (String, String) {
-    let a: Vec<&str> = args.iter().map(String::as_str).collect();
-    let r = mqar(&a);
-    let stderr = String::from_utf8_lossy(&r.stderr).into_owned();
-    assert!(r.status.success(), "{args:?}: {stderr}");
-    (String::from_utf8_lossy(&r.stdout).into_owned(), stderr)
-}
-
-fn run_err(args: &[String]) -> String {
-    let a: Vec<&str> = args.iter().map(String::as_str).collect();
-    let r = mqar(&a);
-    let stderr = String::from_utf8_lossy(&r.stderr).into_owned();
-    assert!(!r.status.success(), "{args:?} succeeded: {stderr}");
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    stderr
+    tiny_mqar(12, 4, extra)
 }
 
 fn results(path: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
-}
-
-/// The results file's runs without their seconds (the one field that differs between runs of
-/// the same settings).
-fn runs_without_seconds(path: &Path) -> Vec<serde_json::Value> {
-    let mut runs = results(path)["runs"].as_array().unwrap().clone();
-    for r in &mut runs {
-        assert!(r["seconds"].as_f64().unwrap() > 0.0, "{r}");
-        r.as_object_mut().unwrap().remove("seconds");
-    }
-    runs
 }
 
 /// Process `k` of 2's results file beside `out`.
@@ -83,14 +26,14 @@ fn share_file(out: &Path, k: usize) -> PathBuf {
 fn two_processes_record_what_one_does() {
     let dir = temp("gpus-equal");
     let one = dir.join("one.json");
-    run_ok(&with(&["--out", one.to_str().unwrap()]));
+    mqar_ok(&with(&["--out", one.to_str().unwrap()]));
 
     let out = dir.join("two.json");
     let md = dir.join("two.md");
     let (o, m) = (out.to_str().unwrap(), md.to_str().unwrap());
     // Both processes pause mid-epoch, after their first evaluation (--pause-after-steps is
     // passed on to each).
-    let (_, stderr) = run_ok(&with(&[
+    let (_, stderr) = mqar_ok(&with(&[
         "--gpus",
         "0,0",
         "--out",
@@ -115,7 +58,7 @@ fn two_processes_record_what_one_does() {
 
     // The same command continues both runs and merges them into --output.
     let args = with(&["--gpus", "0,0", "--out", o, "--md", m]);
-    let (stdout, stderr) = run_ok(&args);
+    let (stdout, stderr) = mqar_ok(&args);
     for (k, seed) in [(0, 1), (1, 2)] {
         let want = format!(
             "[gpu 0 share {k}/2] mqar: resuming gdn dim 16 lr 2.00e-2 seed {seed} at step 5"
@@ -139,7 +82,7 @@ fn two_processes_record_what_one_does() {
 
     // Nothing left: each process skips its recorded run.
     let before = std::fs::read_to_string(&out).unwrap();
-    let (_, stderr) = run_ok(&args);
+    let (_, stderr) = mqar_ok(&args);
     assert!(
         stderr.contains("[gpu 0 share 1/2] mqar: 0 runs to do, 1 already"),
         "{stderr}"
@@ -155,7 +98,7 @@ fn a_missing_adapter_a_failed_process_and_clashing_flags_are_clear_errors() {
     let out = dir.join("two.json");
     let o = out.to_str().unwrap();
     for flags in [["--gpu", "99"], ["--gpus", "0,99"]] {
-        let e = run_err(&with(&[flags[0], flags[1], "--out", o]));
+        let e = mqar_err(&with(&[flags[0], flags[1], "--out", o]));
         assert!(e.contains("no GPU adapter 99"), "{e}");
         // The adapters found, each by index, name, backend and kind.
         assert!(e.contains("adapters are 0: "), "{e}");
@@ -175,7 +118,7 @@ fn a_missing_adapter_a_failed_process_and_clashing_flags_are_clear_errors() {
     ] {
         let mut args = with(&flags);
         args.extend(["--out".to_string(), o.to_string()]);
-        let e = run_err(&args);
+        let e = mqar_err(&args);
         assert!(e.contains(want), "{flags:?}: {e}");
     }
 
@@ -183,7 +126,7 @@ fn a_missing_adapter_a_failed_process_and_clashing_flags_are_clear_errors() {
     // and the error names the one that failed and its exit status.
     let bad = format!("{}.run", share_file(&out, 1).display());
     std::fs::create_dir_all(&bad).unwrap();
-    let e = run_err(&with(&["--gpus", "0,0", "--out", o]));
+    let e = mqar_err(&with(&["--gpus", "0,0", "--out", o]));
     assert!(
         e.contains("1 of 2 mqar processes failed: share 1/2 on gpu 0 (exit status: 1)"),
         "{e}"

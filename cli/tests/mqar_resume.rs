@@ -7,67 +7,11 @@
 use std::path::{Path, PathBuf};
 
 mod common;
-use common::{mqar, temp};
+use common::{mqar_err, mqar_ok, runs_without_seconds, temp, tiny_mqar};
 
-/// Two runs of 30 steps over 256 examples (8 steps per epoch), evaluated every 10 steps.
-const TINY: [&str; 24] = [
-    "--vocab",
-    "20",
-    "--seq-len",
-    "16",
-    "--kv",
-    "1",
-    "--train-examples",
-    "256",
-    "--test-examples",
-    "64",
-    "--batch",
-    "32",
-    "--dims",
-    "16",
-    "--archs",
-    "gdn",
-    "--lrs",
-    "2e-2",
-    "--seeds",
-    "1,2",
-    "--steps",
-    "30",
-    "--eval-every",
-    "10",
-];
-
+/// The tiny sweep: two runs of 30 steps, evaluated every 10 steps; then `extra`.
 fn with(extra: &[&str]) -> Vec<String> {
-    TINY.iter().chain(extra).map(|s| s.to_string()).collect()
-}
-
-fn run_ok(args: &[String]) -> String {
-    let a: Vec<&str> = args.iter().map(String::as_str).collect();
-    let r = mqar(&a);
-    let stderr = String::from_utf8_lossy(&r.stderr).into_owned();
-    assert!(r.status.success(), "{args:?}: {stderr}");
-    stderr
-}
-
-fn run_err(args: &[String]) -> String {
-    let a: Vec<&str> = args.iter().map(String::as_str).collect();
-    let r = mqar(&a);
-    let stderr = String::from_utf8_lossy(&r.stderr).into_owned();
-    assert!(!r.status.success(), "{args:?} succeeded: {stderr}");
-    assert!(!stderr.contains("panicked"), "{stderr}");
-    stderr
-}
-
-/// The results file's runs without their seconds (the only field a pause may change).
-fn runs_without_seconds(path: &Path) -> Vec<serde_json::Value> {
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-    let mut runs = v["runs"].as_array().unwrap().clone();
-    for r in &mut runs {
-        assert!(r["seconds"].as_f64().unwrap() > 0.0, "{r}");
-        r.as_object_mut().unwrap().remove("seconds");
-    }
-    runs
+    tiny_mqar(30, 10, extra)
 }
 
 fn run_dir(out: &Path) -> PathBuf {
@@ -80,11 +24,11 @@ fn paused_and_resumed_runs_equal_uninterrupted_ones() {
     let full = dir.join("full.json");
     let paused = dir.join("paused.json");
     let ckpt = run_dir(&paused);
-    run_ok(&with(&["--out", full.to_str().unwrap()]));
+    mqar_ok(&with(&["--out", full.to_str().unwrap()]));
 
     let p = paused.to_str().unwrap();
     // Paused mid-epoch (step 13 = 5 batches into the second epoch), after the first evaluation.
-    let stderr = run_ok(&with(&["--out", p, "--pause-after-steps", "13"]));
+    let stderr = mqar_ok(&with(&["--out", p, "--pause-after-steps", "13"])).1;
     assert!(
         stderr.contains("paused gdn dim 16 lr 2.00e-2 seed 1 at step 13 of 30")
             && stderr.contains("run the same command again to continue"),
@@ -96,7 +40,7 @@ fn paused_and_resumed_runs_equal_uninterrupted_ones() {
     assert!(ckpt.join("optimizer.safetensors").is_file());
 
     // Resumed: the first run finishes (17 steps), the second pauses at its step 3.
-    let stderr = run_ok(&with(&["--out", p, "--pause-after-steps", "20"]));
+    let stderr = mqar_ok(&with(&["--out", p, "--pause-after-steps", "20"])).1;
     assert!(stderr.contains("resuming gdn dim 16 lr 2.00e-2 seed 1 at step 13 of 30"));
     assert!(
         stderr.contains("paused gdn dim 16 lr 2.00e-2 seed 2 at step 3 of 30"),
@@ -105,7 +49,7 @@ fn paused_and_resumed_runs_equal_uninterrupted_ones() {
     assert_eq!(runs_without_seconds(&paused).len(), 1);
 
     // Finished; the checkpoint (and any leftovers of its saves) are gone.
-    let stderr = run_ok(&with(&["--out", p]));
+    let stderr = mqar_ok(&with(&["--out", p])).1;
     assert!(stderr.contains("resuming gdn dim 16 lr 2.00e-2 seed 2 at step 3"));
     let (want, got) = (runs_without_seconds(&full), runs_without_seconds(&paused));
     assert_eq!(got.len(), 2);
@@ -124,17 +68,17 @@ fn a_foreign_or_unreadable_checkpoint_is_a_clear_error() {
     let o = out.to_str().unwrap();
     let ckpt = run_dir(&out);
     let c = ckpt.display().to_string();
-    run_ok(&with(&["--out", o, "--pause-after-steps", "2"]));
+    mqar_ok(&with(&["--out", o, "--pause-after-steps", "2"]));
     let state = std::fs::read(ckpt.join("trainer_state.json")).unwrap();
 
     // Other settings (a warmup): refused, naming the folder; the checkpoint is kept.
-    let e = run_err(&with(&["--out", o, "--warmup", "5"]));
+    let e = mqar_err(&with(&["--out", o, "--warmup", "5"]));
     assert!(e.contains(&c) && e.contains("other settings"), "{e}");
     // A run this command does not do.
     let mut args = with(&["--out", o]);
     let seeds = args.iter().position(|a| a == "--seeds").unwrap();
     args[seeds + 1] = "2".into();
-    let e = run_err(&args);
+    let e = mqar_err(&args);
     assert!(e.contains(&c) && e.contains("not among"), "{e}");
     assert_eq!(
         std::fs::read(ckpt.join("trainer_state.json")).unwrap(),
@@ -145,17 +89,17 @@ fn a_foreign_or_unreadable_checkpoint_is_a_clear_error() {
     let model = ckpt.join("model.safetensors");
     let bytes = std::fs::read(&model).unwrap();
     std::fs::write(&model, &bytes[..bytes.len() / 2]).unwrap();
-    let e = run_err(&with(&["--out", o]));
+    let e = mqar_err(&with(&["--out", o]));
     assert!(
         e.contains("cannot resume") && e.contains("model.safetensors"),
         "{e}"
     );
     // A corrupt state, and a folder without one.
     std::fs::write(ckpt.join("trainer_state.json"), "{ not json").unwrap();
-    let e = run_err(&with(&["--out", o]));
+    let e = mqar_err(&with(&["--out", o]));
     assert!(e.contains(&c) && e.contains("cannot be read"), "{e}");
     std::fs::remove_file(ckpt.join("trainer_state.json")).unwrap();
-    let e = run_err(&with(&["--out", o]));
+    let e = mqar_err(&with(&["--out", o]));
     assert!(e.contains(&c) && e.contains("no trainer_state.json"), "{e}");
     assert!(!out.exists(), "a run was recorded");
 
@@ -165,7 +109,7 @@ fn a_foreign_or_unreadable_checkpoint_is_a_clear_error() {
         ("--max-seconds", "0"),
         ("--pause-after-steps", "0"),
     ] {
-        let e = run_err(&with(&["--out", o, flag, value]));
+        let e = mqar_err(&with(&["--out", o, flag, value]));
         assert!(e.contains(flag), "{e}");
     }
     let _ = std::fs::remove_dir_all(&dir);
