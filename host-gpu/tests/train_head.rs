@@ -14,10 +14,10 @@ use loglinear_host_gpu::train::head::{
     row_levels, tile_rows, Head, HeadIo, HeadOptions, HeadShape,
 };
 use loglinear_host_gpu::train::kernels::TrainKernels;
+use loglinear_host_gpu::train::IGNORED_TARGET;
 use loglinear_host_gpu::{Gpu, GpuError};
 use loglinear_runtime::rng::SplitMix64;
 
-const IGNORED: u32 = u32::MAX;
 const EPS: f32 = 1e-5;
 /// The backward's loss scale.
 const SCALE: f32 = 0.5;
@@ -59,7 +59,7 @@ impl Case {
             lm_head: uniform(&mut r, vocab * d, 0.5),
             targets: (0..rows)
                 .map(|i| match i % 3 {
-                    0 => IGNORED,
+                    0 => IGNORED_TARGET,
                     _ => ((i * 7919 + 13) % vocab) as u32,
                 })
                 .collect(),
@@ -187,7 +187,7 @@ fn small_tiles_match_one_tile() {
     // of the dx product.
     let c = Case::new(15, 4, 24, 1100);
     let rows = c.rows();
-    let scored = c.targets.iter().filter(|&&t| t != IGNORED).count();
+    let scored = c.targets.iter().filter(|&&t| t != IGNORED_TARGET).count();
     let options = |head_rows: Option<usize>, tile: Option<usize>| HeadOptions {
         rows: head_rows,
         max_tile_bytes: tile.map(|r| tile_bytes(&c, r)),
@@ -218,7 +218,7 @@ fn reference(c: &Case) -> (Vec<f64>, Vec<f64>) {
     let mut logits = vec![0.0; vocab];
     for r in 0..c.rows() {
         let i = (r % batch) * t + r / batch;
-        if c.targets[i] == IGNORED {
+        if c.targets[i] == IGNORED_TARGET {
             continue;
         }
         let x = &c.x[r * d..(r + 1) * d];
@@ -324,7 +324,7 @@ fn the_smallest_level_that_holds_the_scored_rows_matches_the_capacity() {
     let gpu = gpu();
     let k = TrainKernels::new(&gpu).unwrap();
     let c = Case::new(15, 8, 24, 1100);
-    let scored = c.targets.iter().filter(|&&t| t != IGNORED).count();
+    let scored = c.targets.iter().filter(|&&t| t != IGNORED_TARGET).count();
     // 80 scored rows of 120, capacity 96: levels of 12 rows.
     assert_eq!(scored, 80);
     let options = HeadOptions {

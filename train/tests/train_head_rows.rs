@@ -6,6 +6,7 @@
 //!    NaN, the kept ones still equal the full head's;
 //! 3. a capacity of 0 or over batch · seq_len is an error at construction.
 
+use loglinear_host_gpu::train::IGNORED_TARGET;
 use loglinear_host_gpu::{Gpu, GpuError};
 use loglinear_runtime::{Arch, ModelConfig};
 use loglinear_train::model::new_train_graph_with;
@@ -14,7 +15,6 @@ use loglinear_train::model::{GraphOptions, InitScheme};
 mod common;
 use common::{gpu, load_large_params, read, rel_l2, tiny_config};
 
-const IGNORED: u32 = u32::MAX;
 /// Windows and their length of most cases; `LONG` has more rows than the compaction's 256
 /// threads (so each thread owns several rows).
 const BATCH: usize = 2;
@@ -42,7 +42,7 @@ fn data(vocab: usize, (batch, seq): (usize, usize)) -> (Vec<u32>, Vec<u32>) {
             match (t * 3 + b * 2) % 5 {
                 0 => inputs[i],
                 _ if (t * 7 + b) % 11 == 3 => ((i * 5 + 1) % vocab) as u32,
-                _ => IGNORED,
+                _ => IGNORED_TARGET,
             }
         })
         .collect();
@@ -96,7 +96,7 @@ fn matches_full_head(arch: Arch, shape: (usize, usize), ties: &[bool]) {
     let c = tiny_config(arch);
     let n = shape.0 * shape.1;
     let (inputs, targets) = data(c.vocab_size, shape);
-    let scored = targets.iter().filter(|&&x| x != IGNORED).count();
+    let scored = targets.iter().filter(|&&x| x != IGNORED_TARGET).count();
     assert!(scored > 2 * shape.0 && scored < n / 2, "{scored} scored");
     for &tie in ties {
         let full = run(&gpu, &c, shape, options(tie, None), &inputs, &targets);
@@ -107,7 +107,7 @@ fn matches_full_head(arch: Arch, shape: (usize, usize), ties: &[bool]) {
             assert_close(&format!("{what}: loss"), &head.losses, &full.losses);
             assert_eq!(head.correct, full.correct, "{what}: correct");
             for (i, &tg) in targets.iter().enumerate() {
-                if tg == IGNORED {
+                if tg == IGNORED_TARGET {
                     assert_eq!(head.losses[i], 0.0, "{what}: ignored loss {i}");
                     assert_eq!(head.correct[i], 0.0, "{what}: ignored correct {i}");
                 } else {
@@ -156,7 +156,7 @@ fn overflow_is_nan(arch: Arch) {
     let c = tiny_config(arch);
     let (inputs, targets) = data(c.vocab_size, (BATCH, T));
     let mut rows: Vec<usize> = (0..BATCH * T)
-        .filter(|&i| targets[i] != IGNORED)
+        .filter(|&i| targets[i] != IGNORED_TARGET)
         .map(|i| (i % T) * BATCH + i / T)
         .collect();
     rows.sort_unstable();

@@ -5,6 +5,7 @@
 //! and gradients against the head on the scored rows only (`head_rows`, whose logits fit one
 //! binding): losses to 1e-6 relative, every gradient to 1e-5.
 
+use loglinear_host_gpu::train::IGNORED_TARGET;
 use loglinear_host_gpu::Gpu;
 use loglinear_runtime::ModelConfig;
 use loglinear_train::model::{new_train_graph_with, GraphOptions, InitScheme};
@@ -14,7 +15,6 @@ use loglinear_train::mqar::{model_config, MqarArch};
 mod common;
 use common::{gpu, read, rel_l2};
 
-const IGNORED: u32 = u32::MAX;
 const SEQ: usize = 256;
 const VOCAB: usize = 8192;
 const DIM: usize = 64;
@@ -37,7 +37,7 @@ fn step(
     };
     let m = new_train_graph_with(gpu, c, batch, SEQ, options).unwrap();
     m.init_params(gpu, 5).unwrap();
-    let scored = targets.iter().filter(|&&t| t != IGNORED).count();
+    let scored = targets.iter().filter(|&&t| t != IGNORED_TARGET).count();
     let ib = gpu.storage_from("inputs", inputs).unwrap();
     let tb = gpu.storage_from("targets", targets).unwrap();
     let mut enc = gpu.encoder("step");
@@ -68,9 +68,9 @@ fn mqar_logits_over_the_binding_limit_train() {
         .targets
         .iter()
         .zip(&data.mask)
-        .map(|(&t, &m)| if m { t } else { IGNORED })
+        .map(|(&t, &m)| if m { t } else { IGNORED_TARGET })
         .collect();
-    let scored = targets.iter().filter(|&&t| t != IGNORED).count();
+    let scored = targets.iter().filter(|&&t| t != IGNORED_TARGET).count();
     eprintln!(
         "batch {batch}: {} bytes of logits (limit {limit}), {scored} scored rows",
         batch as u64 * window

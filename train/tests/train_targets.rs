@@ -9,6 +9,7 @@
 //! 3. the correct flags of every golden model against the argmax of its golden logits.
 
 use loglinear_host_gpu::train::kernels::{LossShape, MaskedLossIo, TrainKernels};
+use loglinear_host_gpu::train::IGNORED_TARGET;
 use loglinear_host_gpu::wgpu;
 use loglinear_host_gpu::Gpu;
 use loglinear_runtime::Arch;
@@ -17,8 +18,6 @@ use loglinear_train::model::{new_train_graph, TrainGraph};
 mod common;
 use common::model::golden_models;
 use common::{gpu, load_large_params, read, rel_l2, tiny_config, Rng};
-
-const IGNORED: u32 = u32::MAX;
 
 /// First index of the largest value (the runtime's greedy choice).
 fn argmax(row: &[f32]) -> usize {
@@ -53,7 +52,7 @@ fn masked_loss_kernel_matches_cpu() {
         targets[b * t + tt] = match row {
             2 => 7,
             4 => 130,
-            6 => IGNORED,
+            6 => IGNORED_TARGET,
             r if r % 3 == 0 => argmax(x) as u32,
             r => ((r * 37) % vocab) as u32,
         };
@@ -104,7 +103,7 @@ fn masked_loss_kernel_matches_cpu() {
         let m = x.iter().fold(f64::MIN, |a, &v| a.max(v as f64));
         let l = m + x.iter().map(|&v| (v as f64 - m).exp()).sum::<f64>().ln();
         let d = &got_d[row * vocab..(row + 1) * vocab];
-        if targets[i] == IGNORED {
+        if targets[i] == IGNORED_TARGET {
             assert_eq!(got_loss[i], 0.0, "ignored loss");
             assert_eq!(got_correct[i], 0.0, "ignored correct");
             assert!(d.iter().all(|&g| g == 0.0), "ignored row has gradient");
@@ -178,7 +177,7 @@ fn masked_gradients(arch: Arch) {
     );
     assert!(g_all.iter().any(|&g| g != 0.0));
 
-    let (l_none, g_none) = with_targets(&vec![IGNORED; batch * t]);
+    let (l_none, g_none) = with_targets(&vec![IGNORED_TARGET; batch * t]);
     assert!(l_none.iter().all(|&x| x == 0.0), "{arch:?}: ignored losses");
     assert!(
         g_none.iter().all(|&x| x == 0.0),
@@ -191,7 +190,7 @@ fn masked_gradients(arch: Arch) {
         targets
             .iter()
             .zip(&keep)
-            .map(|(&x, &k)| if k == want { x } else { IGNORED })
+            .map(|(&x, &k)| if k == want { x } else { IGNORED_TARGET })
             .collect()
     };
     let (l_a, g_a) = with_targets(&masked(true));
@@ -253,7 +252,7 @@ fn correct_flags_match_golden_argmax() {
             targets.push(match i % 3 {
                 0 => best as u32,
                 1 => second as u32,
-                _ => IGNORED,
+                _ => IGNORED_TARGET,
             });
         }
         let ib = gpu.storage_from("inputs", &ids[..t]).unwrap();
@@ -265,7 +264,7 @@ fn correct_flags_match_golden_argmax() {
         let losses = read(&gpu, m.losses(), t);
         let mut checked = 0;
         for i in 0..t {
-            if targets[i] == IGNORED {
+            if targets[i] == IGNORED_TARGET {
                 assert_eq!((correct[i], losses[i]), (0.0, 0.0), "{name}: position {i}");
             } else if clear[i] {
                 let want = if i % 3 == 0 { 1.0 } else { 0.0 };

@@ -16,8 +16,6 @@
 @group(0) @binding(5) var<storage, read_write> correct: array<f32>;
 @group(0) @binding(6) var<uniform> p: LossParams;
 
-const IGNORED: u32 = 0xFFFFFFFFu;
-
 const WG: u32 = 64u;
 
 var<workgroup> arg: array<u32, 64>;

@@ -19,7 +19,6 @@ struct MapParams {
 @group(0) @binding(2) var<storage, read_write> dst: array<f32>;
 @group(0) @binding(3) var<uniform> p: MapParams;
 
-const IGNORED: u32 = 0xFFFFFFFFu;
 const DROPPED: u32 = 0xFFFFFFFEu;
 
 fn mapped(s: u32, c: u32) -> f32 {

@@ -20,7 +20,6 @@ struct CompactParams {
 @group(0) @binding(3) var<storage, read_write> row_slot: array<u32>;
 @group(0) @binding(4) var<uniform> p: CompactParams;
 
-const IGNORED: u32 = 0xFFFFFFFFu;
 const DROPPED: u32 = 0xFFFFFFFEu;
 
 var<workgroup> sums: array<u32, 256>;

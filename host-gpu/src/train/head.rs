@@ -28,15 +28,21 @@
 //! the head's work follows the batch rather than the worst case. A level is a capacity like
 //! any other: rows beyond it become NaN.
 
-use crate::gpu::{with_common, Gpu, GpuError, Kernel, Rows};
+use crate::gpu::{common_wgsl, with_common, Gpu, GpuError, Kernel, Rows};
 use crate::train::kernels::{
     encode_all, grid, grid_threads, u, LinearGradIo, LinearShape, LossShape, MaskedLossIo,
     NormGrads, NormIo, Step, TrainKernels,
 };
 use std::cell::Cell;
 
-const ROWS_WGSL: &str = include_str!("../shaders/train_rows.wgsl");
-const ROWS_COMPACT_WGSL: &str = include_str!("../shaders/train_rows_compact.wgsl");
+const ROWS_WGSL: &str = concat!(
+    common_wgsl!("ignored_target"),
+    include_str!("../shaders/train_rows.wgsl")
+);
+const ROWS_COMPACT_WGSL: &str = concat!(
+    common_wgsl!("ignored_target"),
+    include_str!("../shaders/train_rows_compact.wgsl")
+);
 /// A quiet NaN's bits (what dropped rows get).
 const NAN_BITS: u32 = 0x7FC0_0000;
 

@@ -109,3 +109,18 @@ pub mod head;
 pub mod kernels;
 pub mod mamba2_kernels;
 pub mod optim;
+
+/// A target the loss skips: no loss, no gradient, not scored, and no row of the head
+/// (`IGNORED` of shaders/common/ignored_target.wgsl).
+pub const IGNORED_TARGET: u32 = u32::MAX;
+
+#[cfg(test)]
+mod tests {
+    /// The shaders' `IGNORED` is the Rust constant.
+    #[test]
+    fn the_ignored_target_is_one_value_in_rust_and_wgsl() {
+        let wgsl = crate::gpu::common_wgsl!("ignored_target");
+        let line = format!("const IGNORED: u32 = 0x{:X}u;", super::IGNORED_TARGET);
+        assert!(wgsl.contains(&line), "{line} not in:\n{wgsl}");
+    }
+}

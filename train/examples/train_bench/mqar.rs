@@ -9,7 +9,7 @@ use loglinear_host_gpu::train::optim::{AdamW, AdamWConfig};
 use loglinear_host_gpu::{wgpu, Gpu, GpuError};
 use loglinear_train::model::{new_train_graph_with, GraphOptions, InitScheme};
 use loglinear_train::mqar::data::{generate, MqarConfig, ZOOLOGY_KV_PAIRS, ZOOLOGY_TRAIN_EXAMPLES};
-use loglinear_train::mqar::{model_config, MqarArch, GDN_EXPAND_V, IGNORED};
+use loglinear_train::mqar::{model_config, MqarArch, GDN_EXPAND_V, IGNORED_TARGET};
 use std::time::Instant;
 
 /// The sweep's architectures, in its order.
@@ -44,7 +44,7 @@ pub struct MqarStep {
 }
 
 /// A batch as the sweep draws it: `batch` examples in Zoology's kv proportions, flattened to
-/// inputs and targets (`IGNORED` off the queries); and the scored positions.
+/// inputs and targets (`IGNORED_TARGET` off the queries); and the scored positions.
 fn mqar_batch(batch: usize, seq_len: usize) -> Result<(Vec<u32>, Vec<u32>, usize), String> {
     let total: usize = ZOOLOGY_TRAIN_EXAMPLES.iter().sum();
     let mut counts: Vec<usize> = ZOOLOGY_TRAIN_EXAMPLES
@@ -61,7 +61,7 @@ fn mqar_batch(batch: usize, seq_len: usize) -> Result<(Vec<u32>, Vec<u32>, usize
         let b = generate(&cfg, 1 + i as u64, count).map_err(|e| e.to_string())?;
         inputs.extend_from_slice(&b.inputs);
         for (&t, &m) in b.targets.iter().zip(&b.mask) {
-            targets.push(if m { t } else { IGNORED });
+            targets.push(if m { t } else { IGNORED_TARGET });
             scored += usize::from(m);
         }
     }
@@ -216,7 +216,10 @@ mod tests {
         let (inputs, targets, scored) = mqar_batch(256, 256).unwrap();
         assert_eq!(inputs.len(), 256 * 256);
         assert_eq!(targets.len(), 256 * 256);
-        assert_eq!(scored, targets.iter().filter(|&&t| t != IGNORED).count());
+        assert_eq!(
+            scored,
+            targets.iter().filter(|&&t| t != IGNORED_TARGET).count()
+        );
         // Each example is queried once per pair: 144 examples of kv 4 (the rest of the
         // rounding), 28 each of kv 8, 16, 32 and 64.
         assert_eq!(scored, 144 * 4 + 28 * (8 + 16 + 32 + 64));

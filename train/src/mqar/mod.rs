@@ -98,9 +98,8 @@ pub use error::MqarError;
 pub use launch::{GpuList, ProcessFailure, Share};
 pub use results::*;
 
-/// A target the loss ignores (no loss, no gradient, not scored): every position but the
-/// queries.
-pub const IGNORED: u32 = u32::MAX;
+/// The target of every position but the queries: the loss skips it.
+pub use loglinear_host_gpu::train::IGNORED_TARGET;
 /// The default `--gdn-expand-v`: GDN value heads twice the key heads' width, as Zoology's
 /// GatedDeltaNet mixer and fla's default.
 pub const GDN_EXPAND_V: usize = 2;

@@ -21,7 +21,7 @@ const LOG_EVERY: u64 = 10;
 /// `LOG_EVERY`, so the GPU has caught up when it is read).
 const BUDGET_PROBE: u64 = 20;
 
-/// Examples as the model reads them: inputs and targets (`IGNORED` off the queries).
+/// Examples as the model reads them: inputs and targets (`IGNORED_TARGET` off the queries).
 struct Examples {
     inputs: Vec<u32>,
     targets: Vec<u32>,
@@ -36,7 +36,7 @@ impl Examples {
             .targets
             .iter()
             .zip(&b.mask)
-            .map(|(&t, &m)| if m { t } else { IGNORED })
+            .map(|(&t, &m)| if m { t } else { IGNORED_TARGET })
             .collect();
         let scored = b
             .mask
@@ -124,7 +124,7 @@ impl Runner<'_> {
             });
         }
         inputs.resize(self.batch * l, 0);
-        targets.resize(self.batch * l, IGNORED);
+        targets.resize(self.batch * l, IGNORED_TARGET);
         let (ib, tb) = (&self.inputs[slot], &self.targets[slot]);
         self.gpu.write(ib, &inputs);
         self.gpu.write(tb, &targets);

@@ -10,6 +10,7 @@ pub(super) const LOSS_WGSL: &str = concat!(
     include_str!("../../shaders/train_loss.wgsl")
 );
 pub(super) const MASKED_LOSS_WGSL: &str = concat!(
+    common_wgsl!("ignored_target"),
     common_wgsl!("workgroup_sum"),
     common_wgsl!("loss_rows"),
     include_str!("../../shaders/train_loss_masked.wgsl")
