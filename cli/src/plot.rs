@@ -99,13 +99,24 @@ pub fn check_png_path(path: &Path) -> Result<(), PlotError> {
     }
 }
 
-/// Checks a chart's file name and size, and registers the font its text uses.
-fn check_chart(path: &Path, opts: &PlotOptions) -> Result<(), PlotError> {
+/// Checks a chart's file name and size and that it has something to draw (`any`), registers
+/// the font its text uses, and writes it: `draw` draws into a temporary file that then
+/// replaces `path`.
+fn write_chart(
+    path: &Path,
+    opts: &PlotOptions,
+    any: bool,
+    draw: impl FnOnce(&Path) -> Result<(), PlotError>,
+) -> Result<(), PlotError> {
     check_png_path(path)?;
     if !SIZE_RANGE.contains(&opts.width) || !SIZE_RANGE.contains(&opts.height) {
         return Err(PlotError::Size(opts.width, opts.height));
     }
-    register_embedded_font()
+    if !any {
+        return Err(PlotError::Empty);
+    }
+    register_embedded_font()?;
+    loglinear_converter::output_file::write_atomic_via(path, draw)
 }
 
 /// The font family every text of the chart uses.
@@ -179,12 +190,8 @@ const COLOURS: [RGBColor; 4] = [
 /// the power-of-two buckets `{0}, {1}, {2,3}, {4..7}, …` bold with markers, at each bucket's
 /// geometric centre.
 pub fn draw_png(path: &Path, curves: &[Curve], opts: &PlotOptions) -> Result<(), PlotError> {
-    check_chart(path, opts)?;
     let ctx = curves.iter().map(|c| c.mean_bits.len()).max().unwrap_or(0);
-    if ctx == 0 {
-        return Err(PlotError::Empty);
-    }
-    loglinear_converter::output_file::write_atomic_via(path, |file| {
+    write_chart(path, opts, ctx > 0, |file| {
         draw(file, path, curves, opts, ctx)
     })
 }
@@ -284,11 +291,16 @@ pub struct LossCurve {
 pub fn moving_average(points: &[(f64, f64)], window: usize) -> Vec<(f64, f64)> {
     let before = window.max(1) / 2;
     let after = window.max(1) - 1 - before;
+    // Prefix sums: each mean is one difference, whatever the window.
+    let mut prefix = Vec::with_capacity(points.len() + 1);
+    prefix.push(0.0);
+    for p in points {
+        prefix.push(prefix[prefix.len() - 1] + p.1);
+    }
     (0..points.len())
         .map(|i| {
-            let span = &points[i.saturating_sub(before)..(i + after + 1).min(points.len())];
-            let mean = span.iter().map(|p| p.1).sum::<f64>() / span.len() as f64;
-            (points[i].0, mean)
+            let (lo, hi) = (i.saturating_sub(before), (i + after + 1).min(points.len()));
+            (points[i].0, (prefix[hi] - prefix[lo]) / (hi - lo) as f64)
         })
         .collect()
 }
@@ -310,11 +322,8 @@ pub fn draw_loss_png(
     smooth: usize,
     opts: &PlotOptions,
 ) -> Result<(), PlotError> {
-    check_chart(path, opts)?;
-    if runs.iter().all(|r| r.train.is_empty()) {
-        return Err(PlotError::Empty);
-    }
-    loglinear_converter::output_file::write_atomic_via(path, |file| {
+    let any = runs.iter().any(|r| !r.train.is_empty());
+    write_chart(path, opts, any, |file| {
         draw_loss(file, path, runs, smooth, opts)
     })
 }

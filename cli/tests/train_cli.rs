@@ -102,6 +102,11 @@ fn fails(dir: &Path, args: &[&str], want: &str) {
 
 /// (step, bits per token, validation bits per token) of every row of train_log.csv.
 fn log_rows(path: &Path) -> Vec<(u64, f64, Option<f64>)> {
+    let text = std::fs::read_to_string(path).unwrap();
+    assert_eq!(
+        text.lines().next(),
+        Some("step,tokens,lr,loss,bits_per_token,grad_norm,val_bits_per_token,seconds")
+    );
     loglinear_train::train_log::read(path)
         .unwrap()
         .iter()

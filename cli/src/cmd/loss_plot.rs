@@ -142,12 +142,18 @@ fn table(runs: &[Run], curves: &[LossCurve], smooth: usize) -> Vec<String> {
     lines
 }
 
-/// "mean (max |Δ|)" of `a − b` over the steps both have, "—" when none.
+/// "mean (max |Δ|)" of `a − b` over the steps both have, "—" when none. Both are in
+/// increasing steps (as `train_log::read` returns them), so one walk pairs them.
 fn difference(a: &[(f64, f64)], b: &[(f64, f64)]) -> String {
-    let deltas: Vec<f64> = a
-        .iter()
-        .filter_map(|&(x, y)| b.iter().find(|p| p.0 == x).map(|p| y - p.1))
-        .collect();
+    let mut deltas = Vec::new();
+    let mut rest = b;
+    for &(x, y) in a {
+        let skipped = rest.iter().take_while(|p| p.0 < x).count();
+        rest = &rest[skipped..];
+        if let Some(&(_, yb)) = rest.first().filter(|p| p.0 == x) {
+            deltas.push(y - yb);
+        }
+    }
     if deltas.is_empty() {
         return "—".to_string();
     }
@@ -181,6 +187,10 @@ mod tests {
         // Steps 2 and 3: +0.5 and −1.0.
         assert_eq!(difference(&a, &b), "-0.2500 (1.0000)");
         assert_eq!(difference(&a, &[(9.0, 1.0)]), "—");
+        // Steps only one side has, on either side, are passed over: steps 3 and 5 pair.
+        let a = [(1.0, 1.0), (3.0, 1.0), (5.0, 2.0)];
+        let b = [(2.0, 9.0), (3.0, 0.5), (4.0, 9.0), (5.0, 1.0), (6.0, 9.0)];
+        assert_eq!(difference(&a, &b), "+0.7500 (1.0000)");
     }
 
     #[test]
@@ -191,5 +201,13 @@ mod tests {
         assert_eq!(plot::moving_average(&p, 1), p.to_vec());
         // An even window takes one more point before than after.
         assert_eq!(plot::moving_average(&p, 2)[1], (2.0, 2.0));
+        // Each point is the mean of its window, clipped at the ends.
+        let p: Vec<(f64, f64)> = (0..40).map(|i| (i as f64, ((i * 7) % 11) as f64)).collect();
+        for (i, &(x, y)) in plot::moving_average(&p, 9).iter().enumerate() {
+            let span = &p[i.saturating_sub(4)..(i + 5).min(p.len())];
+            let mean = span.iter().map(|q| q.1).sum::<f64>() / span.len() as f64;
+            assert_eq!(x, i as f64);
+            assert!((y - mean).abs() < 1e-12, "{i}: {y} against {mean}");
+        }
     }
 }
