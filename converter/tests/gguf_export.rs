@@ -8,6 +8,7 @@ use loglinear_converter::{
 };
 use loglinear_runtime::gguf::{names, GgufFile, MetaValue};
 use loglinear_runtime::quant::{BlockQ4_0, BlockQ8_0};
+use loglinear_runtime::rng::SplitMix64;
 use loglinear_runtime::{Arch, DType, ModelConfig, Role, TensorName, WeightSource};
 use std::path::PathBuf;
 
@@ -38,16 +39,11 @@ fn odd_config() -> ModelConfig {
 /// Deterministic pseudo-random weights for every tensor of `c`.
 fn store(c: &ModelConfig) -> TensorStore {
     let mut s = TensorStore::default();
-    let mut x = 0x2545_f491_4f6c_dd1du64;
+    let mut r = SplitMix64::new(1);
     for name in expected_tensors(c) {
         let (rows, cols) = c.tensor_shape(name.role);
         let data = (0..rows * cols)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                ((x >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 0.2
-            })
+            .map(|_| (r.unit_f32() - 0.5) * 0.2)
             .collect();
         s.insert(name, Tensor { rows, cols, data });
     }

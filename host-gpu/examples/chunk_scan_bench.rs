@@ -26,6 +26,7 @@ use loglinear_host_gpu::chunk_scan::{
 };
 use loglinear_host_gpu::timestamps::{median, Timestamps};
 use loglinear_host_gpu::{Gpu, GpuError};
+use loglinear_runtime::rng::SplitMix64;
 use loglinear_runtime::{FenwickState, LevelPolicy};
 use std::time::Instant;
 
@@ -122,13 +123,8 @@ struct Inputs {
 }
 
 fn inputs(s: &ScanShape) -> Inputs {
-    let mut state = 0x1234_5678_9abc_def1u64;
-    let mut uni = move || {
-        state ^= state >> 12;
-        state ^= state << 25;
-        state ^= state >> 27;
-        ((state.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 40) as f32) / (1u64 << 24) as f32
-    };
+    let mut rng = SplitMix64::new(0x1234_5678_9abc_def1);
+    let mut uni = move || rng.unit_f32();
     let nqk = s.t * s.qk_heads * s.dk;
     let mut q: Vec<f32> = (0..nqk).map(|_| uni() - 0.5).collect();
     let mut k: Vec<f32> = (0..nqk).map(|_| uni() - 0.5).collect();

@@ -15,6 +15,7 @@ use loglinear_host_gpu::chunk_scan::{Form, ScanInputs, ScanShape};
 use loglinear_host_gpu::grad::op_gdn::GdnBackward;
 use loglinear_host_gpu::grad::HostBuffers;
 use loglinear_host_gpu::{Gpu, GpuError};
+use loglinear_runtime::rng::SplitMix64;
 
 #[derive(Parser)]
 #[command(about = "Per-stage wall times of the GDN operator backward")]
@@ -36,18 +37,10 @@ struct Args {
     iters: usize,
 }
 
-/// Deterministic values in [-1, 1) (xorshift64*).
+/// Deterministic values in [-1, 1).
 fn random(n: usize, seed: u64) -> Vec<f32> {
-    let mut x = seed | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x >> 12;
-            x ^= x << 25;
-            x ^= x >> 27;
-            let r = x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 40;
-            (r as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        })
-        .collect()
+    let mut r = SplitMix64::new(seed);
+    (0..n).map(|_| r.unit_f32() * 2.0 - 1.0).collect()
 }
 
 fn main() -> Result<(), GpuError> {

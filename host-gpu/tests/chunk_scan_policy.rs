@@ -8,24 +8,8 @@ use loglinear_host_gpu::chunk_scan::{
 };
 use loglinear_host_gpu::Gpu;
 use loglinear_runtime::{FenwickState, LevelPolicy};
+use loglinear_tests::random::{normal, SplitMix64};
 use loglinear_tests::{assert_close, rel_max, tol};
-
-/// A small deterministic generator (xorshift64*), uniform in [0, 1).
-struct Rng(u64);
-
-impl Rng {
-    fn uniform(&mut self) -> f32 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        ((self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 40) as f32) / (1u64 << 24) as f32
-    }
-    fn normal(&mut self) -> f32 {
-        let u1 = self.uniform().max(1e-7);
-        let u2 = self.uniform();
-        (-2.0 * u1.ln()).sqrt() * (std::f32::consts::TAU * u2).cos()
-    }
-}
 
 struct Inputs {
     q: Vec<f32>,
@@ -50,10 +34,10 @@ impl Inputs {
 }
 
 fn inputs(s: &ScanShape, seed: u64) -> Inputs {
-    let mut r = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut r = SplitMix64::new(seed);
     let nqk = s.t * s.qk_heads;
-    let mut q: Vec<f32> = (0..nqk * s.dk).map(|_| r.normal()).collect();
-    let mut k: Vec<f32> = (0..nqk * s.dk).map(|_| r.normal()).collect();
+    let mut q: Vec<f32> = (0..nqk * s.dk).map(|_| normal(&mut r) as f32).collect();
+    let mut k: Vec<f32> = (0..nqk * s.dk).map(|_| normal(&mut r) as f32).collect();
     let scale = (s.dk as f32).powf(-0.25);
     if s.form == Form::Gdn {
         // k l2-normalised, q scaled by dk^-1/2 (what the layer feeds the operator).
@@ -66,15 +50,17 @@ fn inputs(s: &ScanShape, seed: u64) -> Inputs {
         q.iter_mut().for_each(|x| *x *= scale);
         k.iter_mut().for_each(|x| *x *= scale);
     }
-    let v = (0..s.t * s.heads * s.dv).map(|_| r.normal()).collect();
+    let v = (0..s.t * s.heads * s.dv)
+        .map(|_| normal(&mut r) as f32)
+        .collect();
     let g = (0..s.t * s.heads)
-        .map(|_| -(r.normal() - 4.0).exp())
+        .map(|_| -(normal(&mut r) as f32 - 4.0).exp())
         .collect();
     let beta = (0..s.t * s.heads)
-        .map(|_| 1.0 / (1.0 + (-r.normal()).exp()))
+        .map(|_| 1.0 / (1.0 + (-(normal(&mut r) as f32)).exp()))
         .collect();
     let lam = (0..s.t * s.heads * s.lambda_cols)
-        .map(|_| (1.0 + r.normal().exp()).ln())
+        .map(|_| (1.0 + (normal(&mut r) as f32).exp()).ln())
         .collect();
     Inputs {
         q,

@@ -8,6 +8,7 @@ use loglinear_host_gpu::chunk_scan::{Form, ScanInputs, ScanShape};
 use loglinear_host_gpu::grad::op_gdn::{run_backward, run_backward_grouped, GdnBackward};
 use loglinear_host_gpu::grad::OpGradIo;
 use loglinear_host_gpu::Gpu;
+use loglinear_tests::random::{normal, SplitMix64};
 use loglinear_tests::*;
 
 const TOL: f64 = 1e-4;
@@ -109,26 +110,6 @@ fn gdn_backward_matches_golden_operator_gradients() {
     assert!(checked > 0, "the golden set has no gdn operator case");
 }
 
-/// Small deterministic generator (xorshift64* and Box-Muller).
-struct Rng(u64);
-
-impl Rng {
-    fn uniform(&mut self) -> f64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        let x = self.0.wrapping_mul(0x2545_f491_4f6c_dd1d);
-        ((x >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    }
-    fn normal(&mut self) -> f64 {
-        let (a, b) = (self.uniform(), self.uniform());
-        (-2.0 * a.ln()).sqrt() * (2.0 * std::f64::consts::PI * b).cos()
-    }
-    fn below(&mut self, n: usize) -> usize {
-        ((self.uniform() * n as f64) as usize).min(n - 1)
-    }
-}
-
 /// Inputs of one case, f32-representable values held as f64.
 #[derive(Clone)]
 struct Inputs {
@@ -223,29 +204,29 @@ fn loss_recurrent(x: &Inputs) -> f64 {
 }
 
 fn random_inputs(t: usize, h: usize, dk: usize, dv: usize, cols: usize, seed: u64) -> Inputs {
-    let mut rng = Rng(seed);
+    let mut rng = SplitMix64::new(seed);
     let r32 = |x: f64| x as f32 as f64;
     let mut q = Vec::new();
     let mut k = Vec::new();
     for _ in 0..t * h {
-        let qs: Vec<f64> = (0..dk).map(|_| rng.normal()).collect();
-        let ks: Vec<f64> = (0..dk).map(|_| rng.normal()).collect();
+        let qs: Vec<f64> = (0..dk).map(|_| normal(&mut rng)).collect();
+        let ks: Vec<f64> = (0..dk).map(|_| normal(&mut rng)).collect();
         let norm = ks.iter().map(|x| x * x).sum::<f64>().sqrt();
         q.extend(qs.iter().map(|x| r32(x / (dk as f64).sqrt())));
         k.extend(ks.iter().map(|x| r32(x / norm)));
     }
-    let v = (0..t * h * dv).map(|_| r32(rng.normal())).collect();
+    let v = (0..t * h * dv).map(|_| r32(normal(&mut rng))).collect();
     // Mostly slow decays (long-range levels matter), some fast ones.
     let g = (0..t * h)
-        .map(|_| r32(-(rng.normal() - 4.0).exp()))
+        .map(|_| r32(-(normal(&mut rng) - 4.0).exp()))
         .collect();
     let beta = (0..t * h)
-        .map(|_| r32(1.0 / (1.0 + (-rng.normal()).exp())))
+        .map(|_| r32(1.0 / (1.0 + (-normal(&mut rng)).exp())))
         .collect();
     let lam = (0..t * h * cols)
-        .map(|_| r32((1.0 + rng.normal().exp()).ln()))
+        .map(|_| r32((1.0 + normal(&mut rng).exp()).ln()))
         .collect();
-    let d_o = (0..t * h * dv).map(|_| r32(rng.normal())).collect();
+    let d_o = (0..t * h * dv).map(|_| r32(normal(&mut rng))).collect();
     Inputs {
         t,
         h,
@@ -280,7 +261,7 @@ fn check_finite_differences(gpu: &Gpu, dims: [usize; 5], seed: u64, tokens: &[us
     check_dead_columns(&grads.dlam, t, cols, &what);
 
     // Each token with a random head and inner index.
-    let mut rng = Rng(77);
+    let mut rng = SplitMix64::new(77);
     let eps = 1e-5;
     type Pick<'a> = (&'a str, usize, &'a [f32]);
     let inputs: [Pick; 6] = [
@@ -295,15 +276,15 @@ fn check_finite_differences(gpu: &Gpu, dims: [usize; 5], seed: u64, tokens: &[us
         let mut got = Vec::new();
         let mut want = Vec::new();
         for &tok in tokens {
-            let head = rng.below(h);
+            let head = rng.below(h as u64) as usize;
             let j = if name == "lam" {
                 // A level token `tok` reads: 0, or ℓ with bit ℓ − 1 of tok set.
                 let live: Vec<usize> = (0..cols)
                     .filter(|&l| l == 0 || (tok >> (l - 1)) & 1 == 1)
                     .collect();
-                live[rng.below(live.len())]
+                live[rng.below(live.len() as u64) as usize]
             } else {
-                rng.below(inner)
+                rng.below(inner as u64) as usize
             };
             let idx = (tok * h + head) * inner + j;
             let bump = |d: f64| {

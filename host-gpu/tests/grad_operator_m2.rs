@@ -8,6 +8,7 @@ use loglinear_host_gpu::chunk_scan::{Form, ScanInputs, ScanShape};
 use loglinear_host_gpu::grad::op_m2::run_backward;
 use loglinear_host_gpu::grad::OpGrads;
 use loglinear_host_gpu::Gpu;
+use loglinear_tests::random::{normal, SplitMix64};
 use loglinear_tests::*;
 
 const LAMBDA_COLS: usize = 15;
@@ -290,23 +291,11 @@ impl Inputs {
 }
 
 fn random_inputs(s: &ScanShape, seed: u64, log_decay: f64) -> Inputs {
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut uniform = move || {
-        // xorshift64*
-        state ^= state >> 12;
-        state ^= state << 25;
-        state ^= state >> 27;
-        let x = state.wrapping_mul(0x2545_F491_4F6C_DD1D);
-        ((x >> 11) as f64 + 0.5) / (1u64 << 53) as f64
-    };
-    let mut normal = move || {
-        let (u1, u2) = (uniform(), uniform());
-        (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
-    };
+    let mut rng = SplitMix64::new(seed);
     let (t, h) = (s.t, s.heads);
     let qk_scale = (s.dk as f64).powf(-0.25);
     let mut vec = |n: usize, map: &dyn Fn(f64) -> f64| -> Vec<f32> {
-        (0..n).map(|_| map(normal()) as f32).collect()
+        (0..n).map(|_| map(normal(&mut rng)) as f32).collect()
     };
     Inputs {
         q: vec(t * h * s.dk, &|x| x * qk_scale),

@@ -7,24 +7,11 @@ use loglinear_host_gpu::train::kernels::{
     LossShape, NormGrads, NormIo, QkvIo, QkvShape, Step, TrainKernels,
 };
 use loglinear_host_gpu::{Gpu, Rows};
+use loglinear_tests::random::{uniform_f32, SplitMix64};
 
 /// The f32 adapter the tests run on (lavapipe in CI).
 fn gpu() -> Gpu {
     Gpu::new_fp32().expect("GPU adapter (lavapipe)")
-}
-
-struct Rng(u64);
-impl Rng {
-    fn f(&mut self) -> f64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((self.0 >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
-    }
-    fn vec(&mut self, n: usize, scale: f64) -> Vec<f32> {
-        (0..n).map(|_| (self.f() * scale) as f32).collect()
-    }
 }
 
 fn up(gpu: &Gpu, x: &[f32]) -> wgpu::Buffer {
@@ -121,12 +108,12 @@ fn linear_case(
 ) {
     let gpu = gpu();
     let k = TrainKernels::new(&gpu).unwrap();
-    let mut r = Rng(1);
-    let x = r.vec(rows * xs, 1.0);
-    let w = r.vec(out_dim * in_dim, 1.0);
-    let dy = r.vec(rows * ys, 1.0);
-    let dw0 = r.vec(out_dim * in_dim, 1.0);
-    let dx0 = r.vec(rows * xs, 1.0);
+    let mut r = SplitMix64::new(1);
+    let x = uniform_f32(&mut r, rows * xs, 1.0);
+    let w = uniform_f32(&mut r, out_dim * in_dim, 1.0);
+    let dy = uniform_f32(&mut r, rows * ys, 1.0);
+    let dw0 = uniform_f32(&mut r, out_dim * in_dim, 1.0);
+    let dx0 = uniform_f32(&mut r, rows * xs, 1.0);
     let (bx, bw, bdy) = (up(&gpu, &x), up(&gpu, &w), up(&gpu, &dy));
     let by = zeros(&gpu, rows * ys);
     let (bdw, bdx) = (up(&gpu, &dw0), up(&gpu, &dx0));
@@ -202,13 +189,13 @@ fn rmsnorm64(x: &[f64], w: &[f64], cols: usize, eps: f64) -> Vec<f64> {
 fn rmsnorm_forward_and_backward() {
     let gpu = gpu();
     let k = TrainKernels::new(&gpu).unwrap();
-    let mut r = Rng(2);
+    let mut r = SplitMix64::new(2);
     let (rows, cols, eps) = (11, 80, 1e-6f32);
-    let x = r.vec(rows * cols, 1.0);
-    let w = r.vec(cols, 1.0);
-    let dy = r.vec(rows * cols, 1.0);
-    let dx0 = r.vec(rows * cols, 1.0);
-    let dw0 = r.vec(cols, 1.0);
+    let x = uniform_f32(&mut r, rows * cols, 1.0);
+    let w = uniform_f32(&mut r, cols, 1.0);
+    let dy = uniform_f32(&mut r, rows * cols, 1.0);
+    let dx0 = uniform_f32(&mut r, rows * cols, 1.0);
+    let dw0 = uniform_f32(&mut r, cols, 1.0);
     let (bx, bw, bdy, bdx, bdw) = (
         up(&gpu, &x),
         up(&gpu, &w),
@@ -280,13 +267,13 @@ fn conv64(inp: &[f64], w: &[f64], s: &ConvShape) -> Vec<f64> {
 fn conv_forward_and_backward() {
     let gpu = gpu();
     let k = TrainKernels::new(&gpu).unwrap();
-    let mut r = Rng(3);
+    let mut r = SplitMix64::new(3);
     let (t, batch, stride, c0, ch, width) = (9, 2, 13, 4, 7, 4);
     let rows = t * batch;
-    let inp = r.vec(rows * stride, 1.5);
-    let w = r.vec(ch * width, 1.0);
-    let dout = r.vec(rows * stride, 1.0);
-    let dw0 = r.vec(ch * width, 1.0);
+    let inp = uniform_f32(&mut r, rows * stride, 1.5);
+    let w = uniform_f32(&mut r, ch * width, 1.0);
+    let dout = uniform_f32(&mut r, rows * stride, 1.0);
+    let dw0 = uniform_f32(&mut r, ch * width, 1.0);
     let (bi, bw, bd, bdw) = (
         up(&gpu, &inp),
         up(&gpu, &w),
@@ -366,14 +353,14 @@ fn qkv64(x: &[f64], rows: usize, h: usize, dk: usize, dv: usize) -> Vec<f64> {
 fn qkv_forward_and_backward() {
     let gpu = gpu();
     let k = TrainKernels::new(&gpu).unwrap();
-    let mut r = Rng(4);
+    let mut r = SplitMix64::new(4);
     let (rows, h, dk, dv) = (6, 2, 8, 16);
     let chn = h * (2 * dk + dv);
-    let x = r.vec(rows * chn, 1.0);
+    let x = uniform_f32(&mut r, rows * chn, 1.0);
     let (kd, vd) = (rows * h * dk, rows * h * dv);
-    let dq = r.vec(kd, 1.0);
-    let dkk = r.vec(kd, 1.0);
-    let dvv = r.vec(vd, 1.0);
+    let dq = uniform_f32(&mut r, kd, 1.0);
+    let dkk = uniform_f32(&mut r, kd, 1.0);
+    let dvv = uniform_f32(&mut r, vd, 1.0);
     let bx = up(&gpu, &x);
     let (q, kk, v, dx) = (
         zeros(&gpu, kd),
@@ -446,20 +433,20 @@ fn gates_forward_and_backward() {
     let gpu = gpu();
     let k = TrainKernels::new(&gpu).unwrap();
     for ll in [true, false] {
-        let mut r = Rng(5);
+        let mut r = SplitMix64::new(5);
         let (rows, h, dk) = (7, 2, 16);
         let lc = if ll { 15 } else { 4 };
         let levels = 4;
         let stride = 2 * h + if ll { 15 * h } else { 0 };
         let pw = 17 * h;
-        let abl = r.vec(rows * stride, 2.0);
-        let dtb = r.vec(h, 1.0);
-        let alog = r.vec(h, 1.0);
-        let lsc = r.vec(15 * h, 1.5);
-        let dbeta = r.vec(rows * h, 1.0);
-        let dg = r.vec(rows * h, 1.0);
+        let abl = uniform_f32(&mut r, rows * stride, 2.0);
+        let dtb = uniform_f32(&mut r, h, 1.0);
+        let alog = uniform_f32(&mut r, h, 1.0);
+        let lsc = uniform_f32(&mut r, 15 * h, 1.5);
+        let dbeta = uniform_f32(&mut r, rows * h, 1.0);
+        let dg = uniform_f32(&mut r, rows * h, 1.0);
         // The operator writes 0 in columns no token reads.
-        let mut dlam = r.vec(rows * h * lc, 1.0);
+        let mut dlam = uniform_f32(&mut r, rows * h * lc, 1.0);
         for (i, x) in dlam.iter_mut().enumerate() {
             if i % lc >= levels {
                 *x = 0.0;
@@ -550,11 +537,11 @@ fn gates_forward_and_backward() {
 fn gate_silu_forward_and_backward() {
     let gpu = gpu();
     let k = TrainKernels::new(&gpu).unwrap();
-    let mut r = Rng(6);
+    let mut r = SplitMix64::new(6);
     let n = 300;
-    let a = r.vec(n, 2.0);
-    let b = r.vec(n, 4.0);
-    let d = r.vec(n, 1.0);
+    let a = uniform_f32(&mut r, n, 2.0);
+    let b = uniform_f32(&mut r, n, 4.0);
+    let d = uniform_f32(&mut r, n, 1.0);
     let (ba, bb, bd) = (up(&gpu, &a), up(&gpu, &b), up(&gpu, &d));
     let (out, da, db) = (zeros(&gpu, n), zeros(&gpu, n), zeros(&gpu, n));
     let f = k.gate_silu(&gpu, &ba, &bb, &out, n).unwrap();
@@ -613,14 +600,14 @@ fn embedding_backward_in_blocks() {
 fn embed_backward_case(t: usize, batch: usize, d: usize, vocab: usize) {
     let gpu = gpu();
     let k = TrainKernels::new(&gpu).unwrap();
-    let mut r = Rng(11);
+    let mut r = SplitMix64::new(11);
     let rows = t * batch;
     // Tokens spread over the vocabulary; half the rows repeat an earlier row's token.
     let tokens: Vec<u32> = (0..batch * (t + 1))
         .map(|i| (((i / 2) * 977 + 13) % vocab) as u32)
         .collect();
-    let dx = r.vec(rows * d, 1.0);
-    let de0 = r.vec(vocab * d, 1.0);
+    let dx = uniform_f32(&mut r, rows * d, 1.0);
+    let de0 = uniform_f32(&mut r, vocab * d, 1.0);
     let (bt, bdx, bde) = (
         gpu.storage_from("tokens", &tokens).unwrap(),
         up(&gpu, &dx),
@@ -647,15 +634,15 @@ fn embed_backward_case(t: usize, batch: usize, d: usize, vocab: usize) {
 fn embed_case(t: usize, batch: usize, d: usize, vocab: usize) {
     let gpu = gpu();
     let k = TrainKernels::new(&gpu).unwrap();
-    let mut r = Rng(7);
+    let mut r = SplitMix64::new(7);
     let rows = t * batch;
     let tokens: Vec<u32> = (0..batch * (t + 1))
         .map(|i| ((i * 7 + 3) % vocab) as u32)
         .collect();
-    let e = r.vec(vocab * d, 1.0);
-    let dx = r.vec(rows * d, 1.0);
-    let de0 = r.vec(vocab * d, 1.0);
-    let logits = r.vec(rows * vocab, 3.0);
+    let e = uniform_f32(&mut r, vocab * d, 1.0);
+    let dx = uniform_f32(&mut r, rows * d, 1.0);
+    let de0 = uniform_f32(&mut r, vocab * d, 1.0);
+    let logits = uniform_f32(&mut r, rows * vocab, 3.0);
     let scale = [0.37f32];
     let (bt, be, bdx, bde, bl, bs) = (
         gpu.storage_from("tokens", &tokens).unwrap(),

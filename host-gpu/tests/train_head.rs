@@ -16,7 +16,7 @@ use loglinear_host_gpu::train::head::{
 use loglinear_host_gpu::train::kernels::TrainKernels;
 use loglinear_host_gpu::train::IGNORED_TARGET;
 use loglinear_host_gpu::{Gpu, GpuError};
-use loglinear_runtime::rng::SplitMix64;
+use loglinear_tests::random::{uniform_f32, SplitMix64};
 
 const EPS: f32 = 1e-5;
 /// The backward's loss scale.
@@ -25,11 +25,6 @@ const SCALE: f32 = 0.5;
 /// The f32 adapter the tests run on (lavapipe in CI).
 fn gpu() -> Gpu {
     Gpu::new_fp32().expect("GPU adapter (lavapipe)")
-}
-
-/// `n` values uniform in [−scale, scale).
-fn uniform(r: &mut SplitMix64, n: usize, scale: f32) -> Vec<f32> {
-    (0..n).map(|_| (2.0 * r.unit_f32() - 1.0) * scale).collect()
 }
 
 /// The head's inputs: x_last `[rows][d]`, the norm weight, the LM head `[vocab][d]` and the
@@ -54,9 +49,12 @@ impl Case {
                 vocab,
                 eps: EPS,
             },
-            x: uniform(&mut r, rows * d, 1.0),
-            norm_w: uniform(&mut r, d, 0.2).iter().map(|w| 1.0 + w).collect(),
-            lm_head: uniform(&mut r, vocab * d, 0.5),
+            x: uniform_f32(&mut r, rows * d, 1.0),
+            norm_w: uniform_f32(&mut r, d, 0.2)
+                .iter()
+                .map(|w| 1.0 + w)
+                .collect(),
+            lm_head: uniform_f32(&mut r, vocab * d, 0.5),
             targets: (0..rows)
                 .map(|i| match i % 3 {
                     0 => IGNORED_TARGET,

@@ -4,18 +4,11 @@
 use loglinear_host_gpu::train::optim::{AdamW, AdamWConfig};
 use loglinear_host_gpu::train::Param;
 use loglinear_host_gpu::Gpu;
-use loglinear_runtime::rng::SplitMix64;
+use loglinear_tests::random::{uniform_f32, SplitMix64};
 use loglinear_tests::rel_max as rel;
 
 /// Max relative error allowed against the f64 reference (max |a − b| / max |b| per tensor).
 const TOL: f64 = 1e-6;
-
-/// `n` values uniform in [-scale, scale), reproducible from the seed of `rng`.
-fn uniform(rng: &mut SplitMix64, n: usize, scale: f32) -> Vec<f32> {
-    (0..n)
-        .map(|_| (rng.unit_f32() * 2.0 - 1.0) * scale)
-        .collect()
-}
 
 /// One tensor in the f64 reference.
 struct RefParam {
@@ -67,7 +60,7 @@ fn make_params(
     let mut params = Vec::new();
     let mut refs = Vec::new();
     for (i, &(len, decay)) in sizes.iter().enumerate() {
-        let value = uniform(rng, len, 1.0);
+        let value = uniform_f32(rng, len, 1.0);
         params.push(Param {
             name: format!("p{i}"),
             shape: vec![len],
@@ -126,7 +119,7 @@ fn adamw_matches_the_f64_reference_over_several_steps() {
     for (t, lr) in [(1u64, 1e-3), (2, 2e-3), (3, 5e-4), (4, 1e-2), (5, 3e-3)] {
         let grads: Vec<Vec<f32>> = params
             .iter()
-            .map(|p| uniform(&mut rng, p.len, 0.5))
+            .map(|p| uniform_f32(&mut rng, p.len, 0.5))
             .collect();
         for (p, g) in params.iter().zip(&grads) {
             gpu.write(&p.grad, g);
@@ -155,7 +148,7 @@ fn clipping_scales_by_the_global_norm_and_reports_the_pre_clip_norm() {
     for (t, scale) in [(1u64, 1.0f32), (2, 1e-3)] {
         let grads: Vec<Vec<f32>> = params
             .iter()
-            .map(|p| uniform(&mut rng, p.len, scale))
+            .map(|p| uniform_f32(&mut rng, p.len, scale))
             .collect();
         for (p, g) in params.iter().zip(&grads) {
             gpu.write(&p.grad, g);
@@ -182,7 +175,7 @@ fn the_norm_is_deterministic() {
     let mut rng = SplitMix64::new(3);
     let (params, _) = make_params(&gpu, &mut rng, &[(70_000, true), (333, false)]);
     for p in &params {
-        gpu.write(&p.grad, &uniform(&mut rng, p.len, 1.0));
+        gpu.write(&p.grad, &uniform_f32(&mut rng, p.len, 1.0));
     }
     let opt = AdamW::new(&gpu, &params, AdamWConfig::default()).unwrap();
     let mut norms = Vec::new();
@@ -226,8 +219,8 @@ fn moments_round_trip_and_bad_input_is_an_error() {
     let mut rng = SplitMix64::new(5);
     let (params, _) = make_params(&gpu, &mut rng, &[(10, true), (5000, false)]);
     let mut opt = AdamW::new(&gpu, &params, AdamWConfig::default()).unwrap();
-    let m = uniform(&mut rng, 5000, 1.0);
-    let v: Vec<f32> = uniform(&mut rng, 5000, 1.0)
+    let m = uniform_f32(&mut rng, 5000, 1.0);
+    let v: Vec<f32> = uniform_f32(&mut rng, 5000, 1.0)
         .iter()
         .map(|x| x.abs())
         .collect();

@@ -14,6 +14,7 @@ pub mod golden_layer;
 pub mod microbit_model;
 #[cfg(feature = "models")]
 pub mod prefill_fixture;
+pub mod random;
 #[cfg(feature = "models")]
 pub mod shipped;
 #[cfg(feature = "models")]

@@ -3,6 +3,7 @@
 //! without a saturating top level.
 
 use loglinear_runtime::{level_of, FenwickState, LevelPolicy};
+use loglinear_tests::random::{symmetric, SplitMix64};
 use proptest::prelude::*;
 
 /// 1×1 states with α = 1 and k = v = 1 hold token counts: the real merge code, checked
@@ -44,21 +45,6 @@ proptest! {
     }
 }
 
-/// Deterministic pseudo-random values for a case.
-struct Lcg(u64);
-impl Lcg {
-    fn unit(&mut self) -> f64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((self.0 >> 11) as f64) / ((1u64 << 53) as f64)
-    }
-    fn sym(&mut self) -> f64 {
-        2.0 * self.unit() - 1.0
-    }
-}
-
 /// Random operator inputs `[T][heads][..]` and the shape they were made for.
 struct Inputs {
     heads: usize,
@@ -75,9 +61,9 @@ struct Inputs {
 
 /// f32-representable random inputs, [T][H][..].
 fn inputs(seed: u64, t_len: usize, h: usize, dk: usize, dv: usize, gdn: bool, nl: usize) -> Inputs {
-    let mut r = Lcg(seed);
+    let mut r = SplitMix64::new(seed);
     let f = |x: f64| x as f32 as f64;
-    let mut k: Vec<f64> = (0..t_len * h * dk).map(|_| r.sym()).collect();
+    let mut k: Vec<f64> = (0..t_len * h * dk).map(|_| symmetric(&mut r)).collect();
     if gdn {
         for row in k.chunks_mut(dk) {
             let n = row.iter().map(|x| x * x).sum::<f64>().sqrt().max(1e-3);
@@ -88,14 +74,14 @@ fn inputs(seed: u64, t_len: usize, h: usize, dk: usize, dv: usize, gdn: bool, nl
         heads: h,
         dk,
         gdn,
-        q: (0..t_len * h * dk).map(|_| f(r.sym())).collect(),
+        q: (0..t_len * h * dk).map(|_| f(symmetric(&mut r))).collect(),
         k: k.into_iter().map(f).collect(),
-        v: (0..t_len * h * dv).map(|_| f(r.sym())).collect(),
-        g: (0..t_len * h).map(|_| f(-0.3 * r.unit())).collect(),
+        v: (0..t_len * h * dv).map(|_| f(symmetric(&mut r))).collect(),
+        g: (0..t_len * h).map(|_| f(-0.3 * r.unit_f64())).collect(),
         beta: (0..t_len * h)
-            .map(|_| f(if gdn { r.unit() } else { 1.0 }))
+            .map(|_| f(if gdn { r.unit_f64() } else { 1.0 }))
             .collect(),
-        lam: (0..t_len * h * nl).map(|_| f(2.0 * r.unit())).collect(),
+        lam: (0..t_len * h * nl).map(|_| f(2.0 * r.unit_f64())).collect(),
     }
 }
 

@@ -17,7 +17,7 @@ use loglinear_train::model::{new_train_graph, TrainGraph};
 
 mod common;
 use common::model::golden_models;
-use common::{gpu, load_large_params, read, rel_l2, tiny_config, Rng};
+use common::{gpu, load_large_params, read, rel_l2, symmetric, tiny_config, SplitMix64};
 
 /// First index of the largest value (the runtime's greedy choice).
 fn argmax(row: &[f32]) -> usize {
@@ -36,8 +36,10 @@ fn masked_loss_kernel_matches_cpu() {
     let k = TrainKernels::new(&gpu).unwrap();
     let (t, batch, vocab) = (5, 3, 150);
     let rows = t * batch;
-    let mut r = Rng(5);
-    let mut logits: Vec<f32> = (0..rows * vocab).map(|_| (3.0 * r.f()) as f32).collect();
+    let mut r = SplitMix64::new(5);
+    let mut logits: Vec<f32> = (0..rows * vocab)
+        .map(|_| (3.0 * symmetric(&mut r)) as f32)
+        .collect();
     // Ties: row 2's maximum at 7 and 70 (the first wins, and is the target), row 4's at 3
     // and 130 (the target is the later one: not correct).
     for (row, a, b) in [(2usize, 7usize, 70usize), (4, 3, 130)] {

@@ -108,17 +108,12 @@ mod tests {
     use super::super::portable;
     use super::*;
 
-    /// Random blocks and activations (xorshift), every shape up to 5 rows × 5 blocks, with
-    /// `out` one longer than the rows: bit for bit as `portable`, the extra entry untouched.
+    /// Random blocks and activations, every shape up to 5 rows × 5 blocks, with `out` one
+    /// longer than the rows: bit for bit as `portable`, the extra entry untouched.
     #[test]
     fn bit_identical_to_portable() {
-        let mut s = 0x1234_5678u32;
-        let mut next = move || {
-            s ^= s << 13;
-            s ^= s >> 17;
-            s ^= s << 5;
-            s
-        };
+        let mut rng = crate::rng::SplitMix64::new(0x1234_5678);
+        let mut next = move || rng.next_u64() as u32;
         for rows in 0..=5 {
             for blocks in 1..=5 {
                 let w8: Vec<BlockQ8_0> = (0..rows * blocks)

@@ -14,18 +14,7 @@ pub fn gpu() -> Gpu {
     Gpu::new_fp32().expect("GPU adapter (lavapipe)")
 }
 
-/// A 64-bit LCG: uniform test values in [-1, 1), the same stream for a seed everywhere.
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn f(&mut self) -> f64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((self.0 >> 11) as f64 / (1u64 << 53) as f64) * 2.0 - 1.0
-    }
-}
+pub use loglinear_tests::random::{symmetric, SplitMix64};
 
 /// The first `n` f32 of a buffer.
 pub fn read(gpu: &Gpu, b: &wgpu::Buffer, n: usize) -> Vec<f32> {
@@ -70,7 +59,7 @@ pub fn tiny_config(arch: Arch) -> ModelConfig {
 /// Deterministic parameters, larger than the official init so that every gradient is well
 /// above rounding.
 pub fn load_large_params(gpu: &Gpu, m: &dyn TrainGraph) {
-    let mut r = Rng(3);
+    let mut r = SplitMix64::new(3);
     let values: std::collections::HashMap<String, Vec<f32>> = m
         .params()
         .iter()
@@ -78,12 +67,18 @@ pub fn load_large_params(gpu: &Gpu, m: &dyn TrainGraph) {
             let n = p.name.as_str();
             let v: Vec<f32> =
                 if n.ends_with("norm.weight") || n.ends_with(".L") || n.ends_with(".D") {
-                    (0..p.len).map(|_| (1.0 + 0.3 * r.f()) as f32).collect()
+                    (0..p.len)
+                        .map(|_| (1.0 + 0.3 * symmetric(&mut r)) as f32)
+                        .collect()
                 } else if n.ends_with(".A_log") || n.ends_with("bias") {
-                    (0..p.len).map(|_| (0.5 * r.f()) as f32).collect()
+                    (0..p.len)
+                        .map(|_| (0.5 * symmetric(&mut r)) as f32)
+                        .collect()
                 } else {
                     let fan_in = *p.shape.last().unwrap() as f64;
-                    (0..p.len).map(|_| (r.f() / fan_in.sqrt()) as f32).collect()
+                    (0..p.len)
+                        .map(|_| (symmetric(&mut r) / fan_in.sqrt()) as f32)
+                        .collect()
                 };
             (p.name.clone(), v)
         })

@@ -2,7 +2,7 @@
 //! train_mamba2_model.rs): the f64 port's language-model skeleton around an architecture's
 //! mixer, and the checks every training graph passes.
 
-use super::{rel_l2, Rng};
+use super::{rel_l2, symmetric, SplitMix64};
 use loglinear_converter::Checkpoint;
 use loglinear_host_gpu::train::{NamedTensor, Param};
 use loglinear_host_gpu::Gpu;
@@ -148,23 +148,25 @@ pub fn cross_entropy(logits: &[f64], target: u32) -> f64 {
 
 /// Random weights of O(1) effect (init_params' are too small to exercise every path).
 pub fn random_params(model: &dyn TrainGraph, seed: u64) -> Params {
-    let mut r = Rng(seed);
+    let mut r = SplitMix64::new(seed);
     model
         .params()
         .iter()
         .map(|p| {
             let n = p.name.as_str();
             let v: Vec<f64> = if n.ends_with("norm.weight") || n.ends_with("norm_f.weight") {
-                (0..p.len).map(|_| 1.0 + 0.3 * r.f()).collect()
+                (0..p.len).map(|_| 1.0 + 0.3 * symmetric(&mut r)).collect()
             } else if n.ends_with(".L") || n.ends_with(".D") {
-                (0..p.len).map(|_| 1.0 + 0.5 * r.f()).collect()
+                (0..p.len).map(|_| 1.0 + 0.5 * symmetric(&mut r)).collect()
             } else if n.ends_with(".A_log") || n.ends_with(".dt_bias") {
-                (0..p.len).map(|_| 0.5 * r.f()).collect()
+                (0..p.len).map(|_| 0.5 * symmetric(&mut r)).collect()
             } else if n.ends_with("conv1d.weight") || n.ends_with("conv1d.bias") {
-                (0..p.len).map(|_| 0.3 * r.f()).collect()
+                (0..p.len).map(|_| 0.3 * symmetric(&mut r)).collect()
             } else {
                 let fan_in = *p.shape.last().unwrap() as f64;
-                (0..p.len).map(|_| 1.0 * r.f() / fan_in.sqrt()).collect()
+                (0..p.len)
+                    .map(|_| 1.0 * symmetric(&mut r) / fan_in.sqrt())
+                    .collect()
             };
             (p.name.clone(), v)
         })
