@@ -15,7 +15,7 @@ use loglinear_host_gpu::chunk_scan::{Form, ScanInputs, ScanShape};
 use loglinear_host_gpu::grad::op_gdn::GdnBackward;
 use loglinear_host_gpu::grad::HostBuffers;
 use loglinear_host_gpu::{Gpu, GpuError};
-use loglinear_runtime::rng::SplitMix64;
+use loglinear_tests::random::{uniform_f32, SplitMix64};
 
 #[derive(Parser)]
 #[command(about = "Per-stage wall times of the GDN operator backward")]
@@ -39,8 +39,7 @@ struct Args {
 
 /// Deterministic values in [-1, 1).
 fn random(n: usize, seed: u64) -> Vec<f32> {
-    let mut r = SplitMix64::new(seed);
-    (0..n).map(|_| r.unit_f32() * 2.0 - 1.0).collect()
+    uniform_f32(&mut SplitMix64::new(seed), n, 1.0)
 }
 
 fn main() -> Result<(), GpuError> {
