@@ -1,6 +1,6 @@
 // Intra-chunk part and per-chunk WY/UT quantities, Gated DeltaNet form (spec §7.2).
 // One workgroup (256 threads) per (chunk, head). Workgroup memory: two 64x64 tiles (32 KiB).
-//   tm: P = StrictLower(diag(β) K Kᵀ), then in place A_w = (I + P)⁻¹ (forward substitution)
+//   tm: P = StrictLower(diag(β) K Kᵀ), then in place A_w = (I + P)⁻¹ (by blocks, step 2)
 //   sm: S1 = Tril(Q Kᵀ), then in place M = S1 A_w, then the masked attention tile
 // Writes: o (intra part; first writer), and for the state scan, blocked per (chunk, head) so that
 // the scan reads contiguous blocks: q̃, W̃ transposed ([c][H][dk][C]: the scan's row products read
@@ -75,6 +75,20 @@ fn put_row(i: u32, j0: u32, x: vec4<f32>) {
     sm[i * C + j0 + 3u] = x.w;
 }
 
+// Block size of the inverse in step 2 (C / IB blocks per side; 256 threads = one IB x IB block).
+const IB: u32 = 16u;
+
+// Zeroes the upper-triangle entries of the thread's 4x4 block of tm.
+fn zero_upper(i0: u32, j0: u32) {
+    for (var r = 0u; r < 4u; r++) {
+        for (var s = 0u; s < 4u; s++) {
+            if (j0 + s > i0 + r) {
+                tm[(i0 + r) * C + j0 + s] = 0.0;
+            }
+        }
+    }
+}
+
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let c = wg.x;
@@ -105,9 +119,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     store_tiles(t0, n, h, i0 + 3u, j0, sb.d, pb.d);
     workgroupBarrier();
 
-    // 2. A_w = (I + P)⁻¹ in place, row by row: T_i = e_i − Σ_{l<i} P_il T_l (T_lj = 0 for l < j).
-    //    P is first mirrored into the (unused) upper triangle, P_il at (l, i), so that writing row
-    //    i of T over row i of P races with no read of the same step: one barrier per row.
+    // 2. A_w = (I + P)⁻¹ in place, by 16 x 16 blocks, so that the serial chain is 16 rows long,
+    //    not 64: a substitution over the whole tile, one barrier per row, is bound by its
+    //    barriers (BENCHMARKS.md, "The MQAR step"). T = A_w is unit lower triangular.
+    //    a. The four diagonal blocks at once, row by row: T_i = e_i − Σ_{l<i} P_il T_l within the
+    //       block. P is first mirrored into the (unused) upper triangle, P_il at (l, i), so that
+    //       writing row i of T over row i of P races with no read of the same step.
     for (var r = 0u; r < 4u; r++) {
         for (var s = 0u; s < 4u; s++) {
             let i = i0 + r;
@@ -118,25 +135,48 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         }
     }
     workgroupBarrier();
-    for (var i = 0u; i < C; i++) {
-        if (lid <= i) {
-            let j = lid;
-            var val = select(0.0, 1.0, i == j);
-            for (var l = j; l < i; l++) {
-                val -= tm[l * C + i] * tm[l * C + j];
+    for (var r = 0u; r < IB; r++) {
+        if (lid < C) {
+            let base = (lid / IB) * IB;
+            let i = base + r;
+            let j = base + lid % IB;
+            if (j <= i) {
+                var val = select(0.0, 1.0, i == j);
+                for (var l = j; l < i; l++) {
+                    val -= tm[l * C + i] * tm[l * C + j];
+                }
+                tm[i * C + j] = val;
             }
-            tm[i * C + j] = val;
+        }
+        workgroupBarrier();
+    }
+    zero_upper(i0, j0);
+    workgroupBarrier();
+    //    b. The blocks below the diagonal, block row by block row: for J < I,
+    //       T_IJ = −T_II Σ_{K=J}^{I−1} P_IK T_KJ. The sums X_J go to the upper block (J, I),
+    //       which nothing reads until it is zeroed again.
+    for (var bi = 1u; bi < C / IB; bi++) {
+        let a = lid / IB;
+        let c = lid % IB;
+        for (var bj = 0u; bj < bi; bj++) {
+            var x = 0.0;
+            for (var l = bj * IB; l < bi * IB; l++) {
+                x += tm[(bi * IB + a) * C + l] * tm[l * C + bj * IB + c];
+            }
+            tm[(bj * IB + a) * C + bi * IB + c] = x;
+        }
+        workgroupBarrier();
+        for (var bj = 0u; bj < bi; bj++) {
+            var t = 0.0;
+            for (var m = 0u; m <= a; m++) {
+                t -= tm[(bi * IB + a) * C + bi * IB + m] * tm[(bj * IB + m) * C + bi * IB + c];
+            }
+            tm[(bi * IB + a) * C + bj * IB + c] = t;
         }
         workgroupBarrier();
     }
     // The upper triangle back to T's zeros (later steps read whole rows of T).
-    for (var r = 0u; r < 4u; r++) {
-        for (var s = 0u; s < 4u; s++) {
-            if (j0 + s > i0 + r) {
-                tm[(i0 + r) * C + j0 + s] = 0.0;
-            }
-        }
-    }
+    zero_upper(i0, j0);
     workgroupBarrier();
 
     // 3. M = S1 A_w (both lower triangular): M_ij = Σ_{l=j..i} S1_il T_lj.
