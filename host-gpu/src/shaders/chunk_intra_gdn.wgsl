@@ -120,8 +120,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     workgroupBarrier();
 
     // 2. A_w = (I + P)⁻¹ in place, by 16 x 16 blocks, so that the serial chain is 16 rows long,
-    //    not 64: a substitution over the whole tile, one barrier per row, is bound by its
-    //    barriers (BENCHMARKS.md, "The MQAR step"). T = A_w is unit lower triangular.
+    //    not 64: a substitution over the whole tile, one barrier per row, costs two thirds of
+    //    this kernel's time on an H200 (BENCHMARKS.md, "The MQAR step"). T = A_w is unit lower
+    //    triangular. Thread lid is row ba, column bc of a 16 x 16 block.
     //    a. The four diagonal blocks at once, row by row: T_i = e_i − Σ_{l<i} P_il T_l within the
     //       block. P is first mirrored into the (unused) upper triangle, P_il at (l, i), so that
     //       writing row i of T over row i of P races with no read of the same step.
@@ -135,11 +136,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         }
     }
     workgroupBarrier();
+    let ba = lid / IB;
+    let bc = lid % IB;
     for (var r = 0u; r < IB; r++) {
         if (lid < C) {
-            let base = (lid / IB) * IB;
-            let i = base + r;
-            let j = base + lid % IB;
+            let i = ba * IB + r;
+            let j = ba * IB + bc;
             if (j <= i) {
                 var val = select(0.0, 1.0, i == j);
                 for (var l = j; l < i; l++) {
@@ -156,22 +158,20 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     //       T_IJ = −T_II Σ_{K=J}^{I−1} P_IK T_KJ. The sums X_J go to the upper block (J, I),
     //       which nothing reads until it is zeroed again.
     for (var bi = 1u; bi < C / IB; bi++) {
-        let a = lid / IB;
-        let c = lid % IB;
         for (var bj = 0u; bj < bi; bj++) {
             var x = 0.0;
             for (var l = bj * IB; l < bi * IB; l++) {
-                x += tm[(bi * IB + a) * C + l] * tm[l * C + bj * IB + c];
+                x += tm[(bi * IB + ba) * C + l] * tm[l * C + bj * IB + bc];
             }
-            tm[(bj * IB + a) * C + bi * IB + c] = x;
+            tm[(bj * IB + ba) * C + bi * IB + bc] = x;
         }
         workgroupBarrier();
         for (var bj = 0u; bj < bi; bj++) {
             var t = 0.0;
-            for (var m = 0u; m <= a; m++) {
-                t -= tm[(bi * IB + a) * C + bi * IB + m] * tm[(bj * IB + m) * C + bi * IB + c];
+            for (var m = 0u; m <= ba; m++) {
+                t -= tm[(bi * IB + ba) * C + bi * IB + m] * tm[(bj * IB + m) * C + bi * IB + bc];
             }
-            tm[(bi * IB + a) * C + bj * IB + c] = t;
+            tm[(bi * IB + ba) * C + bj * IB + bc] = t;
         }
         workgroupBarrier();
     }
