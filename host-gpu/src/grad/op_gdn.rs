@@ -6,8 +6,8 @@
 //! states are recomputed. Dispatches, in order (C = 64, NT = ⌈T / C⌉, M = ⌈log2 NT⌉ chunk
 //! levels; every exponent ≤ 0, from chunk-local cumsums):
 //! 1. `chunk_gamma` (the forward's): local inclusive cumsums γ.
-//! 2. `grad_gdn_prep`, per (chunk, head): the tiles S1 = Tril(QKᵀ), KKᵀ, A_w (forward
-//!    substitution in workgroup memory), M = S1 A_w, and per token q̃, K̃, W̃, U (the
+//! 2. `grad_gdn_prep`, per (chunk, head): the tiles S1 = Tril(QKᵀ), KKᵀ, A_w (inverse by
+//!    16 × 16 blocks in workgroup memory), M = S1 A_w, and per token q̃, K̃, W̃, U (the
 //!    forward's UT form; K̃ᵀ, W̃ᵀ also per chunk, for coalesced reads in the scans).
 //! 3. `grad_gdn_hscan`, per (8 dv columns, head, level m): the masked gated-delta-rule scan
 //!    again, storing the state entering every chunk and the chunk product X = σU − W̃H
