@@ -1,5 +1,6 @@
 // GDN backward, step 1 per (chunk, head): recompute the forward's chunk quantities (spec §7.2).
-// Tiles S1 = Tril(Q Kᵀ), KK = StrictLower(K Kᵀ), A_w (forward substitution), M = S1 A_w; and
+// Tiles S1 = Tril(Q Kᵀ), KK = StrictLower(K Kᵀ), A_w = (I + diag(β) KK)⁻¹ (by blocks),
+// M = S1 A_w; and
 //   q̃_i = e^{γ_i} (q_i − Σ_j M_ij β_j k_j),  K̃_i = e^{Γ − γ_i} k_i,
 //   W̃_i = e^{γ_i} Σ_j A_w,ij β_j k_j,        U_i = Σ_j e^{γ_i − γ_j} A_w,ij β_j v_j.
 // S1 and KK are workgroup-memory tiled products (PW dk columns of q and k staged at a time);
