@@ -15,8 +15,9 @@
 //! `--quick`: T = 256 and 128, 4 heads, 2 runs, CPU T = 128 (for lavapipe).
 //! GPU time comes from timestamp queries when the adapter has TIMESTAMP_QUERY, else from wall
 //! time around submit-and-wait. GFLOP/s counts the FLOPs the kernels do (`ChunkScan::flops`),
-//! GB/s an estimate of the memory traffic (`ChunkScan::bytes`). `--breakdown` also prints the
-//! time of each dispatch (needs timestamps).
+//! GB/s an estimate of the memory traffic (`ChunkScan::bytes`), both summed over the dispatches.
+//! `--breakdown` also prints, on stderr, each dispatch's time with the GFLOP/s and GB/s it
+//! achieved by its own count (`ChunkScan::dispatch_costs`; needs timestamps).
 
 use clap::builder::RangedU64ValueParser;
 use clap::parser::ValueSource;
@@ -222,10 +223,11 @@ fn bench_gpu(
     })
 }
 
-/// Time of each dispatch of one run (one line on stderr).
+/// Each dispatch of one timed run, as a table on stderr: its time, and the FLOP/s and bandwidth
+/// it achieved by its own cost (`ChunkScan::dispatch_costs`).
 fn print_breakdown(gpu: &Gpu, scan: &ChunkScan, form: Form, t: usize) -> Result<(), GpuError> {
-    let labels = scan.step_labels();
-    let Some(timer) = Timestamps::new(gpu, 2 * labels.len() as u32) else {
+    let costs = scan.dispatch_costs();
+    let Some(timer) = Timestamps::new(gpu, 2 * costs.len() as u32) else {
         return Ok(());
     };
     let mut enc = gpu.encoder("breakdown");
@@ -234,17 +236,31 @@ fn print_breakdown(gpu: &Gpu, scan: &ChunkScan, form: Form, t: usize) -> Result<
     gpu.submit_and_wait(enc)?;
     // Pass i writes timestamps 2i (start) and 2i + 1 (end).
     let between = timer.intervals_ms(gpu)?;
-    let parts: Vec<String> = labels
-        .iter()
-        .enumerate()
-        .map(|(i, l)| format!("{l} {:.3} ms", between[2 * i]))
-        .collect();
     eprintln!(
-        "{} {} T={t}: {}",
+        "\n{} {} T={t}, each dispatch of one run:\n",
         form_name(form),
-        scan.strategy().name(),
-        parts.join(", ")
+        scan.strategy().name()
     );
+    eprintln!("| dispatch | ms | GFLOP | GFLOP/s | MB | GB/s |");
+    eprintln!("| --- | ---: | ---: | ---: | ---: | ---: |");
+    for (i, (label, cost)) in costs.iter().enumerate() {
+        let ms = between[2 * i];
+        let per_second = |x: f64| {
+            if x > 0.0 && ms > 0.0 {
+                format!("{:.1}", x / 1e9 / (ms / 1e3))
+            } else {
+                "–".to_string()
+            }
+        };
+        eprintln!(
+            "| {label} | {ms:.3} | {:.3} | {} | {:.1} | {} |",
+            cost.flops / 1e9,
+            per_second(cost.flops),
+            cost.bytes / 1e6,
+            per_second(cost.bytes)
+        );
+    }
+    eprintln!();
     Ok(())
 }
 

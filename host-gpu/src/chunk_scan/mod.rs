@@ -49,6 +49,7 @@ use crate::gpu::{record_dispatch, Gpu, GpuError, Kernel};
 pub use loglinear_runtime::chunk::{Form, ScanShape, CHUNK};
 
 mod cost;
+pub use cost::DispatchCost;
 mod host;
 
 pub use host::{run_scan, run_scan_with_strategy, ScanBuffers, ScanInputs};
@@ -450,12 +451,18 @@ pub(crate) fn check_buffer(
     Ok(())
 }
 
+/// One dispatch of a chunk scan and what it costs (for benchmark reports).
+struct Dispatch {
+    step: Step,
+    cost: DispatchCost,
+}
+
 /// Bind groups and scratch made once for one shape and one set of buffers; encode as often as
 /// wanted.
 pub struct ChunkScan {
     shape: ScanShape,
     strategy: ScanStrategy,
-    steps: Vec<Step>,
+    dispatches: Vec<Dispatch>,
     // Scratch, owned here and kept alive for the bind groups.
     _scratch: Vec<wgpu::Buffer>,
 }
@@ -557,16 +564,22 @@ impl ChunkScan {
             (scans * s.heads * s.dk * s.dv) as u64 * f,
         )?;
 
-        let step = |k: &Kernel, label: &'static str, bufs: &[&wgpu::Buffer], groups: [usize; 3]| {
-            Step::new(gpu, k, label, bufs, groups)
+        let dispatch = |k: &Kernel,
+                        label: &'static str,
+                        bufs: &[&wgpu::Buffer],
+                        groups: [usize; 3],
+                        cost: DispatchCost| Dispatch {
+            step: Step::new(gpu, k, label, bufs, groups),
+            cost,
         };
-        let mut steps = Vec::new();
+        let mut dispatches = Vec::new();
         let mut scratch = Vec::new();
-        steps.push(step(
+        dispatches.push(dispatch(
             &kernels.gamma,
             "chunk_gamma",
             &[&uniform, io.g, &gam],
             [nt, s.heads, 1],
+            cost::gamma(&s),
         ));
         if gdn {
             // Blocked per (chunk, head), rows past T stay 0: q̃, W̃ transposed ([NT][H][dk][C]),
@@ -576,36 +589,39 @@ impl ChunkScan {
             let kt = gpu.storage_zeroed("chunk k~", rows * s.dk as u64 * f)?;
             let wt = gpu.storage_zeroed("chunk w~ (transposed)", rows * s.dk as u64 * f)?;
             let u = gpu.storage_zeroed("chunk u", rows * s.dv as u64 * f)?;
-            steps.push(step(
+            dispatches.push(dispatch(
                 &kernels.intra,
                 "chunk_intra_gdn",
                 &[
                     &uniform, io.q, io.k, io.v, &gam, io.beta, io.lam, io.o, &qt, &kt, &wt, &u,
                 ],
                 [nt, s.heads, 1],
+                cost::intra(&s),
             ));
             if scans > 0 {
-                steps.push(step(
+                dispatches.push(dispatch(
                     &kernels.scan,
                     "chunk_scan_gdn",
                     &[&uniform, &qt, &kt, &wt, &u, &gam, io.lam, &olvl, &hstate],
                     [s.dv.div_ceil(GDN_SCAN_BV), scans, s.heads],
+                    cost::scan_walk(&s),
                 ));
             }
             scratch.extend([qt, kt, wt, u]);
         } else {
-            steps.push(step(
+            dispatches.push(dispatch(
                 &kernels.intra,
                 "chunk_intra_m2",
                 &[&uniform, io.q, io.k, io.v, &gam, io.lam, io.o],
                 [nt, s.heads, 1],
+                cost::intra(&s),
             ));
             if let (true, Some(pk)) = (scans > 0, pre) {
                 // Precomputed: contributions, up-sweep per level, saturated prefix, readers.
                 let per = s.dk * s.dv;
                 let xs = gpu
                     .storage_zeroed("chunk contributions", ((nt - 1) * s.heads * per) as u64 * f)?;
-                steps.push(step(
+                dispatches.push(dispatch(
                     &pk.contrib,
                     "chunk_pre_contrib_m2",
                     &[&uniform, io.k, io.v, &gam, &xs],
@@ -614,6 +630,7 @@ impl ChunkScan {
                         nt - 1,
                         s.heads,
                     ],
+                    cost::pre_contrib(&s),
                 ));
                 let elem_groups = per.div_ceil(PRE_ELEMS);
                 for m in 1..scans {
@@ -625,57 +642,63 @@ impl ChunkScan {
                             ..params
                         },
                     );
-                    steps.push(step(
+                    dispatches.push(dispatch(
                         &pk.sweep,
                         "chunk_pre_sweep",
                         &[&level, &gam, &xs],
                         [elem_groups, (nt - 1) >> m, s.heads],
+                        cost::pre_sweep(&s, m),
                     ));
                     scratch.push(level);
                 }
                 if scans == s.m_top() + 1 {
-                    steps.push(step(
+                    dispatches.push(dispatch(
                         &pk.prefix,
                         "chunk_pre_prefix",
                         &[&uniform, &gam, &xs],
                         [elem_groups, s.heads, 1],
+                        cost::pre_prefix(&s),
                     ));
                 }
-                steps.push(step(
+                dispatches.push(dispatch(
                     &pk.read,
                     "chunk_pre_read_m2",
                     &[&uniform, io.q, &gam, io.lam, &xs, io.o, &hstate],
                     [s.dv.div_ceil(PRE_TILE), nt - 1, s.heads],
+                    cost::pre_read(&s),
                 ));
                 scratch.push(xs);
             } else if scans > 0 {
-                steps.push(step(
+                dispatches.push(dispatch(
                     &kernels.scan,
                     "chunk_scan_m2",
                     &[&uniform, io.q, io.k, io.v, &gam, io.lam, &olvl, &hstate],
                     [s.dv.div_ceil(SCAN_BV), s.heads, scans],
+                    cost::scan_walk(&s),
                 ));
             }
         }
         if scans > 0 && pre.is_none() {
-            steps.push(step(
+            dispatches.push(dispatch(
                 &kernels.combine,
                 "chunk_combine",
                 &[&uniform, &olvl, io.o],
                 [(s.heads * s.dv).div_ceil(256), nt, 1],
+                cost::combine(&s),
             ));
         }
-        steps.push(step(
+        dispatches.push(dispatch(
             &kernels.state,
             "chunk_state",
             &[&uniform, io.k, io.v, io.g, io.beta, &hstate, io.state, &gam],
             [s.dv.div_ceil(64), s.heads, s.levels],
+            cost::state(&s),
         ));
         scratch.extend([uniform, gam, olvl, hstate]);
         Ok(Self {
             shape,
             strategy: used,
-            steps,
+            dispatches,
             _scratch: scratch,
         })
     }
@@ -697,7 +720,7 @@ impl ChunkScan {
 
     /// Labels of the dispatches `encode` records, in order.
     pub fn step_labels(&self) -> Vec<&'static str> {
-        self.steps.iter().map(|s| s.label).collect()
+        self.dispatches.iter().map(|d| d.step.label).collect()
     }
 
     /// Like `encode`, with the beginning and end of dispatch i written to timestamps 2i and
@@ -707,8 +730,8 @@ impl ChunkScan {
     }
 
     fn encode_passes(&self, encoder: &mut wgpu::CommandEncoder, ts: Option<&wgpu::QuerySet>) {
-        for (i, s) in self.steps.iter().enumerate() {
-            s.record(encoder, ts.map(|q| (q, i as u32)));
+        for (i, d) in self.dispatches.iter().enumerate() {
+            d.step.record(encoder, ts.map(|q| (q, i as u32)));
         }
     }
 }
