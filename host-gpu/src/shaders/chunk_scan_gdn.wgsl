@@ -59,32 +59,40 @@ fn product(src: u32, c: u32, h: u32, i: u32, ch: u32, k0: u32, k1: u32) -> Pair 
     var kk = k0;
     var s = kk * 4u + ch * 2u;
     // One loop per source rather than a select per load, for the same reason as the state
-    // transition's three loops below.
+    // transition's three loops below. Four rows per step keep four loads in flight: the loop
+    // otherwise waits on each load it has just issued (BENCHMARKS.md, "where chunk_scan_gdn's
+    // time goes").
     if (src == 0u) {
-        for (; kk + 1u < k1; kk += 2u) {
+        for (; kk + 3u < k1; kk += 4u) {
             let x0 = qt[base + kk * C];
             let x1 = qt[base + (kk + 1u) * C];
-            lo += x0 * st[s] + x1 * st[s + 4u];
-            hi += x0 * st[s + 1u] + x1 * st[s + 5u];
-            s += 8u;
+            let x2 = qt[base + (kk + 2u) * C];
+            let x3 = qt[base + (kk + 3u) * C];
+            lo += x0 * st[s] + x1 * st[s + 4u] + x2 * st[s + 8u] + x3 * st[s + 12u];
+            hi += x0 * st[s + 1u] + x1 * st[s + 5u] + x2 * st[s + 9u] + x3 * st[s + 13u];
+            s += 16u;
         }
-        if (kk < k1) {
+        for (; kk < k1; kk++) {
             let x = qt[base + kk * C];
             lo += x * st[s];
             hi += x * st[s + 1u];
+            s += 4u;
         }
     } else {
-        for (; kk + 1u < k1; kk += 2u) {
+        for (; kk + 3u < k1; kk += 4u) {
             let x0 = wt[base + kk * C];
             let x1 = wt[base + (kk + 1u) * C];
-            lo += x0 * st[s] + x1 * st[s + 4u];
-            hi += x0 * st[s + 1u] + x1 * st[s + 5u];
-            s += 8u;
+            let x2 = wt[base + (kk + 2u) * C];
+            let x3 = wt[base + (kk + 3u) * C];
+            lo += x0 * st[s] + x1 * st[s + 4u] + x2 * st[s + 8u] + x3 * st[s + 12u];
+            hi += x0 * st[s + 1u] + x1 * st[s + 5u] + x2 * st[s + 9u] + x3 * st[s + 13u];
+            s += 16u;
         }
-        if (kk < k1) {
+        for (; kk < k1; kk++) {
             let x = wt[base + kk * C];
             lo += x * st[s];
             hi += x * st[s + 1u];
+            s += 4u;
         }
     }
     return Pair(lo, hi);
@@ -100,6 +108,13 @@ fn u4(c: u32, i: u32, h: u32, d: u32) -> vec4<f32> {
         }
     }
     return x;
+}
+
+// Rows f, f + dk, f + 2 dk, f + 3 dk of K̃: four loads in flight per state-update step. The update
+// runs on full chunks only (the last chunk, the one that can be partial, is not updated), so n is a
+// multiple of 4.
+fn krows(f: u32, dk: u32) -> vec4<f32> {
+    return vec4<f32>(kt[f], kt[f + dk], kt[f + 2u * dk], kt[f + 3u * dk]);
 }
 
 fn put_row(kk: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) {
@@ -300,43 +315,46 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 b1 *= eg;
                 b2 *= eg;
                 b3 *= eg;
-                for (var r = 0u; r < n; r++) {
-                    let kv = kt[f];
-                    a0 += kv * xa[4u * r];
-                    a1 += kv * xa[4u * r + 1u];
-                    a2 += kv * xa[4u * r + 2u];
-                    a3 += kv * xa[4u * r + 3u];
-                    b0 += kv * xb[4u * r];
-                    b1 += kv * xb[4u * r + 1u];
-                    b2 += kv * xb[4u * r + 2u];
-                    b3 += kv * xb[4u * r + 3u];
-                    f += dk;
+                for (var r = 0u; r < n; r += 4u) {
+                    let k = krows(f, dk);
+                    let j = 4u * r;
+                    a0 += k.x * xa[j] + k.y * xa[j + 4u] + k.z * xa[j + 8u] + k.w * xa[j + 12u];
+                    a1 += k.x * xa[j + 1u] + k.y * xa[j + 5u] + k.z * xa[j + 9u] + k.w * xa[j + 13u];
+                    a2 += k.x * xa[j + 2u] + k.y * xa[j + 6u] + k.z * xa[j + 10u] + k.w * xa[j + 14u];
+                    a3 += k.x * xa[j + 3u] + k.y * xa[j + 7u] + k.z * xa[j + 11u] + k.w * xa[j + 15u];
+                    b0 += k.x * xb[j] + k.y * xb[j + 4u] + k.z * xb[j + 8u] + k.w * xb[j + 12u];
+                    b1 += k.x * xb[j + 1u] + k.y * xb[j + 5u] + k.z * xb[j + 9u] + k.w * xb[j + 13u];
+                    b2 += k.x * xb[j + 2u] + k.y * xb[j + 6u] + k.z * xb[j + 10u] + k.w * xb[j + 14u];
+                    b3 += k.x * xb[j + 3u] + k.y * xb[j + 7u] + k.z * xb[j + 11u] + k.w * xb[j + 15u];
+                    f += 4u * dk;
                 }
             } else if (up_a) {
                 a0 *= eg;
                 a1 *= eg;
                 a2 *= eg;
                 a3 *= eg;
-                for (var r = 0u; r < n; r++) {
-                    let kv = kt[f];
-                    a0 += kv * xa[4u * r];
-                    a1 += kv * xa[4u * r + 1u];
-                    a2 += kv * xa[4u * r + 2u];
-                    a3 += kv * xa[4u * r + 3u];
-                    f += dk;
+                for (var r = 0u; r < n; r += 4u) {
+                    let k = krows(f, dk);
+                    let j = 4u * r;
+                    a0 += k.x * xa[j] + k.y * xa[j + 4u] + k.z * xa[j + 8u] + k.w * xa[j + 12u];
+                    a1 += k.x * xa[j + 1u] + k.y * xa[j + 5u] + k.z * xa[j + 9u] + k.w * xa[j + 13u];
+                    a2 += k.x * xa[j + 2u] + k.y * xa[j + 6u] + k.z * xa[j + 10u] + k.w * xa[j + 14u];
+                    a3 += k.x * xa[j + 3u] + k.y * xa[j + 7u] + k.z * xa[j + 11u] + k.w * xa[j + 15u];
+                    f += 4u * dk;
                 }
             } else if (up_b) {
                 b0 *= eg;
                 b1 *= eg;
                 b2 *= eg;
                 b3 *= eg;
-                for (var r = 0u; r < n; r++) {
-                    let kv = kt[f];
-                    b0 += kv * xb[4u * r];
-                    b1 += kv * xb[4u * r + 1u];
-                    b2 += kv * xb[4u * r + 2u];
-                    b3 += kv * xb[4u * r + 3u];
-                    f += dk;
+                for (var r = 0u; r < n; r += 4u) {
+                    let k = krows(f, dk);
+                    let j = 4u * r;
+                    b0 += k.x * xb[j] + k.y * xb[j + 4u] + k.z * xb[j + 8u] + k.w * xb[j + 12u];
+                    b1 += k.x * xb[j + 1u] + k.y * xb[j + 5u] + k.z * xb[j + 9u] + k.w * xb[j + 13u];
+                    b2 += k.x * xb[j + 2u] + k.y * xb[j + 6u] + k.z * xb[j + 10u] + k.w * xb[j + 14u];
+                    b3 += k.x * xb[j + 3u] + k.y * xb[j + 7u] + k.z * xb[j + 11u] + k.w * xb[j + 15u];
+                    f += 4u * dk;
                 }
             }
             if ((c + 1u) % half == 0u) {
