@@ -20,7 +20,8 @@
 //!    8-column variant with both states in workgroup memory was 24-31 % slower on the H200.)
 //! 4. `chunk_combine`: o += the levels each chunk reads, in level order (no atomics).
 //! 5. `chunk_state`: the decoder's state after token T−1: levels before the last chunk from the
-//!    scan; tokens of the last chunk in closed form (Mamba-2) or stepped like the decoder (GDN).
+//!    scan; tokens of the last chunk in closed form (Mamba-2) or stepped like the decoder (GDN,
+//!    16 columns per workgroup, each column's dk rows split over 16 threads).
 //!
 //! Steps 3 and 4 are the [`ScanStrategy::LevelWalk`] (`LOGLINEAR_SCAN=walk`). The default
 //! [`ScanStrategy::Precomputed`] (Mamba-2 only so far) replaces them by: `chunk_pre_contrib_m2` (every source chunk's
@@ -33,8 +34,8 @@
 //! chunk writes the hand-off states). Chunk c reads level m from slot ((c >> m) << m) − 1 decayed
 //! by the Γ of the chunks between, so every exponent is still of a sum of Γ ≤ 0.
 //!
-//! Limits: dk ≤ 256 (a scan thread owns a state row; the GDN final-state pass keeps a column of
-//! dk values per thread); any dv; any T ≥ 1 up to 64·65535 tokens; lambda_cols ≥ levels ≤ 32;
+//! Limits: dk ≤ 256 (a scan thread owns a state row; the GDN final-state pass keeps a dk × 16
+//! block in workgroup memory); any dv; any T ≥ 1 up to 64·65535 tokens; lambda_cols ≥ levels ≤ 32;
 //! 32 KiB of workgroup memory and 11 storage buffers per stage (checked in [`ScanKernels::new`]).
 //! Scratch: γ (T·H), the packed reader rows of the levels (about scans·T/2·H·dv floats; the
 //! precomputed strategy has `xs`, (NT−1)·H·dk·dv floats, instead, and falls back to the walk when
@@ -60,6 +61,10 @@ pub const MAX_DK: usize = 256;
 const SCAN_BV: usize = 8;
 /// Columns of v per GDN scan workgroup (`BV` of chunk_scan_gdn.wgsl).
 const GDN_SCAN_BV: usize = 16;
+/// Columns of the decoder state per `chunk_state` workgroup: Mamba-2 (chunk_state_m2.wgsl) and
+/// GDN (`SB` in chunk_state_gdn.wgsl).
+const STATE_BV_M2: usize = 64;
+const STATE_BV_GDN: usize = 16;
 /// Workgroup memory the kernels need (the GDN intra kernel: two 64×64 f32 tiles).
 const NEEDED_WORKGROUP_BYTES: u32 = 32768;
 /// Storage buffers the GDN intra kernel binds.
@@ -192,6 +197,8 @@ const SCAN_GDN: &str = include_str!("../shaders/chunk_scan_gdn.wgsl");
 const SCAN_BODY: &str = include_str!("../shaders/chunk_scan_body.wgsl");
 const COMBINE: &str = include_str!("../shaders/chunk_combine.wgsl");
 const STATE: &str = include_str!("../shaders/chunk_state.wgsl");
+const STATE_M2: &str = include_str!("../shaders/chunk_state_m2.wgsl");
+const STATE_GDN: &str = include_str!("../shaders/chunk_state_gdn.wgsl");
 const PRE_COMMON: &str = include_str!("../shaders/chunk_pre_common.wgsl");
 const PRE_CONTRIB_M2: &str = include_str!("../shaders/chunk_pre_contrib_m2.wgsl");
 /// The parts of `chunk_pre_contrib_m2` after chunk_common.wgsl.
@@ -339,7 +346,17 @@ impl ScanKernels {
             intra: gpu.kernel(intra_label, &intra_src, "main")?,
             scan: gpu.kernel(scan_label, &scan_src, "main")?,
             combine: gpu.kernel("chunk_combine", &src(&[COMBINE]), "main")?,
-            state: gpu.kernel("chunk_state", &src(&[STATE]), "main")?,
+            state: gpu.kernel(
+                "chunk_state",
+                &src(&[
+                    STATE,
+                    match form {
+                        Form::Mamba2 => STATE_M2,
+                        Form::Gdn => STATE_GDN,
+                    },
+                ]),
+                "main",
+            )?,
             pre: match form {
                 Form::Mamba2 => Some(PreKernels {
                     contrib: gpu.kernel(
@@ -687,11 +704,21 @@ impl ChunkScan {
                 cost::combine(&s),
             ));
         }
+        let (state_bv, state_bind): (usize, &[&wgpu::Buffer]) = match s.form {
+            Form::Mamba2 => (
+                STATE_BV_M2,
+                &[&uniform, io.k, io.v, &hstate, io.state, &gam],
+            ),
+            Form::Gdn => (
+                STATE_BV_GDN,
+                &[&uniform, io.k, io.v, io.g, io.beta, &hstate, io.state],
+            ),
+        };
         dispatches.push(dispatch(
             &kernels.state,
             "chunk_state",
-            &[&uniform, io.k, io.v, io.g, io.beta, &hstate, io.state, &gam],
-            [s.dv.div_ceil(64), s.heads, s.levels],
+            state_bind,
+            [s.dv.div_ceil(state_bv), s.heads, s.levels],
             cost::state(&s),
         ));
         scratch.extend([uniform, gam, olvl, hstate]);
