@@ -330,6 +330,16 @@ fn gdn_backward_matches_finite_differences_wide_heads() {
 }
 
 #[test]
+fn gdn_backward_matches_finite_differences_ragged_last_chunk() {
+    let gpu = Gpu::new().expect("GPU adapter (lavapipe in CI)");
+    // 6 chunks, the last of 7 tokens: the level scans' unrolled loops over a chunk's rows leave
+    // a remainder there (chunk 5 reads level 0, so its rows' λ q̃ dOᵀ enter the state
+    // gradient), and dk = 18 leaves a remainder of 1 in each dk half of their row products.
+    let tokens = [0, 3, 64, 200, 319, 320, 323, 326];
+    check_finite_differences(&gpu, [327, 2, 18, 8, 10], 0x7a66_ed00_0000_0327, &tokens);
+}
+
+#[test]
 fn gdn_backward_encoded_twice_gives_identical_gradients() {
     // Every scratch accumulator is reinitialised by each run and the gradients are
     // overwritten, so a second encode on the same buffers reproduces the first bit for bit.

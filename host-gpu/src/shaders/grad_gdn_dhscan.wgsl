@@ -74,8 +74,21 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             var s1 = eg * st[kk * 2u + 1u];
             // fpack rows of consecutive tokens are `fs` words apart.
             var f = frow(t0, h) + kk;
+            // Two (reading) or four tokens per step, so that four loads are in flight.
+            var i = 0u;
             if (rd) {
-                for (var i = 0u; i < n; i++) {
+                for (; i + 1u < n; i += 2u) {
+                    let q0 = fpack[f];
+                    let w0 = fpack[f + 2u * dk];
+                    let q1 = fpack[f + fs];
+                    let w1 = fpack[f + fs + 2u * dk];
+                    let x = i * 2u;
+                    let o = (C + i) * 2u;
+                    s0 += q0 * part[o] - w0 * xw[x] + q1 * part[o + 2u] - w1 * xw[x + 2u];
+                    s1 += q0 * part[o + 1u] - w0 * xw[x + 1u] + q1 * part[o + 3u] - w1 * xw[x + 3u];
+                    f += 2u * fs;
+                }
+                for (; i < n; i++) {
                     let qv = fpack[f];
                     let wv = fpack[f + 2u * dk];
                     s0 += qv * part[(C + i) * 2u] - wv * xw[i * 2u];
@@ -83,8 +96,19 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                     f += fs;
                 }
             } else {
-                for (var i = 0u; i < n; i++) {
-                    let wv = fpack[f + 2u * dk];
+                f += 2u * dk;
+                for (; i + 3u < n; i += 4u) {
+                    let w0 = fpack[f];
+                    let w1 = fpack[f + fs];
+                    let w2 = fpack[f + 2u * fs];
+                    let w3 = fpack[f + 3u * fs];
+                    let x = i * 2u;
+                    s0 -= w0 * xw[x] + w1 * xw[x + 2u] + w2 * xw[x + 4u] + w3 * xw[x + 6u];
+                    s1 -= w0 * xw[x + 1u] + w1 * xw[x + 3u] + w2 * xw[x + 5u] + w3 * xw[x + 7u];
+                    f += 4u * fs;
+                }
+                for (; i < n; i++) {
+                    let wv = fpack[f];
                     s0 -= wv * xw[i * 2u];
                     s1 -= wv * xw[i * 2u + 1u];
                     f += fs;

@@ -77,7 +77,19 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             var s1 = eg * st[kk * 2u + 1u];
             // fpack rows of consecutive tokens are `fs` words apart.
             var f = frow(t0, h) + dk + kk;
-            for (var i = 0u; i < n; i++) {
+            var i = 0u;
+            // Four tokens per step: four loads in flight.
+            for (; i + 3u < n; i += 4u) {
+                let k0 = fpack[f];
+                let k1 = fpack[f + fs];
+                let k2 = fpack[f + 2u * fs];
+                let k3 = fpack[f + 3u * fs];
+                let x = i * 2u;
+                s0 += k0 * xw[x] + k1 * xw[x + 2u] + k2 * xw[x + 4u] + k3 * xw[x + 6u];
+                s1 += k0 * xw[x + 1u] + k1 * xw[x + 3u] + k2 * xw[x + 5u] + k3 * xw[x + 7u];
+                f += 4u * fs;
+            }
+            for (; i < n; i++) {
                 let kv = fpack[f];
                 s0 += kv * xw[i * 2u];
                 s1 += kv * xw[i * 2u + 1u];

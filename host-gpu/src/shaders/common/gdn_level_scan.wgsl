@@ -39,7 +39,20 @@ fn partial_products(lid: u32, c: u32, h: u32, n: u32, which: u32, zero: bool) {
         var p1 = vec4<f32>(0.0);
         if (ai < n && !zero) {
             let f = ft_at(c, h, which) + ai;
-            for (var kk = ak * kh; kk < min(P.dk, (ak + 1u) * kh); kk++) {
+            let k1 = min(P.dk, (ak + 1u) * kh);
+            var kk = ak * kh;
+            // Four rows per step: four loads in flight rather than one waited for at once
+            // (as chunk_scan_gdn.wgsl's products).
+            for (; kk + 3u < k1; kk += 4u) {
+                let f0 = fpt[f + kk * C];
+                let f1 = fpt[f + (kk + 1u) * C];
+                let f2 = fpt[f + (kk + 2u) * C];
+                let f3 = fpt[f + (kk + 3u) * C];
+                let s = kk * 2u;
+                p0 += f0 * st[s] + f1 * st[s + 2u] + f2 * st[s + 4u] + f3 * st[s + 6u];
+                p1 += f0 * st[s + 1u] + f1 * st[s + 3u] + f2 * st[s + 5u] + f3 * st[s + 7u];
+            }
+            for (; kk < k1; kk++) {
                 let fv = fpt[f + kk * C];
                 p0 += fv * st[kk * 2u];
                 p1 += fv * st[kk * 2u + 1u];
