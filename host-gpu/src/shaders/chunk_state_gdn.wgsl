@@ -12,11 +12,17 @@
 // (+ β k vᵀ inside the bucket). The column block's dk x SB state lives in workgroup memory; thread
 // (column c = lid % SB, part p = lid / SB) owns rows p, p + SP, p + 2 SP, ... of column c, so that
 // the SP parts of a column share each token's kᵀ S through `red` (one barrier per token, `red`
-// alternating between two halves so that a thread may run a token ahead of a slow one).
+// alternating between two halves so that a thread may run a token ahead of a slow one). A step
+// is short, so global loads would bound it: α, β and β v of the chunk are staged once, and each
+// token's k row is loaded during the step before it, into one of three rows of `kb` (the step
+// reads row t % 3 and writes row (t + 1) % 3 while a thread a step ahead writes (t + 2) % 3).
 const SB: u32 = 16u; // columns per workgroup
 const SP: u32 = 16u; // parts per column (SB * SP = the workgroup size)
 var<workgroup> sg: array<f32, 4096>; // [MAX_DK][SB]
 var<workgroup> red: array<f32, 512>; // [2][SP][SB]
+var<workgroup> kb: array<f32, 768>; // [3][MAX_DK]: k rows of this step and the next
+var<workgroup> tok: array<vec2<f32>, 64>; // [C]: (α, β) of the last chunk's tokens
+var<workgroup> bvs: array<f32, 1024>; // [C][SB]: β v inside the bucket, else 0
 
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
@@ -43,35 +49,61 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         }
         sg[kk * SB + c] = x;
     }
+    let s0 = (P.nt - 1u) * C;
+    for (var e = lid; e < C; e += 256u) {
+        let t = s0 + e;
+        if (t < P.t) {
+            tok[e] = vec2<f32>(exp(g[t * P.heads + h]), beta[t * P.heads + h]);
+        }
+    }
+    for (var e = lid; e < C * SB; e += 256u) {
+        let t = s0 + e / SB;
+        let vc = wg.x * SB + e % SB;
+        var x = 0.0;
+        if (t >= bk.a && t < bk.b && t < P.t && vc < P.dv) {
+            x = beta[t * P.heads + h] * v[(t * P.heads + h) * P.dv + vc];
+        }
+        bvs[e] = x;
+    }
     // A state that starts at zero stays zero until its bucket's first token.
-    var t = (P.nt - 1u) * C;
+    var t = s0;
     if (!bk.from_scan) {
         t = max(t, bk.a);
     }
+    if (lid < P.dk) {
+        kb[lid] = k[qk_row(min(t, P.t - 1u), h) + lid];
+    }
+    workgroupBarrier();
+    var cur = 0u; // kb row of step t
     for (var par = 0u; t < P.t; t++) {
-        let alpha = exp(g[t * P.heads + h]);
-        let kr = qk_row(t, h);
-        let bt = beta[t * P.heads + h];
+        var kn = 0.0;
+        if (lid < P.dk) {
+            kn = k[qk_row(min(t + 1u, P.t - 1u), h) + lid];
+        }
+        let kr = cur * MAX_DK;
         var part = 0.0;
         for (var kk = p; kk < P.dk; kk += SP) {
-            part += k[kr + kk] * sg[kk * SB + c];
+            part += kb[kr + kk] * sg[kk * SB + c];
         }
         red[(par * SP + p) * SB + c] = part;
+        let next = select(cur + 1u, 0u, cur == 2u);
+        if (lid < P.dk) {
+            kb[next * MAX_DK + lid] = kn;
+        }
         workgroupBarrier();
         var uu = 0.0;
         for (var q = 0u; q < SP; q++) {
             uu += red[(par * SP + q) * SB + c];
         }
-        var bv = 0.0;
-        if (t >= bk.a && t < bk.b && own) {
-            bv = bt * v[(t * P.heads + h) * P.dv + col];
-        }
+        let ab = tok[t - s0];
+        let bv = bvs[(t - s0) * SB + c];
         for (var kk = p; kk < P.dk; kk += SP) {
-            let kv = k[kr + kk];
+            let kv = kb[kr + kk];
             let x = sg[kk * SB + c];
-            sg[kk * SB + c] = alpha * (x - bt * kv * uu) + kv * bv;
+            sg[kk * SB + c] = ab.x * (x - ab.y * kv * uu) + kv * bv;
         }
         par ^= 1u;
+        cur = next;
     }
     if (own) {
         for (var kk = p; kk < P.dk; kk += SP) {
