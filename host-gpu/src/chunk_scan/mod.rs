@@ -151,7 +151,6 @@ pub(crate) struct ChunkParams {
     pub(crate) nt: u32,
     pub(crate) m_top: u32,
     pub(crate) n_scans: u32,
-    pub(crate) gdn: u32,
     pub(crate) levels: u32,
     pub(crate) half_nt: u32,
     /// Chunk level of one up-sweep dispatch (precomputed strategy); 0 elsewhere.
@@ -178,7 +177,6 @@ impl ChunkParams {
             nt: nt as u32,
             m_top: s.m_top() as u32,
             n_scans: n_scans as u32,
-            gdn: u32::from(s.form == Form::Gdn),
             levels: s.levels as u32,
             half_nt: nt.div_ceil(2) as u32,
             level: 0,

@@ -12,7 +12,6 @@ struct Params {
     nt: u32,         // chunks = ceil(t / C)
     m_top: u32,      // chunk level of the saturated scan = max(top - (c0 + 1), 0)
     n_scans: u32,    // inter-chunk scans that are not empty (levels 0..n_scans-1)
-    gdn: u32,        // 1 = Gated DeltaNet form, 0 = Mamba-2 form
     levels: u32,
     half_nt: u32,    // ceil(nt / 2): reader chunks of one regular level (slots in olvl)
     level: u32,      // precomputed strategy: the chunk level of one up-sweep dispatch; 0 elsewhere

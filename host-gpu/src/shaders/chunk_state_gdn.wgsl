@@ -60,7 +60,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         let t = s0 + e / SB;
         let vc = wg.x * SB + e % SB;
         var x = 0.0;
-        if (t >= bk.a && t < bk.b && t < P.t && vc < P.dv) {
+        // The bucket ends at or before T, so this reads only tokens of the chunk.
+        if (t >= bk.a && t < bk.b && vc < P.dv) {
             x = beta[t * P.heads + h] * v[(t * P.heads + h) * P.dv + vc];
         }
         bvs[e] = x;
