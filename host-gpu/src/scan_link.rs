@@ -78,7 +78,7 @@ impl ScanLink {
             beta: &bufs.beta,
             lam: &bufs.lam,
             o: &bufs.o,
-            state: &bufs.state,
+            state: Some(&bufs.state),
         };
         Ok(Box::new(ChunkScan::new(gpu, &self.kernels, *dims, io)?))
     }

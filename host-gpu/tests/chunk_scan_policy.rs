@@ -293,7 +293,7 @@ fn precomputed_strategy_runs_for_mamba2_and_falls_back_for_gdn() {
             beta: &beta,
             lam: &lam,
             o: &o,
-            state: &state,
+            state: Some(&state),
         };
         let scan =
             ChunkScan::with_strategy(&gpu, &kernels, s, io, ScanStrategy::Precomputed).unwrap();

@@ -133,7 +133,7 @@ impl ScanBuffers {
             beta,
             lam,
             o: &self.o,
-            state: &self.state,
+            state: Some(&self.state),
         }
     }
 

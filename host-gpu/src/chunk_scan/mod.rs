@@ -21,7 +21,8 @@
 //! 4. `chunk_combine`: o += the levels each chunk reads, in level order (no atomics).
 //! 5. `chunk_state`: the decoder's state after token T−1: levels before the last chunk from the
 //!    scan; tokens of the last chunk in closed form (Mamba-2) or stepped like the decoder (GDN,
-//!    16 columns per workgroup, each column's dk rows split over 16 threads).
+//!    16 columns per workgroup, each column's dk rows split over 16 threads). Only where the
+//!    caller asks for the state ([`ScanIo::state`]): training does not.
 //!
 //! Steps 3 and 4 are the [`ScanStrategy::LevelWalk`] (`LOGLINEAR_SCAN=walk`). The default
 //! [`ScanStrategy::Precomputed`] (Mamba-2 only so far) replaces them by: `chunk_pre_contrib_m2` (every source chunk's
@@ -385,7 +386,8 @@ impl ScanKernels {
 /// q, k: `[T][qk_heads][dk]`; v: `[T][heads][dv]`; g: `[T][heads]` (log decay ≤ 0);
 /// beta: `[T][heads]` (GDN; ignored for Mamba-2, any non-empty buffer);
 /// lam: `[T][heads][lambda_cols]` (the λ actually used); o (written): `[T][heads][dv]`;
-/// state (written): `[levels][heads][dk][dv]`, the decoder's Fenwick state after token T−1.
+/// state (written): `[levels][heads][dk][dv]`, the decoder's Fenwick state after token T−1, or
+/// `None` where nothing continues from it (training): then `chunk_state` is not dispatched.
 pub struct ScanIo<'a> {
     pub q: &'a wgpu::Buffer,
     pub k: &'a wgpu::Buffer,
@@ -394,7 +396,7 @@ pub struct ScanIo<'a> {
     pub beta: &'a wgpu::Buffer,
     pub lam: &'a wgpu::Buffer,
     pub o: &'a wgpu::Buffer,
-    pub state: &'a wgpu::Buffer,
+    pub state: Option<&'a wgpu::Buffer>,
 }
 
 /// One recorded dispatch, in a compute pass of its own (the chunk scan's and the operator
@@ -544,12 +546,14 @@ impl ChunkScan {
         )?;
         check_buffer("chunk scan", "lam", io.lam, s.t * s.heads * s.lambda_cols)?;
         check_buffer("chunk scan", "o", io.o, s.t * s.heads * s.dv)?;
-        check_buffer(
-            "chunk scan",
-            "state",
-            io.state,
-            s.levels * s.heads * s.dk * s.dv,
-        )?;
+        if let Some(state) = io.state {
+            check_buffer(
+                "chunk scan",
+                "state",
+                state,
+                s.levels * s.heads * s.dk * s.dv,
+            )?;
+        }
 
         let nt = s.chunks();
         let scans = s.scans();
@@ -702,23 +706,22 @@ impl ChunkScan {
                 cost::combine(&s),
             ));
         }
-        let (state_bv, state_bind): (usize, &[&wgpu::Buffer]) = match s.form {
-            Form::Mamba2 => (
-                STATE_BV_M2,
-                &[&uniform, io.k, io.v, &hstate, io.state, &gam],
-            ),
-            Form::Gdn => (
-                STATE_BV_GDN,
-                &[&uniform, io.k, io.v, io.g, io.beta, &hstate, io.state],
-            ),
-        };
-        dispatches.push(dispatch(
-            &kernels.state,
-            "chunk_state",
-            state_bind,
-            [s.dv.div_ceil(state_bv), s.heads, s.levels],
-            cost::state(&s),
-        ));
+        if let Some(state) = io.state {
+            let (state_bv, state_bind): (usize, &[&wgpu::Buffer]) = match s.form {
+                Form::Mamba2 => (STATE_BV_M2, &[&uniform, io.k, io.v, &hstate, state, &gam]),
+                Form::Gdn => (
+                    STATE_BV_GDN,
+                    &[&uniform, io.k, io.v, io.g, io.beta, &hstate, state],
+                ),
+            };
+            dispatches.push(dispatch(
+                &kernels.state,
+                "chunk_state",
+                state_bind,
+                [s.dv.div_ceil(state_bv), s.heads, s.levels],
+                cost::state(&s),
+            ));
+        }
         scratch.extend([uniform, gam, olvl, hstate]);
         Ok(Self {
             shape,

@@ -16,7 +16,6 @@ use loglinear_runtime::rng::SplitMix64;
 struct OpBuffers {
     input: OpInputs,
     o: wgpu::Buffer,
-    state: wgpu::Buffer,
     dq: wgpu::Buffer,
     dk: wgpu::Buffer,
     dv: wgpu::Buffer,
@@ -37,18 +36,11 @@ struct OpInputs {
 }
 
 impl OpInputs {
-    /// With zeroed outputs and gradients for `rows` rows and a state of `heads` operator heads.
-    fn with_outputs(
-        self,
-        gpu: &Gpu,
-        a: &Args,
-        rows: usize,
-        heads: usize,
-    ) -> Result<OpBuffers, GpuError> {
+    /// With zeroed outputs and gradients for `rows` rows.
+    fn with_outputs(self, gpu: &Gpu, a: &Args, rows: usize) -> Result<OpBuffers, GpuError> {
         let zeros = |label: &str, floats: usize| gpu.storage_zeroed(label, 4 * floats as u64);
         Ok(OpBuffers {
             o: zeros("o", rows * a.dv)?,
-            state: zeros("state", a.levels * heads * a.dk * a.dv)?,
             dq: zeros("dq", rows * a.dk)?,
             dk: zeros("dk", rows * a.dk)?,
             dv: zeros("dv", rows * a.dv)?,
@@ -62,9 +54,8 @@ impl OpInputs {
 
 /// Random inputs shaped like the layers' (q·dk^-½; k l2-normalised (GDN needs it, Mamba-2
 /// does not mind); β in (0, 1); g small negative; λ = softplus of a normal-ish value), uploaded
-/// one array at a time to keep host memory low. `max_heads`: the most operator heads of any T
-/// (the state buffer's size).
-fn op_buffers(gpu: &Gpu, a: &Args, max_heads: usize) -> Result<OpBuffers, GpuError> {
+/// one array at a time to keep host memory low.
+fn op_buffers(gpu: &Gpu, a: &Args) -> Result<OpBuffers, GpuError> {
     let rows = a.tokens * a.heads;
     let mut rng = SplitMix64::new(0x1234_5678_9abc_def1);
     let scale = 1.0 / (a.dk as f32).sqrt();
@@ -99,7 +90,7 @@ fn op_buffers(gpu: &Gpu, a: &Args, max_heads: usize) -> Result<OpBuffers, GpuErr
         lam,
         d_o,
     };
-    inputs.with_outputs(gpu, a, rows, max_heads)
+    inputs.with_outputs(gpu, a, rows)
 }
 
 /// The backward of either form.
@@ -195,7 +186,7 @@ fn build_call(
             beta: &b.input.beta,
             lam: &b.input.lam,
             o: &b.o,
-            state: &b.state,
+            state: None,
         },
     )?;
     let io = OpGradIo {
@@ -255,7 +246,7 @@ fn sub_buffers(
         lam,
         d_o,
     };
-    inputs.with_outputs(gpu, a, rows, sub.heads)
+    inputs.with_outputs(gpu, a, rows)
 }
 
 /// The call as few sub-calls over head groups as the adapter's limits allow: the forward
@@ -382,13 +373,7 @@ pub fn run_op(gpu: &Gpu, a: &Args, adapter: &str, anchors: &Anchors) -> Vec<OpRo
          ---: | ---: | ---: | ---: | ---: | ---: | ---: |"
     );
     let mut rows = Vec::new();
-    let valid_ts: Vec<usize> = a.ts.iter().copied().filter(|&t| t > 0).collect();
-    let max_heads = valid_ts
-        .iter()
-        .map(|&t| a.heads * (a.tokens / t))
-        .max()
-        .unwrap_or(a.heads);
-    let buffers = match scoped(gpu, || op_buffers(gpu, a, max_heads)) {
+    let buffers = match scoped(gpu, || op_buffers(gpu, a)) {
         Ok(b) => b,
         Err(e) => {
             println!("| {adapter} | | | | | | | error: {e} | | | | | | | | | | | |");

@@ -1,5 +1,5 @@
-//! The chunkwise operator's buffers, the same for both mixers: its inputs, output and state,
-//! their gradients, and its shape.
+//! The chunkwise operator's buffers, the same for both mixers: its inputs and output, their
+//! gradients, and its shape. No decoder state: nothing continues from a training window.
 
 use crate::model::layer::{Build, Dims};
 use loglinear_host_gpu::chunk_scan::{Form, ScanIo, ScanShape};
@@ -18,8 +18,6 @@ pub struct OperatorBuffers {
     pub lam: wgpu::Buffer,
     /// The output o `[N][H][dv]`.
     pub o: wgpu::Buffer,
-    /// The forward scan's state.
-    pub state: wgpu::Buffer,
     /// The inputs' gradients.
     pub dq: wgpu::Buffer,
     pub dk: wgpu::Buffer,
@@ -34,7 +32,6 @@ impl OperatorBuffers {
         let (dims, c) = (b.dims, &b.dims.config);
         let (n, h, cols) = (dims.rows, c.num_heads, dims.lambda_cols);
         let (kd, vd) = (c.key_dim(), c.d_inner());
-        let state = dims.levels * dims.batch * h * c.head_k_dim * c.head_v_dim;
         let z = |label: &str, len: usize| b.zeros(label, len);
         Ok(Self {
             q: z("op q", n * kd)?,
@@ -43,7 +40,6 @@ impl OperatorBuffers {
             g: z("op g", n * h)?,
             lam: z("op lam", n * h * cols)?,
             o: z("op o", n * vd)?,
-            state: z("scan state", state)?,
             dq: z("dq", n * kd)?,
             dk: z("dk", n * kd)?,
             dv: z("dv", n * vd)?,
@@ -78,7 +74,7 @@ impl OperatorBuffers {
             beta,
             lam: &self.lam,
             o: &self.o,
-            state: &self.state,
+            state: None,
         }
     }
 
