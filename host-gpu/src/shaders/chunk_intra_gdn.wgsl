@@ -35,6 +35,17 @@ fn bt(t0: u32, i: u32, h: u32) -> f32 {
     return beta[(t0 + i) * P.heads + h];
 }
 
+// β of rows j..j+3, zero from row jmax on.
+fn bt4(t0: u32, h: u32, j: u32, jmax: u32) -> vec4<f32> {
+    var b = vec4<f32>(0.0);
+    for (var e = 0u; e < 4u; e++) {
+        if (j + e < jmax) {
+            b[e] = bt(t0, j + e, h);
+        }
+    }
+    return b;
+}
+
 // Row i, columns j0..j0+3: sm = Tril(q_i·k_j), tm = β_i (k_i·k_j) strictly below the diagonal.
 fn store_tiles(t0: u32, n: u32, h: u32, i: u32, j0: u32, qk: vec4<f32>, kk: vec4<f32>) {
     var b_i = 0.0;
@@ -193,7 +204,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
 
     // 4. Per-row vectors for the state scan. Thread = (columns kk and kk + 64, group of 16
     //    rows): one coalesced k load per row j and column serves 16 rows of q̃ and W̃, and every
-    //    tile value loaded serves both columns.
+    //    tile value loaded serves both columns. Rows j are taken four at a time, so that eight k
+    //    loads are in flight rather than the loop waiting on each (as in chunk_scan_gdn); rows
+    //    from jmax on get β = 0 (j + 3 < C, and the tiles hold finite values everywhere).
     let r0 = (lid / 64u) * 16u;
     if (r0 < n) {
         let g_last = gm(t0, n - 1u, h);
@@ -205,38 +218,38 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             var mw = zero16();
             var nq = zero16();
             var nw = zero16();
-            for (var j = 0u; j < jmax; j++) {
-                let b_j = bt(t0, j, h);
-                let kr = qk_row(t0 + j, h);
-                let bka = b_j * k[kr + ka];
-                var bkb = 0.0;
+            for (var j = 0u; j < jmax; j += 4u) {
+                let b = bt4(t0, h, j, jmax);
+                let kr = qk_rows4(t0, n, h, j);
+                let bka = b * vec4<f32>(k[kr.x + ka], k[kr.y + ka], k[kr.z + ka], k[kr.w + ka]);
+                var bkb = vec4<f32>(0.0);
                 if (has_b) {
-                    bkb = b_j * k[kr + kb];
+                    bkb = b * vec4<f32>(k[kr.x + kb], k[kr.y + kb], k[kr.z + kb], k[kr.w + kb]);
                 }
-                let s0 = sm_col4(r0, j);
-                let s1 = sm_col4(r0 + 4u, j);
-                let s2 = sm_col4(r0 + 8u, j);
-                let s3 = sm_col4(r0 + 12u, j);
-                let w0 = tm_col4(r0, j);
-                let w1 = tm_col4(r0 + 4u, j);
-                let w2 = tm_col4(r0 + 8u, j);
-                let w3 = tm_col4(r0 + 12u, j);
-                mq.a += bka * s0;
-                mq.b += bka * s1;
-                mq.c += bka * s2;
-                mq.d += bka * s3;
-                mw.a += bka * w0;
-                mw.b += bka * w1;
-                mw.c += bka * w2;
-                mw.d += bka * w3;
-                nq.a += bkb * s0;
-                nq.b += bkb * s1;
-                nq.c += bkb * s2;
-                nq.d += bkb * s3;
-                nw.a += bkb * w0;
-                nw.b += bkb * w1;
-                nw.c += bkb * w2;
-                nw.d += bkb * w3;
+                let s0 = sm_block(r0, j);
+                let s1 = sm_block(r0 + 4u, j);
+                let s2 = sm_block(r0 + 8u, j);
+                let s3 = sm_block(r0 + 12u, j);
+                let w0 = tm_block(r0, j);
+                let w1 = tm_block(r0 + 4u, j);
+                let w2 = tm_block(r0 + 8u, j);
+                let w3 = tm_block(r0 + 12u, j);
+                mq.a += s0 * bka;
+                mq.b += s1 * bka;
+                mq.c += s2 * bka;
+                mq.d += s3 * bka;
+                mw.a += w0 * bka;
+                mw.b += w1 * bka;
+                mw.c += w2 * bka;
+                mw.d += w3 * bka;
+                nq.a += s0 * bkb;
+                nq.b += s1 * bkb;
+                nq.c += s2 * bkb;
+                nq.d += s3 * bkb;
+                nw.a += w0 * bkb;
+                nw.b += w1 * bkb;
+                nw.c += w2 * bkb;
+                nw.d += w3 * bkb;
             }
             for (var r = 0u; r < 16u; r++) {
                 let i = r0 + r;

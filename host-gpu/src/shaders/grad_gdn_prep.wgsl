@@ -171,14 +171,22 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     }
     storageBarrier();
 
-    // M = S1 A_w (both lower triangular; S1 read back from the tile, one word per warp).
+    // M = S1 A_w (both lower triangular; S1 read back from the tile, one word per warp), four
+    // terms per step so that four loads are in flight rather than the loop waiting on each.
     for (var e = lid; e < TILE; e += 256u) {
         let i = e / C;
         let j = e % C;
         var mv = 0.0;
         if (i < n && j <= i) {
-            for (var l = j; l <= i; l++) {
-                mv += tiles[base + T_S1 * TILE + i * C + l] * aw[pidx(l, j)];
+            let s1 = base + T_S1 * TILE + i * C;
+            var l = j;
+            for (; l + 3u <= i; l += 4u) {
+                let x = vec4<f32>(tiles[s1 + l], tiles[s1 + l + 1u], tiles[s1 + l + 2u], tiles[s1 + l + 3u]);
+                let y = vec4<f32>(aw[pidx(l, j)], aw[pidx(l + 1u, j)], aw[pidx(l + 2u, j)], aw[pidx(l + 3u, j)]);
+                mv += dot(x, y);
+            }
+            for (; l <= i; l++) {
+                mv += tiles[s1 + l] * aw[pidx(l, j)];
             }
         }
         tiles[mb + e] = mv;
