@@ -212,6 +212,8 @@ const PRE_READ_PARTS: [&str; 3] = [ROWS16, PRE_READ_M2, PRE_COMMON];
 pub(crate) const ROWS16: &str = include_str!("../shaders/common/rows16.wgsl");
 /// The chunk's γ in workgroup memory (shaders/common/chunk_gammas.wgsl).
 pub(crate) const GAMMAS: &str = include_str!("../shaders/common/chunk_gammas.wgsl");
+/// Staged q / k panels of the intra-chunk score tiles (shaders/common/qk_panels.wgsl).
+const QK_PANELS: &str = include_str!("../shaders/common/qk_panels.wgsl");
 const TILE_READS: &str = include_str!("../shaders/common/tile_reads.wgsl");
 
 /// shaders/common/tile_reads.wgsl for the C×C workgroup tile named `tile`: the functions
@@ -225,11 +227,17 @@ fn intra_source(form: Form) -> (&'static str, String) {
     match form {
         Form::Mamba2 => (
             "chunk_intra_m2",
-            chunk_source(&[ROWS16, GAMMAS, &tile_reads("a_tile"), INTRA_M2]),
+            chunk_source(&[ROWS16, GAMMAS, &tile_reads("a_tile"), QK_PANELS, INTRA_M2]),
         ),
         Form::Gdn => (
             "chunk_intra_gdn",
-            chunk_source(&[ROWS16, &tile_reads("sm"), &tile_reads("tm"), INTRA_GDN]),
+            chunk_source(&[
+                ROWS16,
+                &tile_reads("sm"),
+                &tile_reads("tm"),
+                QK_PANELS,
+                INTRA_GDN,
+            ]),
         ),
     }
 }

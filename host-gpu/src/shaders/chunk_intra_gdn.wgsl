@@ -1,5 +1,6 @@
 // Intra-chunk part and per-chunk WY/UT quantities, Gated DeltaNet form (spec §7.2).
-// One workgroup (256 threads) per (chunk, head). Workgroup memory: two 64x64 tiles (32 KiB).
+// One workgroup (256 threads) per (chunk, head). Workgroup memory: two 64x64 tiles (32 KiB),
+// which first hold step 1's q and k panels.
 //   tm: P = StrictLower(diag(β) K Kᵀ), then in place A_w = (I + P)⁻¹ (by blocks, step 2)
 //   sm: S1 = Tril(Q Kᵀ), then in place M = S1 A_w, then the masked attention tile
 // Writes: o (intra part; first writer), and for the state scan, blocked per (chunk, head) so that
@@ -33,17 +34,6 @@ fn gm(t0: u32, i: u32, h: u32) -> f32 {
 
 fn bt(t0: u32, i: u32, h: u32) -> f32 {
     return beta[(t0 + i) * P.heads + h];
-}
-
-// β of rows j..j+3, zero from row jmax on.
-fn bt4(t0: u32, h: u32, j: u32, jmax: u32) -> vec4<f32> {
-    var b = vec4<f32>(0.0);
-    for (var e = 0u; e < 4u; e++) {
-        if (j + e < jmax) {
-            b[e] = bt(t0, j + e, h);
-        }
-    }
-    return b;
 }
 
 // Row i, columns j0..j0+3: sm = Tril(q_i·k_j), tm = β_i (k_i·k_j) strictly below the diagonal.
@@ -86,6 +76,25 @@ fn put_row(i: u32, j0: u32, x: vec4<f32>) {
     sm[i * C + j0 + 3u] = x.w;
 }
 
+// Step 1's panels (qk_panels.wgsl): KP dk columns of q in sm and of k in tm.
+const KP: u32 = 32u;
+
+fn panel_put(x: u32, r: u32, qv: f32, kv: f32) {
+    sm[x * KPS + r] = qv;
+    tm[x * KPS + r] = kv;
+}
+
+// Rows r..r+3 of staged column x of q (sm) and of k (tm).
+fn q_panel4(x: u32, r: u32) -> vec4<f32> {
+    let b = x * KPS + r;
+    return vec4<f32>(sm[b], sm[b + 1u], sm[b + 2u], sm[b + 3u]);
+}
+
+fn k_panel4(x: u32, r: u32) -> vec4<f32> {
+    let b = x * KPS + r;
+    return vec4<f32>(tm[b], tm[b + 1u], tm[b + 2u], tm[b + 3u]);
+}
+
 // Block size of the inverse in step 2 (C / IB blocks per side; 256 threads = one IB x IB block).
 const IB: u32 = 16u;
 
@@ -110,20 +119,24 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let j0 = (lid % 16u) * 4u;
 
     // 1. S1 = Tril(Q Kᵀ) and P = StrictLower(diag(β) K Kᵀ): a 4x4 block per thread, in the
-    //    vec4 accumulators of a Rows16.
+    //    vec4 accumulators of a Rows16, over panels of KP dk columns staged in sm and tm
+    //    (qk_panels.wgsl).
     var sb = zero16();
     var pb = zero16();
-    if (j0 <= i0 + 3u && i0 < n) {
-        let rr = qk_rows4(t0, n, h, i0);
-        let cr = qk_rows4(t0, n, h, j0);
-        for (var kk = 0u; kk < P.dk; kk++) {
-            let kc = vec4<f32>(k[cr.x + kk], k[cr.y + kk], k[cr.z + kk], k[cr.w + kk]);
-            let qr = vec4<f32>(q[rr.x + kk], q[rr.y + kk], q[rr.z + kk], q[rr.w + kk]);
-            let kr = vec4<f32>(k[rr.x + kk], k[rr.y + kk], k[rr.z + kk], k[rr.w + kk]);
-            sb = add_outer(sb, qr, kc);
-            pb = add_outer(pb, kr, kc);
+    let has_block = j0 <= i0 + 3u && i0 < n;
+    for (var x0 = 0u; x0 < P.dk; x0 += KP) {
+        workgroupBarrier();
+        stage_panel(t0, n, h, x0, lid);
+        workgroupBarrier();
+        if (has_block) {
+            for (var x = 0u; x < KP; x++) {
+                let kc = k_panel4(x, j0);
+                sb = add_outer(sb, q_panel4(x, i0), kc);
+                pb = add_outer(pb, k_panel4(x, i0), kc);
+            }
         }
     }
+    workgroupBarrier();
     store_tiles(t0, n, h, i0, j0, sb.a, pb.a);
     store_tiles(t0, n, h, i0 + 1u, j0, sb.b, pb.b);
     store_tiles(t0, n, h, i0 + 2u, j0, sb.c, pb.c);
@@ -204,9 +217,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
 
     // 4. Per-row vectors for the state scan. Thread = (columns kk and kk + 64, group of 16
     //    rows): one coalesced k load per row j and column serves 16 rows of q̃ and W̃, and every
-    //    tile value loaded serves both columns. Rows j are taken four at a time, so that eight k
-    //    loads are in flight rather than the loop waiting on each (as in chunk_scan_gdn); rows
-    //    from jmax on get β = 0 (j + 3 < C, and the tiles hold finite values everywhere).
+    //    tile value loaded serves both columns.
     let r0 = (lid / 64u) * 16u;
     if (r0 < n) {
         let g_last = gm(t0, n - 1u, h);
@@ -218,38 +229,38 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             var mw = zero16();
             var nq = zero16();
             var nw = zero16();
-            for (var j = 0u; j < jmax; j += 4u) {
-                let b = bt4(t0, h, j, jmax);
-                let kr = qk_rows4(t0, n, h, j);
-                let bka = b * vec4<f32>(k[kr.x + ka], k[kr.y + ka], k[kr.z + ka], k[kr.w + ka]);
-                var bkb = vec4<f32>(0.0);
+            for (var j = 0u; j < jmax; j++) {
+                let b_j = bt(t0, j, h);
+                let kr = qk_row(t0 + j, h);
+                let bka = b_j * k[kr + ka];
+                var bkb = 0.0;
                 if (has_b) {
-                    bkb = b * vec4<f32>(k[kr.x + kb], k[kr.y + kb], k[kr.z + kb], k[kr.w + kb]);
+                    bkb = b_j * k[kr + kb];
                 }
-                let s0 = sm_block(r0, j);
-                let s1 = sm_block(r0 + 4u, j);
-                let s2 = sm_block(r0 + 8u, j);
-                let s3 = sm_block(r0 + 12u, j);
-                let w0 = tm_block(r0, j);
-                let w1 = tm_block(r0 + 4u, j);
-                let w2 = tm_block(r0 + 8u, j);
-                let w3 = tm_block(r0 + 12u, j);
-                mq.a += s0 * bka;
-                mq.b += s1 * bka;
-                mq.c += s2 * bka;
-                mq.d += s3 * bka;
-                mw.a += w0 * bka;
-                mw.b += w1 * bka;
-                mw.c += w2 * bka;
-                mw.d += w3 * bka;
-                nq.a += s0 * bkb;
-                nq.b += s1 * bkb;
-                nq.c += s2 * bkb;
-                nq.d += s3 * bkb;
-                nw.a += w0 * bkb;
-                nw.b += w1 * bkb;
-                nw.c += w2 * bkb;
-                nw.d += w3 * bkb;
+                let s0 = sm_col4(r0, j);
+                let s1 = sm_col4(r0 + 4u, j);
+                let s2 = sm_col4(r0 + 8u, j);
+                let s3 = sm_col4(r0 + 12u, j);
+                let w0 = tm_col4(r0, j);
+                let w1 = tm_col4(r0 + 4u, j);
+                let w2 = tm_col4(r0 + 8u, j);
+                let w3 = tm_col4(r0 + 12u, j);
+                mq.a += bka * s0;
+                mq.b += bka * s1;
+                mq.c += bka * s2;
+                mq.d += bka * s3;
+                mw.a += bka * w0;
+                mw.b += bka * w1;
+                mw.c += bka * w2;
+                mw.d += bka * w3;
+                nq.a += bkb * s0;
+                nq.b += bkb * s1;
+                nq.c += bkb * s2;
+                nq.d += bkb * s3;
+                nw.a += bkb * w0;
+                nw.b += bkb * w1;
+                nw.c += bkb * w2;
+                nw.d += bkb * w3;
             }
             for (var r = 0u; r < 16u; r++) {
                 let i = r0 + r;

@@ -12,6 +12,25 @@
 
 var<workgroup> a_tile: array<f32, 4096>;
 
+// The score panels (qk_panels.wgsl): KP dk columns of q, then of k, in a_tile.
+const KP: u32 = 16u;
+const K_PANEL: u32 = KP * KPS;
+
+fn panel_put(x: u32, r: u32, qv: f32, kv: f32) {
+    a_tile[x * KPS + r] = qv;
+    a_tile[K_PANEL + x * KPS + r] = kv;
+}
+
+fn q_panel4(x: u32, r: u32) -> vec4<f32> {
+    let b = x * KPS + r;
+    return vec4<f32>(a_tile[b], a_tile[b + 1u], a_tile[b + 2u], a_tile[b + 3u]);
+}
+
+fn k_panel4(x: u32, r: u32) -> vec4<f32> {
+    let b = K_PANEL + x * KPS + r;
+    return vec4<f32>(a_tile[b], a_tile[b + 1u], a_tile[b + 2u], a_tile[b + 3u]);
+}
+
 // a_tile[i][j0..j0+3] = dots · exp(γ_i − γ_j) · λ_i[col(i, j)] where j <= i < n, else 0.
 fn store_scores(t0: u32, n: u32, h: u32, i: u32, j0: u32, dots: vec4<f32>) {
     for (var s = 0u; s < 4u; s++) {
@@ -35,19 +54,22 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     workgroupBarrier();
 
     // Each thread: a 4x4 block of the 64x64 score tile (rows i0.., columns j0..), in the vec4
-    // accumulators of a Rows16.
+    // accumulators of a Rows16, over panels of KP dk columns staged in a_tile.
     let i0 = (lid / 16u) * 4u;
     let j0 = (lid % 16u) * 4u;
     var acc = zero16();
-    if (j0 <= i0 + 3u && i0 < n) {
-        let qr = qk_rows4(t0, n, h, i0);
-        let kr = qk_rows4(t0, n, h, j0);
-        for (var kk = 0u; kk < P.dk; kk++) {
-            let kv = vec4<f32>(k[kr.x + kk], k[kr.y + kk], k[kr.z + kk], k[kr.w + kk]);
-            let qv = vec4<f32>(q[qr.x + kk], q[qr.y + kk], q[qr.z + kk], q[qr.w + kk]);
-            acc = add_outer(acc, qv, kv);
+    let has_block = j0 <= i0 + 3u && i0 < n;
+    for (var x0 = 0u; x0 < P.dk; x0 += KP) {
+        workgroupBarrier();
+        stage_panel(t0, n, h, x0, lid);
+        workgroupBarrier();
+        if (has_block) {
+            for (var x = 0u; x < KP; x++) {
+                acc = add_outer(acc, q_panel4(x, i0), k_panel4(x, j0));
+            }
         }
     }
+    workgroupBarrier();
     store_scores(t0, n, h, i0, j0, acc.a);
     store_scores(t0, n, h, i0 + 1u, j0, acc.b);
     store_scores(t0, n, h, i0 + 2u, j0, acc.c);

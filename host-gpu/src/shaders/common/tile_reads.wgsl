@@ -13,12 +13,6 @@ fn TILE_col4(i: u32, j: u32) -> vec4<f32> {
     return vec4<f32>(TILE[i * C + j], TILE[(i + 1u) * C + j], TILE[(i + 2u) * C + j], TILE[(i + 3u) * C + j]);
 }
 
-// The 4×4 block TILE[i..i+4][j..j+4] as a matrix whose column c is TILE column j + c: block · x
-// is the block's rows dotted with x.
-fn TILE_block(i: u32, j: u32) -> mat4x4<f32> {
-    return mat4x4<f32>(TILE_col4(i, j), TILE_col4(i, j + 1u), TILE_col4(i, j + 2u), TILE_col4(i, j + 3u));
-}
-
 // Rows r0..r0+15 of TILE · V at column d, V the n rows of chunk t0, head h (TILE lower
 // triangular, so j < min(n, r0 + 16)). One coalesced v load per row j serves 16 rows; j is
 // unrolled by 4 so that four loads are in flight.
