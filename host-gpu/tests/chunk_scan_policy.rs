@@ -312,3 +312,56 @@ fn precomputed_strategy_runs_for_mamba2_and_falls_back_for_gdn() {
     );
     assert_eq!(ScanStrategy::parse("fast"), None);
 }
+
+#[test]
+fn without_a_state_buffer_the_scan_skips_chunk_state_and_o_is_unchanged() {
+    let gpu = Gpu::new().expect("GPU adapter (lavapipe in CI)");
+    for form in [Form::Mamba2, Form::Gdn] {
+        let s = shape(form, 150, 15, 2, 16, 8);
+        let kernels = ScanKernels::new(&gpu, form).unwrap();
+        let x = inputs(&s, 11);
+        let buf = |name: &str, d: &[f32]| gpu.storage_from(name, d).unwrap();
+        let (q, k, v, g, beta, lam) = (
+            buf("q", &x.q),
+            buf("k", &x.k),
+            buf("v", &x.v),
+            buf("g", &x.g),
+            buf("beta", &x.beta),
+            buf("lam", &x.lam),
+        );
+        let zeros =
+            |name: &str, floats: usize| gpu.storage_zeroed(name, (floats * 4) as u64).unwrap();
+        let state = zeros("state", s.levels * s.heads * s.dk * s.dv);
+        let outputs: Vec<Vec<f32>> = [Some(&state), None]
+            .into_iter()
+            .map(|state| {
+                let o = zeros("o", s.t * s.heads * s.dv);
+                let io = ScanIo {
+                    q: &q,
+                    k: &k,
+                    v: &v,
+                    g: &g,
+                    beta: &beta,
+                    lam: &lam,
+                    o: &o,
+                    state,
+                };
+                let scan = ChunkScan::new(&gpu, &kernels, s, io).unwrap();
+                assert_eq!(
+                    scan.step_labels().contains(&"chunk_state"),
+                    state.is_some(),
+                    "{form:?}: chunk_state runs exactly when a state buffer is given"
+                );
+                let mut enc = gpu.encoder("scan");
+                scan.encode(&mut enc);
+                gpu.submit_and_wait(enc).unwrap();
+                gpu.read_f32(&o).unwrap()
+            })
+            .collect();
+        assert!(outputs[0].iter().any(|&x| x != 0.0), "{form:?}: o is empty");
+        assert_eq!(
+            outputs[0], outputs[1],
+            "{form:?}: o depends on the state buffer"
+        );
+    }
+}
