@@ -29,16 +29,6 @@ fn qk_row(t: u32, h: u32) -> u32 {
     return (t * P.qk_heads + qh) * P.dk;
 }
 
-// qk_row of rows i0..i0+3 of the n-row chunk at t0, clamped to its last row.
-fn qk_rows4(t0: u32, n: u32, h: u32, i0: u32) -> vec4<u32> {
-    return vec4<u32>(
-        qk_row(t0 + min(i0, n - 1u), h),
-        qk_row(t0 + min(i0 + 1u, n - 1u), h),
-        qk_row(t0 + min(i0 + 2u, n - 1u), h),
-        qk_row(t0 + min(i0 + 3u, n - 1u), h),
-    );
-}
-
 // Index of λ column `col` of token t, head h.
 fn lam_idx(t: u32, h: u32, col: u32) -> u32 {
     return (t * P.heads + h) * P.lam_cols + col;

@@ -1,10 +1,10 @@
 // Panels of KP dk columns of a chunk's q and k, staged in workgroup memory for the score tiles
-// of chunk_intra_m2 and chunk_intra_gdn: read straight from q and k, each thread's twelve rows
-// per column miss the cache, which the kernels' workgroup tiles leave small. The kernel defines
-// KP (a multiple of 4) and, over the workgroup memory it lends to the panels (its tiles, free
-// until the scores are stored), panel_put(x, r, q, k) for element (row r, panel column x) and
-// q_panel4(x, r) / k_panel4(x, r) for rows r..r+3 of panel column x. Needs the kernel's `q` and
-// `k` bindings and chunk_common.wgsl.
+// of chunk_intra_m2 and chunk_intra_gdn: read straight from q and k, a thread's eight (Mamba-2)
+// or twelve (GDN) rows per column miss the cache, which the kernels' workgroup tiles leave
+// small. The kernel defines KP (a multiple of 4) and, over the workgroup memory it lends to the
+// panels (its tiles, free until the scores are stored), panel_put(x, r, q, k) for element
+// (row r, panel column x) and q_panel4(x, r) / k_panel4(x, r) for rows r..r+3 of panel column
+// x. Needs the kernel's `q` and `k` bindings and chunk_common.wgsl.
 
 // Stride of a panel column: odd, so that the stores (lanes differ in the column) spread over
 // the memory banks.
