@@ -12,11 +12,12 @@
 //! 3. `chunk_scan_*`: every inter-chunk level at once, one workgroup per (8 dv columns, head,
 //!    level), sequential over chunks; reader rows go to one scratch slab per level. The top level
 //!    is a saturated scan (sum of all exact levels ≥ top), as the runtime's policy. GDN
-//!    (chunk_scan_gdn.wgsl, its own file): 16 dv columns per workgroup, a thread per state row
-//!    holding it in registers, a workgroup-memory copy of the live state for the products q̃ h,
-//!    W̃ h, which run only where the state can be non-zero and the result is used, split over
-//!    rows, columns and the dk range so that all threads work; the workgroups of one head (all
-//!    levels) are dispatched together so that they share the chunk blocks in the cache. (An
+//!    (chunk_scan_gdn.wgsl, its own file): 16 dv columns per workgroup, each state row held in
+//!    registers (by two threads where 2 dk fits the workgroup), a workgroup-memory copy of the
+//!    live state for the products q̃ h, W̃ h, which run only where the state can be non-zero and
+//!    the result is used, split over rows, columns and the dk range so that all threads work;
+//!    the workgroups of one head (all levels) are dispatched together so that they share the
+//!    chunk blocks in the cache. (An
 //!    8-column variant with both states in workgroup memory was 24-31 % slower on the H200.)
 //! 4. `chunk_combine`: o += the levels each chunk reads, in level order (no atomics).
 //! 5. `chunk_state`: the decoder's state after token T−1: levels before the last chunk from the

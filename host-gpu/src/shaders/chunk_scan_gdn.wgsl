@@ -15,7 +15,8 @@
 // source chunk, else 0. Reader rows λ q̃ sa go to olvl[slot] (olvl_slot), summed into o by the
 // combine kernel. Before the last chunk the read state is written to hstate[m].
 //
-// Thread kk (< dk) holds row kk of both states in registers (four vec4 each). Only one state is
+// Row kk of both states lives in registers: two threads hold two vec4 of it each where 2 dk fits
+// the workgroup (all threads update), else one thread holds all four. Only one state is
 // live in a regular level's chunk (sa iff the chunk reads, sb iff it is a source); the products
 // read the live one from a single workgroup-memory copy `st` (the saturated level copies sb there
 // for a second round). Per chunk:
@@ -24,7 +25,7 @@
 //     at a group's first chunk, where sb is zero); 64 rows × 16 columns each, thread = (row, 8
 //     columns, product or dk half) so that all 256 threads work, partial sums in `part`;
 // (R) reduced: o rows out, X = σU − W̃ s into xa / xb;
-// (B) the state update by dk row: every K̃ word loaded feeds 16 (saturated 32) products.
+// (B) the state update by dk row: every K̃ word loaded feeds 8 or 16 (both states) products.
 
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read> qt: array<f32>;
@@ -117,29 +118,92 @@ fn krows(f: u32, dk: u32) -> vec4<f32> {
     return vec4<f32>(kt[f], kt[f + dk], kt[f + 2u * dk], kt[f + 3u * dk]);
 }
 
-fn put_row(kk: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) {
-    st[kk * 4u] = x0;
-    st[kk * 4u + 1u] = x1;
-    st[kk * 4u + 2u] = x2;
-    st[kk * 4u + 3u] = x3;
+// A thread's share of one state row in phase B: two vec4 columns (q0, q0 + 1 of the row's four)
+// of both states.
+struct Half {
+    a0: vec4<f32>,
+    a1: vec4<f32>,
+    b0: vec4<f32>,
+    b1: vec4<f32>,
 }
 
-// Row kk of a state, columns v0 + 4 q + e < v0 + nbv, at `base` (hand-off).
-fn write_row(base: u32, nbv: u32, x0: vec4<f32>, x1: vec4<f32>, x2: vec4<f32>, x3: vec4<f32>) {
+fn zero_half() -> Half {
+    let z = vec4<f32>(0.0);
+    return Half(z, z, z, z);
+}
+
+// Columns q0, q0 + 1 of row kk of the state the next products read.
+fn put_half(kk: u32, q0: u32, x0: vec4<f32>, x1: vec4<f32>) {
+    st[kk * 4u + q0] = x0;
+    st[kk * 4u + q0 + 1u] = x1;
+}
+
+// Columns v0 + 4 q0 + e < v0 + nbv of a state row at `base` (hand-off).
+fn write_half(base: u32, q0: u32, nbv: u32, x0: vec4<f32>, x1: vec4<f32>) {
     for (var e = 0u; e < 4u; e++) {
-        if (e < nbv) {
-            hstate[base + e] = x0[e];
+        if (4u * q0 + e < nbv) {
+            hstate[base + 4u * q0 + e] = x0[e];
         }
-        if (4u + e < nbv) {
-            hstate[base + 4u + e] = x1[e];
-        }
-        if (8u + e < nbv) {
-            hstate[base + 8u + e] = x2[e];
-        }
-        if (12u + e < nbv) {
-            hstate[base + 12u + e] = x3[e];
+        if (4u * q0 + 4u + e < nbv) {
+            hstate[base + 4u * q0 + 4u + e] = x1[e];
         }
     }
+}
+
+// (B) for a thread's share of row kk: the transition and contribution of chunk rows 0..n, K̃ row
+// r of the chunk at f + r dk.
+fn update(s: Half, f0: u32, q0: u32, n: u32, up_a: bool, up_b: bool, eg: f32) -> Half {
+    var o = s;
+    var f = f0;
+    let dk = P.dk;
+    // Three spelled-out loops rather than one that tests up_a and up_b per row: the single loop
+    // measured 3-5 % slower on the whole GDN forward (BENCHMARKS.md).
+    if (up_a && up_b) {
+        o.a0 *= eg;
+        o.a1 *= eg;
+        o.b0 *= eg;
+        o.b1 *= eg;
+        for (var r = 0u; r < n; r += 4u) {
+            let k = krows(f, dk);
+            let j = 4u * r + q0;
+            o.a0 += k.x * xa[j] + k.y * xa[j + 4u] + k.z * xa[j + 8u] + k.w * xa[j + 12u];
+            o.a1 += k.x * xa[j + 1u] + k.y * xa[j + 5u] + k.z * xa[j + 9u] + k.w * xa[j + 13u];
+            o.b0 += k.x * xb[j] + k.y * xb[j + 4u] + k.z * xb[j + 8u] + k.w * xb[j + 12u];
+            o.b1 += k.x * xb[j + 1u] + k.y * xb[j + 5u] + k.z * xb[j + 9u] + k.w * xb[j + 13u];
+            f += 4u * dk;
+        }
+    } else if (up_a) {
+        o.a0 *= eg;
+        o.a1 *= eg;
+        for (var r = 0u; r < n; r += 4u) {
+            let k = krows(f, dk);
+            let j = 4u * r + q0;
+            o.a0 += k.x * xa[j] + k.y * xa[j + 4u] + k.z * xa[j + 8u] + k.w * xa[j + 12u];
+            o.a1 += k.x * xa[j + 1u] + k.y * xa[j + 5u] + k.z * xa[j + 9u] + k.w * xa[j + 13u];
+            f += 4u * dk;
+        }
+    } else if (up_b) {
+        o.b0 *= eg;
+        o.b1 *= eg;
+        for (var r = 0u; r < n; r += 4u) {
+            let k = krows(f, dk);
+            let j = 4u * r + q0;
+            o.b0 += k.x * xb[j] + k.y * xb[j + 4u] + k.z * xb[j + 8u] + k.w * xb[j + 12u];
+            o.b1 += k.x * xb[j + 1u] + k.y * xb[j + 5u] + k.z * xb[j + 9u] + k.w * xb[j + 13u];
+            f += 4u * dk;
+        }
+    }
+    return o;
+}
+
+// The end of a group of 2^m chunks: a regular level's read state is cleared after the group's
+// second half and takes the collected sb after its first; sb starts again from zero.
+fn end_group(s: Half, clear_a: bool) -> Half {
+    let z = vec4<f32>(0.0);
+    if (clear_a) {
+        return Half(z, z, z, z);
+    }
+    return Half(s.a0 + s.b0, s.a1 + s.b1, z, z);
 }
 
 @compute @workgroup_size(256)
@@ -156,18 +220,17 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let i = lid % C;
     let unit = lid / C;
     let ch = unit % 2u;
-    // Phase B thread: state row kk (< dk).
-    let kk = lid;
-    let own = kk < dk;
+    // Phase B thread: row kk of the states, vec4 columns q0 and q0 + 1 (`lo`). Where two threads
+    // per row fit (2 dk <= WG) they split the row's columns, so that all threads update; else one
+    // thread holds the whole row, columns 2 and 3 in `hi`.
+    let split = 2u * dk <= WG;
+    let kk = select(lid, lid % dk, split);
+    let q0 = select(0u, (lid / dk) * 2u, split);
+    let own = select(lid < dk, lid < 2u * dk, split);
+    let own_hi = own && !split;
 
-    var a0 = vec4<f32>(0.0);
-    var a1 = vec4<f32>(0.0);
-    var a2 = vec4<f32>(0.0);
-    var a3 = vec4<f32>(0.0);
-    var b0 = vec4<f32>(0.0);
-    var b1 = vec4<f32>(0.0);
-    var b2 = vec4<f32>(0.0);
-    var b3 = vec4<f32>(0.0);
+    var lo = zero_half();
+    var hi = zero_half();
     for (var e = lid; e < dk * 4u; e += WG) {
         st[e] = vec4<f32>(0.0);
     }
@@ -188,11 +251,15 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         if (last && own) {
             // Hand-off: the state the last chunk reads at this level (zero if it does not read).
             let base = ((m * P.heads + h) * dk + kk) * P.dv + v0;
-            let z = vec4<f32>(0.0);
+            var x = zero_half();
+            var y = zero_half();
             if (reads) {
-                write_row(base, nbv, a0, a1, a2, a3);
-            } else {
-                write_row(base, nbv, z, z, z, z);
+                x = lo;
+                y = hi;
+            }
+            write_half(base, q0, nbv, x.a0, x.a1);
+            if (own_hi) {
+                write_half(base, 2u, nbv, y.a0, y.a1);
             }
         }
 
@@ -286,7 +353,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             }
             if (round == 0u && do_r && do_xb && own) {
                 // Nobody reads st until the next round's products: sb for them.
-                put_row(kk, b0, b1, b2, b3);
+                put_half(kk, q0, lo.b0, lo.b1);
+                if (own_hi) {
+                    put_half(kk, 2u, hi.b0, hi.b1);
+                }
             }
             workgroupBarrier();
         }
@@ -303,82 +373,20 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         if (own) {
             let eg = exp(gam[(t0 + n - 1u) * P.heads + h]);
             // Rows of the chunk's K̃ block are dk words apart.
-            var f = (c * P.heads + h) * C * dk + kk;
-            // Three spelled-out loops rather than one that tests up_a and up_b per row: the
-            // single loop measured 3-5 % slower on the whole GDN forward (BENCHMARKS.md).
-            if (up_a && up_b) {
-                a0 *= eg;
-                a1 *= eg;
-                a2 *= eg;
-                a3 *= eg;
-                b0 *= eg;
-                b1 *= eg;
-                b2 *= eg;
-                b3 *= eg;
-                for (var r = 0u; r < n; r += 4u) {
-                    let k = krows(f, dk);
-                    let j = 4u * r;
-                    a0 += k.x * xa[j] + k.y * xa[j + 4u] + k.z * xa[j + 8u] + k.w * xa[j + 12u];
-                    a1 += k.x * xa[j + 1u] + k.y * xa[j + 5u] + k.z * xa[j + 9u] + k.w * xa[j + 13u];
-                    a2 += k.x * xa[j + 2u] + k.y * xa[j + 6u] + k.z * xa[j + 10u] + k.w * xa[j + 14u];
-                    a3 += k.x * xa[j + 3u] + k.y * xa[j + 7u] + k.z * xa[j + 11u] + k.w * xa[j + 15u];
-                    b0 += k.x * xb[j] + k.y * xb[j + 4u] + k.z * xb[j + 8u] + k.w * xb[j + 12u];
-                    b1 += k.x * xb[j + 1u] + k.y * xb[j + 5u] + k.z * xb[j + 9u] + k.w * xb[j + 13u];
-                    b2 += k.x * xb[j + 2u] + k.y * xb[j + 6u] + k.z * xb[j + 10u] + k.w * xb[j + 14u];
-                    b3 += k.x * xb[j + 3u] + k.y * xb[j + 7u] + k.z * xb[j + 11u] + k.w * xb[j + 15u];
-                    f += 4u * dk;
-                }
-            } else if (up_a) {
-                a0 *= eg;
-                a1 *= eg;
-                a2 *= eg;
-                a3 *= eg;
-                for (var r = 0u; r < n; r += 4u) {
-                    let k = krows(f, dk);
-                    let j = 4u * r;
-                    a0 += k.x * xa[j] + k.y * xa[j + 4u] + k.z * xa[j + 8u] + k.w * xa[j + 12u];
-                    a1 += k.x * xa[j + 1u] + k.y * xa[j + 5u] + k.z * xa[j + 9u] + k.w * xa[j + 13u];
-                    a2 += k.x * xa[j + 2u] + k.y * xa[j + 6u] + k.z * xa[j + 10u] + k.w * xa[j + 14u];
-                    a3 += k.x * xa[j + 3u] + k.y * xa[j + 7u] + k.z * xa[j + 11u] + k.w * xa[j + 15u];
-                    f += 4u * dk;
-                }
-            } else if (up_b) {
-                b0 *= eg;
-                b1 *= eg;
-                b2 *= eg;
-                b3 *= eg;
-                for (var r = 0u; r < n; r += 4u) {
-                    let k = krows(f, dk);
-                    let j = 4u * r;
-                    b0 += k.x * xb[j] + k.y * xb[j + 4u] + k.z * xb[j + 8u] + k.w * xb[j + 12u];
-                    b1 += k.x * xb[j + 1u] + k.y * xb[j + 5u] + k.z * xb[j + 9u] + k.w * xb[j + 13u];
-                    b2 += k.x * xb[j + 2u] + k.y * xb[j + 6u] + k.z * xb[j + 10u] + k.w * xb[j + 14u];
-                    b3 += k.x * xb[j + 3u] + k.y * xb[j + 7u] + k.z * xb[j + 11u] + k.w * xb[j + 15u];
-                    f += 4u * dk;
-                }
+            let f = (c * P.heads + h) * C * dk + kk;
+            lo = update(lo, f, q0, n, up_a, up_b, eg);
+            if (own_hi) {
+                hi = update(hi, f, 2u, n, up_a, up_b, eg);
             }
             if ((c + 1u) % half == 0u) {
-                if (clear_a) {
-                    a0 = vec4<f32>(0.0);
-                    a1 = vec4<f32>(0.0);
-                    a2 = vec4<f32>(0.0);
-                    a3 = vec4<f32>(0.0);
-                } else {
-                    a0 += b0;
-                    a1 += b1;
-                    a2 += b2;
-                    a3 += b3;
-                }
-                b0 = vec4<f32>(0.0);
-                b1 = vec4<f32>(0.0);
-                b2 = vec4<f32>(0.0);
-                b3 = vec4<f32>(0.0);
+                lo = end_group(lo, clear_a);
+                hi = end_group(hi, clear_a);
             }
             // The state the next chunk's first product round reads.
-            if (olvl_slot(m, c + 1u) != NO_SLOT) {
-                put_row(kk, a0, a1, a2, a3);
-            } else {
-                put_row(kk, b0, b1, b2, b3);
+            let next_a = olvl_slot(m, c + 1u) != NO_SLOT;
+            put_half(kk, q0, select(lo.b0, lo.a0, next_a), select(lo.b1, lo.a1, next_a));
+            if (own_hi) {
+                put_half(kk, 2u, select(hi.b0, hi.a0, next_a), select(hi.b1, hi.a1, next_a));
             }
         }
         workgroupBarrier();
