@@ -441,6 +441,28 @@ impl Step {
         }
     }
 
+    /// Runs `steps` once, each submitted alone and waited for; returns the wall time of each
+    /// label in ms (summed where a label repeats, as over head groups), in first-dispatch order.
+    /// For profiling: the submit-and-wait overhead is part of every figure.
+    pub(crate) fn profile_all(
+        steps: &[Step],
+        gpu: &Gpu,
+    ) -> Result<Vec<(&'static str, f64)>, GpuError> {
+        let mut times: Vec<(&'static str, f64)> = Vec::new();
+        for s in steps {
+            let mut encoder = gpu.encoder(s.label);
+            s.record(&mut encoder, None);
+            let start = std::time::Instant::now();
+            gpu.submit_and_wait(encoder)?;
+            let ms = start.elapsed().as_secs_f64() * 1e3;
+            match times.iter_mut().find(|(label, _)| *label == s.label) {
+                Some(entry) => entry.1 += ms,
+                None => times.push((s.label, ms)),
+            }
+        }
+        Ok(times)
+    }
+
     /// Records the dispatch as a compute pass of its own; with `timestamps` = (set, i), its
     /// beginning and end are written to queries 2i and 2i + 1 of the set.
     pub(crate) fn record(

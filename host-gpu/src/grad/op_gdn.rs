@@ -285,21 +285,7 @@ impl GdnBackward {
     /// the wall time of each stage in ms, summed over the head groups, in dispatch order
     /// (for profiling: the submit-and-wait overhead is part of every figure).
     pub fn profile_steps(&self, gpu: &Gpu) -> Result<Vec<(&'static str, f64)>, GpuError> {
-        let mut times: Vec<(&'static str, f64)> = Vec::new();
-        for s in &self.steps {
-            let mut encoder = gpu.encoder(s.label);
-            {
-                s.record(&mut encoder, None);
-            }
-            let start = std::time::Instant::now();
-            gpu.submit_and_wait(encoder)?;
-            let ms = start.elapsed().as_secs_f64() * 1e3;
-            match times.iter_mut().find(|(label, _)| *label == s.label) {
-                Some(entry) => entry.1 += ms,
-                None => times.push((s.label, ms)),
-            }
-        }
-        Ok(times)
+        Step::profile_all(&self.steps, gpu)
     }
 }
 

@@ -322,6 +322,13 @@ impl M2Backward {
     pub fn encode(&self, encoder: &mut wgpu::CommandEncoder) {
         Step::record_all(&self.steps, encoder);
     }
+
+    /// Runs the backward once with every dispatch submitted alone and waited for; returns
+    /// the wall time of each stage in ms, in dispatch order (for profiling: the
+    /// submit-and-wait overhead is part of every figure).
+    pub fn profile_steps(&self, gpu: &Gpu) -> Result<Vec<(&'static str, f64)>, GpuError> {
+        Step::profile_all(&self.steps, gpu)
+    }
 }
 
 /// Convenience for tests: upload the forward inputs (`beta` not read) and d_o (layouts of

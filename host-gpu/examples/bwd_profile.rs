@@ -1,9 +1,10 @@
-//! Per-stage wall times of the GDN operator backward (`grad::op_gdn::GdnBackward`), each
-//! dispatch submitted alone and waited for (median of `--iters` runs after one warm-up).
+//! Per-stage wall times of the operator backward of either form (`grad::op_gdn::GdnBackward`,
+//! `grad::op_m2::M2Backward`), each dispatch submitted alone and waited for (median of `--iters`
+//! runs after one warm-up).
 //!
 //! ```text
-//! cargo run -p loglinear-host-gpu --release --example gdn_bwd_profile -- \
-//!     [--t 2048] [--heads 2] [--dk 128] [--dv 64] [--iters 3]
+//! cargo run -p loglinear-host-gpu --release --example bwd_profile -- \
+//!     [--form gdn|m2] [--t 2048] [--heads 2] [--dk 128] [--dv 64] [--iters 3]
 //! ```
 //!
 //! Inputs are random (fixed seed); λ columns = levels = bitlen(T − 1) + 1 (exact training
@@ -13,13 +14,17 @@ use clap::builder::RangedU64ValueParser;
 use clap::Parser;
 use loglinear_host_gpu::chunk_scan::{Form, ScanInputs, ScanShape};
 use loglinear_host_gpu::grad::op_gdn::GdnBackward;
+use loglinear_host_gpu::grad::op_m2::M2Backward;
 use loglinear_host_gpu::grad::HostBuffers;
 use loglinear_host_gpu::{Gpu, GpuError};
 use loglinear_tests::random::{uniform_f32, SplitMix64};
 
 #[derive(Parser)]
-#[command(about = "Per-stage wall times of the GDN operator backward")]
+#[command(about = "Per-stage wall times of the operator backward")]
 struct Args {
+    /// Operator form.
+    #[arg(long, value_enum, default_value_t = FormArg::Gdn)]
+    form: FormArg,
     /// Sequence length T.
     #[arg(long = "t", default_value_t = 2048)]
     t: usize,
@@ -37,6 +42,24 @@ struct Args {
     iters: usize,
 }
 
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum FormArg {
+    Gdn,
+    M2,
+}
+
+/// Stage times of `iters` runs of `profile` after one warm-up.
+fn timed_runs(
+    iters: usize,
+    profile: impl Fn() -> Result<StageTimes, GpuError>,
+) -> Result<Vec<StageTimes>, GpuError> {
+    profile()?;
+    (0..iters).map(|_| profile()).collect()
+}
+
+/// Wall ms per stage label, in dispatch order.
+type StageTimes = Vec<(&'static str, f64)>;
+
 /// Deterministic values in [-1, 1).
 fn random(n: usize, seed: u64) -> Vec<f32> {
     uniform_f32(&mut SplitMix64::new(seed), n, 1.0)
@@ -44,6 +67,7 @@ fn random(n: usize, seed: u64) -> Vec<f32> {
 
 fn main() -> Result<(), GpuError> {
     let Args {
+        form,
         t,
         heads: h,
         dk,
@@ -52,7 +76,10 @@ fn main() -> Result<(), GpuError> {
     } = Args::parse();
     let levels = (usize::BITS - (t.max(2) - 1).leading_zeros()) as usize + 1;
     let shape = ScanShape {
-        form: Form::Gdn,
+        form: match form {
+            FormArg::Gdn => Form::Gdn,
+            FormArg::M2 => Form::Mamba2,
+        },
         t,
         heads: h,
         qk_heads: h,
@@ -90,15 +117,18 @@ fn main() -> Result<(), GpuError> {
         lam: &lam,
     };
     let bufs = HostBuffers::new(&gpu, &shape, &inputs, &d_o)?;
-    let bwd = GdnBackward::new(&gpu, shape, bufs.io())?;
-    bwd.profile_steps(&gpu)?;
-    let mut runs = Vec::new();
-    for _ in 0..iters {
-        runs.push(bwd.profile_steps(&gpu)?);
-    }
+    let (runs, groups) = match form {
+        FormArg::Gdn => {
+            let bwd = GdnBackward::new(&gpu, shape, bufs.io())?;
+            (timed_runs(iters, || bwd.profile_steps(&gpu))?, bwd.groups())
+        }
+        FormArg::M2 => {
+            let bwd = M2Backward::new(&gpu, shape, bufs.io())?;
+            (timed_runs(iters, || bwd.profile_steps(&gpu))?, 1)
+        }
+    };
     println!(
-        "T={t} heads={h} dk={dk} dv={dv} levels={levels} groups={} ({iters} runs, median ms)",
-        bwd.groups()
+        "T={t} heads={h} dk={dk} dv={dv} levels={levels} groups={groups} ({iters} runs, median ms)"
     );
     let mut total = 0.0;
     for (i, (label, _)) in runs[0].iter().enumerate() {
@@ -122,6 +152,9 @@ fn main() -> Result<(), GpuError> {
         ("dbeta", &grads.dbeta),
         ("dlam", &grads.dlam),
     ] {
+        if x.is_empty() {
+            continue; // dbeta: Mamba-2 has no β
+        }
         let s: f64 = x.iter().map(|&a| f64::from(a).abs()).sum();
         each += &format!(" {name} {s:.6e}");
         sum += s;
