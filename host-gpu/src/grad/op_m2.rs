@@ -42,8 +42,9 @@ use loglinear_runtime::chunk::C0P1;
 const TILE: usize = 64;
 /// Storage buffers the intra kernel binds (the most of any stage).
 const NEEDED_STORAGE_BUFFERS: u32 = 10;
-/// Workgroup memory of the intra kernel: a 64×64 f32 tile, 64 γ and two staged 16×64 slices.
-const NEEDED_WORKGROUP_BYTES: u32 = (64 * 64 + 64 + 2 * 16 * 64) * 4;
+/// Workgroup memory of the intra kernel: a 64×64 f32 tile, 64 γ and two staged 16-deep slices
+/// in rows of 68 words (`SS` in grad_m2_intra.wgsl).
+const NEEDED_WORKGROUP_BYTES: u32 = (64 * 64 + 64 + 2 * 16 * 68) * 4;
 /// Tokens per block of the dg reverse cumsum (`grad_m2_dg`).
 const DG_BLOCK: usize = 256;
 

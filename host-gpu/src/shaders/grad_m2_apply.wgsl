@@ -22,8 +22,12 @@
 @group(0) @binding(8) var<storage, read_write> dlam: array<f32>;
 
 const KS: u32 = 16u;
-var<workgroup> as_t: array<f32, 1024>; // [KS][64 rows]: A slice, transposed
-var<workgroup> ms: array<f32, 1024>;   // [KS][64 columns]: M slice
+// Staged slices in rows of SS words: a multiple of 4, so that the product reads whole vec4, but
+// not of 32, so that the transposed stores (16 threads of a warp on 16 rows) fall in different
+// memory banks.
+const SS: u32 = 68u;
+var<workgroup> as_t: array<vec4<f32>, 272>; // [KS][SS]: A slice, transposed (64 rows)
+var<workgroup> ms: array<vec4<f32>, 272>;   // [KS][SS]: M slice (64 columns)
 var<workgroup> wts: array<f32, 64>;    // row weights of the level
 var<workgroup> red: array<f32, 1024>;  // MODE 0: [64 rows][16 column groups] of q·P
 var<workgroup> dls: array<f32, 64>;    // MODE 0: q·(X dO) per row, summed over column tiles
@@ -51,7 +55,8 @@ fn product(lid: u32, t0: u32, n: u32, h: u32, mb: u32, ct: u32, out_w: u32, red_
             if (r < n && k0 + kk < red_w) {
                 a = a_in[((t0 + r) * P.heads + h) * red_w + k0 + kk];
             }
-            as_t[kk * 64u + r] = a;
+            let at = kk * SS + r;
+            as_t[at / 4u][at % 4u] = a;
             // M: depth kk2, column cc.
             var mv = 0.0;
             if (MODE == 2u) {
@@ -61,7 +66,8 @@ fn product(lid: u32, t0: u32, n: u32, h: u32, mb: u32, ct: u32, out_w: u32, red_
                 if (k0 + kk2 < red_w && col < out_w) {
                     mv = xy[mb + (k0 + kk2) * P.dv + col];
                 }
-                ms[kk2 * 64u + cc] = mv;
+                let mt = kk2 * SS + cc;
+                ms[mt / 4u][mt % 4u] = mv;
             } else {
                 let cc = idx / KS;
                 let kk2 = idx % KS;
@@ -69,15 +75,14 @@ fn product(lid: u32, t0: u32, n: u32, h: u32, mb: u32, ct: u32, out_w: u32, red_
                 if (k0 + kk2 < red_w && col < out_w) {
                     mv = xy[mb + col * P.dv + k0 + kk2];
                 }
-                ms[kk2 * 64u + cc] = mv;
+                let mt = kk2 * SS + cc;
+                ms[mt / 4u][mt % 4u] = mv;
             }
         }
         workgroupBarrier();
         for (var kk = 0u; kk < KS; kk++) {
-            let ab = kk * 64u + ty * 4u;
-            let av = vec4<f32>(as_t[ab], as_t[ab + 1u], as_t[ab + 2u], as_t[ab + 3u]);
-            let mbb = kk * 64u + tx * 4u;
-            let mvv = vec4<f32>(ms[mbb], ms[mbb + 1u], ms[mbb + 2u], ms[mbb + 3u]);
+            let av = as_t[kk * (SS / 4u) + ty];
+            let mvv = ms[kk * (SS / 4u) + tx];
             acc.r0 += av.x * mvv;
             acc.r1 += av.y * mvv;
             acc.r2 += av.z * mvv;

@@ -19,7 +19,12 @@
 @group(0) @binding(10) var<storage, read_write> dlam: array<f32>;
 
 var<workgroup> tile: array<f32, 4096>;
-var<workgroup> stg: array<f32, 2048>; // two staged 16×64 slices of the products' inputs
+// Two staged 16-deep slices of the products' inputs, rows of SS words: a multiple of 4, so that
+// the products read whole vec4, but not of 32, so that the transposed stores of stage_pair (16
+// threads of a warp on 16 rows) fall in different memory banks.
+const SS: u32 = 68u;
+const RIGHT: u32 = 1088u; // KS · SS: the second slice
+var<workgroup> stg: array<vec4<f32>, 544>;
 
 const KS: u32 = 16u; // depth of one staged slice
 
@@ -27,8 +32,13 @@ const TILE_DLAM: u32 = 0u; // dP S E
 const TILE_DQK: u32 = 1u;  // dP E Λ
 const TILE_DV: u32 = 2u;   // S E Λ
 
+// Words b .. b + 3 of `stg` (b a multiple of 4).
 fn stg4(b: u32) -> vec4<f32> {
-    return vec4<f32>(stg[b], stg[b + 1u], stg[b + 2u], stg[b + 3u]);
+    return stg[b / 4u];
+}
+
+fn put(b: u32, x: f32) {
+    stg[b / 4u][b % 4u] = x;
 }
 
 fn vrow(t: u32, h: u32) -> u32 {
@@ -58,8 +68,8 @@ fn stage_pair(pair: u32, width: u32, t0: u32, n: u32, h: u32, a0: u32, lid: u32)
                 rv = v[at];
             }
         }
-        stg[kk * C + r] = lv;
-        stg[1024u + kk * C + r] = rv;
+        put(kk * SS + r, lv);
+        put(RIGHT + kk * SS + r, rv);
     }
 }
 
@@ -74,8 +84,8 @@ fn pair_product(pair: u32, t0: u32, n: u32, h: u32, i0: u32, j0: u32, lid: u32) 
         workgroupBarrier();
         if (live) {
             for (var kk = 0u; kk < KS; kk++) {
-                let lv = stg4(kk * C + i0);
-                let rv = stg4(1024u + kk * C + j0);
+                let lv = stg4(kk * SS + i0);
+                let rv = stg4(RIGHT + kk * SS + j0);
                 o = add_outer(o, lv, rv);
             }
         }
@@ -171,14 +181,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                     kv = k[at];
                     qv = q[at];
                 }
-                stg[kk * C + cc] = kv;
-                stg[1024u + kk * C + cc] = qv;
+                put(kk * SS + cc, kv);
+                put(RIGHT + kk * SS + cc, qv);
             }
             workgroupBarrier();
             for (var kk = 0u; kk < KS; kk++) {
                 let r = r0 + kk;
-                let kv = stg4(kk * C + tx * 4u);
-                let qv = stg4(1024u + kk * C + tx * 4u);
+                let kv = stg4(kk * SS + tx * 4u);
+                let qv = stg4(RIGHT + kk * SS + tx * 4u);
                 // B is lower triangular (j <= i): skipping its zero blocks changes nothing.
                 if (r <= ty * 4u + 3u) {
                     let bc = tile_col4(ty * 4u, r);
@@ -225,12 +235,12 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 if (r0 + kk < n && c0 + cc < P.dv) {
                     dv_in = d_o[vrow(t0 + r0 + kk, h) + c0 + cc];
                 }
-                stg[kk * C + cc] = dv_in;
+                put(kk * SS + cc, dv_in);
             }
             workgroupBarrier();
             for (var kk = 0u; kk < KS; kk++) {
                 let r = r0 + kk;
-                let dov = stg4(kk * C + tx * 4u);
+                let dov = stg4(kk * SS + tx * 4u);
                 if (r >= ty * 4u) {
                     let ar = tile_row4(r, ty * 4u);
                     ov = add_outer(ov, ar, dov);

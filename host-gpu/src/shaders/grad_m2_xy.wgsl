@@ -23,8 +23,9 @@
 @group(0) @binding(8) var<storage, read_write> xy: array<f32>;
 
 var<workgroup> wts: array<f32, 64>;
-var<workgroup> ls: array<f32, 1024>; // [16 rows][64]: weighted k or q slice
-var<workgroup> rs: array<f32, 1024>; // [16 rows][64]: v or dO slice
+// vec4 elements so that the product reads four values per load.
+var<workgroup> ls: array<vec4<f32>, 256>; // [16 rows][64 / 4]: weighted k or q slice
+var<workgroup> rs: array<vec4<f32>, 256>; // [16 rows][64 / 4]: v or dO slice
 
 const TILE: u32 = 64u;
 const KS: u32 = 16u;
@@ -111,15 +112,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                         }
                     }
                 }
-                ls[kk * 64u + cc] = lv;
-                rs[kk * 64u + cc] = rv;
+                ls[kk * 16u + cc / 4u][cc % 4u] = lv;
+                rs[kk * 16u + cc / 4u][cc % 4u] = rv;
             }
             workgroupBarrier();
             for (var kk = 0u; kk < KS; kk++) {
-                let lb = kk * 64u + ty * 4u;
-                let lw = vec4<f32>(ls[lb], ls[lb + 1u], ls[lb + 2u], ls[lb + 3u]);
-                let rb = kk * 64u + tx * 4u;
-                let rv = vec4<f32>(rs[rb], rs[rb + 1u], rs[rb + 2u], rs[rb + 3u]);
+                let lw = ls[kk * 16u + ty];
+                let rv = rs[kk * 16u + tx];
                 acc0 += lw.x * rv;
                 acc1 += lw.y * rv;
                 acc2 += lw.z * rv;
