@@ -33,7 +33,7 @@
 //! (T·G·(6 dk + 2 dv + 2 NLB)) and K̃ᵀ, W̃ᵀ per chunk (NT·G·2·dk·C); the level states and
 //! their gradients (2·M·NT·G·dk·dv); the chunk products X, dX (2·M·NT·G·C·dv); dλ partials
 //! (T·G·M·NLB). Limits: dk ≤ 256, any dv, any T ≥ 1; ≤ 10 storage buffers and ≤ 16 KiB of
-//! workgroup memory per stage (at most 14.25 KiB: grad_gdn_vec).
+//! workgroup memory per stage (the most: grad_gdn_prep, 15.9 KiB).
 
 use super::{check_training_shape, HostBuffers, OpGradIo, OpGrads};
 use crate::chunk_scan::{

@@ -23,7 +23,11 @@
 
 
 const PW: u32 = 8u; // dimensions / rows per staged panel
-var<workgroup> wm: array<f32, 1536>; // staged panels: 3 × [PW][C]
+// Rows of a staged panel are PS words apart: not a multiple of 32, so that the transposed stores
+// (a warp's threads on PW columns of 4 rows) fall in different memory banks.
+const PS: u32 = 68u;
+const PANEL: u32 = 544u; // PW · PS
+var<workgroup> wm: array<f32, 1632>; // staged panels: 3 × [PW][PS]
 
 fn tl(base: u32, slot: u32, i: u32, j: u32) -> f32 {
     return tiles[base + slot * TILE + i * C + j];
@@ -55,24 +59,24 @@ fn tile_product(base: u32, l_slot: u32, l_tr: bool, r_slot: u32, r_tr: bool, n: 
             if (l_tr) {
                 jr = e / C;
                 i = e % C;
-                wm[jr * C + i] = tiles[lb_ + (j0 + jr) * C + i];
+                wm[jr * PS + i] = tiles[lb_ + (j0 + jr) * C + i];
             } else {
-                wm[jr * C + i] = tiles[lb_ + i * C + j0 + jr];
+                wm[jr * PS + i] = tiles[lb_ + i * C + j0 + jr];
             }
             var kr = e / C;
             var b = e % C;
             if (r_tr) {
                 kr = e % PW;
                 b = e / PW;
-                wm[512u + kr * C + b] = tiles[rb_ + b * C + j0 + kr];
+                wm[PANEL + kr * PS + b] = tiles[rb_ + b * C + j0 + kr];
             } else {
-                wm[512u + kr * C + b] = tiles[rb_ + (j0 + kr) * C + b];
+                wm[PANEL + kr * PS + b] = tiles[rb_ + (j0 + kr) * C + b];
             }
         }
         workgroupBarrier();
         for (var jr = 0u; jr < min(PW, n - j0); jr++) {
-            let r = jr * C + ti;
-            let cb = 512u + jr * C + tj;
+            let r = jr * PS + ti;
+            let cb = PANEL + jr * PS + tj;
             let rb = vec4<f32>(wm[cb], wm[cb + 16u], wm[cb + 32u], wm[cb + 48u]);
             o0 += wm[r] * rb;
             o1 += wm[r + 16u] * rb;
@@ -87,8 +91,8 @@ fn tile_product(base: u32, l_slot: u32, l_tr: bool, r_slot: u32, r_tr: bool, n: 
 const PANELS_DV: u32 = 0u; // dO, dU (rows i) and v (rows j): dv columns
 const PANELS_DK: u32 = 1u; // dq̃, dW̃ (rows i) and k (rows j): dk columns
 
-// PW columns from c0 of the chunk's rows, transposed ([PW][C]), into wm: the two left operands
-// at 0 and 512, the right one at 1024 (0 past the chunk and the width).
+// PW columns from c0 of the chunk's rows, transposed ([PW][PS]), into wm: the two left operands
+// at 0 and PANEL, the right one at 2 PANEL (0 past the chunk and the width).
 fn stage_panels(panels: u32, t0: u32, n: u32, h: u32, c0: u32, lid: u32) {
     let dk = P.dk;
     let dv = P.dv;
@@ -112,9 +116,9 @@ fn stage_panels(panels: u32, t0: u32, n: u32, h: u32, c0: u32, lid: u32) {
                 z = k[qk_row(tr, h) + d];
             }
         }
-        wm[p * C + row] = x;
-        wm[512u + p * C + row] = y;
-        wm[1024u + p * C + row] = z;
+        wm[p * PS + row] = x;
+        wm[PANEL + p * PS + row] = y;
+        wm[2u * PANEL + p * PS + row] = z;
     }
 }
 
@@ -123,10 +127,11 @@ fn stage_panels(panels: u32, t0: u32, n: u32, h: u32, c0: u32, lid: u32) {
 fn panel_products(first: ptr<function, array<f32, 10>>, second: ptr<function, array<f32, 10>>,
                   cols: u32, ti: u32, tj: u32) {
     for (var p = 0u; p < cols; p++) {
-        let r = p * C + ti;
+        let r = p * PS + ti;
         let l0 = vec4<f32>(wm[r], wm[r + 16u], wm[r + 32u], wm[r + 48u]);
-        let l1 = vec4<f32>(wm[512u + r], wm[528u + r], wm[544u + r], wm[560u + r]);
-        let cj = 1024u + p * C + tj;
+        let r1 = PANEL + r;
+        let l1 = vec4<f32>(wm[r1], wm[r1 + 16u], wm[r1 + 32u], wm[r1 + 48u]);
+        let cj = 2u * PANEL + p * PS + tj;
         let rj = vec4<f32>(wm[cj], wm[cj + 16u], wm[cj + 32u], wm[cj + 48u]);
         tri10(first, l0, rj);
         tri10(second, l1, rj);
