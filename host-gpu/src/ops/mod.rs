@@ -508,4 +508,37 @@ mod tests {
             assert_eq!(size_of::<MatmulParams>(), wgsl_uniform_size(&source));
         }
     }
+
+    /// The coop kernels compile only where the adapter has cooperative matrices, which lavapipe
+    /// (CI) does not: naga's validator checks their sources here for every configuration the
+    /// kernel can be given, as the device would before compiling them.
+    #[test]
+    fn coop_matmul_sources_validate_for_every_configuration() {
+        use wgpu::naga;
+        use wgpu::CooperativeScalarType as T;
+        for (input, size, subgroup_size) in [
+            (T::F16, 16, 32),
+            (T::F16, 8, 32),
+            (T::F32, 16, 32),
+            (T::F32, 8, 64),
+        ] {
+            let cfg = CoopMatmul {
+                size,
+                input,
+                subgroup_size,
+            };
+            for (name, weights) in WEIGHT_ACCESS {
+                let what = format!("matmul_coop_{name} for {}", cfg.describe());
+                let source = coop_matmul_source(&cfg, weights);
+                let module = naga::front::wgsl::parse_str(&source)
+                    .unwrap_or_else(|e| panic!("{what}: {}", e.emit_to_string(&source)));
+                naga::valid::Validator::new(
+                    naga::valid::ValidationFlags::all(),
+                    naga::valid::Capabilities::all(),
+                )
+                .validate(&module)
+                .unwrap_or_else(|e| panic!("{what}: {}", e.emit_to_string(&source)));
+            }
+        }
+    }
 }
