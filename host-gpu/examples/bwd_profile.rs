@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! cargo run -p loglinear-host-gpu --release --example bwd_profile -- \
-//!     [--form gdn|m2] [--t 2048] [--heads 2] [--dk 128] [--dv 64] [--iters 3]
+//!     [--form gdn|mamba2] [--t 2048] [--heads 2] [--dk 128] [--dv 64] [--iters 3]
 //! ```
 //!
 //! Inputs are random (fixed seed); λ columns = levels = bitlen(T − 1) + 1 (exact training
@@ -22,9 +22,9 @@ use loglinear_tests::random::{uniform_f32, SplitMix64};
 #[derive(Parser)]
 #[command(about = "Per-stage wall times of the operator backward")]
 struct Args {
-    /// Operator form.
-    #[arg(long, value_enum, default_value_t = FormArg::Gdn)]
-    form: FormArg,
+    /// Operator form: gdn or mamba2 (m2).
+    #[arg(long, value_parser = parse_form, default_value = "gdn")]
+    form: Form,
     /// Sequence length T.
     #[arg(long = "t", default_value_t = 2048)]
     t: usize,
@@ -42,10 +42,8 @@ struct Args {
     iters: usize,
 }
 
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum FormArg {
-    Gdn,
-    M2,
+fn parse_form(s: &str) -> Result<Form, String> {
+    Form::parse(s).ok_or(format!("unknown form {s} ({})", Form::NAMES))
 }
 
 /// Stage times of `iters` runs of `profile` after one warm-up.
@@ -76,10 +74,7 @@ fn main() -> Result<(), GpuError> {
     } = Args::parse();
     let levels = (usize::BITS - (t.max(2) - 1).leading_zeros()) as usize + 1;
     let shape = ScanShape {
-        form: match form {
-            FormArg::Gdn => Form::Gdn,
-            FormArg::M2 => Form::Mamba2,
-        },
+        form,
         t,
         heads: h,
         qk_heads: h,
@@ -118,11 +113,11 @@ fn main() -> Result<(), GpuError> {
     };
     let bufs = HostBuffers::new(&gpu, &shape, &inputs, &d_o)?;
     let (runs, groups) = match form {
-        FormArg::Gdn => {
+        Form::Gdn => {
             let bwd = GdnBackward::new(&gpu, shape, bufs.io())?;
             (timed_runs(iters, || bwd.profile_steps(&gpu))?, bwd.groups())
         }
-        FormArg::M2 => {
+        Form::Mamba2 => {
             let bwd = M2Backward::new(&gpu, shape, bufs.io())?;
             (timed_runs(iters, || bwd.profile_steps(&gpu))?, 1)
         }

@@ -67,7 +67,7 @@ struct Args {
     /// Tokens the CPU decoder steps.
     #[arg(long, default_value_t = 1024)]
     cpu_t: usize,
-    /// Forms to run: mamba2, gdn.
+    /// Forms to run: mamba2 (or m2), gdn.
     #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = parse_form, default_value = "mamba2,gdn")]
     forms: Vec<Form>,
     /// Also print the time of each dispatch (needs GPU timestamps).
@@ -79,11 +79,7 @@ struct Args {
 }
 
 fn parse_form(s: &str) -> Result<Form, String> {
-    match s.trim() {
-        "mamba2" => Ok(Form::Mamba2),
-        "gdn" => Ok(Form::Gdn),
-        o => Err(format!("unknown form {o} (mamba2, gdn)")),
-    }
+    Form::parse(s).ok_or(format!("unknown form {s} ({})", Form::NAMES))
 }
 
 fn parse_strategy(s: &str) -> Result<ScanStrategy, String> {
@@ -238,7 +234,7 @@ fn print_breakdown(gpu: &Gpu, scan: &ChunkScan, form: Form, t: usize) -> Result<
     let between = timer.intervals_ms(gpu)?;
     eprintln!(
         "\n{} {} T={t}, each dispatch of one run:\n",
-        form_name(form),
+        form.name(),
         scan.strategy().name()
     );
     eprintln!("| dispatch | ms | GFLOP | GFLOP/s | MB | GB/s |");
@@ -323,13 +319,6 @@ fn rel_diff(a: &[f32], b: &[f32]) -> f64 {
     }
 }
 
-fn form_name(f: Form) -> &'static str {
-    match f {
-        Form::Mamba2 => "mamba2",
-        Form::Gdn => "gdn",
-    }
-}
-
 fn main() {
     let a = parse_args();
     let gpu = match Gpu::new() {
@@ -361,10 +350,7 @@ fn main() {
         let kernels = match ScanKernels::new(&gpu, form) {
             Ok(k) => k,
             Err(e) => {
-                println!(
-                    "| {adapter} | {} | | | error: {e} | | | | | |",
-                    form_name(form)
-                );
+                println!("| {adapter} | {} | | | error: {e} | | | | | |", form.name());
                 continue;
             }
         };
@@ -389,7 +375,7 @@ fn main() {
                         };
                         println!(
                             "| {adapter} | {} | {name} | {} | {:.3} | {:.0} | {:.1} | {:.2} | {o_diff} | {s_diff} |",
-                            form_name(r.form),
+                            r.form.name(),
                             r.t,
                             r.ms,
                             r.t as f64 / (r.ms / 1e3),
@@ -402,7 +388,7 @@ fn main() {
                     }
                     Err(e) => println!(
                         "| {adapter} | {} | {} | {t} | error: {e} | | | | | |",
-                        form_name(form),
+                        form.name(),
                         strategy.name()
                     ),
                 }
@@ -418,7 +404,7 @@ fn main() {
         if a.cpu_t > 0 {
             println!(
                 "| {} | {} | {:.1} |",
-                form_name(form),
+                form.name(),
                 a.cpu_t,
                 bench_cpu(&a, form)
             );

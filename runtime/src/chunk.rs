@@ -21,6 +21,32 @@ pub enum Form {
     Gdn,
 }
 
+impl Form {
+    /// The names [`Form::parse`] accepts, for error messages.
+    pub const NAMES: &'static str = "mamba2 (or m2), gdn";
+
+    /// `mamba2` / `m2` or `gdn`, any case: the one spelling of the forms that every tool
+    /// (benchmarks, profilers, anchor files) reads.
+    pub fn parse(name: &str) -> Option<Self> {
+        let name = name.trim();
+        if name.eq_ignore_ascii_case("mamba2") || name.eq_ignore_ascii_case("m2") {
+            Some(Self::Mamba2)
+        } else if name.eq_ignore_ascii_case("gdn") {
+            Some(Self::Gdn)
+        } else {
+            None
+        }
+    }
+
+    /// `mamba2` or `gdn`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Mamba2 => "mamba2",
+            Self::Gdn => "gdn",
+        }
+    }
+}
+
 /// Sizes of one scan.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ScanShape {
@@ -97,6 +123,17 @@ mod tests {
             lambda_cols: levels,
             levels,
         }
+    }
+
+    #[test]
+    fn form_names_round_trip_and_unknown_names_are_none() {
+        for form in [Form::Mamba2, Form::Gdn] {
+            assert_eq!(Form::parse(form.name()), Some(form));
+        }
+        assert_eq!(Form::parse(" M2 "), Some(Form::Mamba2));
+        assert_eq!(Form::parse("GDN"), Some(Form::Gdn));
+        assert_eq!(Form::parse("mamba"), None);
+        assert_eq!(Form::parse(""), None);
     }
 
     #[test]

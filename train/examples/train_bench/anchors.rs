@@ -77,10 +77,9 @@ impl Anchors {
                     println!("anchor not used ({}): {name} reported an error: {e}", at());
                     continue;
                 }
-                let form = match o["form"].as_str() {
-                    Some("m2") => Form::Mamba2,
-                    Some("gdn") => Form::Gdn,
-                    Some(other) => {
+                let form = match o["form"].as_str().map(|f| (f, Form::parse(f))) {
+                    Some((_, Some(form))) => form,
+                    Some((other, None)) => {
                         println!(
                             "anchor not used ({}): {name} form {other:?} has no log-linear \
                              counterpart here",

@@ -223,13 +223,6 @@ fn wall_ms(gpu: &Gpu, record: impl Fn(&mut wgpu::CommandEncoder)) -> Result<f64,
     Ok(start.elapsed().as_secs_f64() * 1e3)
 }
 
-fn form_name(f: Form) -> &'static str {
-    match f {
-        Form::Mamba2 => "mamba2",
-        Form::Gdn => "gdn",
-    }
-}
-
 fn fail(message: impl std::fmt::Display) -> ! {
     eprintln!("error: {message}");
     std::process::exit(1);

@@ -2,7 +2,7 @@
 //! shape, one row per form and T, beside the anchors of the same shape.
 
 use crate::anchors::{Anchors, Best};
-use crate::{form_name, scoped, wall_ms, Args};
+use crate::{scoped, wall_ms, Args};
 use loglinear_host_gpu::chunk_scan::{ChunkScan, Form, ScanIo, ScanKernels, ScanShape};
 use loglinear_host_gpu::grad::op_gdn::GdnBackward;
 use loglinear_host_gpu::grad::op_m2::{M2Backward, M2Kernels};
@@ -417,7 +417,7 @@ pub fn run_op(gpu: &Gpu, a: &Args, adapter: &str, anchors: &Anchors) -> Vec<OpRo
 }
 
 fn print_op_row(adapter: &str, a: &Args, r: &OpRow) {
-    let name = form_name(r.form);
+    let name = r.form.name();
     let heads = a.heads * r.batch;
     match &r.result {
         Err(e) => println!(

@@ -3,7 +3,7 @@
 use crate::model::ModelRow;
 use crate::mqar::MqarRow;
 use crate::op::OpRow;
-use crate::{form_name, Args};
+use crate::Args;
 use loglinear_host_gpu::Gpu;
 
 pub fn json_report(
@@ -18,7 +18,7 @@ pub fn json_report(
         .iter()
         .map(|r| {
             let mut o = json!({
-                "form": form_name(r.form), "t": r.t, "batch": r.batch,
+                "form": r.form.name(), "t": r.t, "batch": r.batch,
                 "tokens": a.tokens, "heads": a.heads, "dk": a.dk, "dv": a.dv, "levels": a.levels,
             });
             match &r.result {
