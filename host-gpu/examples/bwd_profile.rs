@@ -23,7 +23,7 @@ use loglinear_tests::random::{uniform_f32, SplitMix64};
 #[command(about = "Per-stage wall times of the operator backward")]
 struct Args {
     /// Operator form: gdn or mamba2 (m2).
-    #[arg(long, value_parser = parse_form, default_value = "gdn")]
+    #[arg(long, default_value = "gdn")]
     form: Form,
     /// Sequence length T.
     #[arg(long = "t", default_value_t = 2048)]
@@ -40,10 +40,6 @@ struct Args {
     /// Timed runs (the median is reported).
     #[arg(long, default_value_t = 3, value_parser = RangedU64ValueParser::<usize>::new().range(1..))]
     iters: usize,
-}
-
-fn parse_form(s: &str) -> Result<Form, String> {
-    Form::parse(s).ok_or(format!("unknown form {s} ({})", Form::NAMES))
 }
 
 /// Stage times of `iters` runs of `profile` after one warm-up.

@@ -68,7 +68,12 @@ struct Args {
     #[arg(long, default_value_t = 1024)]
     cpu_t: usize,
     /// Forms to run: mamba2 (or m2), gdn.
-    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = parse_form, default_value = "mamba2,gdn")]
+    #[arg(
+        long,
+        value_name = "LIST",
+        value_delimiter = ',',
+        default_value = "mamba2,gdn"
+    )]
     forms: Vec<Form>,
     /// Also print the time of each dispatch (needs GPU timestamps).
     #[arg(long)]
@@ -76,10 +81,6 @@ struct Args {
     /// Inter-chunk strategies to run: walk, precomputed.
     #[arg(long = "strategy", value_name = "LIST", value_delimiter = ',', value_parser = parse_strategy, default_value = "walk,precomputed")]
     strategies: Vec<ScanStrategy>,
-}
-
-fn parse_form(s: &str) -> Result<Form, String> {
-    Form::parse(s).ok_or(format!("unknown form {s} ({})", Form::NAMES))
 }
 
 fn parse_strategy(s: &str) -> Result<ScanStrategy, String> {

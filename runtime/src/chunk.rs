@@ -22,27 +22,41 @@ pub enum Form {
 }
 
 impl Form {
-    /// The names [`Form::parse`] accepts, for error messages.
-    pub const NAMES: &'static str = "mamba2 (or m2), gdn";
-
-    /// `mamba2` / `m2` or `gdn`, any case: the one spelling of the forms that every tool
-    /// (benchmarks, profilers, anchor files) reads.
-    pub fn parse(name: &str) -> Option<Self> {
-        let name = name.trim();
-        if name.eq_ignore_ascii_case("mamba2") || name.eq_ignore_ascii_case("m2") {
-            Some(Self::Mamba2)
-        } else if name.eq_ignore_ascii_case("gdn") {
-            Some(Self::Gdn)
-        } else {
-            None
-        }
-    }
-
     /// `mamba2` or `gdn`.
     pub fn name(self) -> &'static str {
         match self {
             Self::Mamba2 => "mamba2",
             Self::Gdn => "gdn",
+        }
+    }
+}
+
+/// A form name that is not `mamba2`, `m2` or `gdn`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnknownForm;
+
+impl core::fmt::Display for UnknownForm {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str("unknown form (mamba2 or m2, gdn)")
+    }
+}
+
+#[cfg(feature = "std")]
+impl std::error::Error for UnknownForm {}
+
+/// `mamba2` / `m2` or `gdn`, any case: the one spelling of the forms that every tool
+/// (benchmarks, profilers, anchor files) reads.
+impl core::str::FromStr for Form {
+    type Err = UnknownForm;
+
+    fn from_str(name: &str) -> Result<Self, UnknownForm> {
+        let name = name.trim();
+        if name.eq_ignore_ascii_case("mamba2") || name.eq_ignore_ascii_case("m2") {
+            Ok(Self::Mamba2)
+        } else if name.eq_ignore_ascii_case("gdn") {
+            Ok(Self::Gdn)
+        } else {
+            Err(UnknownForm)
         }
     }
 }
@@ -128,12 +142,12 @@ mod tests {
     #[test]
     fn form_names_round_trip_and_unknown_names_are_none() {
         for form in [Form::Mamba2, Form::Gdn] {
-            assert_eq!(Form::parse(form.name()), Some(form));
+            assert_eq!(form.name().parse(), Ok(form));
         }
-        assert_eq!(Form::parse(" M2 "), Some(Form::Mamba2));
-        assert_eq!(Form::parse("GDN"), Some(Form::Gdn));
-        assert_eq!(Form::parse("mamba"), None);
-        assert_eq!(Form::parse(""), None);
+        assert_eq!(" M2 ".parse(), Ok(Form::Mamba2));
+        assert_eq!("GDN".parse(), Ok(Form::Gdn));
+        assert_eq!("mamba".parse::<Form>(), Err(UnknownForm));
+        assert_eq!("".parse::<Form>(), Err(UnknownForm));
     }
 
     #[test]

@@ -77,7 +77,7 @@ impl Anchors {
                     println!("anchor not used ({}): {name} reported an error: {e}", at());
                     continue;
                 }
-                let form = match o["form"].as_str().map(|f| (f, Form::parse(f))) {
+                let form = match o["form"].as_str().map(|f| (f, f.parse::<Form>().ok())) {
                     Some((_, Some(form))) => form,
                     Some((other, None)) => {
                         println!(
