@@ -719,6 +719,21 @@ pub(crate) fn wgsl_uniform_size(source: &str) -> usize {
     module.types[uniforms[0].ty].inner.size(module.to_ctx()) as usize
 }
 
+/// The bytes of workgroup memory that naga lays out for the `var<workgroup>` arrays of WGSL
+/// `source`: what a kernel asks of the adapter's `max_compute_workgroup_storage_size`.
+#[cfg(test)]
+pub(crate) fn wgsl_workgroup_bytes(source: &str) -> u32 {
+    use wgpu::naga;
+    let module = naga::front::wgsl::parse_str(source)
+        .unwrap_or_else(|e| panic!("{}", e.emit_to_string(source)));
+    module
+        .global_variables
+        .iter()
+        .filter(|(_, var)| var.space == naga::AddressSpace::WorkGroup)
+        .map(|(_, var)| module.types[var.ty].inner.size(module.to_ctx()))
+        .sum()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

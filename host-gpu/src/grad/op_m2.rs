@@ -351,10 +351,10 @@ const _: () = assert!(CHUNK == 64 && C0P1 == 7);
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::wgsl_uniform_size;
+    use crate::gpu::{wgsl_uniform_size, wgsl_workgroup_bytes};
 
-    #[test]
-    fn the_uniform_matches_every_kernel() {
+    /// The sources of every kernel [`M2Kernels::new`] compiles, the intra kernel last.
+    fn all_sources() -> Vec<String> {
         let mut sources = vec![
             chunk_source(&[GAMMA]),
             chunk_source(&["const PER_CHUNK: bool = true;", GRAD_COMMON, XY]),
@@ -362,7 +362,6 @@ mod tests {
             chunk_source(&[DG]),
             chunk_source(&[DG_CARRY]),
         ];
-        sources.push(intra_source());
         for body in [DECAY, XSUM, ZSUM, DLAM] {
             sources.push(chunk_source(&[GRAD_COMMON, body]));
         }
@@ -370,8 +369,26 @@ mod tests {
             let head = format!("const MODE: u32 = {mode}u;");
             sources.push(chunk_source(&[&head, GRAD_COMMON, APPLY]));
         }
-        for source in &sources {
+        sources.push(intra_source());
+        sources
+    }
+
+    #[test]
+    fn the_uniform_matches_every_kernel() {
+        for source in &all_sources() {
             assert_eq!(size_of::<ChunkParams>(), wgsl_uniform_size(source));
+        }
+    }
+
+    /// `NEEDED_WORKGROUP_BYTES` is what the intra kernel declares (the shaders define its
+    /// staging sizes) and covers every other kernel.
+    #[test]
+    fn the_workgroup_memory_check_is_the_intra_kernels_and_covers_the_rest() {
+        let sources = all_sources();
+        let (intra, rest) = sources.split_last().unwrap();
+        assert_eq!(wgsl_workgroup_bytes(intra), NEEDED_WORKGROUP_BYTES);
+        for source in rest {
+            assert!(wgsl_workgroup_bytes(source) <= NEEDED_WORKGROUP_BYTES);
         }
     }
 }
