@@ -17,8 +17,8 @@
 //!    live state for the products q̃ h, W̃ h, which run only where the state can be non-zero and
 //!    the result is used, split over rows, columns and the dk range so that all threads work;
 //!    the workgroups of one head (all levels) are dispatched together so that they share the
-//!    chunk blocks in the cache. (An
-//!    8-column variant with both states in workgroup memory was 24-31 % slower on the H200.)
+//!    chunk blocks in the cache. (An 8-column variant with both states in workgroup memory was
+//!    24-31 % slower on the H200.)
 //! 4. `chunk_combine`: o += the levels each chunk reads, in level order (no atomics).
 //! 5. `chunk_state`: the decoder's state after token T−1: levels before the last chunk from the
 //!    scan; tokens of the last chunk in closed form (Mamba-2) or stepped like the decoder (GDN,

@@ -251,15 +251,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         if (last && own) {
             // Hand-off: the state the last chunk reads at this level (zero if it does not read).
             let base = ((m * P.heads + h) * dk + kk) * P.dv + v0;
-            var x = zero_half();
-            var y = zero_half();
-            if (reads) {
-                x = lo;
-                y = hi;
-            }
-            write_half(base, q0, nbv, x.a0, x.a1);
+            let z = vec4<f32>(0.0);
+            write_half(base, q0, nbv, select(z, lo.a0, reads), select(z, lo.a1, reads));
             if (own_hi) {
-                write_half(base, 2u, nbv, y.a0, y.a1);
+                write_half(base, 2u, nbv, select(z, hi.a0, reads), select(z, hi.a1, reads));
             }
         }
 

@@ -26,8 +26,8 @@ const PW: u32 = 8u; // dimensions / rows per staged panel
 // Rows of a staged panel are PS words apart: not a multiple of 32, so that the transposed stores
 // (a warp's threads on PW columns of 4 rows) fall in different memory banks.
 const PS: u32 = 68u;
-const PANEL: u32 = 544u; // PW · PS
-var<workgroup> wm: array<f32, 1632>; // staged panels: 3 × [PW][PS]
+const PANEL: u32 = PW * PS;
+var<workgroup> wm: array<f32, 3u * PANEL>; // staged panels: 3 × [PW][PS]
 
 fn tl(base: u32, slot: u32, i: u32, j: u32) -> f32 {
     return tiles[base + slot * TILE + i * C + j];

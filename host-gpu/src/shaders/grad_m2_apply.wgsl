@@ -26,8 +26,8 @@ const KS: u32 = 16u;
 // not of 32, so that the transposed stores (16 threads of a warp on 16 rows) fall in different
 // memory banks.
 const SS: u32 = 68u;
-var<workgroup> as_t: array<vec4<f32>, 272>; // [KS][SS]: A slice, transposed (64 rows)
-var<workgroup> ms: array<vec4<f32>, 272>;   // [KS][SS]: M slice (64 columns)
+var<workgroup> as_t: array<vec4<f32>, KS * SS / 4u>; // [KS][SS]: A slice, transposed (64 rows)
+var<workgroup> ms: array<vec4<f32>, KS * SS / 4u>;   // [KS][SS]: M slice (64 columns)
 var<workgroup> wts: array<f32, 64>;    // row weights of the level
 var<workgroup> red: array<f32, 1024>;  // MODE 0: [64 rows][16 column groups] of q·P
 var<workgroup> dls: array<f32, 64>;    // MODE 0: q·(X dO) per row, summed over column tiles

@@ -23,8 +23,8 @@ var<workgroup> tile: array<f32, 4096>;
 // the products read whole vec4, but not of 32, so that the transposed stores of stage_pair (16
 // threads of a warp on 16 rows) fall in different memory banks.
 const SS: u32 = 68u;
-const RIGHT: u32 = 1088u; // KS · SS: the second slice
-var<workgroup> stg: array<vec4<f32>, 544>;
+const RIGHT: u32 = KS * SS; // the second slice
+var<workgroup> stg: array<vec4<f32>, 2u * KS * SS / 4u>;
 
 const KS: u32 = 16u; // depth of one staged slice
 
