@@ -205,9 +205,10 @@ const PRE_CONTRIB_M2: &str = include_str!("../shaders/chunk_pre_contrib_m2.wgsl"
 const PRE_CONTRIB_PARTS: [&str; 3] = [ROWS16, PRE_CONTRIB_M2, PRE_COMMON];
 const PRE_SWEEP: &str = include_str!("../shaders/chunk_pre_sweep.wgsl");
 const PRE_PREFIX: &str = include_str!("../shaders/chunk_pre_prefix.wgsl");
+const PRE_READ_COMMON: &str = include_str!("../shaders/chunk_pre_read_common.wgsl");
 const PRE_READ_M2: &str = include_str!("../shaders/chunk_pre_read_m2.wgsl");
 /// The parts of `chunk_pre_read_m2` after chunk_common.wgsl.
-const PRE_READ_PARTS: [&str; 3] = [ROWS16, PRE_READ_M2, PRE_COMMON];
+const PRE_READ_PARTS: [&str; 4] = [ROWS16, PRE_READ_COMMON, PRE_READ_M2, PRE_COMMON];
 
 /// Rows16, sixteen rows of a tile product in four vec4 (shaders/common/rows16.wgsl).
 pub(crate) const ROWS16: &str = include_str!("../shaders/common/rows16.wgsl");

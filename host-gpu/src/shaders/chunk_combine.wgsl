@@ -13,14 +13,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     if (x >= row_len) {
         return;
     }
-    let n = min(C, P.t - c * C);
+    let n = min(CHUNK, P.t - c * CHUNK);
     for (var r = 0u; r < n; r++) {
-        let t = c * C + r;
+        let t = c * CHUNK + r;
         var s = o[t * row_len + x];
         for (var m = 0u; m < P.n_scans; m++) {
             let slot = olvl_slot(m, c);
             if (slot != NO_SLOT) {
-                s += olvl[(slot * C + r) * row_len + x];
+                s += olvl[(slot * CHUNK + r) * row_len + x];
             }
         }
         o[t * row_len + x] = s;

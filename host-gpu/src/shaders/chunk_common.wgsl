@@ -19,7 +19,7 @@ struct Params {
     group_heads: u32, // GDN backward: heads of that group; else 0
 }
 
-const C: u32 = 64u;       // chunk size
+const CHUNK: u32 = 64u;   // chunk size C
 const C0P1: u32 = 7u;     // c0 + 1 = token level of chunk level 0
 const MAX_DK: u32 = 256u; // largest dk the kernels hold in workgroup memory / registers
 

@@ -11,14 +11,14 @@ var<workgroup> buf: array<f32, 64>;
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) a: u32) {
     let c = wg.x;
     let h = wg.y;
-    let t = c * C + a;
+    let t = c * CHUNK + a;
     var x = 0.0;
     if (t < P.t) {
         x = g[t * P.heads + h];
     }
     buf[a] = x;
     workgroupBarrier();
-    for (var off = 1u; off < C; off = off * 2u) {
+    for (var off = 1u; off < CHUNK; off = off * 2u) {
         var y = buf[a];
         if (a >= off) {
             y = y + buf[a - off];

@@ -52,8 +52,8 @@ fn store_tiles(t0: u32, n: u32, h: u32, i: u32, j0: u32, qk: vec4<f32>, kk: vec4
         if (j < i && i < n) {
             pv = b_i * kk[s];
         }
-        sm[i * C + j] = sv;
-        tm[i * C + j] = pv;
+        sm[i * CHUNK + j] = sv;
+        tm[i * CHUNK + j] = pv;
     }
 }
 
@@ -62,7 +62,7 @@ fn m_row(i: u32, j0: u32) -> vec4<f32> {
     var r = vec4<f32>(0.0);
     if (j0 <= i) {
         for (var l = j0; l <= i; l++) {
-            r += sm[i * C + l] * tm_row4(l, j0);
+            r += sm[i * CHUNK + l] * tm_row4(l, j0);
         }
     }
     // Entries with j > i stay zero because T_lj = 0 for l < j.
@@ -70,10 +70,10 @@ fn m_row(i: u32, j0: u32) -> vec4<f32> {
 }
 
 fn put_row(i: u32, j0: u32, x: vec4<f32>) {
-    sm[i * C + j0] = x.x;
-    sm[i * C + j0 + 1u] = x.y;
-    sm[i * C + j0 + 2u] = x.z;
-    sm[i * C + j0 + 3u] = x.w;
+    sm[i * CHUNK + j0] = x.x;
+    sm[i * CHUNK + j0 + 1u] = x.y;
+    sm[i * CHUNK + j0 + 2u] = x.z;
+    sm[i * CHUNK + j0 + 3u] = x.w;
 }
 
 // Step 1's panels (qk_panels.wgsl): KP dk columns of q in sm and of k in tm.
@@ -103,7 +103,7 @@ fn zero_upper(i0: u32, j0: u32) {
     for (var r = 0u; r < 4u; r++) {
         for (var s = 0u; s < 4u; s++) {
             if (j0 + s > i0 + r) {
-                tm[(i0 + r) * C + j0 + s] = 0.0;
+                tm[(i0 + r) * CHUNK + j0 + s] = 0.0;
             }
         }
     }
@@ -113,8 +113,8 @@ fn zero_upper(i0: u32, j0: u32) {
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let c = wg.x;
     let h = wg.y;
-    let t0 = c * C;
-    let n = min(C, P.t - t0);
+    let t0 = c * CHUNK;
+    let n = min(CHUNK, P.t - t0);
     let i0 = (lid / 16u) * 4u;
     let j0 = (lid % 16u) * 4u;
 
@@ -155,7 +155,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             let i = i0 + r;
             let l = j0 + s;
             if (l < i) {
-                tm[l * C + i] = tm[i * C + l];
+                tm[l * CHUNK + i] = tm[i * CHUNK + l];
             }
         }
     }
@@ -163,15 +163,15 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let ba = lid / IB;
     let bc = lid % IB;
     for (var r = 0u; r < IB; r++) {
-        if (lid < C) {
+        if (lid < CHUNK) {
             let i = ba * IB + r;
             let j = ba * IB + bc;
             if (j <= i) {
                 var val = select(0.0, 1.0, i == j);
                 for (var l = j; l < i; l++) {
-                    val -= tm[l * C + i] * tm[l * C + j];
+                    val -= tm[l * CHUNK + i] * tm[l * CHUNK + j];
                 }
-                tm[i * C + j] = val;
+                tm[i * CHUNK + j] = val;
             }
         }
         workgroupBarrier();
@@ -181,21 +181,21 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     //    b. The blocks below the diagonal, block row by block row: for J < I,
     //       T_IJ = −T_II Σ_{K=J}^{I−1} P_IK T_KJ. The sums X_J go to the upper block (J, I),
     //       which nothing reads until it is zeroed again.
-    for (var bi = 1u; bi < C / IB; bi++) {
+    for (var bi = 1u; bi < CHUNK / IB; bi++) {
         for (var bj = 0u; bj < bi; bj++) {
             var x = 0.0;
             for (var l = bj * IB; l < bi * IB; l++) {
-                x += tm[(bi * IB + ba) * C + l] * tm[l * C + bj * IB + bc];
+                x += tm[(bi * IB + ba) * CHUNK + l] * tm[l * CHUNK + bj * IB + bc];
             }
-            tm[(bj * IB + ba) * C + bi * IB + bc] = x;
+            tm[(bj * IB + ba) * CHUNK + bi * IB + bc] = x;
         }
         workgroupBarrier();
         for (var bj = 0u; bj < bi; bj++) {
             var t = 0.0;
             for (var m = 0u; m <= ba; m++) {
-                t -= tm[(bi * IB + ba) * C + bi * IB + m] * tm[(bj * IB + m) * C + bi * IB + bc];
+                t -= tm[(bi * IB + ba) * CHUNK + bi * IB + m] * tm[(bj * IB + m) * CHUNK + bi * IB + bc];
             }
-            tm[(bi * IB + ba) * C + bj * IB + bc] = t;
+            tm[(bi * IB + ba) * CHUNK + bj * IB + bc] = t;
         }
         workgroupBarrier();
     }
@@ -269,14 +269,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                     let e_row = exp(g_row);
                     let e_k = exp(g_last - g_row);
                     let kr = qk_row(t0 + i, h);
-                    let orow = (((t0 / C) * P.heads + h) * C + i) * P.dk;
-                    let ocol = ((t0 / C) * P.heads + h) * P.dk * C + i;
-                    qt[ocol + ka * C] = e_row * (q[kr + ka] - row_of(mq, r));
-                    wt[ocol + ka * C] = e_row * row_of(mw, r);
+                    let orow = (((t0 / CHUNK) * P.heads + h) * CHUNK + i) * P.dk;
+                    let ocol = ((t0 / CHUNK) * P.heads + h) * P.dk * CHUNK + i;
+                    qt[ocol + ka * CHUNK] = e_row * (q[kr + ka] - row_of(mq, r));
+                    wt[ocol + ka * CHUNK] = e_row * row_of(mw, r);
                     kt[orow + ka] = e_k * k[kr + ka];
                     if (has_b) {
-                        qt[ocol + kb * C] = e_row * (q[kr + kb] - row_of(nq, r));
-                        wt[ocol + kb * C] = e_row * row_of(nw, r);
+                        qt[ocol + kb * CHUNK] = e_row * (q[kr + kb] - row_of(nq, r));
+                        wt[ocol + kb * CHUNK] = e_row * row_of(nw, r);
                         kt[orow + kb] = e_k * k[kr + kb];
                     }
                 }
@@ -291,7 +291,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         for (var s = 0u; s < 4u; s++) {
             let j = j0 + s;
             if (j <= i && i < n) {
-                tm[i * C + j] *= exp(gm(t0, i, h) - gm(t0, j, h)) * bt(t0, j, h);
+                tm[i * CHUNK + j] *= exp(gm(t0, i, h) - gm(t0, j, h)) * bt(t0, j, h);
             }
         }
     }
@@ -301,7 +301,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             let rows = tm_times_v(t0, n, h, r0, d);
             for (var r = 0u; r < 16u; r++) {
                 if (r0 + r < n) {
-                    u[(((t0 / C) * P.heads + h) * C + r0 + r) * P.dv + d] = row_of(rows, r);
+                    u[(((t0 / CHUNK) * P.heads + h) * CHUNK + r0 + r) * P.dv + d] = row_of(rows, r);
                 }
             }
         }
@@ -315,10 +315,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             let j = j0 + s;
             var val = 0.0;
             if (j <= i && i < n) {
-                val = sm[i * C + j] * exp(gm(t0, i, h) - gm(t0, j, h)) * bt(t0, j, h)
+                val = sm[i * CHUNK + j] * exp(gm(t0, i, h) - gm(t0, j, h)) * bt(t0, j, h)
                     * lam[lam_idx(t0 + i, h, level_col(i, j))];
             }
-            sm[i * C + j] = val;
+            sm[i * CHUNK + j] = val;
         }
     }
     workgroupBarrier();

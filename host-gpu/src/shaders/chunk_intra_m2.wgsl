@@ -40,7 +40,7 @@ fn store_scores(t0: u32, n: u32, h: u32, i: u32, j0: u32, dots: vec4<f32>) {
             // Mask before exp: the exponent is <= 0.
             val = dots[s] * exp(gs[i] - gs[j]) * lam[lam_idx(t0 + i, h, level_col(i, j))];
         }
-        a_tile[i * C + j] = val;
+        a_tile[i * CHUNK + j] = val;
     }
 }
 
@@ -48,8 +48,8 @@ fn store_scores(t0: u32, n: u32, h: u32, i: u32, j0: u32, dots: vec4<f32>) {
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let c = wg.x;
     let h = wg.y;
-    let t0 = c * C;
-    let n = min(C, P.t - t0);
+    let t0 = c * CHUNK;
+    let n = min(CHUNK, P.t - t0);
     load_gammas(t0, n, h, lid);
     workgroupBarrier();
 

@@ -14,7 +14,7 @@ var<workgroup> dred: array<f32, 256>;
 
 // Γ of chunk c (a full chunk: only the last chunk can be partial, and it is never a source).
 fn chunk_decay(c: u32, h: u32) -> f32 {
-    return gam[(c * C + C - 1u) * P.heads + h];
+    return gam[(c * CHUNK + CHUNK - 1u) * P.heads + h];
 }
 
 // Σ Γ_c over the chunks [c_from, c_to), summed by the whole workgroup; every thread gets the sum.

@@ -35,16 +35,16 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let vb = wg.x / n_kb;
     let c = wg.y;
     let h = wg.z;
-    let t0 = c * C;
+    let t0 = c * CHUNK;
     let tx = lid % 16u; // columns vb·64 + 4 tx ..
     let ty = lid / 16u; // rows kb·64 + 4 ty ..
-    if (lid < C) {
-        let g_last = gam[(t0 + C - 1u) * P.heads + h];
+    if (lid < CHUNK) {
+        let g_last = gam[(t0 + CHUNK - 1u) * P.heads + h];
         fk[lid] = exp(g_last - gam[(t0 + lid) * P.heads + h]);
     }
     workgroupBarrier();
     var acc = zero16();
-    for (var j0 = 0u; j0 < C; j0 += DEPTH) {
+    for (var j0 = 0u; j0 < CHUNK; j0 += DEPTH) {
         for (var e = lid; e < DEPTH * TILE; e += PWG) {
             let jj = e / TILE;
             let x = e % TILE;

@@ -5,22 +5,13 @@
 // product per level, all levels into one accumulator (each thread a 4 × 4 block), then added to
 // o (written by the intra kernel; one thread per element, no atomics). The last chunk also
 // writes the hand-off states hstate[m] (zero for the levels it does not read).
+// Needs chunk_pre_read_common.wgsl.
 
-@group(0) @binding(0) var<uniform> P: Params;
-@group(0) @binding(1) var<storage, read> q: array<f32>;
-@group(0) @binding(2) var<storage, read> gam: array<f32>;
-@group(0) @binding(3) var<storage, read> lam: array<f32>;
-@group(0) @binding(4) var<storage, read> xs: array<f32>;
-@group(0) @binding(5) var<storage, read_write> o: array<f32>;
-@group(0) @binding(6) var<storage, read_write> hstate: array<f32>;
-
-const TILE: u32 = 64u;
 const DEPTH: u32 = 16u;
 
 // vec4 elements so that the inner product reads four values per load.
-var<workgroup> qs: array<vec4<f32>, 256>; // [DEPTH][64 rows / 4]: scaled q̃ of this step
-var<workgroup> ss: array<vec4<f32>, 256>; // [DEPTH][TILE / 4]: state rows of this step
-var<workgroup> fac: array<f32, 64>;  // λ_i e^{γ_i + D} of the current level
+var<workgroup> qs: array<vec4<f32>, DEPTH * TILE / 4u>; // [DEPTH][64 rows / 4]: scaled q̃ of this step
+var<workgroup> ss: array<vec4<f32>, DEPTH * TILE / 4u>; // [DEPTH][TILE / 4]: state rows of this step
 
 fn add_row(h: u32, t0: u32, n: u32, i: u32, d0: u32, a: vec4<f32>) {
     if (i >= n) {
@@ -34,45 +25,25 @@ fn add_row(h: u32, t0: u32, n: u32, i: u32, d0: u32, a: vec4<f32>) {
     }
 }
 
-@compute @workgroup_size(256)
+@compute @workgroup_size(PWG)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let vb = wg.x;
     let c = wg.y + 1u;
     let h = wg.z;
-    let t0 = c * C;
-    let n = min(C, P.t - t0);
+    let t0 = c * CHUNK;
+    let n = min(CHUNK, P.t - t0);
     let last_chunk = c == P.nt - 1u;
     let tx = lid % 16u; // columns vb·64 + 4 tx ..
     let ty = lid / 16u; // rows 4 ty ..
-    let per = P.dk * P.dv;
     var acc = zero16();
     for (var m = 0u; m < P.n_scans; m++) {
-        let sat = m == P.m_top;
-        let reads = select(((c >> m) & 1u) == 1u, c >= (1u << m), sat);
-        if (!reads) {
+        if (!reads_level(c, m)) {
             if (last_chunk) {
-                for (var e = lid; e < P.dk * TILE; e += PWG) {
-                    let d = vb * TILE + e % TILE;
-                    if (d < P.dv) {
-                        hstate[((m * P.heads + h) * P.dk + e / TILE) * P.dv + d] = 0.0;
-                    }
-                }
+                zero_handoff(m, h, vb, lid);
             }
             continue;
         }
-        let start = (c >> m) << m;
-        let sbase = ((start - 1u) * P.heads + h) * per;
-        let dsum = decay_sum(h, start, c, lid);
-        let col = min(C0P1 + m, P.top);
-        if (lid < C) {
-            var f = 0.0;
-            if (lid < n) {
-                let t = t0 + lid;
-                f = lam[lam_idx(t, h, col)] * exp(gam[t * P.heads + h] + dsum);
-            }
-            fac[lid] = f;
-        }
-        workgroupBarrier();
+        let lv = read_level(c, h, m, n, lid);
         for (var k0 = 0u; k0 < P.dk; k0 += DEPTH) {
             for (var e = lid; e < DEPTH * TILE; e += PWG) {
                 // q̃: consecutive threads read consecutive kk of one row.
@@ -88,7 +59,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 let d = vb * TILE + e % TILE;
                 var y = 0.0;
                 if (k0 + kr < P.dk && d < P.dv) {
-                    y = xs[sbase + (k0 + kr) * P.dv + d];
+                    y = xs[lv.sbase + (k0 + kr) * P.dv + d];
                 }
                 ss[e / 4u][e % 4u] = y;
             }
@@ -101,14 +72,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             workgroupBarrier();
         }
         if (last_chunk) {
-            let dec = exp(dsum);
-            for (var e = lid; e < P.dk * TILE; e += PWG) {
-                let kk = e / TILE;
-                let d = vb * TILE + e % TILE;
-                if (d < P.dv) {
-                    hstate[((m * P.heads + h) * P.dk + kk) * P.dv + d] = dec * xs[sbase + kk * P.dv + d];
-                }
-            }
+            write_handoff(m, h, vb, lv, lid);
         }
     }
     let d0 = vb * TILE + 4u * tx;

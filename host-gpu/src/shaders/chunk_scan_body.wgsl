@@ -110,7 +110,7 @@ fn w_state_rows(t0: u32, n: u32, h: u32, row: u32, part: u32, lid: u32, state: u
     red[2u * lid + 1u] = p.hi;
     workgroupBarrier();
     var x = vec4<f32>(0.0);
-    if (lid < C * 2u) {
+    if (lid < CHUNK * 2u) {
         x = reduce_row(lid / 2u, lid % 2u);
     }
     return x;
@@ -185,13 +185,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     workgroupBarrier();
 
     for (var c = 0u; c < P.nt; c++) {
-        let t0 = c * C;
-        let n = min(C, P.t - t0);
+        let t0 = c * CHUNK;
+        let n = min(CHUNK, P.t - t0);
         let adds = sat || ((c >> m) & 1u) == 0u;
         let use_a = sat || !adds; // the read state can be non-zero
         let use_b = adds;         // the collecting state can be non-zero
         let g_last = gam[(t0 + n - 1u) * P.heads + h];
-        if (lid < C) {
+        if (lid < CHUNK) {
             var a = 0.0;
             var b = 0.0;
             if (lid < n) {
@@ -202,7 +202,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             fq[lid] = a;
             fk[lid] = b;
         }
-        if (lid < C * 2u) {
+        if (lid < CHUNK * 2u) {
             // ut[2 i + half]: columns v0 + 4 half .. + 3 of row i.
             let i = lid / 2u;
             let vb = (lid % 2u) * 4u;
@@ -241,13 +241,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             red[2u * lid + 1u] = p.hi;
             workgroupBarrier();
             // 128 threads: row i, half hi of the columns.
-            if (lid < C * 2u) {
+            if (lid < CHUNK * 2u) {
                 let i = lid / 2u;
                 let hi = lid % 2u;
                 if (i < n) {
                     let t = t0 + i;
                     let o4 = lam[lam_idx(t, h, col)] * fq[i] * reduce_row(i, hi);
-                    let base = ((slot * C + i) * P.heads + h) * P.dv + v0 + hi * 4u;
+                    let base = ((slot * CHUNK + i) * P.heads + h) * P.dv + v0 + hi * 4u;
                     for (var e = 0u; e < 4u; e++) {
                         if (hi * 4u + e < nbv) {
                             olvl[base + e] = o4[e];
@@ -266,14 +266,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             // states that can be non-zero.
             if (use_a) {
                 let x = w_state_rows(t0, n, h, row, part, lid, 0u);
-                if (lid < C * 2u) {
+                if (lid < CHUNK * 2u) {
                     xa[lid] = x;
                 }
                 workgroupBarrier();
             }
             if (use_b) {
                 let x = w_state_rows(t0, n, h, row, part, lid, 1u);
-                if (lid < C * 2u) {
+                if (lid < CHUNK * 2u) {
                     xb[lid] = x;
                 }
                 workgroupBarrier();

@@ -56,7 +56,7 @@ struct Pair {
 fn product(src: u32, c: u32, h: u32, i: u32, ch: u32, k0: u32, k1: u32) -> Pair {
     var lo = vec4<f32>(0.0);
     var hi = vec4<f32>(0.0);
-    let base = (c * P.heads + h) * P.dk * C + i;
+    let base = (c * P.heads + h) * P.dk * CHUNK + i;
     var kk = k0;
     var s = kk * 4u + ch * 2u;
     // One loop per source rather than a select per load, for the same reason as the state
@@ -65,32 +65,32 @@ fn product(src: u32, c: u32, h: u32, i: u32, ch: u32, k0: u32, k1: u32) -> Pair 
     // time goes").
     if (src == 0u) {
         for (; kk + 3u < k1; kk += 4u) {
-            let x0 = qt[base + kk * C];
-            let x1 = qt[base + (kk + 1u) * C];
-            let x2 = qt[base + (kk + 2u) * C];
-            let x3 = qt[base + (kk + 3u) * C];
+            let x0 = qt[base + kk * CHUNK];
+            let x1 = qt[base + (kk + 1u) * CHUNK];
+            let x2 = qt[base + (kk + 2u) * CHUNK];
+            let x3 = qt[base + (kk + 3u) * CHUNK];
             lo += x0 * st[s] + x1 * st[s + 4u] + x2 * st[s + 8u] + x3 * st[s + 12u];
             hi += x0 * st[s + 1u] + x1 * st[s + 5u] + x2 * st[s + 9u] + x3 * st[s + 13u];
             s += 16u;
         }
         for (; kk < k1; kk++) {
-            let x = qt[base + kk * C];
+            let x = qt[base + kk * CHUNK];
             lo += x * st[s];
             hi += x * st[s + 1u];
             s += 4u;
         }
     } else {
         for (; kk + 3u < k1; kk += 4u) {
-            let x0 = wt[base + kk * C];
-            let x1 = wt[base + (kk + 1u) * C];
-            let x2 = wt[base + (kk + 2u) * C];
-            let x3 = wt[base + (kk + 3u) * C];
+            let x0 = wt[base + kk * CHUNK];
+            let x1 = wt[base + (kk + 1u) * CHUNK];
+            let x2 = wt[base + (kk + 2u) * CHUNK];
+            let x3 = wt[base + (kk + 3u) * CHUNK];
             lo += x0 * st[s] + x1 * st[s + 4u] + x2 * st[s + 8u] + x3 * st[s + 12u];
             hi += x0 * st[s + 1u] + x1 * st[s + 5u] + x2 * st[s + 9u] + x3 * st[s + 13u];
             s += 16u;
         }
         for (; kk < k1; kk++) {
-            let x = wt[base + kk * C];
+            let x = wt[base + kk * CHUNK];
             lo += x * st[s];
             hi += x * st[s + 1u];
             s += 4u;
@@ -102,7 +102,7 @@ fn product(src: u32, c: u32, h: u32, i: u32, ch: u32, k0: u32, k1: u32) -> Pair 
 // Four consecutive U values of row i of chunk c from column d (columns >= dv read as 0).
 fn u4(c: u32, i: u32, h: u32, d: u32) -> vec4<f32> {
     var x = vec4<f32>(0.0);
-    let b = ((c * P.heads + h) * C + i) * P.dv;
+    let b = ((c * P.heads + h) * CHUNK + i) * P.dv;
     for (var e = 0u; e < 4u; e++) {
         if (d + e < P.dv) {
             x[e] = u[b + d + e];
@@ -217,8 +217,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let half = 1u << m;
     let dk = P.dk;
     // Phase A / R thread: row i, unit (column half ch = unit % 2, and product or dk half).
-    let i = lid % C;
-    let unit = lid / C;
+    let i = lid % CHUNK;
+    let unit = lid / CHUNK;
     let ch = unit % 2u;
     // Phase B thread: row kk of the states, vec4 columns q0 and q0 + 1 (`lo`). Where two threads
     // per row fit (2 dk <= WG) they split the row's columns, so that all threads update; else one
@@ -237,8 +237,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     workgroupBarrier();
 
     for (var c = 0u; c < P.nt; c++) {
-        let t0 = c * C;
-        let n = min(C, P.t - t0);
+        let t0 = c * CHUNK;
+        let n = min(CHUNK, P.t - t0);
         let last = c + 1u == P.nt;
         let adds = sat || ((c >> m) & 1u) == 0u; // a source chunk
         let slot = olvl_slot(m, c);
@@ -307,22 +307,22 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                     pr = product(select(1u, 0u, p == 0u), c, h, i, ch, k0, min(dk, k0 + kh));
                 }
             }
-            part[(unit * C + i) * 2u] = pr.lo;
-            part[(unit * C + i) * 2u + 1u] = pr.hi;
+            part[(unit * CHUNK + i) * 2u] = pr.lo;
+            part[(unit * CHUNK + i) * 2u + 1u] = pr.hi;
             workgroupBarrier();
             // (R) thread (row i, column half ch) of product p: two products, one unit each; one
             // product, units ch and 2 + ch (the dk halves).
             if (two || unit < 2u) {
-                var lo = part[(unit * C + i) * 2u];
-                var hi = part[(unit * C + i) * 2u + 1u];
+                var lo = part[(unit * CHUNK + i) * 2u];
+                var hi = part[(unit * CHUNK + i) * 2u + 1u];
                 if (!two) {
-                    lo += part[((2u + unit) * C + i) * 2u];
-                    hi += part[((2u + unit) * C + i) * 2u + 1u];
+                    lo += part[((2u + unit) * CHUNK + i) * 2u];
+                    hi += part[((2u + unit) * CHUNK + i) * 2u + 1u];
                 }
                 if (p == 0u) {
                     if (i < n) {
                         let l = lam[lam_idx(t0 + i, h, col)];
-                        let b = ((slot * C + i) * P.heads + h) * P.dv + v0 + ch * 8u;
+                        let b = ((slot * CHUNK + i) * P.heads + h) * P.dv + v0 + ch * 8u;
                         for (var e = 0u; e < 4u; e++) {
                             if (ch * 8u + e < nbv) {
                                 olvl[b + e] = l * lo[e];
@@ -368,7 +368,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         if (own) {
             let eg = exp(gam[(t0 + n - 1u) * P.heads + h]);
             // Rows of the chunk's K̃ block are dk words apart.
-            let f = (c * P.heads + h) * C * dk + kk;
+            let f = (c * P.heads + h) * CHUNK * dk + kk;
             lo = update(lo, f, q0, n, up_a, up_b, eg);
             if (own_hi) {
                 hi = update(hi, f, 2u, n, up_a, up_b, eg);

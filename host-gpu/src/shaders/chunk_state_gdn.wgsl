@@ -49,14 +49,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         }
         sg[kk * SB + c] = x;
     }
-    let s0 = (P.nt - 1u) * C;
-    for (var e = lid; e < C; e += 256u) {
+    let s0 = (P.nt - 1u) * CHUNK;
+    for (var e = lid; e < CHUNK; e += 256u) {
         let t = s0 + e;
         if (t < P.t) {
             tok[e] = vec2<f32>(exp(g[t * P.heads + h]), beta[t * P.heads + h]);
         }
     }
-    for (var e = lid; e < C * SB; e += 256u) {
+    for (var e = lid; e < CHUNK * SB; e += 256u) {
         let t = s0 + e / SB;
         let vc = wg.x * SB + e % SB;
         var x = 0.0;

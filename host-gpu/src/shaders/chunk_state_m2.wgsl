@@ -26,7 +26,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         }
         return;
     }
-    let s0 = (P.nt - 1u) * C;
+    let s0 = (P.nt - 1u) * CHUNK;
     let g_last = gam[last * P.heads + h];
     let a0 = max(bk.a, s0);
     for (var kk = 0u; kk < P.dk; kk++) {

@@ -100,13 +100,13 @@ fn state_at(m: u32, c: u32, h: u32) -> u32 {
 // Start of the C × dv block of level m, chunk c in xs (X = σ U − W̃ H, from grad_gdn_hscan)
 // and dxs (dX = K̃ D, grad_gdn_dhscan).
 fn xs_at(m: u32, c: u32, h: u32) -> u32 {
-    return ((m * P.nt + c) * P.group_heads + h - P.head0) * C * P.dv;
+    return ((m * P.nt + c) * P.group_heads + h - P.head0) * CHUNK * P.dv;
 }
 
 // Start of the dk × C block of chunk c in fpt: K̃ᵀ (which = 0) or W̃ᵀ (1), element (x, i) at
 // + x C + i (rows i of the chunk consecutive: the scans' row-parallel products read them so).
 fn ft_at(c: u32, h: u32, which: u32) -> u32 {
-    return ((c * P.group_heads + h - P.head0) * 2u + which) * P.dk * C;
+    return ((c * P.group_heads + h - P.head0) * 2u + which) * P.dk * CHUNK;
 }
 
 // Index of the dλ partial of token t, level m, dk block b (dlp, from grad_gdn_lvl).
@@ -115,7 +115,7 @@ fn dlp_idx(t: u32, h: u32, m: u32, b: u32) -> u32 {
 }
 
 fn chunk_rows(c: u32) -> u32 {
-    return min(C, P.t - c * C);
+    return min(CHUNK, P.t - c * CHUNK);
 }
 
 // s[lb] += a[bi] b[bj] over the 10 lower blocks (bi, bj ≤ bi) of a 4 × 4 block grid, lb =

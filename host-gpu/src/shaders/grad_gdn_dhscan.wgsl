@@ -28,7 +28,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     zero_state(lid, ns);
     for (var cc = 0u; cc < P.nt; cc++) {
         let c = P.nt - 1u - cc;
-        let t0 = c * C;
+        let t0 = c * CHUNK;
         let n = chunk_rows(c);
         let sb = state_at(m, c, h);
         let rd = reads(c, m);
@@ -41,14 +41,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         // Phase A: partial sums of K̃ D over one dk half (D = 0 after a group-last chunk).
         partial_products(lid, c, h, n, 0u, d_zero);
         workgroupBarrier();
-        if (lid < 2u * C) {
-            let i = lid % C;
-            let hf = lid / C;
+        if (lid < 2u * CHUNK) {
+            let i = lid % CHUNK;
+            let hf = lid / CHUNK;
             var x = vec4<f32>(0.0);
             var ldo = vec4<f32>(0.0);
             if (i < n) {
                 let d = hf * 4u;
-                x = part[i * 2u + hf] + part[(C + i) * 2u + hf];
+                x = part[i * 2u + hf] + part[(CHUNK + i) * 2u + hf];
                 let t = t0 + i;
                 let l = lam[lam_idx(t, h, col)];
                 for (var j = 0u; j < 4u; j++) {
@@ -62,7 +62,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             }
             xw[i * 2u + hf] = x;
             // Only this thread read this slot of the second half.
-            part[(C + i) * 2u + hf] = ldo;
+            part[(CHUNK + i) * 2u + hf] = ldo;
         }
         workgroupBarrier();
         // Phase B: the state-gradient update, one dk row per thread; not needed entering the
@@ -83,7 +83,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                     let q1 = fpack[f + fs];
                     let w1 = fpack[f + fs + 2u * dk];
                     let x = i * 2u;
-                    let o = (C + i) * 2u;
+                    let o = (CHUNK + i) * 2u;
                     s0 += q0 * part[o] - w0 * xw[x] + q1 * part[o + 2u] - w1 * xw[x + 2u];
                     s1 += q0 * part[o + 1u] - w0 * xw[x + 1u] + q1 * part[o + 3u] - w1 * xw[x + 3u];
                     f += 2u * fs;
@@ -91,8 +91,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 for (; i < n; i++) {
                     let qv = fpack[f];
                     let wv = fpack[f + 2u * dk];
-                    s0 += qv * part[(C + i) * 2u] - wv * xw[i * 2u];
-                    s1 += qv * part[(C + i) * 2u + 1u] - wv * xw[i * 2u + 1u];
+                    s0 += qv * part[(CHUNK + i) * 2u] - wv * xw[i * 2u];
+                    s1 += qv * part[(CHUNK + i) * 2u + 1u] - wv * xw[i * 2u + 1u];
                     f += fs;
                 }
             } else {

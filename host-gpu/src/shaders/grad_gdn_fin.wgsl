@@ -14,7 +14,7 @@
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let c = wg.x;
     let h = P.head0 + wg.y;
-    let t0 = c * C;
+    let t0 = c * CHUNK;
     let n = chunk_rows(c);
     let base = ch_base(c, h);
     if (lid < n) {

@@ -36,7 +36,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let fs = P.group_heads * f_stride();
     workgroupBarrier();
     for (var c = 0u; c < P.nt; c++) {
-        let t0 = c * C;
+        let t0 = c * CHUNK;
         let n = chunk_rows(c);
         let sb = state_at(m, c, h);
         store_state(lid, ns, sb, v0, nbv);
@@ -50,9 +50,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         let h_zero = (c & ((2u << m) - 1u)) == 0u;
         partial_products(lid, c, h, n, 1u, h_zero);
         workgroupBarrier();
-        if (lid < 2u * C) {
-            let i = lid % C;
-            let hf = lid / C;
+        if (lid < 2u * CHUNK) {
+            let i = lid % CHUNK;
+            let hf = lid / CHUNK;
             var x = vec4<f32>(0.0);
             if (i < n) {
                 let d = hf * 4u;
@@ -60,7 +60,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 if (!reads(c, m)) {
                     x = load4(frow(t0 + i, h) + 3u * dk + v0 + d, ok);
                 }
-                x -= part[i * 2u + hf] + part[(C + i) * 2u + hf];
+                x -= part[i * 2u + hf] + part[(CHUNK + i) * 2u + hf];
                 for (var j = 0u; j < 4u; j++) {
                     if (ok[j]) {
                         xs[xs_at(m, c, h) + i * P.dv + v0 + d + j] = x[j];

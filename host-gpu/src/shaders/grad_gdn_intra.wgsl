@@ -30,7 +30,7 @@ const PANEL: u32 = PW * PS;
 var<workgroup> wm: array<f32, 3u * PANEL>; // staged panels: 3 × [PW][PS]
 
 fn tl(base: u32, slot: u32, i: u32, j: u32) -> f32 {
-    return tiles[base + slot * TILE + i * C + j];
+    return tiles[base + slot * TILE + i * CHUNK + j];
 }
 
 // Block accumulator of the lower blocks (bi, bj ≤ bi).
@@ -52,25 +52,25 @@ fn tile_product(base: u32, l_slot: u32, l_tr: bool, r_slot: u32, r_tr: bool, n: 
     var o3 = vec4<f32>(0.0);
     for (var j0 = 0u; j0 < n; j0 += PW) {
         workgroupBarrier();
-        for (var e = lid; e < PW * C; e += 256u) {
+        for (var e = lid; e < PW * CHUNK; e += 256u) {
             // Consecutive threads read consecutive words of the tile.
             var jr = e % PW;
             var i = e / PW;
             if (l_tr) {
-                jr = e / C;
-                i = e % C;
-                wm[jr * PS + i] = tiles[lb_ + (j0 + jr) * C + i];
+                jr = e / CHUNK;
+                i = e % CHUNK;
+                wm[jr * PS + i] = tiles[lb_ + (j0 + jr) * CHUNK + i];
             } else {
-                wm[jr * PS + i] = tiles[lb_ + i * C + j0 + jr];
+                wm[jr * PS + i] = tiles[lb_ + i * CHUNK + j0 + jr];
             }
-            var kr = e / C;
-            var b = e % C;
+            var kr = e / CHUNK;
+            var b = e % CHUNK;
             if (r_tr) {
                 kr = e % PW;
                 b = e / PW;
-                wm[PANEL + kr * PS + b] = tiles[rb_ + b * C + j0 + kr];
+                wm[PANEL + kr * PS + b] = tiles[rb_ + b * CHUNK + j0 + kr];
             } else {
-                wm[PANEL + kr * PS + b] = tiles[rb_ + (j0 + kr) * C + b];
+                wm[PANEL + kr * PS + b] = tiles[rb_ + (j0 + kr) * CHUNK + b];
             }
         }
         workgroupBarrier();
@@ -97,7 +97,7 @@ fn stage_panels(panels: u32, t0: u32, n: u32, h: u32, c0: u32, lid: u32) {
     let dk = P.dk;
     let dv = P.dv;
     let width = select(dk, dv, panels == PANELS_DV);
-    for (var e = lid; e < C * PW; e += 256u) {
+    for (var e = lid; e < CHUNK * PW; e += 256u) {
         let row = e / PW;
         let p = e % PW;
         let d = c0 + p;
@@ -142,7 +142,7 @@ fn panel_products(first: ptr<function, array<f32, 10>>, second: ptr<function, ar
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let c = wg.x;
     let h = P.head0 + wg.y;
-    let t0 = c * C;
+    let t0 = c * CHUNK;
     let n = chunk_rows(c);
     let base = ch_base(c, h);
     let dk = P.dk;
@@ -174,7 +174,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         for (var bj = 0u; bj < 4u; bj++) {
             let i = bi * 16u + ti;
             let j = bj * 16u + tj;
-            let e = i * C + j;
+            let e = i * CHUNK + j;
             var a = 0.0;
             var tu = 0.0;
             var dm = 0.0;
@@ -225,7 +225,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         for (var bj = 0u; bj < 4u; bj++) {
             let a = bi * 16u + ti;
             let b = bj * 16u + tj;
-            let e = a * C + b;
+            let e = a * CHUNK + b;
             var s = 0.0;
             var t = 0.0;
             if (a < n && b <= a) {
@@ -250,7 +250,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             if (a < n && b < n) {
                 y = yv[bi * 4u + bj];
             }
-            tiles[base + T_Y * TILE + a * C + b] = y;
+            tiles[base + T_Y * TILE + a * CHUNK + b] = y;
         }
     }
     storageBarrier();
@@ -265,15 +265,15 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             if (i < n && j < i) {
                 p = -pv[bi * 4u + bj];
             }
-            tiles[base + T_DP * TILE + i * C + j] = p;
+            tiles[base + T_DP * TILE + i * CHUNK + j] = p;
         }
     }
     storageBarrier();
 
     // Z_ij: dk_j += Σ_i Z_ij k_i from P_ab = β_a k_a·k_b (a > b).
     for (var e = lid; e < TILE; e += 256u) {
-        let i = e / C;
-        let j = e % C;
+        let i = e / CHUNK;
+        let j = e % CHUNK;
         var z = 0.0;
         if (i < n && j < n) {
             if (i > j) {

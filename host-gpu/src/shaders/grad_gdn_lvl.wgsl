@@ -56,7 +56,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let kb = wg.x % nlb;
     let k0 = kb * LB;
     let h = P.head0 + wg.y;
-    let t0 = c * C;
+    let t0 = c * CHUNK;
     let n = chunk_rows(c);
     let dk = P.dk;
     let dv = P.dv;
@@ -133,7 +133,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                         o = dout[((t0 + i) * P.heads + h) * dv + d];
                     }
                 }
-                let a = p * (C / 4u) + i / 4u;
+                let a = p * (CHUNK / 4u) + i / 4u;
                 sx[a][i % 4u] = x;
                 sdx[a][i % 4u] = dx;
                 so[a][i % 4u] = o;
@@ -144,7 +144,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 for (var p = 0u; p < PW; p++) {
                     let d0v = sd[p * LB + kc];
                     let d1v = sd[p * LB + HB + kc];
-                    let a = p * (C / 4u) + rq;
+                    let a = p * (CHUNK / 4u) + rq;
                     let x0 = sx[a];
                     let x1 = sx[a + 1u];
                     ak00 += x0 * d0v;
@@ -156,7 +156,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                     for (var p = 0u; p < PW; p++) {
                         let h0v = sh[p * LB + kc];
                         let h1v = sh[p * LB + HB + kc];
-                        let a = p * (C / 4u) + rq;
+                        let a = p * (CHUNK / 4u) + rq;
                         let x0 = sdx[a];
                         let x1 = sdx[a + 1u];
                         aw00 -= x0 * h0v;
@@ -170,7 +170,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 for (var p = 0u; p < PW; p++) {
                     let h0v = sh[p * LB + kc];
                     let h1v = sh[p * LB + HB + kc];
-                    let a = p * (C / 4u) + rq;
+                    let a = p * (CHUNK / 4u) + rq;
                     let o0 = so[a];
                     let o1 = so[a + 1u];
                     y00 += o0 * h0v;

@@ -37,13 +37,13 @@ fn pidx(i: u32, j: u32) -> u32 {
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let c = wg.x;
     let h = P.head0 + wg.y;
-    let t0 = c * C;
+    let t0 = c * CHUNK;
     let n = chunk_rows(c);
     let base = ch_base(c, h);
     let tb = base + T_T * TILE;
     let mb = base + T_M * TILE;
     let dk = P.dk;
-    if (lid < C) {
+    if (lid < CHUNK) {
         var gv = 0.0;
         var bv = 0.0;
         if (lid < n) {
@@ -62,7 +62,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     var kk: array<f32, 10>;
     for (var x0 = 0u; x0 < dk; x0 += PW) {
         workgroupBarrier();
-        for (var e = lid; e < C * PW; e += 256u) {
+        for (var e = lid; e < CHUNK * PW; e += 256u) {
             let r = e / PW;
             let x = x0 + e % PW;
             var a = 0.0;
@@ -72,13 +72,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 a = q[rr + x];
                 b = k[rr + x];
             }
-            pq[(e % PW) * C + r] = a;
-            pk[(e % PW) * C + r] = b;
+            pq[(e % PW) * CHUNK + r] = a;
+            pk[(e % PW) * CHUNK + r] = b;
         }
         workgroupBarrier();
         for (var x = 0u; x < min(PW, dk - x0); x++) {
-            let r = x * C + ti;
-            let cj = x * C + tj;
+            let r = x * CHUNK + ti;
+            let cj = x * CHUNK + tj;
             let qi = vec4<f32>(pq[r], pq[r + 16u], pq[r + 32u], pq[r + 48u]);
             let ki = vec4<f32>(pk[r], pk[r + 16u], pk[r + 32u], pk[r + 48u]);
             let kj = vec4<f32>(pk[cj], pk[cj + 16u], pk[cj + 32u], pk[cj + 48u]);
@@ -106,8 +106,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             if (bj <= bi && j < i) {
                 aw[pidx(i, j)] = bsh[i] * b;
             }
-            tiles[base + T_S1 * TILE + i * C + j] = a;
-            tiles[base + T_KK * TILE + i * C + j] = b;
+            tiles[base + T_S1 * TILE + i * CHUNK + j] = a;
+            tiles[base + T_KK * TILE + i * CHUNK + j] = b;
         }
     }
     workgroupBarrier();
@@ -119,13 +119,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     //      within the block, each row staged in `row` because its P is read while it is written.
     let ba = lid / IB;
     let bc = lid % IB;
-    if (lid < C) {
+    if (lid < CHUNK) {
         aw[pidx(lid, lid)] = 1.0;
     }
     for (var r = 1u; r < IB; r++) {
         let i = ba * IB + r;
         let j = ba * IB + bc;
-        if (lid < C && j < i) {
+        if (lid < CHUNK && j < i) {
             var val = -aw[pidx(i, j)];
             for (var l = j + 1u; l < i; l++) {
                 val -= aw[pidx(i, l)] * aw[pidx(l, j)];
@@ -133,14 +133,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             row[lid] = val;
         }
         workgroupBarrier();
-        if (lid < C && j < i) {
+        if (lid < CHUNK && j < i) {
             aw[pidx(i, j)] = row[lid];
         }
         workgroupBarrier();
     }
     //   b. The blocks below the diagonal, block row by block row: for J < I,
     //      T_IJ = −T_II X_J with X_J = Σ_{K=J}^{I−1} P_IK T_KJ (T_KJ = 0 above its diagonal).
-    for (var bi = 1u; bi < C / IB; bi++) {
+    for (var bi = 1u; bi < CHUNK / IB; bi++) {
         let i = bi * IB + ba;
         for (var bj = 0u; bj < bi; bj++) {
             let j = bj * IB + bc;
@@ -161,8 +161,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         workgroupBarrier();
     }
     for (var e = lid; e < TILE; e += 256u) {
-        let i = e / C;
-        let j = e % C;
+        let i = e / CHUNK;
+        let j = e % CHUNK;
         var a = 0.0;
         if (i < n && j <= i) {
             a = aw[pidx(i, j)];
@@ -174,11 +174,11 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     // M = S1 A_w (both lower triangular; S1 read back from the tile, one word per warp), four
     // terms per step so that four loads are in flight rather than the loop waiting on each.
     for (var e = lid; e < TILE; e += 256u) {
-        let i = e / C;
-        let j = e % C;
+        let i = e / CHUNK;
+        let j = e % CHUNK;
         var mv = 0.0;
         if (i < n && j <= i) {
-            let s1 = base + T_S1 * TILE + i * C;
+            let s1 = base + T_S1 * TILE + i * CHUNK;
             var l = j;
             for (; l + 3u <= i; l += 4u) {
                 let x = vec4<f32>(tiles[s1 + l], tiles[s1 + l + 1u], tiles[s1 + l + 2u], tiles[s1 + l + 3u]);
@@ -211,10 +211,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 }
                 pk[lid] = bk;
             }
-            for (var e = lid; e < 8u * C; e += 256u) {
+            for (var e = lid; e < 8u * CHUNK; e += 256u) {
                 let i = e / 8u;
                 let jr = e % 8u;
-                pq[jr * C + i] = tiles[mb + i * C + j0 + jr];
+                pq[jr * CHUNK + i] = tiles[mb + i * CHUNK + j0 + jr];
             }
             workgroupBarrier();
             // Rows i < j0 get nothing from this panel (M and A_w are lower triangular).
@@ -223,7 +223,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 let bk = pk[jr * KB + xc];
                 for (var s = 0u; s < 8u; s++) {
                     let i = r0 + s;
-                    mq[s] += pq[jr * C + i] * bk;
+                    mq[s] += pq[jr * CHUNK + i] * bk;
                     if (j <= i) {
                         mw[s] += aw[pidx(i, j)] * bk;
                     }
@@ -244,8 +244,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                     fpack[rw + x] = eg * (q[ri + x] - mq[s]);
                     fpack[rw + dk + x] = kt;
                     fpack[rw + 2u * dk + x] = wt;
-                    fpt[ft_at(c, h, 0u) + x * C + i] = kt;
-                    fpt[ft_at(c, h, 1u) + x * C + i] = wt;
+                    fpt[ft_at(c, h, 0u) + x * CHUNK + i] = kt;
+                    fpt[ft_at(c, h, 1u) + x * CHUNK + i] = wt;
                 }
             }
         }

@@ -32,14 +32,14 @@ var<workgroup> rp: array<f32, 1024>;
 var<workgroup> gex: array<f32, 64>; // e^{γ_r} of the chunk's rows
 
 fn tl(base: u32, slot: u32, i: u32, j: u32) -> f32 {
-    return tiles[base + slot * TILE + i * C + j];
+    return tiles[base + slot * TILE + i * CHUNK + j];
 }
 
 // Stage rows r0 .. r0 + RP of tile `slot` (all C columns) into slice s of tp.
 fn stage_rows(base: u32, slot: u32, s: u32, r0: u32, lid: u32) {
-    for (var e = lid; e < RP * C; e += 256u) {
-        let rr = e / C;
-        let j = e % C;
+    for (var e = lid; e < RP * CHUNK; e += 256u) {
+        let rr = e / CHUNK;
+        let j = e % CHUNK;
         tp[s * TS + e / 4u][j % 4u] = tl(base, slot, r0 + rr, j);
     }
 }
@@ -51,13 +51,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let c = wg.x / nb;
     let kb = wg.x % nb;
     let h = P.head0 + wg.y;
-    let t0 = c * C;
+    let t0 = c * CHUNK;
     let n = chunk_rows(c);
     let base = ch_base(c, h);
     let kc = lid % KB;
     let rq = (lid / KB) * (RT / 4u); // first vec4 of this thread's rows in a slice row
     let j0 = (lid / KB) * RT;
-    if (lid < C) {
+    if (lid < CHUNK) {
         var e = 0.0;
         if (lid < n) {
             e = exp(gam[(t0 + lid) * P.heads + h]);
@@ -75,10 +75,10 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
         for (var r0 = 0u; r0 < n; r0 += RP) {
             workgroupBarrier();
             // dS1ᵀ slice: tp[rr][i] = dS1[i][r0 + rr].
-            for (var e = lid; e < RP * C; e += 256u) {
+            for (var e = lid; e < RP * CHUNK; e += 256u) {
                 let i = e / RP;
                 let rr = e % RP;
-                tp[(rr * C + i) / 4u][i % 4u] = tl(base, T_DS1, i, r0 + rr);
+                tp[(rr * CHUNK + i) / 4u][i % 4u] = tl(base, T_DS1, i, r0 + rr);
             }
             stage_rows(base, T_DS1, 1u, r0, lid);
             stage_rows(base, T_T, 2u, r0, lid);
@@ -114,14 +114,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             let want_k = r0 + RP > j0;
             for (var rr = 0u; rr < nr; rr++) {
                 let kv = rp[rr * KB + kc];
-                let o = rr * (C / 4u) + rq;
+                let o = rr * (CHUNK / 4u) + rq;
                 a10 += tp[4u * TS + o] * kv;
                 a11 += tp[4u * TS + o + 1u] * kv;
             }
             if (want_q) {
                 for (var rr = 0u; rr < nr; rr++) {
                     let kv = rp[rr * KB + kc];
-                    let o = rr * (C / 4u) + rq;
+                    let o = rr * (CHUNK / 4u) + rq;
                     aq0 += tp[o] * kv;
                     aq1 += tp[o + 1u] * kv;
                 }
@@ -131,7 +131,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                     let qv = rp[256u + rr * KB + kc];
                     let wv = rp[512u + rr * KB + kc];
                     let dqv = rp[768u + rr * KB + kc];
-                    let o = rr * (C / 4u) + rq;
+                    let o = rr * (CHUNK / 4u) + rq;
                     a10 += tp[TS + o] * qv;
                     a11 += tp[TS + o + 1u] * qv;
                     a20 += tp[2u * TS + o] * wv - tp[3u * TS + o] * dqv;
@@ -189,7 +189,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             for (var rr = 0u; rr < select(min(RP, n - r0), 0u, r0 + RP <= j0); rr++) {
                 let ov = rp[rr * KB + kc];
                 let uv = rp[256u + rr * KB + kc];
-                let o = rr * (C / 4u) + rq;
+                let o = rr * (CHUNK / 4u) + rq;
                 a0 += tp[o] * ov + tp[TS + o] * uv;
                 a1 += tp[o + 1u] * ov + tp[TS + o + 1u] * uv;
             }

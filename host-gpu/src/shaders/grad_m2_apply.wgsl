@@ -110,8 +110,8 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let red_w = select(P.dv, P.dk, MODE == 2u);
     let c = wg.y;
     let h = wg.z;
-    let t0 = c * C;
-    let n = min(C, P.t - t0);
+    let t0 = c * CHUNK;
+    let n = min(CHUNK, P.t - t0);
     let ty = lid / 16u;
     let tx = lid % 16u;
     let levels = inter_levels();
@@ -140,7 +140,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
             mb = xy_base(0u, pair_of(m, c), h);
             d = dec[dec_idx(m, c, h)];
         }
-        if (lid < C) {
+        if (lid < CHUNK) {
             var w = 0.0;
             if (lid < n) {
                 let gl = gam[(t0 + lid) * P.heads + h];
@@ -177,7 +177,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                     red[r * 16u + tx] = qs;
                 }
                 workgroupBarrier();
-                if (lid < C) {
+                if (lid < CHUNK) {
                     var s = 0.0;
                     for (var x = 0u; x < 16u; x++) {
                         s += red[lid * 16u + x];

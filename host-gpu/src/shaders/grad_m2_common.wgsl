@@ -58,7 +58,7 @@ fn pair_of(m: u32, c: u32) -> u32 {
 
 // Γ_c: the local cumsum at the last token of chunk c (only asked for full chunks).
 fn chunk_total(c: u32, h: u32) -> f32 {
-    return gam[((c + 1u) * C - 1u) * P.heads + h];
+    return gam[((c + 1u) * CHUNK - 1u) * P.heads + h];
 }
 
 // Start of the (which = 0: X, 1: Y) matrix of pair p, head h, in the X / Y scratch

@@ -16,10 +16,10 @@ var<workgroup> red: array<f32, 256>;
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let c = wg.x;
     let h = wg.y;
-    let t0 = c * C;
-    let n = min(C, P.t - t0);
-    let row = lid % C;
-    let part = lid / C;
+    let t0 = c * CHUNK;
+    let n = min(CHUNK, P.t - t0);
+    let row = lid % CHUNK;
+    let part = lid / CHUNK;
     let levels = inter_levels();
     for (var col = C0P1; col < P.lam_cols; col++) {
         let m = col - C0P1;

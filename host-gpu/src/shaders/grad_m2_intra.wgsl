@@ -112,7 +112,7 @@ fn store(kind: u32, t0: u32, n: u32, h: u32, i: u32, j0: u32, s: vec4<f32>, dp: 
                 }
             }
         }
-        tile[i * C + j] = val;
+        tile[i * CHUNK + j] = val;
     }
 }
 
@@ -120,8 +120,8 @@ fn store(kind: u32, t0: u32, n: u32, h: u32, i: u32, j0: u32, s: vec4<f32>, dp: 
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let c = wg.x;
     let h = wg.y;
-    let t0 = c * C;
-    let n = min(C, P.t - t0);
+    let t0 = c * CHUNK;
+    let n = min(CHUNK, P.t - t0);
     load_gammas(t0, n, h, lid);
     workgroupBarrier();
 
@@ -141,16 +141,16 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     store(TILE_DLAM, t0, n, h, i0 + 2u, j0, s.c, p.c);
     store(TILE_DLAM, t0, n, h, i0 + 3u, j0, s.d, p.d);
     workgroupBarrier();
-    let row = lid % C;
-    for (var l = lid / C; l < min(C0P1, P.lam_cols); l += 4u) {
+    let row = lid % CHUNK;
+    for (var l = lid / CHUNK; l < min(C0P1, P.lam_cols); l += 4u) {
         if (row < n) {
             var sum = 0.0;
             if (l == 0u) {
-                sum = tile[row * C + row];
+                sum = tile[row * CHUNK + row];
             } else if (((row >> (l - 1u)) & 1u) == 1u) {
                 let start = (row >> l) << l;
                 for (var j = start; j < start + (1u << (l - 1u)); j++) {
-                    sum += tile[row * C + j];
+                    sum += tile[row * CHUNK + j];
                 }
             }
             dlam[lam_idx(t0 + row, h, l)] = sum;
@@ -166,14 +166,14 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     store(TILE_DQK, t0, n, h, i0 + 2u, j0, s.c, p.c);
     store(TILE_DQK, t0, n, h, i0 + 3u, j0, s.d, p.d);
     workgroupBarrier();
-    for (var c0 = 0u; c0 < P.dk; c0 += C) {
+    for (var c0 = 0u; c0 < P.dk; c0 += CHUNK) {
         var oq = zero16();
         var ok = zero16();
-        for (var r0 = 0u; r0 < C; r0 += KS) {
+        for (var r0 = 0u; r0 < CHUNK; r0 += KS) {
             for (var x = 0u; x < 4u; x++) {
                 let idx = lid + x * 256u;
-                let kk = idx / C;
-                let cc = idx % C;
+                let kk = idx / CHUNK;
+                let cc = idx % CHUNK;
                 var kv = 0.0;
                 var qv = 0.0;
                 if (r0 + kk < n && c0 + cc < P.dk) {
@@ -224,13 +224,13 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     store(TILE_DV, t0, n, h, i0 + 2u, j0, s.c, p.c);
     store(TILE_DV, t0, n, h, i0 + 3u, j0, s.d, p.d);
     workgroupBarrier();
-    for (var c0 = 0u; c0 < P.dv; c0 += C) {
+    for (var c0 = 0u; c0 < P.dv; c0 += CHUNK) {
         var ov = zero16();
-        for (var r0 = 0u; r0 < C; r0 += KS) {
+        for (var r0 = 0u; r0 < CHUNK; r0 += KS) {
             for (var x = 0u; x < 4u; x++) {
                 let idx = lid + x * 256u;
-                let kk = idx / C;
-                let cc = idx % C;
+                let kk = idx / CHUNK;
+                let cc = idx % CHUNK;
                 var dv_in = 0.0;
                 if (r0 + kk < n && c0 + cc < P.dv) {
                     dv_in = d_o[vrow(t0 + r0 + kk, h) + c0 + cc];

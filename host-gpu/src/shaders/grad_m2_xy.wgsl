@@ -69,9 +69,9 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
     let ty = lid / 16u;
     let tx = lid % 16u;
     for (var c = c_begin; c < c_end; c++) {
-        let t0 = c * C;
-        let n = min(C, P.t - t0);
-        if (lid < C) {
+        let t0 = c * CHUNK;
+        let n = min(CHUNK, P.t - t0);
+        if (lid < CHUNK) {
             var w = 0.0;
             if (lid < n) {
                 let gl = gam[(t0 + lid) * P.heads + h];

@@ -3,7 +3,7 @@
 var<workgroup> gs: array<f32, 64>;
 
 fn load_gammas(t0: u32, n: u32, h: u32, lid: u32) {
-    if (lid < C) {
+    if (lid < CHUNK) {
         var x = 0.0;
         if (lid < n) {
             x = gam[(t0 + lid) * P.heads + h];

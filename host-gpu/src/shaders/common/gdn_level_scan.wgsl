@@ -31,9 +31,9 @@ fn store_state(lid: u32, ns: u32, sb: u32, v0: u32, nbv: u32) {
 // partial sums over its dk half of row ai of fpack block `which` (transposed) of chunk c times
 // the state; zeros for rows past n and where `zero`.
 fn partial_products(lid: u32, c: u32, h: u32, n: u32, which: u32, zero: bool) {
-    if (lid < 2u * C) {
-        let ai = lid % C;
-        let ak = lid / C;
+    if (lid < 2u * CHUNK) {
+        let ai = lid % CHUNK;
+        let ak = lid / CHUNK;
         let kh = (P.dk + 1u) / 2u;
         var p0 = vec4<f32>(0.0);
         var p1 = vec4<f32>(0.0);
@@ -44,16 +44,16 @@ fn partial_products(lid: u32, c: u32, h: u32, n: u32, which: u32, zero: bool) {
             // Four rows per step: four loads in flight rather than one waited for at once
             // (as chunk_scan_gdn.wgsl's products).
             for (; kk + 3u < k1; kk += 4u) {
-                let f0 = fpt[f + kk * C];
-                let f1 = fpt[f + (kk + 1u) * C];
-                let f2 = fpt[f + (kk + 2u) * C];
-                let f3 = fpt[f + (kk + 3u) * C];
+                let f0 = fpt[f + kk * CHUNK];
+                let f1 = fpt[f + (kk + 1u) * CHUNK];
+                let f2 = fpt[f + (kk + 2u) * CHUNK];
+                let f3 = fpt[f + (kk + 3u) * CHUNK];
                 let s = kk * 2u;
                 p0 += f0 * st[s] + f1 * st[s + 2u] + f2 * st[s + 4u] + f3 * st[s + 6u];
                 p1 += f0 * st[s + 1u] + f1 * st[s + 3u] + f2 * st[s + 5u] + f3 * st[s + 7u];
             }
             for (; kk < k1; kk++) {
-                let fv = fpt[f + kk * C];
+                let fv = fpt[f + kk * CHUNK];
                 p0 += fv * st[kk * 2u];
                 p1 += fv * st[kk * 2u + 1u];
             }

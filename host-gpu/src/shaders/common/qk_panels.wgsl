@@ -13,7 +13,7 @@ const KPS: u32 = 65u;
 // Columns x0 .. x0 + KP of the chunk's q and k; zero past its n rows and past dk, so that the
 // products run over whole panels. Each thread loads four consecutive columns of a row per pass.
 fn stage_panel(t0: u32, n: u32, h: u32, x0: u32, lid: u32) {
-    for (var e = lid; e < C * (KP / 4u); e += 256u) {
+    for (var e = lid; e < CHUNK * (KP / 4u); e += 256u) {
         let r = e / (KP / 4u);
         let x = (e % (KP / 4u)) * 4u;
         var qv = vec4<f32>(0.0);

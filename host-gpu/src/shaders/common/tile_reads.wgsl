@@ -4,13 +4,13 @@
 
 // TILE[i][j..j+4].
 fn TILE_row4(i: u32, j: u32) -> vec4<f32> {
-    let b = i * C + j;
+    let b = i * CHUNK + j;
     return vec4<f32>(TILE[b], TILE[b + 1u], TILE[b + 2u], TILE[b + 3u]);
 }
 
 // TILE[i..i+4][j].
 fn TILE_col4(i: u32, j: u32) -> vec4<f32> {
-    return vec4<f32>(TILE[i * C + j], TILE[(i + 1u) * C + j], TILE[(i + 2u) * C + j], TILE[(i + 3u) * C + j]);
+    return vec4<f32>(TILE[i * CHUNK + j], TILE[(i + 1u) * CHUNK + j], TILE[(i + 2u) * CHUNK + j], TILE[(i + 3u) * CHUNK + j]);
 }
 
 // Rows r0..r0+15 of TILE · V at column d, V the n rows of chunk t0, head h (TILE lower
