@@ -88,6 +88,8 @@ pub struct Gpu {
     pub coop: Vec<wgpu::CooperativeMatrixProperties>,
     /// The configuration the projection matmuls use, or why they use the fp32 kernel.
     coop_matmul: Result<CoopMatmul, String>,
+    /// [`GpuOptions::scan_cooperative_matrix`] as opened.
+    scan_coop: bool,
 }
 
 /// How to open the device.
@@ -98,6 +100,12 @@ pub struct GpuOptions {
     /// type (f16 on NVIDIA), so results meet the reduced-precision tolerances of the golden
     /// README §7 (3e-3 / 3e-2), not the fp32 ones.
     pub cooperative_matrix: bool,
+    /// Also run the Mamba-2 chunk scan's tile products on cooperative matrices (the `_coop`
+    /// kernels of chunk_scan/, fp32-accurate by a split into two f16 halves) where the
+    /// adapter has the configuration they are written for. Off by default
+    /// (`LOGLINEAR_SCAN_COOP=1` turns it on): naga validates these kernels in every test
+    /// run, but none has run yet on a GPU that has cooperative matrices.
+    pub scan_cooperative_matrix: bool,
     /// The adapter: index i is the i-th of [`adapters`]; `None` lets wgpu choose (high
     /// performance preference).
     pub adapter: Option<usize>,
@@ -107,6 +115,7 @@ impl Default for GpuOptions {
     fn default() -> Self {
         Self {
             cooperative_matrix: true,
+            scan_cooperative_matrix: false,
             adapter: None,
         }
     }
@@ -114,11 +123,13 @@ impl Default for GpuOptions {
 
 impl GpuOptions {
     /// The defaults, with `LOGLINEAR_GPU_NO_COOP=1` turning cooperative matrices off (for
-    /// fp32 results on a GPU that has them).
+    /// fp32 results on a GPU that has them) and `LOGLINEAR_SCAN_COOP=1` turning them on for the
+    /// chunk scan ([`GpuOptions::scan_cooperative_matrix`]).
     pub fn from_env() -> Self {
-        let off = std::env::var("LOGLINEAR_GPU_NO_COOP").is_ok_and(|v| v == "1");
+        let set = |name: &str| std::env::var(name).is_ok_and(|v| v == "1");
         Self {
-            cooperative_matrix: !off,
+            cooperative_matrix: !set("LOGLINEAR_GPU_NO_COOP"),
+            scan_cooperative_matrix: set("LOGLINEAR_SCAN_COOP"),
             ..Self::default()
         }
     }
@@ -219,6 +230,30 @@ impl CoopMatmul {
             _ => 4,
         };
         2 * self.tile() * 40 * elem + 8 * self.size * (self.size + 4) * 4
+    }
+
+    /// The WGSL header of a kernel on these matrices: the `enable` directives (which must come
+    /// first), `alias ET` (the input element type), `alias MatA/MatB/MatC` (S×S matrices of
+    /// roles A and B in ET, the accumulator C in f32), `const S`, `const SG` (the subgroup size)
+    /// and `const THREADS` (8 subgroups).
+    pub(crate) fn wgsl_header(&self) -> String {
+        let (et, enable_f16) = match self.input {
+            wgpu::CooperativeScalarType::F16 => ("f16", "enable f16;\n"),
+            _ => ("f32", ""),
+        };
+        let s = self.size;
+        format!(
+            "{enable_f16}enable wgpu_cooperative_matrix;\n\
+             alias ET = {et};\n\
+             alias MatA = coop_mat{s}x{s}<{et}, A>;\n\
+             alias MatB = coop_mat{s}x{s}<{et}, B>;\n\
+             alias MatC = coop_mat{s}x{s}<f32, C>;\n\
+             const S: u32 = {s}u;\n\
+             const SG: u32 = {}u;\n\
+             const THREADS: u32 = {}u;\n",
+            self.subgroup_size,
+            self.threads()
+        )
     }
 
     /// "f16 16×16×16 → f32, subgroup 32".
@@ -345,6 +380,7 @@ impl Gpu {
     pub fn new_fp32() -> Result<Self, GpuError> {
         Self::new_with(GpuOptions {
             cooperative_matrix: false,
+            scan_cooperative_matrix: false,
             adapter: None,
         })
     }
@@ -423,12 +459,19 @@ impl Gpu {
             features,
             coop,
             coop_matmul,
+            scan_coop: options.scan_cooperative_matrix,
         })
     }
 
     /// The cooperative-matrix configuration the projection matmuls use, if any.
     pub fn coop_matmul(&self) -> Option<CoopMatmul> {
         self.coop_matmul.as_ref().ok().copied()
+    }
+
+    /// The cooperative-matrix configuration the chunk scan may use: the matmuls' one, where
+    /// [`GpuOptions::scan_cooperative_matrix`] asked for it.
+    pub fn scan_coop(&self) -> Option<CoopMatmul> {
+        self.coop_matmul().filter(|_| self.scan_coop)
     }
 
     /// "name (backend, device type, driver); matmul: …" for logs and benchmark tables.
@@ -717,6 +760,22 @@ pub(crate) fn wgsl_uniform_size(source: &str) -> usize {
         .collect();
     assert_eq!(uniforms.len(), 1, "a kernel source binds one uniform block");
     module.types[uniforms[0].ty].inner.size(module.to_ctx()) as usize
+}
+
+/// Parses and validates WGSL `source` as the device would before compiling it, with every
+/// capability on (cooperative matrices, f16, subgroups), so that kernels an adapter in CI
+/// cannot build are still checked; panics naming `what` and the error.
+#[cfg(test)]
+pub(crate) fn wgsl_validate(what: &str, source: &str) {
+    use wgpu::naga;
+    let module = naga::front::wgsl::parse_str(source)
+        .unwrap_or_else(|e| panic!("{what}: {}", e.emit_to_string(source)));
+    naga::valid::Validator::new(
+        naga::valid::ValidationFlags::all(),
+        naga::valid::Capabilities::all(),
+    )
+    .validate(&module)
+    .unwrap_or_else(|e| panic!("{what}: {}", e.emit_to_string(source)));
 }
 
 /// The bytes of workgroup memory that naga lays out for the `var<workgroup>` arrays of WGSL

@@ -114,7 +114,7 @@ const STRATEGIES: [ScanStrategy; 2] = [ScanStrategy::LevelWalk, ScanStrategy::Pr
 fn check(gpu: &Gpu, s: ScanShape, seed: u64, worst: &mut [f64; 4]) {
     for (i, strategy) in STRATEGIES.into_iter().enumerate() {
         let w = &mut worst[2 * usize::from(s.form == Form::Gdn) + i];
-        check_with(gpu, s, strategy, seed, w);
+        check_with(gpu, s, strategy, &inputs(&s, seed), w);
     }
 }
 
@@ -126,9 +126,8 @@ fn report(what: &str, worst: &[f64; 4]) {
     );
 }
 
-fn check_with(gpu: &Gpu, s: ScanShape, strategy: ScanStrategy, seed: u64, worst: &mut f64) {
-    let x = inputs(&s, seed);
-    let (o_ref, s_ref) = decoder(&s, &x);
+fn check_with(gpu: &Gpu, s: ScanShape, strategy: ScanStrategy, x: &Inputs, worst: &mut f64) {
+    let (o_ref, s_ref) = decoder(&s, x);
     let (o, st) = run_scan_with_strategy(gpu, s, strategy, &x.scan())
         .unwrap_or_else(|e| panic!("{s:?} {strategy:?}: {e}"));
     let wide = |a: &[f32]| a.iter().map(|&x| x as f64).collect::<Vec<f64>>();
@@ -233,6 +232,30 @@ fn model_sized_heads() {
         check(&gpu, s, seed, &mut worst);
     }
     report("model-sized heads", &worst);
+}
+
+/// Mamba-2 states far outside f16's range, both ways: 1024 tokens that barely decay, with k, v
+/// of one sign so that the level states sum up, v scaled to put them over 10^5 (above f16's
+/// largest value) or near 10^-4 (where f16 is subnormal). The reduced-precision reader
+/// (`chunk_pre_read_m2_coop`, on adapters with cooperative matrices) scales its f16 stages to
+/// keep fp32's tolerance there; the fp32 kernels must hold it anyway.
+#[test]
+fn mamba2_states_beyond_f16_range() {
+    let gpu = Gpu::new().expect("GPU adapter (lavapipe in CI)");
+    let s = shape(Form::Mamba2, 1024, 15, 2, 32, 64);
+    for (v_scale, seed) in [(1024.0, 400), (1e-6, 401)] {
+        let mut x = inputs(&s, seed);
+        x.k.iter_mut().for_each(|k| *k = k.abs());
+        x.v.iter_mut().for_each(|v| *v = v.abs() * v_scale);
+        x.g.iter_mut().for_each(|g| *g *= 1e-3);
+        let largest = decoder(&s, &x).1.iter().fold(0f32, |m, v| m.max(v.abs()));
+        eprintln!("v × {v_scale:e}: largest state element {largest:.3e}");
+        let mut worst = 0.0;
+        for strategy in STRATEGIES {
+            check_with(&gpu, s, strategy, &x, &mut worst);
+        }
+        eprintln!("v × {v_scale:e}: worst rel_max {worst:.3e}");
+    }
 }
 
 #[test]

@@ -26,7 +26,7 @@ use loglinear_tests::*;
 fn coop_gpu() -> Option<(Gpu, CoopMatmul)> {
     let gpu = Gpu::new_with(GpuOptions {
         cooperative_matrix: true,
-        adapter: None,
+        ..GpuOptions::default()
     })
     .expect("GPU adapter");
     let cfg = gpu.coop_matmul()?;
@@ -37,7 +37,7 @@ fn main() {
     let args = libtest_mimic::Arguments::from_args();
     let probe = Gpu::new_with(GpuOptions {
         cooperative_matrix: true,
-        adapter: None,
+        ..GpuOptions::default()
     })
     .expect("GPU adapter");
     let absent = probe.coop_matmul().is_none();

@@ -153,28 +153,6 @@ fn dtype_index(d: DType) -> usize {
     }
 }
 
-/// The WGSL header of matmul_coop.wgsl for one configuration: `enable` directives (which
-/// must come first), the element and matrix types, S and the workgroup size.
-fn coop_header(cfg: &CoopMatmul) -> String {
-    let (et, enable_f16) = match cfg.input {
-        wgpu::CooperativeScalarType::F16 => ("f16", "enable f16;\n"),
-        _ => ("f32", ""),
-    };
-    let s = cfg.size;
-    format!(
-        "{enable_f16}enable wgpu_cooperative_matrix;\n\
-         alias ET = {et};\n\
-         alias MatA = coop_mat{s}x{s}<{et}, A>;\n\
-         alias MatB = coop_mat{s}x{s}<{et}, B>;\n\
-         alias MatC = coop_mat{s}x{s}<f32, C>;\n\
-         const S: u32 = {s}u;\n\
-         const SG: u32 = {}u;\n\
-         const THREADS: u32 = {}u;\n",
-        cfg.subgroup_size,
-        cfg.threads()
-    )
-}
-
 /// A matmul or gather kernel's source for one weight dtype: f16.wgsl, the dtype's weight
 /// access (`weights`), then `body`.
 fn with_weights(weights: &str, body: &str) -> String {
@@ -183,7 +161,11 @@ fn with_weights(weights: &str, body: &str) -> String {
 
 /// The coop matmul kernel's source for one configuration and weight dtype.
 fn coop_matmul_source(cfg: &CoopMatmul, weights: &str) -> String {
-    format!("{}{}", coop_header(cfg), with_weights(weights, MATMUL_COOP))
+    format!(
+        "{}{}",
+        cfg.wgsl_header(),
+        with_weights(weights, MATMUL_COOP)
+    )
 }
 
 /// Which projection matmul kernel a [`Kernels`] runs.
@@ -477,7 +459,7 @@ impl ConvShape {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::wgsl_uniform_size;
+    use crate::gpu::{wgsl_uniform_size, wgsl_validate};
 
     #[test]
     fn uniforms_match_their_wgsl_structs() {
@@ -514,7 +496,6 @@ mod tests {
     /// kernel can be given, as the device would before compiling them.
     #[test]
     fn coop_matmul_sources_validate_for_every_configuration() {
-        use wgpu::naga;
         use wgpu::CooperativeScalarType as T;
         for (input, size, subgroup_size) in [
             (T::F16, 16, 32),
@@ -529,15 +510,7 @@ mod tests {
             };
             for (name, weights) in WEIGHT_ACCESS {
                 let what = format!("matmul_coop_{name} for {}", cfg.describe());
-                let source = coop_matmul_source(&cfg, weights);
-                let module = naga::front::wgsl::parse_str(&source)
-                    .unwrap_or_else(|e| panic!("{what}: {}", e.emit_to_string(&source)));
-                naga::valid::Validator::new(
-                    naga::valid::ValidationFlags::all(),
-                    naga::valid::Capabilities::all(),
-                )
-                .validate(&module)
-                .unwrap_or_else(|e| panic!("{what}: {}", e.emit_to_string(&source)));
+                wgsl_validate(&what, &coop_matmul_source(&cfg, weights));
             }
         }
     }
