@@ -217,6 +217,8 @@ const PRE_READ_M2: &str = include_str!("../shaders/chunk_pre_read_m2.wgsl");
 const PRE_READ_M2_COOP: &str = include_str!("../shaders/chunk_pre_read_m2_coop.wgsl");
 /// Fp32-accurate tile products on cooperative matrices (shaders/common/coop_stage.wgsl).
 const COOP_STAGE: &str = include_str!("../shaders/common/coop_stage.wgsl");
+/// Their 64 × 64 output tiles written or added to `o` (shaders/common/coop_o_blocks.wgsl).
+const COOP_O_BLOCKS: &str = include_str!("../shaders/common/coop_o_blocks.wgsl");
 /// The parts of `chunk_pre_read_m2` after chunk_common.wgsl.
 const PRE_READ_PARTS: [&str; 4] = [ROWS16, PRE_READ_COMMON, PRE_READ_M2, PRE_COMMON];
 
@@ -242,9 +244,15 @@ fn m2_coop_sources(cfg: Option<CoopMatmul>) -> Option<M2CoopSources> {
         cfg.input == wgpu::CooperativeScalarType::F16 && cfg.size == 16 && cfg.subgroup_size == 32;
     let with_header = |parts: &[&str]| format!("{}{}", cfg.wgsl_header(), chunk_source(parts));
     fits.then(|| M2CoopSources {
-        intra: with_header(&[COOP_STAGE, GAMMAS, INTRA_M2_COOP]),
+        intra: with_header(&[COOP_STAGE, COOP_O_BLOCKS, GAMMAS, INTRA_M2_COOP]),
         contrib: with_header(&[COOP_STAGE, PRE_CONTRIB_M2_COOP, PRE_COMMON]),
-        read: with_header(&[COOP_STAGE, PRE_READ_COMMON, PRE_READ_M2_COOP, PRE_COMMON]),
+        read: with_header(&[
+            COOP_STAGE,
+            COOP_O_BLOCKS,
+            PRE_READ_COMMON,
+            PRE_READ_M2_COOP,
+            PRE_COMMON,
+        ]),
     })
 }
 

@@ -3,7 +3,8 @@
 // o_c = A V_c, first writer of `o`; one workgroup per (chunk, head)) with both tile products,
 // Q Kᵀ over dk and A V over the chunk's rows, in stages of common/coop_stage.wgsl,
 // fp32-accurate. The score tile A stays in workgroup memory in f32 between them. Needs the
-// header and pieces coop_stage.wgsl names and common/chunk_gammas.wgsl.
+// header and pieces coop_stage.wgsl names, common/coop_o_blocks.wgsl and
+// common/chunk_gammas.wgsl.
 
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read> q: array<f32>;
@@ -92,21 +93,6 @@ fn main(
             }
             stage_product(&st, lid, sg, lane, &acc0, &acc1);
         }
-        store_block(tile_block(acc0, sg), lane, h, t0, n, r0, d0 + c0);
-        tile_block_done();
-        store_block(tile_block(acc1, sg), lane, h, t0, n, r0, d0 + c0 + S);
-        tile_block_done();
-    }
-}
-
-// Writes this subgroup's S×S block at o_tile[ob] to o: rows r0.. of the chunk (t0, n rows),
-// columns d0...
-fn store_block(ob: u32, lane: u32, h: u32, t0: u32, n: u32, r0: u32, d0: u32) {
-    for (var e = lane; e < S * S; e += SG) {
-        let i = r0 + e / S;
-        let d = d0 + e % S;
-        if (i < n && d < P.dv) {
-            o[((t0 + i) * P.heads + h) * P.dv + d] = o_tile[ob + (e / S) * OS + e % S];
-        }
+        o_blocks(acc0, acc1, sg, lane, h, t0, n, r0, d0 + c0, false);
     }
 }

@@ -1,8 +1,8 @@
 // Precomputed strategy, step 4 (Mamba-2) on cooperative matrices (tensor cores): the work of
 // chunk_pre_read_m2.wgsl (same workgroups, levels, hand-off states and sum into o), with each
 // level's 64 × dk by dk × 64 tile product (A = q̃, B = the level's state rows) in stages of
-// common/coop_stage.wgsl, fp32-accurate. Needs chunk_pre_read_common.wgsl and the header and
-// pieces coop_stage.wgsl names.
+// common/coop_stage.wgsl, fp32-accurate. Needs chunk_pre_read_common.wgsl,
+// common/coop_o_blocks.wgsl and the header and pieces coop_stage.wgsl names.
 
 @compute @workgroup_size(PWG)
 fn main(
@@ -55,20 +55,5 @@ fn main(
             write_handoff(m, h, vb, lv, lid);
         }
     }
-    add_block(tile_block(acc0, sg), lane, h, t0, n, (sg / 2u) * S, vb * TILE + (sg % 2u) * 2u * S);
-    tile_block_done();
-    add_block(tile_block(acc1, sg), lane, h, t0, n, (sg / 2u) * S, vb * TILE + (sg % 2u) * 2u * S + S);
-    tile_block_done();
-}
-
-// Adds this subgroup's S×S block at o_tile[ob] to o: rows r0.. of the chunk (t0, n rows),
-// columns d0...
-fn add_block(ob: u32, lane: u32, h: u32, t0: u32, n: u32, r0: u32, d0: u32) {
-    for (var e = lane; e < S * S; e += SG) {
-        let i = r0 + e / S;
-        let d = d0 + e % S;
-        if (i < n && d < P.dv) {
-            o[((t0 + i) * P.heads + h) * P.dv + d] += o_tile[ob + (e / S) * OS + e % S];
-        }
-    }
+    o_blocks(acc0, acc1, sg, lane, h, t0, n, (sg / 2u) * S, vb * TILE + (sg % 2u) * 2u * S, true);
 }
