@@ -140,7 +140,7 @@ mod tests {
     }
 
     #[test]
-    fn form_names_round_trip_and_unknown_names_are_none() {
+    fn form_names_round_trip_and_unknown_names_are_errors() {
         for form in [Form::Mamba2, Form::Gdn] {
             assert_eq!(form.name().parse(), Ok(form));
         }

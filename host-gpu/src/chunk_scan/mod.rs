@@ -214,17 +214,16 @@ const PRE_SWEEP: &str = include_str!("../shaders/chunk_pre_sweep.wgsl");
 const PRE_PREFIX: &str = include_str!("../shaders/chunk_pre_prefix.wgsl");
 const PRE_READ_COMMON: &str = include_str!("../shaders/chunk_pre_read_common.wgsl");
 const PRE_READ_M2: &str = include_str!("../shaders/chunk_pre_read_m2.wgsl");
+/// The parts of `chunk_pre_read_m2` after chunk_common.wgsl.
+const PRE_READ_PARTS: [&str; 4] = [ROWS16, PRE_READ_COMMON, PRE_READ_M2, PRE_COMMON];
+
+const INTRA_M2_COOP: &str = include_str!("../shaders/chunk_intra_m2_coop.wgsl");
+const PRE_CONTRIB_M2_COOP: &str = include_str!("../shaders/chunk_pre_contrib_m2_coop.wgsl");
 const PRE_READ_M2_COOP: &str = include_str!("../shaders/chunk_pre_read_m2_coop.wgsl");
 /// Fp32-accurate tile products on cooperative matrices (shaders/common/coop_stage.wgsl).
 const COOP_STAGE: &str = include_str!("../shaders/common/coop_stage.wgsl");
 /// Their 64 × 64 output tiles written or added to `o` (shaders/common/coop_o_blocks.wgsl).
 const COOP_O_BLOCKS: &str = include_str!("../shaders/common/coop_o_blocks.wgsl");
-/// The parts of `chunk_pre_read_m2` after chunk_common.wgsl.
-const PRE_READ_PARTS: [&str; 4] = [ROWS16, PRE_READ_COMMON, PRE_READ_M2, PRE_COMMON];
-
-const PRE_CONTRIB_M2_COOP: &str = include_str!("../shaders/chunk_pre_contrib_m2_coop.wgsl");
-
-const INTRA_M2_COOP: &str = include_str!("../shaders/chunk_intra_m2_coop.wgsl");
 
 /// The Mamba-2 tile-product kernels on cooperative matrices: `chunk_intra_m2_coop`,
 /// `chunk_pre_contrib_m2_coop` and `chunk_pre_read_m2_coop`.
@@ -434,12 +433,12 @@ impl ScanKernels {
             Form::Mamba2 => m2_coop_sources(gpu.scan_coop()),
             Form::Gdn => None,
         };
-        let (intra_label, intra_src) = intra_source(form);
+        let (fp32_label, fp32_src) = intra_source(form);
         let (intra, intra_label) = coop_or_fp32(
             gpu,
             coop.as_ref()
                 .map(|c| ("chunk_intra_m2_coop", c.intra.as_str())),
-            (intra_label, &intra_src),
+            (fp32_label, &fp32_src),
         )?;
         let (scan_label, scan_head) = match form {
             Form::Mamba2 => ("chunk_scan_m2", SCAN_M2),
@@ -911,14 +910,14 @@ mod tests {
         }
     }
 
-    /// The coop kernels compile only where the adapter has cooperative matrices, which lavapipe
-    /// (CI) does not: naga checks their sources here for the one configuration they are written
-    /// for, their uniform block and workgroup memory against the fp32 kernels' limit; every
-    /// other configuration takes the fp32 kernels.
     /// The most workgroup memory `chunk_intra_m2_coop` may take: 48 KiB, what NVIDIA's Vulkan
     /// drivers give a workgroup (elsewhere the fp32 kernel runs).
     const COOP_INTRA_WORKGROUP_BYTES: u32 = 49152;
 
+    /// The coop kernels compile only where the adapter has cooperative matrices, which lavapipe
+    /// (CI) does not: naga checks their sources here for the one configuration they are written
+    /// for, their uniform block and workgroup memory (the fp32 kernels' limit for contrib and
+    /// read); every other configuration takes the fp32 kernels.
     #[test]
     fn coop_kernels_validate_for_their_configuration_only() {
         use wgpu::CooperativeScalarType as T;

@@ -31,8 +31,9 @@ fn main(
     let t0 = c * CHUNK;
     let n = min(CHUNK, P.t - t0);
     load_gammas(t0, n, h, lid);
-    let r0 = (sg / 2u) * S; // this subgroup's rows and columns of a tile
-    let c0 = (sg % 2u) * 2u * S;
+    workgroupBarrier();
+    let r0 = sub_row0(sg);
+    let c0 = sub_col0(sg);
     var st: Stage;
 
     // Scores Q Kᵀ: A = q rows, B = k rows as columns; consecutive threads read consecutive dk

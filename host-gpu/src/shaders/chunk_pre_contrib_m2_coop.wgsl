@@ -56,8 +56,8 @@ fn main(
         stage_product(&st, lid, sg, lane, &acc0, &acc1);
     }
     let base = (c * P.heads + h) * P.dk * P.dv;
-    let r0 = kb * CT + (sg / 2u) * S;
-    let d0 = vb * CT + (sg % 2u) * 2u * S;
+    let r0 = kb * CT + sub_row0(sg);
+    let d0 = vb * CT + sub_col0(sg);
     store_block(tile_block(acc0, sg), lane, base, r0, d0);
     tile_block_done();
     store_block(tile_block(acc1, sg), lane, base, r0, d0 + S);

@@ -55,5 +55,5 @@ fn main(
             write_handoff(m, h, vb, lv, lid);
         }
     }
-    o_blocks(acc0, acc1, sg, lane, h, t0, n, (sg / 2u) * S, vb * TILE + (sg % 2u) * 2u * S, true);
+    o_blocks(acc0, acc1, sg, lane, h, t0, n, sub_row0(sg), vb * TILE + sub_col0(sg), true);
 }

@@ -77,17 +77,16 @@ impl Anchors {
                     println!("anchor not used ({}): {name} reported an error: {e}", at());
                     continue;
                 }
-                let form = match o["form"].as_str().map(|f| (f, f.parse::<Form>().ok())) {
-                    Some((_, Some(form))) => form,
-                    Some((other, None)) => {
-                        println!(
-                            "anchor not used ({}): {name} form {other:?} has no log-linear \
-                             counterpart here",
-                            at()
-                        );
-                        continue;
-                    }
-                    None => return Err(format!("{}: no \"form\"", at())),
+                let Some(form_name) = o["form"].as_str() else {
+                    return Err(format!("{}: no \"form\"", at()));
+                };
+                let Ok(form) = form_name.parse::<Form>() else {
+                    println!(
+                        "anchor not used ({}): {name} form {form_name:?} has no log-linear \
+                         counterpart here",
+                        at()
+                    );
+                    continue;
                 };
                 let field = |key: &str| count(&o, key).ok_or(format!("{}: no {key:?}", at()));
                 let (t, batch) = (field("T")?, field("B")?);

@@ -30,6 +30,15 @@ var<workgroup> b_lo: array<f16, KD * BS>;
 var<workgroup> peak: array<f32, 2u * NSG>; // per subgroup: largest |A|, largest |B|
 var<workgroup> o_tile: array<f32, NSG * S * OS>; // per subgroup: one S×S accumulator, rows of OS
 
+// The first row and column of subgroup sg's share of the output tile (see Layout above).
+fn sub_row0(sg: u32) -> u32 {
+    return (sg / 2u) * S;
+}
+
+fn sub_col0(sg: u32) -> u32 {
+    return (sg % 2u) * 2u * S;
+}
+
 // A stage's values of one thread, element e = lid + j·PWG of each (the kernel picks the order
 // that keeps its global loads coalesced): of A, (row e / KD, k e % KD) when `a_by_rows`, else
 // (row e % CT, k e / CT); of B, (k e % KD, column e / KD) when `b_by_cols`, else
@@ -84,8 +93,8 @@ fn stage_product(st: ptr<function, Stage>, lid: u32, sg: u32, lane: u32,
         b_lo[bi] = f16(y - f32(yh));
     }
     workgroupBarrier();
-    let r0 = (sg / 2u) * S;
-    let c0 = (sg % 2u) * 2u * S;
+    let r0 = sub_row0(sg);
+    let c0 = sub_col0(sg);
     var p0 = MatC();
     var p1 = MatC();
     for (var ks = 0u; ks < KD; ks += S) {
