@@ -700,12 +700,11 @@ pub fn dispatch(
     record_dispatch(&mut pass, &kernel.pipeline, bind_group, workgroups);
 }
 
-/// Dispatches recorded by [`record_dispatch`] in this process: every kernel launch of the
-/// crate goes through it, so a benchmark can count a step's launches (the count of a recording
-/// is the difference of two readings around it).
 static RECORDED_DISPATCHES: AtomicU64 = AtomicU64::new(0);
 
-/// How many dispatches this process has recorded so far (see [`RECORDED_DISPATCHES`]).
+/// How many dispatches this process has recorded so far. Every kernel launch of the crate goes
+/// through one recording function, so a benchmark can count a step's launches: the count of a
+/// recording is the difference of two readings around it.
 pub fn recorded_dispatches() -> u64 {
     RECORDED_DISPATCHES.load(Ordering::Relaxed)
 }

@@ -37,7 +37,7 @@ impl GpuMatrix {
 }
 
 /// Mamba-2 mixer weights. `vecs` packs the per-head vectors: `[dt_bias H][A_log H][D H][L H·15]`
-/// (L only for the log-linear form), see [`Mamba2Vecs`].
+/// (L only for the log-linear form), see [`MixerVecs`].
 pub struct GpuMamba2 {
     pub in_proj: GpuMatrix,
     /// `[conv_channels][W]`.

@@ -266,7 +266,7 @@ impl<'a, E: StateElem> FenwickState<'a, E> {
         }
     }
 
-    /// Step 3 of §4.2, one head: S[0] += β k vᵀ. After the merge level 0 is zero, so this is
+    /// Step 3 of §4.2, one head: `S[0]` += β k vᵀ. After the merge level 0 is zero, so this is
     /// the spec's assignment; in the plain case it adds the token to the single state.
     pub fn insert(&mut self, head: usize, k: &[f32], v: &[f32], beta: f32) {
         let dv = self.dv;
@@ -280,7 +280,7 @@ impl<'a, E: StateElem> FenwickState<'a, E> {
         }
     }
 
-    /// Step 4 of §4.2, one head: out = Σ_ℓ λ(ℓ) · S[ℓ]ᵀ q over the live levels only.
+    /// Step 4 of §4.2, one head: out = Σ_ℓ λ(ℓ) · `S[ℓ]`ᵀ q over the live levels only.
     pub fn read(
         &self,
         t: u64,
@@ -399,8 +399,8 @@ struct BlockInputs<'a> {
 
 impl<E: StateElem> FenwickState<'_, E> {
     /// Steps 2–4 of §4.2 for one head, Gated DeltaNet form, fused: the transition
-    /// S ← α (S − β k (kᵀ S)) on every level holding history, the insert S[0] += β k vᵀ and the
-    /// readout Σ_ℓ λ(ℓ) S[ℓ]ᵀ q over the live levels. Call [`merge`](Self::merge) first, as
+    /// S ← α (S − β k (kᵀ S)) on every level holding history, the insert `S[0]` += β k vᵀ and the
+    /// readout Σ_ℓ λ(ℓ) `S[ℓ]`ᵀ q over the live levels. Call [`merge`](Self::merge) first, as
     /// with the separate steps. With `k` or `q` shorter than dk, or `v_out` shorter than dv,
     /// nothing is done.
     ///
@@ -414,7 +414,7 @@ impl<E: StateElem> FenwickState<'_, E> {
     }
 
     /// Steps 2–4 of §4.2 for one head, Mamba-2 form, fused: S ← α S on every level holding
-    /// history, S[0] += k vᵀ, and the readout Σ_ℓ λ(ℓ) S[ℓ]ᵀ q over the live levels, in one
+    /// history, `S[0]` += k vᵀ, and the readout Σ_ℓ λ(ℓ) `S[ℓ]`ᵀ q over the live levels, in one
     /// read-modify-write pass per level (two in the separate steps). Call
     /// [`merge`](Self::merge) first.
     ///

@@ -76,7 +76,7 @@ pub fn window_count(len: usize, ctx: usize) -> usize {
     len.saturating_sub(1).checked_div(ctx).unwrap_or(0)
 }
 
-/// −log2 softmax(logits)[target].
+/// `−log2 softmax(logits)[target]`.
 pub fn bits_of(logits: &[f32], target: usize) -> f64 {
     let m = logits.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b)) as f64;
     let s: f64 = logits.iter().map(|&l| (l as f64 - m).exp()).sum();

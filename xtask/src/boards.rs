@@ -4,7 +4,7 @@
 //!   cargo xtask boards [BOARD...]            (default: every board whose kind is not `qemu`)
 //!   cargo xtask boards --update [BOARD...]   rewrite the boards' size.txt
 //!
-//! * stm32h743, nrf52840, rp2040, esp32c3: each board's own crate (boards/<board>/Cargo.toml,
+//! * stm32h743, nrf52840, rp2040, esp32c3: each board's own crate (`boards/<board>/Cargo.toml`,
 //!   on its vendor's HAL: embassy-stm32, embassy-nrf, embassy-rp, esp-hal), built from its
 //!   folder, with the model, state type and levels of its board.toml, so firmware/build.rs's
 //!   fit check runs against the real memory map. Checks that `.bss` (the session arena) lies in
@@ -13,7 +13,7 @@
 //!   llvm-objdump where it is installed), and that it would boot (`image.rs`: segments in the
 //!   memory map, the vector table, the RP2040 second stage's CRC). `cargo fmt --check` and
 //!   clippy (-D warnings) check every board crate, and the firmware library as they build it.
-//!   Each image's sizes must match boards/<board>/size.txt (bss exactly, the others within
+//!   Each image's sizes must match `boards/<board>/size.txt` (bss exactly, the others within
 //!   max(4 KiB, 2 %); `snapshot.rs`, as for the QEMU boards in `cargo xtask plan`).
 //! * linux-aarch64: a std build of loglinear-runtime and of the `loglinear` CLI for
 //!   aarch64-unknown-linux-gnu (linked with Debian's gcc-aarch64-linux-gnu), an AArch64 ELF.
@@ -101,7 +101,7 @@ const STATICS: [&str; 2] = [".data", ".bss"];
 /// Arguments of the task.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Rewrite boards/<board>/size.txt from the builds instead of checking them.
+    /// Rewrite `boards/<board>/size.txt` from the builds instead of checking them.
     #[arg(long)]
     update: bool,
     /// Board names (folders under boards/); default: every hardware board, then every Linux
@@ -166,7 +166,7 @@ fn hardware_boards(boards: &[Board]) -> impl Iterator<Item = &BoardProfile> {
     firmware_boards(boards).filter(|b| b.kind == "hardware")
 }
 
-/// Whether `board` is built from its own crate, boards/<board>/Cargo.toml (a HAL board crate),
+/// Whether `board` is built from its own crate, `boards/<board>/Cargo.toml` (a HAL board crate),
 /// rather than from firmware/.
 fn has_own_crate(board: &BoardProfile) -> bool {
     Path::new("boards")

@@ -29,7 +29,8 @@ const HEADER_LEN: usize = 24;
 const SEGMENT_HEADER_LEN: usize = 8;
 const CHECKSUM_SEED: u8 = 0xEF;
 const APP_DESC_MAGIC: u32 = 0xABCD_5432;
-/// `esp_app_desc_t`: magic, secure_version, reserv1[2], version[32], project_name[32], ...
+/// `esp_app_desc_t`: `magic`, `secure_version`, `reserv1[2]`, `version[32]`,
+/// `project_name[32]`, ...
 const APP_DESC_PROJECT: std::ops::Range<usize> = 48..80;
 
 /// The chip IDs of esp_app_format.h, by board target.

@@ -2,7 +2,7 @@
 //! snapshots.
 //!
 //!   cargo xtask plan [BOARD...]            check (default: every QEMU board)
-//!   cargo xtask plan --update [BOARD...]   rewrite boards/<board>/size.txt
+//!   cargo xtask plan --update [BOARD...]   rewrite `boards/<board>/size.txt`
 //!
 //! For each board it builds firmware/ exactly as `cargo xtask qemu` does (the same flags and
 //! target folder, target/firmware, so after that task this build is a no-op), reads the ELF's
@@ -17,7 +17,7 @@
 //!    (text + rodata + data − model bytes) must fit the planner's code estimate (the board's
 //!    firmware.code_reserve).
 //! 2. size snapshot (the RTIC way): text (code: .vector_table, .text, .init.rust, .eh_frame...),
-//!    rodata (model + constants), data and bss must match boards/<board>/size.txt: bss exactly
+//!    rodata (model + constants), data and bss must match `boards/<board>/size.txt`: bss exactly
 //!    (it is the arena), the others within max(4096 B, 2 %). On a mismatch it prints a diff;
 //!    after an intended change run `cargo xtask plan --update` and commit the size.txt files
 //!    (and the "Firmware sizes" table in BENCHMARKS.md).
@@ -53,7 +53,7 @@ const GOAL_BOARD: &str = "b-l475e-iot01a";
 /// Arguments of the task.
 #[derive(clap::Args)]
 pub struct Args {
-    /// Rewrite boards/<board>/size.txt from the builds instead of checking them.
+    /// Rewrite `boards/<board>/size.txt` from the builds instead of checking them.
     #[arg(long)]
     update: bool,
     /// Board names (folders under boards/); default: every QEMU board (`kind = "qemu"`).

@@ -37,7 +37,7 @@
 //! * sustained input (b-l475e-iot01a: `uart_sustained_bytes` in its board.toml): a 64 KiB
 //!   prompt sent at full speed over the STM32L475's interrupt-driven USART, in `GEN n=0` lines,
 //!   then a greedy GEN: every line answered, the token count and the tokens equal the host's;
-//! * activations: a board with `activations = "q8"` under [firmware] runs its quantized
+//! * activations: a board with `activations = "q8"` under `[firmware]` runs its quantized
 //!   matvecs on Q8 activations (the integer kernels), and the host reference then runs
 //!   `loglinear generate --activations q8`;
 //! * stack: the deepest `stack_peak_bytes` any STATUS reports (the stack painted at boot) stays
@@ -48,7 +48,7 @@
 //! own. This one installs QEMU and the targets first if missing (scripts/qemu-setup.sh), and
 //! checks the firmware crate's formatting and clippy (it is outside the main workspace). It
 //! prints the QEMU wall time of every run and `size -A` of every ELF. The outputs of every run
-//! stay in target/qemu-test/<board>-*.out and .err for a look after a failure.
+//! stay in `target/qemu-test/<board>-*.out` and `.err` for a look after a failure.
 
 mod uart;
 

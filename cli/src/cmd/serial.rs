@@ -30,10 +30,11 @@ pub struct SerialArgs {
     /// List the serial ports of this machine and exit.
     #[arg(long)]
     list_ports: bool,
-    /// Run the firmware of this QEMU board (boards/<BOARD>/board.toml's runner) as a child.
+    /// Run the firmware of this QEMU board (`boards/<BOARD>/board.toml`'s runner) as a child.
     #[arg(long)]
     qemu_board: Option<String>,
-    /// Firmware ELF for --qemu-board (default: target/firmware/<target>/release/loglinear-firmware).
+    /// Firmware ELF for --qemu-board
+    /// (default: `target/firmware/<target>/release/loglinear-firmware`).
     #[arg(long, requires = "qemu_board")]
     elf: Option<PathBuf>,
     /// Prompt text, with C-style escapes: \n \t \r \0 \\ \xHH (any byte) \u{H…}

@@ -26,8 +26,9 @@
 //! Every output element has one writer per dispatch and fixed summation orders, so results are
 //! deterministic. Scratch: γ (T·H), the decay offsets (levels·NT·H), X, Y
 //! (2·(NT − 1)·H·dk·dv floats at most) and the X_c ((NT − 1)·H·dk·dv). Limits: those of
-//! [`ScanShape::validate`] (dk ≤ 256, any dv, any T ≥ 1) plus [`check_training_shape`]; 25 KiB
-//! of workgroup memory and 10 storage buffers per stage.
+//! [`ScanLimits::validate`](crate::chunk_scan::ScanLimits::validate) (dk ≤ 256, any dv, any
+//! T ≥ 1) plus [`check_training_shape`]; 25 KiB of workgroup memory and 10 storage buffers per
+//! stage.
 
 use super::{check_training_shape, HostBuffers, OpGradIo, OpGrads};
 use crate::chunk_scan::{

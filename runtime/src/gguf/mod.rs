@@ -1,5 +1,6 @@
-//! The GGUF v3 model file: the container's definitions ([`format`]), naming conventions ([`names`]), the `no_std` zero-copy reader
-//! ([`reader`]) and the model built from it ([`model_file`]). Format: `docs/model-file.md`.
+//! The GGUF v3 model file: the container's definitions ([`format`](mod@format)), naming
+//! conventions ([`names`]), the `no_std` zero-copy reader ([`reader`]) and the model built from
+//! it ([`model_file`]). Format: `docs/model-file.md`.
 
 pub mod format;
 pub mod model_file;

@@ -360,7 +360,7 @@ pub struct TensorInfo<'a> {
 }
 
 impl<'a> TensorInfo<'a> {
-    /// Elements per row (ggml's ne[0]).
+    /// Elements per row (ggml's `ne[0]`).
     pub fn cols(&self) -> usize {
         self.dims[0] as usize
     }

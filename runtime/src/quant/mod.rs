@@ -342,7 +342,7 @@ pub fn forced_path() -> Option<KernelPath> {
     }
 }
 
-/// out[r] = Σ_b (d_w · d_x) · (w_b · q_b) over row r of `w` (`rows × cols` weights, `cols / 32`
+/// `out[r]` = Σ_b (d_w · d_x) · (w_b · q_b) over row r of `w` (`rows × cols` weights, `cols / 32`
 /// blocks a row) and the quantized activations `act`, on `path`. `out` has `rows` entries.
 pub fn matvec_q8_0_on(path: KernelPath, w: &[BlockQ8_0], act: &[ActBlock], out: &mut [f32]) {
     match path {

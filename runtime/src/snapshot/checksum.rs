@@ -7,7 +7,7 @@ use core::hash::Hasher;
 /// PNG's), one 256-entry table (1 KiB, built at compile time), which keeps board images small.
 static CRC32: crc::Crc<u32> = crc::Crc::<u32>::new(&crc::CRC_32_ISO_HDLC);
 
-/// A running [`CRC32`], fed in pieces.
+/// A running `CRC32`, fed in pieces.
 #[derive(Clone)]
 pub struct Crc32(crc::Digest<'static, u32>);
 

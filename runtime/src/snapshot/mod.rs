@@ -457,7 +457,7 @@ pub fn live_mask(policy: LevelPolicy, t: u64) -> u64 {
         .fold(1u64, |m, l| m | 1u64.checked_shl(l).unwrap_or(0))
 }
 
-/// Bytes [`write`] produces for `session` now.
+/// Bytes [`write`](fn@write) produces for `session` now.
 pub fn encoded_len<E: StateElem>(session: &Session<'_, E>) -> Result<usize, SnapshotError> {
     Ok(Header::of(session, &Sampler::new(Default::default()), 0)?.total_len)
 }

@@ -257,7 +257,7 @@ pub struct MqarArgs {
     pub batch: usize,
     /// Examples per forward/backward (gradients accumulate over batch / micro-batch of them;
     /// also the evaluation batch); default: --batch. For GPUs whose storage-binding limit is
-    /// under the head's f32 logits, [batch × most scored positions][vocab] (0.5 GiB at the
+    /// under the head's f32 logits, `[batch × most scored positions][vocab]` (0.5 GiB at the
     /// defaults).
     #[arg(long)]
     pub micro_batch: Option<usize>,
