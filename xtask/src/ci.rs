@@ -4,6 +4,7 @@
 //!
 //!  1. `cargo fmt --check` (the workspace and the no-alloc probe)
 //!  2. `cargo clippy -D warnings` (the workspace, all targets; the runtime also as `no_std`)
+//!     and `cargo doc` with rustdoc's warnings as errors
 //!  3. `no_std` builds of loglinear-runtime for the four bare-metal targets, each with a check
 //!     that no `alloc` crate is linked (see [`no_alloc`])
 //!  4. `cargo test --workspace --release` (release: the golden tests step long sequences)
@@ -90,6 +91,11 @@ pub fn run(repo: &Repo, _args: Args) -> anyhow::Result<()> {
             "warnings",
         ])
         .env("RUSTFLAGS", "-C target-cpu=cortex-m55"),
+    )?;
+
+    section("cargo doc (workspace, -D warnings)");
+    tasks::run(
+        cargo(&["doc", "--workspace", "--no-deps", "-q"]).env("RUSTDOCFLAGS", "-D warnings"),
     )?;
 
     for target in NO_STD_TARGETS {
