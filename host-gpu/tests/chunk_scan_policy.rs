@@ -3,8 +3,8 @@
 //! outputs and the final state, both forms, partial chunks, shared q/k and odd dk/dv.
 
 use loglinear_host_gpu::chunk_scan::{
-    run_scan, run_scan_with_strategy, ChunkScan, Form, ScanInputs, ScanIo, ScanKernels, ScanShape,
-    ScanStrategy,
+    run_scan, run_scan_with_strategy, ChunkScan, Form, ScanBuffers, ScanInputs, ScanIo,
+    ScanKernels, ScanShape, ScanStrategy,
 };
 use loglinear_host_gpu::Gpu;
 use loglinear_runtime::{FenwickState, LevelPolicy};
@@ -334,6 +334,36 @@ fn precomputed_strategy_runs_for_mamba2_and_falls_back_for_gdn() {
         Some(ScanStrategy::Precomputed)
     );
     assert_eq!(ScanStrategy::parse("fast"), None);
+}
+
+/// A level walk whose reader rows exceed the binding limit runs in head groups (one group's
+/// rows at a time) and gives what the decoder gives. The limit is lowered so that 2 of the 4
+/// heads fit: T = 2048 has 5 chunk levels of 16 reader chunks, 80 slots of 64 rows × dv = 16
+/// per head (327,680 bytes), and every other buffer is smaller.
+#[test]
+fn level_walk_in_head_groups_matches_the_decoder() {
+    let mut gpu = Gpu::new().expect("GPU adapter (lavapipe in CI)");
+    gpu.limits.max_storage_buffer_binding_size = 2 * 80 * 64 * 16 * 4;
+    let mut worst = [0.0; 4];
+    for (i, form) in [Form::Mamba2, Form::Gdn].into_iter().enumerate() {
+        let s = ScanShape {
+            heads: 4,
+            ..shape(form, 2048, 15, 4, 16, 16)
+        };
+        let x = inputs(&s, 40 + i as u64);
+        let bufs = ScanBuffers::new(&gpu, &s, &x.scan()).unwrap();
+        let kernels = ScanKernels::new(&gpu, form).unwrap();
+        let scan = ChunkScan::with_strategy(&gpu, &kernels, s, bufs.io(), ScanStrategy::LevelWalk)
+            .unwrap();
+        let combines = scan
+            .step_labels()
+            .iter()
+            .filter(|l| **l == "chunk_combine")
+            .count();
+        assert_eq!(combines, 2, "{form:?}: two head groups of 2");
+        check_with(&gpu, s, ScanStrategy::LevelWalk, &x, &mut worst[2 * i]);
+    }
+    report("level walk in head groups", &worst);
 }
 
 #[test]

@@ -15,6 +15,17 @@ pub struct DispatchCost {
     pub bytes: f64,
 }
 
+impl DispatchCost {
+    /// The part of this cost that `n` of `of` heads take (one head group's dispatch).
+    pub(super) fn share(self, n: usize, of: usize) -> Self {
+        let f = n as f64 / of.max(1) as f64;
+        Self {
+            flops: self.flops * f,
+            bytes: self.bytes * f,
+        }
+    }
+}
+
 /// A dispatch's cost from its operation count and the f32 values it moves.
 fn cost(flops: f64, floats: f64) -> DispatchCost {
     DispatchCost {

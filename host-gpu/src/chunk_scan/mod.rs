@@ -19,7 +19,8 @@
 //!    the workgroups of one head (all levels) are dispatched together so that they share the
 //!    chunk blocks in the cache. (An 8-column variant with both states in workgroup memory was
 //!    24-31 % slower on the H200.)
-//! 4. `chunk_combine`: o += the levels each chunk reads, in level order (no atomics).
+//! 4. `chunk_combine`: o += the levels each chunk reads, in level order (no atomics), for the
+//!    heads whose reader rows step 3 wrote (see Scratch for head groups).
 //! 5. `chunk_state`: the decoder's state after token T−1: levels before the last chunk from the
 //!    scan; tokens of the last chunk in closed form (Mamba-2) or stepped like the decoder (GDN,
 //!    16 columns per workgroup, each column's dk rows split over 16 threads). Only where the
@@ -46,10 +47,12 @@
 //! Limits: dk ≤ 256 (a scan thread owns a state row; the GDN final-state pass keeps a dk × 16
 //! block in workgroup memory); any dv; any T ≥ 1 up to 64·65535 tokens; lambda_cols ≥ levels ≤ 32;
 //! 32 KiB of workgroup memory and 11 storage buffers per stage (checked in [`ScanKernels::new`]).
-//! Scratch: γ (T·H), the packed reader rows of the levels (about scans·T/2·H·dv floats; the
-//! precomputed strategy has `xs`, (NT−1)·H·dk·dv floats, instead, and falls back to the walk when
-//! that does not fit the binding limit), for GDN q̃, K̃, W̃ (T·H·dk each) and U (T·H·dv); every
-//! buffer must fit the adapter's binding limit ([`GpuError::TooLarge`] otherwise).
+//! Scratch: γ (T·H), the packed reader rows of the levels (about scans·T/2·dv floats per head;
+//! the precomputed strategy has `xs`, (NT−1)·H·dk·dv floats, instead, and falls back to the walk
+//! when that does not fit the binding limit), for GDN q̃, K̃, W̃ (T·H·dk each) and U (T·H·dv).
+//! Where the reader rows of all heads exceed the binding limit, steps 3 and 4 run in head groups
+//! that each fit, one after another over one group-sized buffer; every other buffer must fit the
+//! adapter's binding limit ([`GpuError::TooLarge`] otherwise).
 //!
 //! Timings per dispatch (`chunk_scan_bench --breakdown`), on an H200 and on lavapipe, are in
 //! BENCHMARKS.md ("GPU prefill").
@@ -624,6 +627,67 @@ fn precomputed_fits(gpu: &Gpu, s: &ScanShape) -> bool {
         && groups.iter().all(|&g| g <= MAX_GROUPS)
 }
 
+/// Slots of the level walk's reader rows (`olvl_slot` in chunk_common.wgsl): ⌈NT / 2⌉ per
+/// regular level, and after them NT − 2^m_top for the saturated level where it is scanned.
+fn walk_slots(s: &ScanShape) -> usize {
+    let (scans, nt) = (s.scans(), s.chunks());
+    let half = nt.div_ceil(2);
+    if scans > 0 && scans == s.m_top() + 1 {
+        s.m_top() * half + nt - (1 << s.m_top())
+    } else {
+        scans * half
+    }
+}
+
+/// Floats of the level walk's reader rows per head: C rows × dv per slot.
+fn walk_row_values(s: &ScanShape) -> u64 {
+    (walk_slots(s) * CHUNK * s.dv) as u64
+}
+
+/// The heads of a scan in groups of at most `size` (the last may be smaller).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct HeadGroups {
+    heads: usize,
+    size: usize,
+}
+
+impl HeadGroups {
+    fn one(heads: usize) -> Self {
+        Self { heads, size: heads }
+    }
+
+    /// As many heads per group as the walk's reader rows of a group fit the adapter's buffer
+    /// limits (and u32 indices) with.
+    fn for_walk(gpu: &Gpu, s: &ScanShape) -> Result<Self, GpuError> {
+        let per_head = walk_row_values(s) * 4;
+        let limit = gpu
+            .limits
+            .max_storage_buffer_binding_size
+            .min(gpu.limits.max_buffer_size)
+            .min(u64::from(u32::MAX) * 4);
+        let fit = (limit / per_head.max(1)) as usize;
+        if fit == 0 {
+            return Err(GpuError::TooLarge {
+                label: "chunk level outputs (one head)".into(),
+                bytes: per_head,
+                limit,
+            });
+        }
+        Ok(Self {
+            heads: s.heads,
+            size: s.heads.min(fit),
+        })
+    }
+
+    /// (first head, heads) of each group; none when the walk has no levels (`scans` = 0).
+    fn iter(self, scans: usize) -> impl Iterator<Item = (usize, usize)> {
+        let heads = if scans == 0 { 0 } else { self.heads };
+        (0..heads)
+            .step_by(self.size.max(1))
+            .map(move |h0| (h0, self.size.min(heads - h0)))
+    }
+}
+
 impl ChunkScan {
     /// Checks shapes and buffer sizes, allocates scratch and makes the bind groups, with the
     /// strategy [`ScanStrategy::from_env`] picks.
@@ -691,11 +755,17 @@ impl ChunkScan {
         } else {
             ScanStrategy::LevelWalk
         };
-        // The walk's packed reader rows (the precomputed readers add to `o` directly).
+        // The walk's packed reader rows (the precomputed readers add to `o` directly), for one
+        // head group at a time.
+        let walk_groups = if pre.is_some() || scans == 0 {
+            HeadGroups::one(s.heads)
+        } else {
+            HeadGroups::for_walk(gpu, &s)?
+        };
         let olvl_bytes = if pre.is_some() {
             4
         } else {
-            scans as u64 * th * s.dv as u64 * f
+            walk_groups.size as u64 * walk_row_values(&s) * f
         };
         let olvl = gpu.storage_zeroed("chunk level outputs", olvl_bytes)?;
         let hstate = gpu.storage_zeroed(
@@ -710,6 +780,26 @@ impl ChunkScan {
                         cost: DispatchCost| Dispatch {
             step: Step::new(gpu, k, label, bufs, groups),
             cost,
+        };
+        // The walk's uniform for heads head0.. of one group, and the combine of that group.
+        let group_uniform = |head0: usize, heads: usize| {
+            gpu.uniform_from(
+                "chunk walk group params",
+                &ChunkParams {
+                    head0: head0 as u32,
+                    group_heads: heads as u32,
+                    ..params
+                },
+            )
+        };
+        let combine = |group: &wgpu::Buffer, heads: usize| {
+            dispatch(
+                &kernels.combine,
+                "chunk_combine",
+                &[group, &olvl, io.o],
+                [(heads * s.dv).div_ceil(256), nt, 1],
+                cost::combine(&s).share(heads, s.heads),
+            )
         };
         let mut dispatches = Vec::new();
         let mut scratch = Vec::new();
@@ -737,14 +827,17 @@ impl ChunkScan {
                 [nt, s.heads, 1],
                 cost::intra(&s),
             ));
-            if scans > 0 {
+            for (head0, heads) in walk_groups.iter(scans) {
+                let group = group_uniform(head0, heads);
                 dispatches.push(dispatch(
                     &kernels.scan,
                     "chunk_scan_gdn",
-                    &[&uniform, &qt, &kt, &wt, &u, &gam, io.lam, &olvl, &hstate],
-                    [s.dv.div_ceil(GDN_SCAN_BV), scans, s.heads],
-                    cost::scan_walk(&s),
+                    &[&group, &qt, &kt, &wt, &u, &gam, io.lam, &olvl, &hstate],
+                    [s.dv.div_ceil(GDN_SCAN_BV), scans, heads],
+                    cost::scan_walk(&s).share(heads, s.heads),
                 ));
+                dispatches.push(combine(&group, heads));
+                scratch.push(group);
             }
             scratch.extend([qt, kt, wt, u]);
         } else {
@@ -807,24 +900,20 @@ impl ChunkScan {
                     cost::pre_read(&s),
                 ));
                 scratch.push(xs);
-            } else if scans > 0 {
-                dispatches.push(dispatch(
-                    &kernels.scan,
-                    "chunk_scan_m2",
-                    &[&uniform, io.q, io.k, io.v, &gam, io.lam, &olvl, &hstate],
-                    [s.dv.div_ceil(SCAN_BV), s.heads, scans],
-                    cost::scan_walk(&s),
-                ));
+            } else {
+                for (head0, heads) in walk_groups.iter(scans) {
+                    let group = group_uniform(head0, heads);
+                    dispatches.push(dispatch(
+                        &kernels.scan,
+                        "chunk_scan_m2",
+                        &[&group, io.q, io.k, io.v, &gam, io.lam, &olvl, &hstate],
+                        [s.dv.div_ceil(SCAN_BV), heads, scans],
+                        cost::scan_walk(&s).share(heads, s.heads),
+                    ));
+                    dispatches.push(combine(&group, heads));
+                    scratch.push(group);
+                }
             }
-        }
-        if scans > 0 && pre.is_none() {
-            dispatches.push(dispatch(
-                &kernels.combine,
-                "chunk_combine",
-                &[&uniform, &olvl, io.o],
-                [(s.heads * s.dv).div_ceil(256), nt, 1],
-                cost::combine(&s),
-            ));
         }
         if let Some(state) = io.state {
             let (state_bv, state_bind): (usize, &[&wgpu::Buffer]) = match s.form {
@@ -908,6 +997,56 @@ mod tests {
         for source in &sources {
             assert_eq!(size_of::<ChunkParams>(), wgsl_uniform_size(source));
         }
+    }
+
+    /// `olvl_slot` of chunk_common.wgsl, as the walk kernels index their reader rows.
+    fn olvl_slot(s: &ScanShape, m: usize, c: usize) -> Option<usize> {
+        let base = m * s.chunks().div_ceil(2);
+        let p = 1 << m;
+        if m == s.m_top() {
+            return (c >= p).then(|| base + c - p);
+        }
+        (c & p != 0).then(|| base + ((c >> (m + 1)) << m) + (c & (p - 1)))
+    }
+
+    #[test]
+    fn walk_slots_hold_every_slot_the_kernels_index() {
+        for levels in [1, 8, 9, 10, 12, 15, 20] {
+            for t in (1..=3000)
+                .step_by(37)
+                .chain([64, 65, 128, 129, 4096, 65_536])
+            {
+                let s = ScanShape {
+                    form: Form::Gdn,
+                    t,
+                    heads: 1,
+                    qk_heads: 1,
+                    dk: 16,
+                    dv: 16,
+                    lambda_cols: levels,
+                    levels,
+                };
+                let used = (0..s.scans())
+                    .flat_map(|m| (0..s.chunks()).filter_map(move |c| olvl_slot(&s, m, c)))
+                    .max()
+                    .map_or(0, |top| top + 1);
+                // Room for every slot, and at most a level's worth more (the last regular
+                // level's region is sized for ⌈NT / 2⌉ readers).
+                let slots = walk_slots(&s);
+                let what = format!("T = {t}, {levels} levels: {slots} slots, {used} used");
+                assert!(slots >= used, "{what}");
+                assert!(slots <= used + s.chunks().div_ceil(2), "{what}");
+            }
+        }
+    }
+
+    #[test]
+    fn head_groups_cover_every_head_once() {
+        let groups = |heads, size| HeadGroups { heads, size }.iter(3).collect::<Vec<_>>();
+        assert_eq!(groups(16, 7), [(0, 7), (7, 7), (14, 2)]);
+        assert_eq!(groups(16, 16), [(0, 16)]);
+        assert_eq!(groups(1, 1), [(0, 1)]);
+        assert_eq!(HeadGroups::one(4).iter(0).count(), 0);
     }
 
     /// The most workgroup memory `chunk_intra_m2_coop` may take: 48 KiB, what NVIDIA's Vulkan

@@ -1,5 +1,6 @@
-// o += the inter-chunk levels each chunk reads, in level order (deterministic, no atomics).
-// One workgroup per (block of 256 (head, column) pairs, chunk).
+// o += the inter-chunk levels each chunk reads, in level order (deterministic, no atomics), for
+// the heads of one head group (olvl_row). One workgroup per (block of 256 (head, column) pairs
+// of the group, chunk).
 
 @group(0) @binding(0) var<uniform> P: Params;
 @group(0) @binding(1) var<storage, read> olvl: array<f32>;
@@ -9,20 +10,22 @@
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let x = wg.x * 256u + lid;
     let c = wg.y;
-    let row_len = P.heads * P.dv;
-    if (x >= row_len) {
+    if (x >= P.group_heads * P.dv) {
         return;
     }
+    let h = P.head0 + x / P.dv;
+    let d = x % P.dv;
     let n = min(CHUNK, P.t - c * CHUNK);
     for (var r = 0u; r < n; r++) {
         let t = c * CHUNK + r;
-        var s = o[t * row_len + x];
+        let at = (t * P.heads + h) * P.dv + d;
+        var s = o[at];
         for (var m = 0u; m < P.n_scans; m++) {
             let slot = olvl_slot(m, c);
             if (slot != NO_SLOT) {
-                s += olvl[(slot * CHUNK + r) * row_len + x];
+                s += olvl[olvl_row(slot, r, h) + d];
             }
         }
-        o[t * row_len + x] = s;
+        o[at] = s;
     }
 }

@@ -15,8 +15,8 @@ struct Params {
     levels: u32,
     half_nt: u32,    // ceil(nt / 2): reader chunks of one regular level (slots in olvl)
     level: u32,      // precomputed strategy: the chunk level of one up-sweep dispatch; 0 elsewhere
-    head0: u32,      // GDN backward: first operator head of the dispatch's head group; else 0
-    group_heads: u32, // GDN backward: heads of that group; else 0
+    head0: u32,      // first head of the dispatch's head group (GDN backward, level walk); else 0
+    group_heads: u32, // heads of that group (GDN backward, level walk); else 0
 }
 
 const CHUNK: u32 = 64u;   // chunk size C
@@ -38,6 +38,13 @@ fn lam_idx(t: u32, h: u32, col: u32) -> u32 {
 fn level_col(i: u32, j: u32) -> u32 {
     let l = select(firstLeadingBit(i ^ j) + 1u, 0u, i == j);
     return min(l, P.top);
+}
+
+// Start of row i of slot `slot` of the level walk's reader rows, head h of the dispatch's head
+// group: olvl[slot][i][h − head0][dv]. Only one head group's rows are held at a time, so that
+// long sequences fit the binding limit.
+fn olvl_row(slot: u32, i: u32, h: u32) -> u32 {
+    return ((slot * CHUNK + i) * P.group_heads + h - P.head0) * P.dv;
 }
 
 // Slot of chunk c in the inter-chunk output scratch of level m, or NO_SLOT when c does not read

@@ -1,5 +1,6 @@
 // Inter-chunk levels (spec §7.2), all levels in one dispatch: one workgroup per
-// (dv block of BV columns, head, chunk level m), sequential over chunks. Thread kk (< dk) owns row
+// (dv block of BV columns, head of the dispatch's head group, chunk level m), sequential over
+// chunks. Thread kk (< dk) owns row
 // kk of both dk x BV states in registers (updates read K̃ coalesced, 8 columns per load); a copy
 // in workgroup memory serves the reads (q̃ h, W̃ h), which split dk over 4 threads per row.
 //
@@ -9,8 +10,8 @@
 //     half sa = 0 (exactly the per-level scan of §7.2).
 //   saturated level m_top: every chunk reads sa = all chunks before (c >> m)<<m, the sum of all
 //     exact levels >= m_top (the runtime's saturating top level); every chunk is a source.
-// Reader outputs go to olvl[slot][row][h][dv] (olvl_slot) (weighted by λ column min(c0+1+m, top)); the combine
-// kernel adds them to o. Before the last chunk the read state is written to hstate[m] for the
+// Reader outputs go to olvl (olvl_slot, olvl_row), weighted by λ column min(c0+1+m, top); the
+// combine kernel adds them to o. Before the last chunk the read state is written to hstate[m] for the
 // final-state kernel.
 
 const BV: u32 = 8u; // columns per workgroup: two vec4
@@ -156,7 +157,7 @@ fn update_rows(
 @compute @workgroup_size(256)
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let v0 = wg.x * BV;
-    let h = wg.y;
+    let h = P.head0 + wg.y;
     let m = wg.z;
     let sat = m == P.m_top;
     let col = min(C0P1 + m, P.top);
@@ -247,7 +248,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 if (i < n) {
                     let t = t0 + i;
                     let o4 = lam[lam_idx(t, h, col)] * fq[i] * reduce_row(i, hi);
-                    let base = ((slot * CHUNK + i) * P.heads + h) * P.dv + v0 + hi * 4u;
+                    let base = olvl_row(slot, i, h) + v0 + hi * 4u;
                     for (var e = 0u; e < 4u; e++) {
                         if (hi * 4u + e < nbv) {
                             olvl[base + e] = o4[e];

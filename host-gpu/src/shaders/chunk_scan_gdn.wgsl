@@ -2,7 +2,8 @@
 // workgroup per (dv block of BV = 16 columns, level m, head), sequential over chunks. Inputs
 // from chunk_intra_gdn.wgsl, each a contiguous block per (chunk, head): q̃ᵀ and W̃ᵀ ([c][H][dk][C]:
 // a warp's rows are consecutive words), K̃ ([c][H][C][dk]: a warp's dk rows are consecutive words)
-// and U ([c][H][C][dv]). Workgroup ids: x = dv block, y = level, z = head, so that the workgroups
+// and U ([c][H][C][dv]). Workgroup ids: x = dv block, y = level, z = head of the dispatch's head
+// group (olvl_row), so that the workgroups
 // of one head (every level, every dv block) run together and share these blocks in the cache.
 //
 // Two states per level: `sa` is what reader chunks read, `sb` collects the current group.
@@ -210,7 +211,7 @@ fn end_group(s: Half, clear_a: bool) -> Half {
 fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let v0 = wg.x * BV;
     let m = wg.y;
-    let h = wg.z;
+    let h = P.head0 + wg.z;
     let sat = m == P.m_top;
     let col = min(C0P1 + m, P.top);
     let nbv = min(BV, P.dv - v0);
@@ -322,7 +323,7 @@ fn main(@builtin(workgroup_id) wg: vec3<u32>, @builtin(local_invocation_index) l
                 if (p == 0u) {
                     if (i < n) {
                         let l = lam[lam_idx(t0 + i, h, col)];
-                        let b = ((slot * CHUNK + i) * P.heads + h) * P.dv + v0 + ch * 8u;
+                        let b = olvl_row(slot, i, h) + v0 + ch * 8u;
                         for (var e = 0u; e < 4u; e++) {
                             if (ch * 8u + e < nbv) {
                                 olvl[b + e] = l * lo[e];
