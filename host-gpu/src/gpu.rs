@@ -88,8 +88,6 @@ pub struct Gpu {
     pub coop: Vec<wgpu::CooperativeMatrixProperties>,
     /// The configuration the projection matmuls use, or why they use the fp32 kernel.
     coop_matmul: Result<CoopMatmul, String>,
-    /// [`GpuOptions::scan_cooperative_matrix`] as opened.
-    scan_coop: bool,
 }
 
 /// How to open the device.
@@ -100,12 +98,6 @@ pub struct GpuOptions {
     /// type (f16 on NVIDIA), so results meet the reduced-precision tolerances of the golden
     /// README §7 (3e-3 / 3e-2), not the fp32 ones.
     pub cooperative_matrix: bool,
-    /// Also run the Mamba-2 chunk scan's tile products on cooperative matrices (the `_coop`
-    /// kernels of chunk_scan/, fp32-accurate by a split into two f16 halves) where the
-    /// adapter has the configuration they are written for. Off by default
-    /// (`LOGLINEAR_SCAN_COOP=1` turns it on): naga validates these kernels in every test
-    /// run, but none has run yet on a GPU that has cooperative matrices.
-    pub scan_cooperative_matrix: bool,
     /// The adapter: index i is the i-th of [`adapters`]; `None` lets wgpu choose (high
     /// performance preference).
     pub adapter: Option<usize>,
@@ -115,7 +107,6 @@ impl Default for GpuOptions {
     fn default() -> Self {
         Self {
             cooperative_matrix: true,
-            scan_cooperative_matrix: false,
             adapter: None,
         }
     }
@@ -123,13 +114,11 @@ impl Default for GpuOptions {
 
 impl GpuOptions {
     /// The defaults, with `LOGLINEAR_GPU_NO_COOP=1` turning cooperative matrices off (for
-    /// fp32 results on a GPU that has them) and `LOGLINEAR_SCAN_COOP=1` turning them on for the
-    /// chunk scan ([`GpuOptions::scan_cooperative_matrix`]).
+    /// fp32 results on a GPU that has them).
     pub fn from_env() -> Self {
-        let set = |name: &str| std::env::var(name).is_ok_and(|v| v == "1");
+        let off = std::env::var("LOGLINEAR_GPU_NO_COOP").is_ok_and(|v| v == "1");
         Self {
-            cooperative_matrix: !set("LOGLINEAR_GPU_NO_COOP"),
-            scan_cooperative_matrix: set("LOGLINEAR_SCAN_COOP"),
+            cooperative_matrix: !off,
             ..Self::default()
         }
     }
@@ -380,7 +369,6 @@ impl Gpu {
     pub fn new_fp32() -> Result<Self, GpuError> {
         Self::new_with(GpuOptions {
             cooperative_matrix: false,
-            scan_cooperative_matrix: false,
             adapter: None,
         })
     }
@@ -459,19 +447,12 @@ impl Gpu {
             features,
             coop,
             coop_matmul,
-            scan_coop: options.scan_cooperative_matrix,
         })
     }
 
     /// The cooperative-matrix configuration the projection matmuls use, if any.
     pub fn coop_matmul(&self) -> Option<CoopMatmul> {
         self.coop_matmul.as_ref().ok().copied()
-    }
-
-    /// The cooperative-matrix configuration the chunk scan may use: the matmuls' one, where
-    /// [`GpuOptions::scan_cooperative_matrix`] asked for it.
-    pub fn scan_coop(&self) -> Option<CoopMatmul> {
-        self.coop_matmul().filter(|_| self.scan_coop)
     }
 
     /// "name (backend, device type, driver); matmul: …" for logs and benchmark tables.

@@ -236,9 +236,8 @@ fn model_sized_heads() {
 
 /// Mamba-2 states far outside f16's range, both ways: 1024 tokens that barely decay, with k, v
 /// of one sign so that the level states sum up, v scaled to put them over 10^5 (above f16's
-/// largest value) or near 10^-4 (where f16 is subnormal). The Mamba-2 kernels on cooperative
-/// matrices (`LOGLINEAR_SCAN_COOP=1` on an adapter that has them) scale their f16 stages to keep
-/// fp32's tolerance there; the fp32 kernels, which run everywhere else, must hold it anyway.
+/// largest value) or near 10^-4 (where f16 is subnormal): a kernel that took its tile products
+/// in f16 without scaling would fail here, and the fp32 kernels must hold fp32's tolerance.
 #[test]
 fn mamba2_states_beyond_f16_range() {
     let gpu = Gpu::new().expect("GPU adapter (lavapipe in CI)");

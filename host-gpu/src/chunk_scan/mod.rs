@@ -37,13 +37,6 @@
 //! chunk writes the hand-off states). Chunk c reads level m from slot ((c >> m) << m) − 1 decayed
 //! by the Γ of the chunks between, so every exponent is still of a sum of Γ ≤ 0.
 //!
-//! On adapters with cooperative matrices (f16 16×16 → f32 in subgroups of 32, as on NVIDIA
-//! GPUs through Vulkan), `chunk_intra_m2`, `chunk_pre_contrib_m2` and `chunk_pre_read_m2` run
-//! as their `_coop` kernels: the same tile products on tensor cores, each fp32 operand split
-//! into two f16 halves (hi + lo) over stages scaled by powers of two, so that they keep fp32's
-//! tolerance (shaders/common/coop_stage.wgsl), where [`crate::GpuOptions::scan_cooperative_matrix`]
-//! (`LOGLINEAR_SCAN_COOP=1`) asks for them; the dispatch labels say which ran.
-//!
 //! Limits: dk ≤ 256 (a scan thread owns a state row; the GDN final-state pass keeps a dk × 16
 //! block in workgroup memory); any dv; any T ≥ 1 up to 64·65535 tokens; lambda_cols ≥ levels ≤ 32;
 //! 32 KiB of workgroup memory and 11 storage buffers per stage (checked in [`ScanKernels::new`]).
@@ -58,7 +51,7 @@
 //! BENCHMARKS.md ("GPU prefill").
 
 use crate::gpu::MAX_GROUPS;
-use crate::gpu::{record_dispatch, CoopMatmul, Gpu, GpuError, Kernel};
+use crate::gpu::{record_dispatch, Gpu, GpuError, Kernel};
 pub use loglinear_runtime::chunk::{Form, ScanShape, CHUNK};
 
 mod cost;
@@ -220,61 +213,6 @@ const PRE_READ_M2: &str = include_str!("../shaders/chunk_pre_read_m2.wgsl");
 /// The parts of `chunk_pre_read_m2` after chunk_common.wgsl.
 const PRE_READ_PARTS: [&str; 4] = [ROWS16, PRE_READ_COMMON, PRE_READ_M2, PRE_COMMON];
 
-const INTRA_M2_COOP: &str = include_str!("../shaders/chunk_intra_m2_coop.wgsl");
-const PRE_CONTRIB_M2_COOP: &str = include_str!("../shaders/chunk_pre_contrib_m2_coop.wgsl");
-const PRE_READ_M2_COOP: &str = include_str!("../shaders/chunk_pre_read_m2_coop.wgsl");
-/// Fp32-accurate tile products on cooperative matrices (shaders/common/coop_stage.wgsl).
-const COOP_STAGE: &str = include_str!("../shaders/common/coop_stage.wgsl");
-/// Their 64 × 64 output tiles written or added to `o` (shaders/common/coop_o_blocks.wgsl).
-const COOP_O_BLOCKS: &str = include_str!("../shaders/common/coop_o_blocks.wgsl");
-
-/// The Mamba-2 tile-product kernels on cooperative matrices: `chunk_intra_m2_coop`,
-/// `chunk_pre_contrib_m2_coop` and `chunk_pre_read_m2_coop`.
-struct M2CoopSources {
-    intra: String,
-    contrib: String,
-    read: String,
-}
-
-/// The Mamba-2 kernels on cooperative matrices for the device's configuration, where it is
-/// the one they are written for (f16 16×16 matrices, subgroups of 32: their 256 threads are 8
-/// subgroups); `None` elsewhere (lavapipe, [`Gpu::new_fp32`], not asked for: see
-/// [`Gpu::scan_coop`]), where the fp32 kernels run.
-fn m2_coop_sources(cfg: Option<CoopMatmul>) -> Option<M2CoopSources> {
-    let cfg = cfg?;
-    let fits =
-        cfg.input == wgpu::CooperativeScalarType::F16 && cfg.size == 16 && cfg.subgroup_size == 32;
-    let with_header = |parts: &[&str]| format!("{}{}", cfg.wgsl_header(), chunk_source(parts));
-    fits.then(|| M2CoopSources {
-        intra: with_header(&[COOP_STAGE, COOP_O_BLOCKS, GAMMAS, INTRA_M2_COOP]),
-        contrib: with_header(&[COOP_STAGE, PRE_CONTRIB_M2_COOP, PRE_COMMON]),
-        read: with_header(&[
-            COOP_STAGE,
-            COOP_O_BLOCKS,
-            PRE_READ_COMMON,
-            PRE_READ_M2_COOP,
-            PRE_COMMON,
-        ]),
-    })
-}
-
-/// The kernel on cooperative matrices (label, source) where there is one and the driver builds
-/// it, else the fp32 kernel; with the label of the one built.
-fn coop_or_fp32(
-    gpu: &Gpu,
-    coop: Option<(&'static str, &str)>,
-    fp32: (&'static str, &str),
-) -> Result<(Kernel, &'static str), GpuError> {
-    if let Some((label, source)) = coop {
-        // A driver that cannot build it (too little workgroup memory, say) has the fp32 kernel.
-        if let Ok(kernel) = gpu.kernel(label, source, "main") {
-            return Ok((kernel, label));
-        }
-    }
-    let (label, source) = fp32;
-    Ok((gpu.kernel(label, source, "main")?, label))
-}
-
 /// Rows16, sixteen rows of a tile product in four vec4 (shaders/common/rows16.wgsl).
 pub(crate) const ROWS16: &str = include_str!("../shaders/common/rows16.wgsl");
 /// The chunk's γ in workgroup memory (shaders/common/chunk_gammas.wgsl).
@@ -373,30 +311,16 @@ struct PreKernels {
     sweep: Kernel,
     prefix: Kernel,
     read: Kernel,
-    /// Which kernels `contrib` and `read` are: the fp32 ones or those on cooperative matrices
-    /// (`_coop`).
-    labels: [&'static str; 2],
 }
 
 impl PreKernels {
-    fn new(gpu: &Gpu, coop: Option<&M2CoopSources>) -> Result<Self, GpuError> {
+    fn new(gpu: &Gpu) -> Result<Self, GpuError> {
         let src = chunk_source;
-        let (contrib, contrib_label) = coop_or_fp32(
-            gpu,
-            coop.map(|c| ("chunk_pre_contrib_m2_coop", c.contrib.as_str())),
-            ("chunk_pre_contrib_m2", &src(&PRE_CONTRIB_PARTS)),
-        )?;
-        let (read, read_label) = coop_or_fp32(
-            gpu,
-            coop.map(|c| ("chunk_pre_read_m2_coop", c.read.as_str())),
-            ("chunk_pre_read_m2", &src(&PRE_READ_PARTS)),
-        )?;
         Ok(Self {
-            contrib,
+            contrib: gpu.kernel("chunk_pre_contrib_m2", &src(&PRE_CONTRIB_PARTS), "main")?,
             sweep: gpu.kernel("chunk_pre_sweep", &src(&[PRE_SWEEP, PRE_COMMON]), "main")?,
             prefix: gpu.kernel("chunk_pre_prefix", &src(&[PRE_PREFIX, PRE_COMMON]), "main")?,
-            read,
-            labels: [contrib_label, read_label],
+            read: gpu.kernel("chunk_pre_read_m2", &src(&PRE_READ_PARTS), "main")?,
         })
     }
 }
@@ -406,7 +330,6 @@ pub struct ScanKernels {
     form: Form,
     gamma: Kernel,
     intra: Kernel,
-    /// Which kernel `intra` is (`chunk_intra_m2_coop` on cooperative matrices, or fp32).
     intra_label: &'static str,
     scan: Kernel,
     combine: Kernel,
@@ -432,17 +355,7 @@ impl ScanKernels {
             )));
         }
         let src = chunk_source;
-        let coop = match form {
-            Form::Mamba2 => m2_coop_sources(gpu.scan_coop()),
-            Form::Gdn => None,
-        };
-        let (fp32_label, fp32_src) = intra_source(form);
-        let (intra, intra_label) = coop_or_fp32(
-            gpu,
-            coop.as_ref()
-                .map(|c| ("chunk_intra_m2_coop", c.intra.as_str())),
-            (fp32_label, &fp32_src),
-        )?;
+        let (intra_label, intra_src) = intra_source(form);
         let (scan_label, scan_head) = match form {
             Form::Mamba2 => ("chunk_scan_m2", SCAN_M2),
             Form::Gdn => ("chunk_scan_gdn", SCAN_GDN),
@@ -455,7 +368,7 @@ impl ScanKernels {
         Ok(Self {
             form,
             gamma: gpu.kernel("chunk_gamma", &src(&[GAMMA]), "main")?,
-            intra,
+            intra: gpu.kernel(intra_label, &intra_src, "main")?,
             intra_label,
             scan: gpu.kernel(scan_label, &scan_src, "main")?,
             combine: gpu.kernel("chunk_combine", &src(&[COMBINE]), "main")?,
@@ -471,7 +384,7 @@ impl ScanKernels {
                 "main",
             )?,
             pre: match form {
-                Form::Mamba2 => Some(PreKernels::new(gpu, coop.as_ref())?),
+                Form::Mamba2 => Some(PreKernels::new(gpu)?),
                 Form::Gdn => None,
             },
         })
@@ -855,7 +768,7 @@ impl ChunkScan {
                     .storage_zeroed("chunk contributions", ((nt - 1) * s.heads * per) as u64 * f)?;
                 dispatches.push(dispatch(
                     &pk.contrib,
-                    pk.labels[0],
+                    "chunk_pre_contrib_m2",
                     &[&uniform, io.k, io.v, &gam, &xs],
                     [
                         s.dk.div_ceil(PRE_TILE) * s.dv.div_ceil(PRE_TILE),
@@ -894,7 +807,7 @@ impl ChunkScan {
                 }
                 dispatches.push(dispatch(
                     &pk.read,
-                    pk.labels[1],
+                    "chunk_pre_read_m2",
                     &[&uniform, io.q, &gam, io.lam, &xs, io.o, &hstate],
                     [s.dv.div_ceil(PRE_TILE), nt - 1, s.heads],
                     cost::pre_read(&s),
@@ -976,7 +889,7 @@ impl ChunkScan {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::{wgsl_uniform_size, wgsl_validate, wgsl_workgroup_bytes};
+    use crate::gpu::wgsl_uniform_size;
 
     #[test]
     fn the_uniform_matches_every_forward_kernel() {
@@ -1047,45 +960,5 @@ mod tests {
         assert_eq!(groups(16, 16), [(0, 16)]);
         assert_eq!(groups(1, 1), [(0, 1)]);
         assert_eq!(HeadGroups::one(4).iter(0).count(), 0);
-    }
-
-    /// The most workgroup memory `chunk_intra_m2_coop` may take: 48 KiB, what NVIDIA's Vulkan
-    /// drivers give a workgroup (elsewhere the fp32 kernel runs).
-    const COOP_INTRA_WORKGROUP_BYTES: u32 = 49152;
-
-    /// The coop kernels compile only where the adapter has cooperative matrices, which lavapipe
-    /// (CI) does not: naga checks their sources here for the one configuration they are written
-    /// for, their uniform block and workgroup memory (the fp32 kernels' limit for contrib and
-    /// read); every other configuration takes the fp32 kernels.
-    #[test]
-    fn coop_kernels_validate_for_their_configuration_only() {
-        use wgpu::CooperativeScalarType as T;
-        let cfg = |input, size, subgroup_size| CoopMatmul {
-            size,
-            input,
-            subgroup_size,
-        };
-        let c = m2_coop_sources(Some(cfg(T::F16, 16, 32))).expect("f16 16x16, 32");
-        for (name, source, bytes) in [
-            ("chunk_intra_m2_coop", &c.intra, COOP_INTRA_WORKGROUP_BYTES),
-            (
-                "chunk_pre_contrib_m2_coop",
-                &c.contrib,
-                NEEDED_WORKGROUP_BYTES,
-            ),
-            ("chunk_pre_read_m2_coop", &c.read, NEEDED_WORKGROUP_BYTES),
-        ] {
-            wgsl_validate(name, source);
-            assert_eq!(
-                size_of::<ChunkParams>(),
-                wgsl_uniform_size(source),
-                "{name}"
-            );
-            assert!(wgsl_workgroup_bytes(source) <= bytes, "{name}");
-        }
-        for other in [cfg(T::F16, 8, 32), cfg(T::F32, 16, 32), cfg(T::F16, 16, 64)] {
-            assert!(m2_coop_sources(Some(other)).is_none(), "{other:?}");
-        }
-        assert!(m2_coop_sources(None).is_none());
     }
 }

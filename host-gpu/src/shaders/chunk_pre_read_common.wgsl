@@ -1,6 +1,6 @@
-// Shared by the two kernels of the precomputed strategy's step 4 (Mamba-2), chunk_pre_read_m2
-// (fp32 tile product) and chunk_pre_read_m2_coop (cooperative matrices): their bindings, the
-// levels a reader chunk reads, each level's row factors and the last chunk's hand-off states.
+// The precomputed strategy's step 4 (Mamba-2, chunk_pre_read_m2.wgsl) apart from its tile
+// product: the bindings, the levels a reader chunk reads, each level's row factors and the last
+// chunk's hand-off states.
 // One workgroup per (64 dv columns vb, reader chunk c ≥ 1, head h), PWG threads.
 
 @group(0) @binding(0) var<uniform> P: Params;
