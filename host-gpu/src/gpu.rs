@@ -480,6 +480,15 @@ impl Gpu {
         format!("{}; training kernels: fp32", self.describe_adapter())
     }
 
+    /// The most bytes one f32 scratch buffer bound to a kernel may have: the binding and
+    /// buffer limits, and u32 element indices.
+    pub(crate) fn scratch_limit(&self) -> u64 {
+        self.limits
+            .max_storage_buffer_binding_size
+            .min(self.limits.max_buffer_size)
+            .min(u64::from(u32::MAX) * 4)
+    }
+
     fn check_size(&self, label: &str, bytes: u64) -> Result<(), GpuError> {
         let limit = self.limits.max_storage_buffer_binding_size;
         if bytes > limit {

@@ -573,11 +573,7 @@ impl HeadGroups {
     /// limits (and u32 indices) with.
     fn for_walk(gpu: &Gpu, s: &ScanShape) -> Result<Self, GpuError> {
         let per_head = walk_row_values(s) * 4;
-        let limit = gpu
-            .limits
-            .max_storage_buffer_binding_size
-            .min(gpu.limits.max_buffer_size)
-            .min(u64::from(u32::MAX) * 4);
+        let limit = gpu.scratch_limit();
         let fit = (limit / per_head.max(1)) as usize;
         if fit == 0 {
             return Err(GpuError::TooLarge {

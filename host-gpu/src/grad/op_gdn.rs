@@ -136,12 +136,7 @@ impl GdnBackward {
         .into_iter()
         .max()
         .unwrap_or(1) as u64;
-        let limit = gpu
-            .limits
-            .max_storage_buffer_binding_size
-            .min(gpu.limits.max_buffer_size)
-            // Scratch indices are u32.
-            .min(u64::from(u32::MAX) * 4);
+        let limit = gpu.scratch_limit();
         let fit = (limit / (biggest * 4)) as usize;
         if fit == 0 {
             return Err(GpuError::Invalid(format!(
