@@ -38,8 +38,6 @@ fi
 # The AArch64 Linux board and the NEON/sdot kernel tests: the cross linker and libc.
 command -v aarch64-linux-gnu-gcc >/dev/null 2>&1 || apt_missing+=(gcc-aarch64-linux-gnu)
 [ -e /usr/aarch64-linux-gnu/lib/libc.so.6 ] || apt_missing+=(libc6-dev-arm64-cross)
-# The board tools that `cargo xtask boards` installs with cargo (espflash, probe-rs) use libudev.
-pkg-config --exists libudev 2>/dev/null || apt_missing+=(libudev-dev pkg-config)
 if [ "${#apt_missing[@]}" -gt 0 ]; then
     echo "installing ${apt_missing[*]}"
     as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q
@@ -65,7 +63,7 @@ fi
 export XDG_RUNTIME_DIR="${XDG_RUNTIME_DIR:-/tmp}"
 rustc --version
 cargo --version
-# A clean run writes about 9 GB (build caches, QEMU images, the board tools); a full disk shows up
+# A clean run writes about 9 GB (build caches, QEMU images); a full disk shows up
 # later as a linker killed by SIGBUS, so say it here first.
 mkdir -p "$TARGET_DIR"
 free_kb="$(df -Pk "$TARGET_DIR" | awk 'NR == 2 { print $4 }')"

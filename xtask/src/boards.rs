@@ -3,6 +3,7 @@
 //!
 //!   cargo xtask boards [BOARD...]            (default: every board whose kind is not `qemu`)
 //!   cargo xtask boards --update [BOARD...]   rewrite the boards' size.txt
+//!   cargo xtask boards --kind hardware|linux  only the chips, or only the Linux boards
 //!
 //! * stm32h743, nrf52840, rp2040, esp32c3: each board's own crate (`boards/<board>/Cargo.toml`,
 //!   on its vendor's HAL: embassy-stm32, embassy-nrf, embassy-rp, esp-hal), built from its
@@ -18,59 +19,34 @@
 //! * linux-aarch64: a std build of loglinear-runtime and of the `loglinear` CLI for
 //!   aarch64-unknown-linux-gnu (linked with Debian's gcc-aarch64-linux-gnu), an AArch64 ELF.
 //! * for each hardware board, its runner (board.toml and .cargo/config.toml agree) names a chip
-//!   that the tool itself lists: `probe-rs chip info`, `espflash flash --chip` values; so does
-//!   board.toml's `probe_rs_chip`.
-//! * rp2040 (a board with [memory.boot2]): elf2uf2-rs writes the UF2 file, and `uf2.rs` checks
-//!   what it would write to flash (vector table, second stage's CRC). esp32c3 (an espflash
-//!   runner): `espflash save-image` writes the app image, and `esp_image.rs` reads it back
-//!   (header, segments, checksum, SHA-256, app descriptor).
+//!   that the tool itself lists: probe-rs's built-in chip list (what `probe-rs chip info`
+//!   reads), espflash's `--chip` values; so does board.toml's `probe_rs_chip`.
+//! * rp2040 (a board with [memory.boot2]): elf2uf2-rs's converter writes the UF2 file, and
+//!   `uf2.rs` checks what it would write to flash (vector table, second stage's CRC). esp32c3
+//!   (an espflash runner): espflash's image writer makes the app image that `espflash
+//!   save-image` writes, and `esp_image.rs` reads it back (header, segments, checksum, SHA-256,
+//!   app descriptor).
 //!
-//! Installs what it needs on Debian 12: the Rust targets; gcc-aarch64-linux-gnu,
-//! libc6-dev-arm64-cross and libudev-dev with apt (as root, or through sudo); espflash,
-//! elf2uf2-rs and probe-rs-tools with `cargo install --locked` at fixed versions. Nothing is
-//! flashed: no board is attached here. The firmware builds into target/boards-build, apart from
+//! The tools' parts come from their crates, linked into xtask (`board_tools.rs`), so that no
+//! command-line tool is installed for the checks; a user who flashes installs them (each board's
+//! README).
+//!
+//! Installs what it needs on Debian 12: the Rust targets; gcc-aarch64-linux-gnu and
+//! libc6-dev-arm64-cross with apt (as root, or through sudo). Nothing is flashed: no board is attached here. The firmware builds into target/boards-build, apart from
 //! target/firmware of the QEMU boards, because the firmware's ELF path is the same for every
 //! board of one target.
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use anyhow::{bail, ensure, Context, Result};
 use loglinear_planner::{Board, BoardProfile, LinuxBoard, Transport};
 
 use crate::snapshot::{self, Elf};
+use crate::stages::Stages;
 use crate::tasks::{self, FirmwareBuild, Repo};
-use crate::{esp_image, image, system, uf2};
-
-/// The tools of the hardware boards, at fixed versions (`cargo install`, a few minutes each on a
-/// fresh machine): espflash turns the ESP32-C3 ELF into the app image its bootloader boots,
-/// elf2uf2-rs the RP2040 ELF into the UF2 file of its BOOTSEL drive, and probe-rs (the other
-/// boards' runner) lists the chips it knows. Each flashes boards too; no board is attached here.
-const TOOLS: [Tool; 3] = [
-    Tool {
-        bin: "espflash",
-        version: "4.7.0",
-        krate: "espflash",
-    },
-    Tool {
-        bin: "elf2uf2-rs",
-        version: "2.2.0",
-        krate: "elf2uf2-rs",
-    },
-    Tool {
-        bin: "probe-rs",
-        version: "0.32.0",
-        krate: "probe-rs-tools",
-    },
-];
-
-/// A tool installed with `cargo install --locked <krate>@<version>`, which provides `bin`.
-struct Tool {
-    bin: &'static str,
-    version: &'static str,
-    krate: &'static str,
-}
+use crate::{board_tools, esp_image, image, system, uf2};
 
 /// The Linux target whose cross linker and C library this task installs, with their Debian
 /// packages and the file that shows the C library is there.
@@ -104,26 +80,46 @@ pub struct Args {
     /// Rewrite `boards/<board>/size.txt` from the builds instead of checking them.
     #[arg(long)]
     update: bool,
+    /// Only the boards of this kind: `hardware` (the chips' firmware) or `linux` (the std
+    /// builds); default: both.
+    #[arg(long, value_enum)]
+    kind: Option<Kind>,
     /// Board names (folders under boards/); default: every hardware board, then every Linux
     /// board.
     boards: Vec<String>,
 }
 
-/// Runs the task.
-pub fn run(repo: &Repo, args: Args) -> Result<()> {
-    let boards = select(&args.boards)?;
+/// The two kinds of board this task builds.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Kind {
+    /// A chip that runs the firmware (`kind = "hardware"` in its board.toml).
+    Hardware,
+    /// A Linux board: a std build of the runtime and the CLI.
+    Linux,
+}
+
+/// Runs the task: the set-up, the lints and the runner checks, then each board, each a stage
+/// of `stages`.
+pub fn run(repo: &Repo, args: Args, stages: &mut Stages) -> Result<()> {
+    let boards: Vec<Board> = select(&args.boards)?
+        .into_iter()
+        .filter(|b| args.kind.is_none_or(|kind| kind == Kind::of(b)))
+        .collect();
     let fw_target_dir = repo.target_dir.join("boards-build");
     let work = fw_target_dir.join("elf");
-    setup(repo, &boards)?;
+    stages.run("set-up", |_| setup(repo, &boards))?;
     std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
-    clippy(&boards, &fw_target_dir)?;
-    check_runners(&boards)?;
+    stages.run("fmt and clippy of the board crates", |_| {
+        clippy(&boards, &fw_target_dir)
+    })?;
+    stages.run("runners and chips", |_| check_runners(&boards))?;
     let mut summary = Vec::new();
     for board in &boards {
-        summary.push(match board {
-            Board::Linux(b) => linux(repo, b, &work)?,
-            Board::Firmware(b) => firmware(b, &fw_target_dir, &work, args.update)?,
-        });
+        let line = stages.run(board.name(), |_| match board {
+            Board::Linux(b) => linux(repo, b, &work),
+            Board::Firmware(b) => firmware(b, &fw_target_dir, &work, args.update),
+        })?;
+        summary.push(line);
     }
     println!();
     println!("boards: all boards built and checked (nothing flashed: no board is attached):");
@@ -151,6 +147,15 @@ fn select(names: &[String]) -> Result<Vec<Board>> {
     }
     boards.sort_by_key(|b| matches!(b, Board::Linux(_)));
     Ok(boards)
+}
+
+impl Kind {
+    fn of(board: &Board) -> Self {
+        match board {
+            Board::Linux(_) => Kind::Linux,
+            Board::Firmware(_) => Kind::Hardware,
+        }
+    }
 }
 
 /// The firmware boards among `boards`.
@@ -183,9 +188,6 @@ fn setup(repo: &Repo, boards: &[Board]) -> Result<()> {
         if let Board::Linux(b) = board {
             ensure_linker(b)?;
         }
-    }
-    if hardware_boards(boards).next().is_some() {
-        ensure_tools()?;
     }
     // A board whose model is converted at test time (under target/models/) needs the host CLI.
     let converted = firmware_boards(boards)
@@ -220,44 +222,14 @@ fn ensure_linker(board: &LinuxBoard) -> Result<()> {
     system::apt_install(&AARCH64_PACKAGES).with_context(|| format!("{}: installing", board.name))
 }
 
-/// Installs the tools (`TOOLS`) that are missing or installed at another version.
-fn ensure_tools() -> Result<()> {
-    let installed = tasks::output(Command::new("cargo").args(["install", "--list"]))?;
-    for tool in &TOOLS {
-        if system::on_path(tool.bin) && cargo_installed(&installed, tool.krate, tool.version) {
-            continue;
-        }
-        let has_libudev = Command::new("pkg-config")
-            .args(["--exists", "libudev"])
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !has_libudev {
-            println!("installing libudev-dev (the tools' serial and USB access)");
-            system::apt_install(&["libudev-dev", "pkg-config"])?;
-        }
-        println!("installing {} {} (cargo install)", tool.krate, tool.version);
-        tasks::run(Command::new("cargo").args([
-            "install",
-            "--locked",
-            "--quiet",
-            &format!("{}@{}", tool.krate, tool.version),
-        ]))?;
-    }
-    Ok(())
-}
-
-/// Whether `cargo install --list` (its output `list`) holds `krate` at `version`.
-fn cargo_installed(list: &str, krate: &str, version: &str) -> bool {
-    let line = format!("{krate} v{version}:");
-    list.lines().any(|l| l == line)
-}
-
 /// Clippy, -D warnings: the firmware library as the HAL board crates build it (feature `link`,
 /// defmt over RTT), each HAL board crate (from its folder, whose .cargo/config.toml names the
 /// target and the board), and the firmware package with the UART drivers of the hardware boards
 /// without one (`cargo xtask qemu` covers the QEMU boards' configurations).
 fn clippy(boards: &[Board], fw_target_dir: &Path) -> Result<()> {
+    if hardware_boards(boards).next().is_none() {
+        return Ok(());
+    }
     println!("firmware (library, features link + defmt-rtt): cargo clippy -D warnings");
     let lib_board = BoardProfile::find(LIBRARY_CLIPPY_BOARD)
         .with_context(|| format!("board {LIBRARY_CLIPPY_BOARD}"))?;
@@ -314,6 +286,14 @@ impl ChipTool {
             ChipTool::Espflash => "espflash",
         }
     }
+
+    /// The tool's command that lists its chips, for a user to look one up.
+    fn list_command(self) -> &'static str {
+        match self {
+            ChipTool::ProbeRs => "probe-rs chip list",
+            ChipTool::Espflash => "espflash flash --help",
+        }
+    }
 }
 
 /// The tool and chip of a runner line: `probe-rs run --chip CHIP ...` or `espflash flash --chip
@@ -361,19 +341,11 @@ fn cargo_config_runner(text: &str, target: &str) -> Result<Option<String>> {
     Ok(Some(words.join(" ")))
 }
 
-/// Whether `espflash flash --help` (its output `help`) lists `chip` among the `--chip` values
-/// (`      - esp32c3: ...` lines).
-fn espflash_lists_chip(help: &str, chip: &str) -> bool {
-    let item = format!("- {chip}: ");
-    help.lines()
-        .any(|l| l.starts_with(' ') && l.trim_start().starts_with(&item))
-}
-
 /// `cargo run` in a board's folder runs its .cargo/config.toml runner, which must be board.toml's
-/// and must name a chip that its tool knows: probe-rs's own target list (`probe-rs chip info`),
-/// espflash's (the values of `espflash flash --chip`). board.toml's `probe_rs_chip` too.
+/// and must name a chip that its tool knows: probe-rs's built-in target list (what `probe-rs
+/// chip info` reads), espflash's `--chip` values; board.toml's `probe_rs_chip` too. Both lists
+/// come from the tools' crates (`board_tools.rs`).
 fn check_runners(boards: &[Board]) -> Result<()> {
-    let mut espflash_help: Option<String> = None;
     for board in hardware_boards(boards) {
         let name = &board.name;
         let config = Path::new("boards").join(name).join(".cargo/config.toml");
@@ -405,33 +377,16 @@ fn check_runners(boards: &[Board]) -> Result<()> {
         chips.insert((ChipTool::ProbeRs, board.probe_rs_chip.as_str()));
         chips.insert((tool, chip));
         for (tool, chip) in chips {
-            match tool {
-                ChipTool::ProbeRs => {
-                    let known = Command::new("probe-rs")
-                        .args(["chip", "info", chip])
-                        .stdout(Stdio::null())
-                        .stderr(Stdio::null())
-                        .status()
-                        .context("running probe-rs chip info")?
-                        .success();
-                    ensure!(
-                        known,
-                        "{name}: probe-rs does not know chip '{chip}' (probe-rs chip list)"
-                    );
-                }
-                ChipTool::Espflash => {
-                    if espflash_help.is_none() {
-                        espflash_help = Some(tasks::output(
-                            Command::new("espflash").args(["flash", "--help"]),
-                        )?);
-                    }
-                    let help = espflash_help.as_deref().unwrap_or_default();
-                    ensure!(
-                        espflash_lists_chip(help, chip),
-                        "{name}: espflash does not know chip '{chip}' (espflash flash --help)"
-                    );
-                }
-            }
+            let known = match tool {
+                ChipTool::ProbeRs => board_tools::probe_rs_knows(chip),
+                ChipTool::Espflash => board_tools::espflash_knows(chip),
+            };
+            ensure!(
+                known,
+                "{name}: {} does not know chip '{chip}' (`{}` lists the chips it knows)",
+                tool.name(),
+                tool.list_command()
+            );
             println!("{name}: {} knows chip {chip}", tool.name());
         }
     }
@@ -588,24 +543,13 @@ fn firmware(
     match runner_chip(&board.runner) {
         Ok((ChipTool::Espflash, esp_chip)) => {
             let bin = work.join(format!("{name}.bin"));
-            let mut cmd = Command::new("espflash");
-            cmd.args(["save-image", "--chip", esp_chip])
-                .arg(&elf)
-                .arg(&bin);
-            let out = cmd
-                .output()
-                .with_context(|| format!("starting {}", tasks::describe(&cmd)))?;
-            for line in String::from_utf8_lossy(&out.stdout)
-                .lines()
-                .chain(String::from_utf8_lossy(&out.stderr).lines())
-            {
-                println!("  espflash: {line}");
-            }
-            ensure!(
-                out.status.success(),
-                "{name}: {} failed ({})",
-                tasks::describe(&cmd),
-                out.status
+            let app = board_tools::esp_app_image(esp_chip, &read(&elf)?)
+                .with_context(|| format!("{name}: the app image of {}", elf.display()))?;
+            write(&bin, &app)?;
+            println!(
+                "  {} ({} B, espflash's app image for {esp_chip}):",
+                bin.display(),
+                app.len()
             );
             esp_image::check_file(board, &bin).with_context(|| name.clone())?;
         }
@@ -613,17 +557,13 @@ fn firmware(
     }
     if let Some(boot2) = board.other_regions.get("boot2") {
         let uf2_file = work.join(format!("{name}.uf2"));
-        tasks::run(
-            Command::new("elf2uf2-rs")
-                .arg(&elf)
-                .arg(&uf2_file)
-                .stdout(Stdio::null()),
-        )
-        .with_context(|| format!("{name}: writing the UF2 file"))?;
+        let uf2 = board_tools::rp2040_uf2(&read(&elf)?)
+            .with_context(|| format!("{name}: the UF2 file of {}", elf.display()))?;
+        write(&uf2_file, &uf2)?;
         println!(
-            "  {} ({} B, elf2uf2-rs):",
+            "  {} ({} B, elf2uf2-rs's UF2 writer):",
             uf2_file.display(),
-            file_len(&uf2_file)?
+            uf2.len()
         );
         uf2::check_file(board, &uf2_file).with_context(|| name.clone())?;
         let found = info.section(".boot2").map(|s| (s.size, s.address));
@@ -692,6 +632,14 @@ fn is_trap(line: &str) -> bool {
     })
 }
 
+fn read(path: &Path) -> Result<Vec<u8>> {
+    std::fs::read(path).with_context(|| format!("reading {}", path.display()))
+}
+
+fn write(path: &Path, bytes: &[u8]) -> Result<()> {
+    std::fs::write(path, bytes).with_context(|| format!("writing {}", path.display()))
+}
+
 fn copy(from: &Path, to: &Path) -> Result<()> {
     std::fs::copy(from, to)
         .with_context(|| format!("copying {} to {}", from.display(), to.display()))?;
@@ -750,26 +698,6 @@ LOGLINEAR_BOARD = "rp2040"
         assert_eq!(cargo_config_runner(config, "riscv32imc").unwrap(), None);
         assert!(cargo_config_runner("[target\n", "x").is_err());
         assert!(cargo_config_runner("[target.x]\nrunner = 3\n", "x").is_err());
-    }
-
-    #[test]
-    fn espflash_chips_are_read_from_its_help() {
-        let help = "      --chip <CHIP>\n          Target device\n\n          Possible values:\n          - esp32:   ESP32\n          - esp32c3: ESP32-C3, ESP8685\n";
-        assert!(espflash_lists_chip(help, "esp32c3"));
-        assert!(espflash_lists_chip(help, "esp32"));
-        assert!(!espflash_lists_chip(help, "esp32c6"));
-        assert!(!espflash_lists_chip(
-            "- esp32c3: at the margin\n",
-            "esp32c3"
-        ));
-    }
-
-    #[test]
-    fn cargo_install_list_is_matched_by_crate_and_version() {
-        let list = "elf2uf2-rs v2.2.0:\n    elf2uf2-rs\nprobe-rs-tools v0.32.0:\n    probe-rs\n";
-        assert!(cargo_installed(list, "probe-rs-tools", "0.32.0"));
-        assert!(!cargo_installed(list, "probe-rs-tools", "0.31.0"));
-        assert!(!cargo_installed(list, "probe-rs", "0.32.0"));
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! `cargo xtask ci`: every test of the repository, in order, stopping at the first failure.
+//! `cargo xtask ci`: every test of the repository, in order, stopping at the first failure, then
+//! the time of each stage (`stages.rs`), with a warning when the whole run passes its budget.
 //! `bash scripts/test.sh` installs the system packages and toolchain pieces first, then runs
 //! this; on a machine that has them, `cargo xtask ci` alone does the same.
 //!
@@ -7,22 +8,31 @@
 //!     and `cargo doc` with rustdoc's warnings as errors
 //!  3. `no_std` builds of loglinear-runtime for the four bare-metal targets, each with a check
 //!     that no `alloc` crate is linked (see [`no_alloc`])
-//!  4. `cargo test --workspace --release` (release: the golden tests step long sequences)
+//!  4. `cargo test --release` of the workspace and of xtask (release: the golden tests step long
+//!     sequences), built first, then run, so that the table shows both
 //!  5. gguf-py (ggml's reference Python reader) reads and dequantizes model files written by
 //!     `loglinear convert` at every tensor type
-//!  6. the firmware under QEMU (`qemu`), the integer kernels on the boards' cores
-//!     (`kernel-check`), session snapshots (`session-snapshots`), the memory planner against the
-//!     linked images and the size snapshots (`plan`), the real-chip board builds and their
-//!     flashable images (`boards`)
-//!  7. the AArch64 NEON/sdot kernels under qemu-user (`aarch64`)
+//!  6. the firmware under QEMU (`qemu`, each board a stage), the integer kernels on the boards'
+//!     cores (`kernel-check`), session snapshots (`session-snapshots`), the memory planner
+//!     against the linked images and the size snapshots (`plan`), the real-chip board builds and
+//!     their flashable images (`boards --kind hardware`, each board a stage); and beside them, in
+//!     the background ([`BACKGROUND`]), the linux-aarch64 build (`boards --kind linux`) and the
+//!     AArch64 NEON/sdot kernels under qemu-user (`aarch64`)
 
+use std::fs::File;
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::os::unix::process::CommandExt as _;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use anyhow::{bail, Context};
 
+use crate::stages::{Stages, BUDGET_SECS};
 use crate::tasks::{self, Repo};
+use crate::{boards, kernel_check, plan, qemu, session_snapshots};
 
 /// The bare-metal targets the runtime builds for without `std` or `alloc`.
 pub const NO_STD_TARGETS: [&str; 4] = [
@@ -32,116 +42,323 @@ pub const NO_STD_TARGETS: [&str; 4] = [
     "thumbv8m.main-none-eabihf",
 ];
 
+/// The test runs: the workspace, then xtask on its own. `cargo xtask` builds xtask with the
+/// features that xtask alone asks of its dependencies (`-p xtask`); tested inside the workspace,
+/// its dependencies would get the workspace's features and be compiled a second time (probe-rs
+/// and espflash among them), so it is tested the way it is built.
+const TEST_RUNS: [&[&str]; 2] = [
+    &["test", "--workspace", "--exclude", "xtask", "--release"],
+    &["test", "-p", "xtask", "--release"],
+];
+
 /// Arguments of the task.
 #[derive(clap::Args)]
 pub struct Args {}
 
-/// Runs the task.
+/// Runs the task: every stage, then the table of their times (also when one fails, which is
+/// marked) and a warning if the run took longer than its budget.
 pub fn run(repo: &Repo, _args: Args) -> anyhow::Result<()> {
-    let start = Instant::now();
+    let mut stages = Stages::new();
+    let result = every_stage(repo, &mut stages);
+    section("Stage timings");
+    print!("{}", stages.table());
+    if let Some(warning) = stages.over_budget(BUDGET_SECS) {
+        println!("{warning}");
+    }
+    result?;
+    section(&format!(
+        "All checks passed in {:.0} s",
+        stages.total_secs()
+    ));
+    Ok(())
+}
+
+/// The stages, in order, stopping at the first that fails.
+fn every_stage(repo: &Repo, stages: &mut Stages) -> anyhow::Result<()> {
     let cargo = |args: &[&str]| {
         let mut cmd = Command::new("cargo");
         cmd.args(args);
         cmd
     };
 
-    section("cargo fmt --check");
-    tasks::run(&mut cargo(&["fmt", "--all", "--", "--check"]))?;
-    // The probe is not a workspace member, so `cargo fmt --all` does not see it.
-    tasks::run(Command::new("rustfmt").args([
-        "--edition",
-        "2021",
-        "--check",
-        "scripts/no-alloc-probe/lib.rs",
-    ]))?;
+    stages.run("fmt", |_| {
+        section("cargo fmt --check");
+        tasks::run(&mut cargo(&["fmt", "--all", "--", "--check"]))?;
+        // The probe is not a workspace member, so `cargo fmt --all` does not see it.
+        tasks::run(Command::new("rustfmt").args([
+            "--edition",
+            "2021",
+            "--check",
+            "scripts/no-alloc-probe/lib.rs",
+        ]))
+    })?;
 
-    section("cargo clippy (workspace, all targets, -D warnings)");
-    tasks::run(&mut cargo(&[
-        "clippy",
-        "--workspace",
-        "--all-targets",
-        "--",
-        "-D",
-        "warnings",
-    ]))?;
-    // The runtime again as firmware sees it (no `std` feature), so cfg-dependent warnings show
-    // too: on thumbv7em (the SMLAD kernels) and on a Cortex-M55 (the SMLAD and Helium kernels,
-    // which runtime/build.rs enables from the rustflags).
-    tasks::run(&mut cargo(&[
-        "clippy",
-        "-p",
-        "loglinear-runtime",
-        "--no-default-features",
-        "--target",
-        NO_STD_TARGETS[0],
-        "--",
-        "-D",
-        "warnings",
-    ]))?;
-    tasks::run(
-        cargo(&[
+    stages.run("clippy", |_| {
+        section("cargo clippy (workspace, all targets, -D warnings)");
+        tasks::run(&mut cargo(&[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]))?;
+        // The runtime again as firmware sees it (no `std` feature), so cfg-dependent warnings
+        // show too: on thumbv7em (the SMLAD kernels) and on a Cortex-M55 (the SMLAD and Helium
+        // kernels, which runtime/build.rs enables from the rustflags).
+        tasks::run(&mut cargo(&[
             "clippy",
             "-p",
             "loglinear-runtime",
             "--no-default-features",
             "--target",
-            "thumbv8m.main-none-eabihf",
+            NO_STD_TARGETS[0],
             "--",
             "-D",
             "warnings",
-        ])
-        .env("RUSTFLAGS", "-C target-cpu=cortex-m55"),
-    )?;
+        ]))?;
+        tasks::run(
+            cargo(&[
+                "clippy",
+                "-p",
+                "loglinear-runtime",
+                "--no-default-features",
+                "--target",
+                "thumbv8m.main-none-eabihf",
+                "--",
+                "-D",
+                "warnings",
+            ])
+            .env("RUSTFLAGS", "-C target-cpu=cortex-m55"),
+        )
+    })?;
 
-    section("cargo doc (workspace, -D warnings)");
-    tasks::run(
-        cargo(&["doc", "--workspace", "--no-deps", "-q"]).env("RUSTDOCFLAGS", "-D warnings"),
-    )?;
+    stages.run("doc", |_| {
+        section("cargo doc (workspace, -D warnings)");
+        tasks::run(
+            cargo(&["doc", "--workspace", "--no-deps", "-q"]).env("RUSTDOCFLAGS", "-D warnings"),
+        )
+    })?;
 
     for target in NO_STD_TARGETS {
-        section(&format!("no_std build: {target}"));
-        no_alloc(repo, target)?;
+        stages.run(format!("no_std build {target}"), |_| {
+            section(&format!("no_std build: {target}"));
+            no_alloc(repo, target)
+        })?;
     }
 
-    section("cargo test --workspace --release");
-    let ignored = run_tests(&mut cargo(&["test", "--workspace", "--release"]))?;
-    println!("\n{} tests ignored, each with its reason:", ignored.len());
-    for line in &ignored {
-        println!("  {line}");
+    stages.run("cargo test build", |_| {
+        section("cargo test --workspace --release: build");
+        for args in TEST_RUNS {
+            tasks::run(cargo(args).arg("--no-run"))?;
+        }
+        Ok(())
+    })?;
+    stages.run("cargo test run", |_| {
+        section("cargo test --workspace --release");
+        let mut ignored = Vec::new();
+        for args in TEST_RUNS {
+            ignored.extend(run_tests(&mut cargo(args))?);
+        }
+        println!("\n{} tests ignored, each with its reason:", ignored.len());
+        for line in &ignored {
+            println!("  {line}");
+        }
+        Ok(())
+    })?;
+
+    stages.run("gguf-py", |_| {
+        section("gguf-py reads our model files (every tensor type)");
+        gguf_py(repo)
+    })?;
+
+    let background = Background::start(repo)?;
+    let foreground = qemu_and_boards(repo, stages);
+    if foreground.is_err() {
+        background.stop();
     }
+    let background = background.join(stages);
+    foreground?;
+    background
+}
 
-    section("gguf-py reads our model files (every tensor type)");
-    gguf_py(repo)?;
+/// The stages of the QEMU boards and the hardware boards, in the foreground while
+/// [`Background`] builds for AArch64.
+fn qemu_and_boards(repo: &Repo, stages: &mut Stages) -> anyhow::Result<()> {
+    stages.run("qemu", |stages| {
+        section("Firmware under QEMU, token-identical to the host (cargo xtask qemu)");
+        qemu::run(repo, tasks::default_args()?, stages)
+    })?;
+    stages.run("kernel-check", |stages| {
+        section(
+            "Integer kernels against the portable ones on the boards' cores, under QEMU \
+             (cargo xtask kernel-check)",
+        );
+        kernel_check::run(repo, tasks::default_args()?, stages)
+    })?;
+    stages.run("session-snapshots", |_| {
+        section("Session snapshots under QEMU (cargo xtask session-snapshots)");
+        session_snapshots::run(repo, tasks::default_args()?)
+    })?;
+    stages.run("plan", |_| {
+        section("Memory planner vs the linked firmware, size snapshots (cargo xtask plan)");
+        plan::run(repo, tasks::default_args()?)
+    })?;
+    stages.run("boards --kind hardware", |stages| {
+        section(
+            "Real-chip board crates build, and their flashable images check (nothing flashed) \
+             (cargo xtask boards --kind hardware)",
+        );
+        boards::run(repo, tasks::task_args(&["--kind", "hardware"])?, stages)
+    })
+}
 
-    for (title, task) in [
-        ("Firmware under QEMU, token-identical to the host", "qemu"),
-        (
-            "Integer kernels against the portable ones on the boards' cores, under QEMU",
-            "kernel-check",
-        ),
-        ("Session snapshots under QEMU", "session-snapshots"),
-        (
-            "Memory planner vs the linked firmware, size snapshots",
-            "plan",
-        ),
-        (
-            "Real-chip board crates build, and their flashable images check (nothing flashed)",
-            "boards",
-        ),
-        (
-            "AArch64 integer kernels (NEON, sdot) under qemu-user",
-            "aarch64",
-        ),
-    ] {
-        section(&format!("{title} (cargo xtask {task})"));
+/// The tasks that build for AArch64 Linux, which `cargo xtask ci` runs beside the QEMU and
+/// hardware-board stages: those spend most of their time in one QEMU run or one single-threaded
+/// LTO link, so a core stays idle. Each is a child `xtask` with its output in a log file, printed
+/// when it is joined, and its own target folder, so that no build waits on another's cargo lock.
+const BACKGROUND: [(&str, &[&str]); 2] = [
+    (
+        "boards --kind linux: the linux-aarch64 CLI (beside qemu)",
+        &["boards", "--kind", "linux"],
+    ),
+    (
+        "aarch64: NEON and sdot kernels under qemu-user (beside qemu)",
+        &["aarch64"],
+    ),
+];
+
+/// The [`BACKGROUND`] tasks, run in order on a thread.
+struct Background {
+    thread: std::thread::JoinHandle<Vec<Finished>>,
+    /// The task running now, so that [`Background::stop`] can end it.
+    running: Arc<Mutex<Option<Child>>>,
+    stopped: Arc<AtomicBool>,
+    log: PathBuf,
+}
+
+/// A background task that ended.
+struct Finished {
+    name: &'static str,
+    secs: f64,
+    result: anyhow::Result<()>,
+}
+
+impl Background {
+    fn start(repo: &Repo) -> anyhow::Result<Self> {
         let exe = std::env::current_exe().context("finding the xtask executable")?;
-        tasks::run(Command::new(exe).arg(task))?;
+        let target_dir = repo.target_dir.join("cross");
+        let log = repo.target_dir.join("ci-background.log");
+        let file = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let running = Arc::new(Mutex::new(None::<Child>));
+        let stopped = Arc::new(AtomicBool::new(false));
+        println!(
+            "\nin the background, output in {}: {}",
+            log.display(),
+            BACKGROUND.map(|(name, _)| name).join("; ")
+        );
+        let thread = {
+            let (running, stopped) = (Arc::clone(&running), Arc::clone(&stopped));
+            std::thread::spawn(move || {
+                let mut finished = Vec::new();
+                for (name, args) in BACKGROUND {
+                    if stopped.load(Ordering::SeqCst) {
+                        break;
+                    }
+                    let start = Instant::now();
+                    let mut cmd = Command::new(&exe);
+                    cmd.args(args).env("CARGO_TARGET_DIR", &target_dir);
+                    let result = run_logged(&mut cmd, &file, &running);
+                    let failed = result.is_err();
+                    finished.push(Finished {
+                        name,
+                        secs: start.elapsed().as_secs_f64(),
+                        result,
+                    });
+                    if failed {
+                        break;
+                    }
+                }
+                finished
+            })
+        };
+        Ok(Self {
+            thread,
+            running,
+            stopped,
+            log,
+        })
     }
 
-    section(&format!(
-        "All checks passed in {} s",
-        start.elapsed().as_secs()
-    ));
+    /// Ends the task running now and starts no other.
+    fn stop(&self) {
+        self.stopped.store(true, Ordering::SeqCst);
+        if let Some(child) = self.running.lock().ok().as_deref().and_then(Option::as_ref) {
+            // The child leads its own process group (`run_logged`): ending the group ends the
+            // cargo and rustc processes under it too. A failure means the group has ended.
+            let _ = Command::new("kill")
+                .args(["-TERM", &format!("-{}", child.id())])
+                .status();
+        }
+    }
+
+    /// Waits for the tasks, prints their output and puts their times in `stages`.
+    fn join(self, stages: &mut Stages) -> anyhow::Result<()> {
+        let finished = self
+            .thread
+            .join()
+            .map_err(|_| anyhow::anyhow!("the background thread panicked"))?;
+        section(&format!(
+            "Background tasks (output of {})",
+            self.log.display()
+        ));
+        let text = std::fs::read_to_string(&self.log)
+            .with_context(|| format!("reading {}", self.log.display()))?;
+        print!("{text}");
+        let mut first_error = None;
+        for task in finished {
+            stages.record(task.name, task.secs, task.result.is_ok());
+            if let Err(e) = task.result {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+/// Runs `cmd` with its standard output and error appended to `log`, keeping the child in
+/// `running` while it runs.
+fn run_logged(cmd: &mut Command, log: &File, running: &Mutex<Option<Child>>) -> anyhow::Result<()> {
+    let what = tasks::describe(cmd);
+    let child = cmd
+        .stdout(log.try_clone()?)
+        .stderr(log.try_clone()?)
+        .process_group(0)
+        .spawn()
+        .with_context(|| format!("starting {what}"))?;
+    let mut slot = running
+        .lock()
+        .map_err(|_| anyhow::anyhow!("the background task's lock"))?;
+    *slot = Some(child);
+    drop(slot);
+    let status = loop {
+        let mut slot = running
+            .lock()
+            .map_err(|_| anyhow::anyhow!("the background task's lock"))?;
+        let child = slot.as_mut().context("the background task vanished")?;
+        if let Some(status) = child
+            .try_wait()
+            .with_context(|| format!("waiting for {what}"))?
+        {
+            *slot = None;
+            break status;
+        }
+        drop(slot);
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    };
+    if !status.success() {
+        bail!("{what} failed ({status})");
+    }
     Ok(())
 }
 

@@ -30,6 +30,7 @@ use loglinear_planner::BoardProfile;
 
 use crate::insn::{self, Counted};
 use crate::process::Stderr;
+use crate::stages::Stages;
 use crate::tasks::{self, runner_command, FirmwareBuild, Repo};
 
 /// Arguments of the task.
@@ -55,8 +56,8 @@ pub struct Args {
 /// Matvecs per `bench` run.
 const REPS: u64 = 10;
 
-/// Runs the task.
-pub fn run(repo: &Repo, args: Args) -> anyhow::Result<()> {
+/// Runs the task, each board a stage of `stages`.
+pub fn run(repo: &Repo, args: Args, stages: &mut Stages) -> anyhow::Result<()> {
     let boards = if args.boards.is_empty() {
         tasks::qemu_boards()?
             .into_iter()
@@ -90,31 +91,34 @@ pub fn run(repo: &Repo, args: Args) -> anyhow::Result<()> {
 
     let mut rows = Vec::new();
     for board in &boards {
-        let model = tasks::board_model(board);
-        tasks::ensure_model(repo, &model)
-            .with_context(|| format!("{}: the model file", board.name))?;
-        let elf = FirmwareBuild {
-            transport: Some("semihosting"),
-            features: &["kernel-check"],
-            bin: Some("kernel-check"),
-            ..FirmwareBuild::new(board, &model, &fw_target_dir)
-        }
-        .build(&work.join(format!("{}.elf", board.name)))?;
-        match &plugin {
-            None => check(board, &elf, &work, args.cases, seed, timeout)?,
-            Some(plugin) => {
-                let counted = Counted {
-                    board: &board.name,
-                    runner: &board.runner,
-                    elf: &elf,
-                    plugin,
-                    stdout: &work.join("bench.out"),
-                    stderr: &work.join("bench.err"),
-                    timeout,
-                };
-                rows.extend(bench(board, &counted)?);
+        stages.run(board.name.clone(), |_| {
+            let model = tasks::board_model(board);
+            tasks::ensure_model(repo, &model)
+                .with_context(|| format!("{}: the model file", board.name))?;
+            let elf = FirmwareBuild {
+                transport: Some("semihosting"),
+                features: &["kernel-check"],
+                bin: Some("kernel-check"),
+                ..FirmwareBuild::new(board, &model, &fw_target_dir)
             }
-        }
+            .build(&work.join(format!("{}.elf", board.name)))?;
+            match &plugin {
+                None => check(board, &elf, &work, args.cases, seed, timeout),
+                Some(plugin) => {
+                    let counted = Counted {
+                        board: &board.name,
+                        runner: &board.runner,
+                        elf: &elf,
+                        plugin,
+                        stdout: &work.join("bench.out"),
+                        stderr: &work.join("bench.err"),
+                        timeout,
+                    };
+                    rows.extend(bench(board, &counted)?);
+                    Ok(())
+                }
+            }
+        })?;
     }
 
     if plugin.is_some() {

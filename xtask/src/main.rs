@@ -32,6 +32,7 @@
 //!   system packages (`ci.rs`).
 
 mod aarch64;
+mod board_tools;
 mod boards;
 mod ci;
 mod count;
@@ -46,6 +47,7 @@ mod reply;
 mod session_snapshots;
 mod size;
 mod snapshot;
+mod stages;
 mod system;
 mod tasks;
 mod uf2;
@@ -55,6 +57,7 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use loglinear_planner::BoardProfile;
+use stages::Stages;
 
 #[derive(Parser)]
 #[command(about = "loglinear's build and check tasks")]
@@ -119,10 +122,12 @@ enum Command {
 
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
-        Command::Qemu(args) => qemu::run(&tasks::Repo::enter()?, args),
-        Command::KernelCheck(args) => kernel_check::run(&tasks::Repo::enter()?, args),
+        Command::Qemu(args) => with_stages(|s| qemu::run(&tasks::Repo::enter()?, args, s)),
+        Command::KernelCheck(args) => {
+            with_stages(|s| kernel_check::run(&tasks::Repo::enter()?, args, s))
+        }
         Command::Count(args) => count::run(&tasks::Repo::enter()?, args),
-        Command::Boards(args) => boards::run(&tasks::Repo::enter()?, args),
+        Command::Boards(args) => with_stages(|s| boards::run(&tasks::Repo::enter()?, args, s)),
         Command::Plan(args) => plan::run(&tasks::Repo::enter()?, args),
         Command::SessionSnapshots(args) => session_snapshots::run(&tasks::Repo::enter()?, args),
         Command::Aarch64(args) => aarch64::run(&tasks::Repo::enter()?, args),
@@ -161,4 +166,13 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// Runs a task whose parts are stages, then prints their times, passed or failed.
+fn with_stages(task: impl FnOnce(&mut Stages) -> anyhow::Result<()>) -> anyhow::Result<()> {
+    let mut stages = Stages::new();
+    let result = task(&mut stages);
+    println!("\nstage timings:");
+    print!("{}", stages.table());
+    result
 }

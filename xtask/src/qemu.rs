@@ -61,6 +61,7 @@ use loglinear_planner::BoardProfile;
 
 use crate::process::{self, read_text, suffixed, QemuRun};
 use crate::reply;
+use crate::stages::Stages;
 use crate::tasks::{self, FirmwareBuild, Repo};
 
 /// Arguments of the task.
@@ -113,6 +114,8 @@ struct Setup {
     root: PathBuf,
     /// The host CLI, `loglinear`.
     cli: PathBuf,
+    /// The tests' example that trains the BPE model fixture (`tests/examples/bpe_model.rs`).
+    bpe_model: PathBuf,
     /// Where the images and the outputs go (`target/qemu-test`).
     work: PathBuf,
     /// The firmware target folder of the semihosting images (`target/firmware`).
@@ -137,8 +140,9 @@ struct Hostile {
     status: &'static str,
 }
 
-/// Runs the task.
-pub fn run(repo: &Repo, args: Args) -> anyhow::Result<()> {
+/// Runs the task: the set-up and the firmware's lints, then each board, each a stage of
+/// `stages`.
+pub fn run(repo: &Repo, args: Args, stages: &mut Stages) -> anyhow::Result<()> {
     let default_model = args.model;
     let limit = Duration::from_secs(args.qemu_timeout);
     let boards = if args.boards.is_empty() {
@@ -150,25 +154,29 @@ pub fn run(repo: &Repo, args: Args) -> anyhow::Result<()> {
             .collect::<anyhow::Result<_>>()?
     };
 
-    tasks::qemu_setup(false)?;
-    let work = repo.target_dir.join("qemu-test");
-    std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
-    println!("building the host CLI");
-    let cli = repo.host_cli()?;
-    repo.make_board_models(&cli)?;
-    let setup = Setup {
-        root: repo.root.clone(),
-        cli,
-        work,
-        fw_target_dir: repo.target_dir.join("firmware"),
-        fw_uart_target_dir: repo.target_dir.join("firmware-uart"),
-        default_model,
-        limit,
-    };
-    firmware_lints(&setup)?;
+    let setup = stages.run("set-up, firmware fmt and clippy", |_| {
+        tasks::qemu_setup(false)?;
+        let work = repo.target_dir.join("qemu-test");
+        std::fs::create_dir_all(&work).with_context(|| format!("creating {}", work.display()))?;
+        println!("building the host CLI");
+        let cli = repo.host_cli()?;
+        repo.make_board_models(&cli)?;
+        let setup = Setup {
+            root: repo.root.clone(),
+            cli,
+            bpe_model: repo.workspace_example("bpe_model")?,
+            work,
+            fw_target_dir: repo.target_dir.join("firmware"),
+            fw_uart_target_dir: repo.target_dir.join("firmware-uart"),
+            default_model,
+            limit,
+        };
+        firmware_lints(&setup)?;
+        Ok(setup)
+    })?;
 
     for board in &boards {
-        BoardTest::new(&setup, board).run()?;
+        stages.run(board.name.clone(), |_| BoardTest::new(&setup, board).run())?;
     }
     let names: Vec<&str> = boards.iter().map(|b| b.name.as_str()).collect();
     println!("\nqemu-test: all boards passed ({})", names.join(" "));
@@ -387,16 +395,7 @@ impl<'a> BoardTest<'a> {
         let name = &self.board.name;
         let folder = self.setup.work.join("bpe-model");
         tasks::run(
-            Command::new("cargo")
-                .args([
-                    "run",
-                    "-q",
-                    "--release",
-                    "-p",
-                    "loglinear-tests",
-                    "--example",
-                ])
-                .args(["bpe_model", "--"])
+            Command::new(&self.setup.bpe_model)
                 .arg(&folder)
                 .stdout(Stdio::null()),
         )?;

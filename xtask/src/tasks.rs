@@ -51,6 +51,22 @@ impl Repo {
         Ok(self.target_dir.join("release/loglinear"))
     }
 
+    /// Builds a workspace example (release) and returns its path. The build resolves features
+    /// over the whole workspace, as `cargo test --workspace --release` does (which builds the
+    /// examples too), so after the test build it compiles nothing; `-p <package>` would resolve
+    /// them for that package alone and rebuild the shared dependencies.
+    pub fn workspace_example(&self, name: &str) -> anyhow::Result<PathBuf> {
+        run(Command::new("cargo").args([
+            "build",
+            "--release",
+            "-q",
+            "--workspace",
+            "--example",
+            name,
+        ]))?;
+        Ok(self.target_dir.join("release/examples").join(name))
+    }
+
     /// Makes the model files that board profiles name under `target/models/` (derived from the
     /// checkpoints in `models/`, so none of them is committed): the Q4_0 conversion of
     /// `models/ll-gdn-mcu16k` for the boards whose flash cannot hold the Q8_0 file. Converting
@@ -79,6 +95,21 @@ impl Repo {
         }
         Ok(())
     }
+}
+
+/// A task's arguments as `cargo xtask <task>` with no words gives them: the defaults and the
+/// environment variables the task reads (`QEMU_TIMEOUT`, `CASES`, ...), so that `cargo xtask
+/// ci` runs each task as its own command would.
+pub fn default_args<A: clap::Args>() -> anyhow::Result<A> {
+    task_args(&[])
+}
+
+/// A task's arguments as `cargo xtask <task> <words>` gives them.
+pub fn task_args<A: clap::Args>(words: &[&str]) -> anyhow::Result<A> {
+    let matches = A::augment_args(clap::Command::new("xtask"))
+        .try_get_matches_from(std::iter::once("xtask").chain(words.iter().copied()))
+        .with_context(|| format!("the task's arguments {words:?}"))?;
+    Ok(A::from_arg_matches(&matches)?)
 }
 
 /// Runs a command to completion; an error names it and its exit status.
