@@ -20,6 +20,8 @@ pub struct Stages {
     rows: Vec<Row>,
     depth: usize,
     started: Instant,
+    /// Seconds of stages that ended before the table was made ([`Stages::record_earlier`]).
+    earlier: f64,
 }
 
 struct Row {
@@ -49,6 +51,7 @@ impl Stages {
             rows: Vec::new(),
             depth: 0,
             started: Instant::now(),
+            earlier: 0.0,
         }
     }
 
@@ -94,9 +97,16 @@ impl Stages {
         });
     }
 
-    /// Seconds since the table was made.
+    /// Adds a stage that ended before the table was made (the set-up of the process that
+    /// started this one), `secs` long: the total counts it too.
+    pub fn record_earlier(&mut self, name: impl Into<String>, secs: f64) {
+        self.record(name, secs, true);
+        self.earlier += secs;
+    }
+
+    /// Seconds since the table was made, and of the stages before it.
     pub fn total_secs(&self) -> f64 {
-        self.started.elapsed().as_secs_f64()
+        self.earlier + self.started.elapsed().as_secs_f64()
     }
 
     /// The table: one line a stage, inner stages indented, the failed ones marked, then the
@@ -209,5 +219,14 @@ mod tests {
         let stages_named = warning.split("largest stages: ").nth(1).unwrap();
         assert!(stages_named.starts_with("large ("), "{warning}");
         assert!(!stages_named.contains("outer"), "{warning}");
+
+        // A stage before the table counts in the total and can be the largest.
+        stages.record_earlier("set-up", 5000.0);
+        assert!(stages.total_secs() >= 5000.0);
+        let warning = stages.over_budget(3600.0).unwrap();
+        assert!(
+            warning.contains("largest stages: set-up (5000 s)"),
+            "{warning}"
+        );
     }
 }
