@@ -15,9 +15,9 @@
 //!  6. the firmware under QEMU (`qemu`, each board a stage), the integer kernels on the boards'
 //!     cores (`kernel-check`), session snapshots (`session-snapshots`), the memory planner
 //!     against the linked images and the size snapshots (`plan`), the real-chip board builds and
-//!     their flashable images (`boards --kind hardware`, each board a stage); and beside them, in
-//!     the background ([`BACKGROUND`]), the linux-aarch64 build (`boards --kind linux`) and the
-//!     AArch64 NEON/sdot kernels under qemu-user (`aarch64`)
+//!     their flashable images (`boards --kind hardware`, each board a stage); and beside all but
+//!     the QEMU stage, in the background ([`BACKGROUND`]), the linux-aarch64 build (`boards
+//!     --kind linux`) and the AArch64 NEON/sdot kernels under qemu-user (`aarch64`)
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
@@ -193,8 +193,14 @@ fn every_stage(repo: &Repo, stages: &mut Stages) -> anyhow::Result<()> {
         gguf_py(repo)
     })?;
 
+    // The QEMU stage runs first and alone: its sustained-UART check sends 64 KiB at full speed,
+    // and a build beside it made that one QEMU run four times as long.
+    stages.run("qemu", |stages| {
+        section("Firmware under QEMU, token-identical to the host (cargo xtask qemu)");
+        qemu::run(repo, tasks::default_args()?, stages)
+    })?;
     let background = Background::start(repo)?;
-    let foreground = qemu_and_boards(repo, stages);
+    let foreground = checks_and_boards(repo, stages);
     if foreground.is_err() {
         background.stop();
     }
@@ -203,13 +209,9 @@ fn every_stage(repo: &Repo, stages: &mut Stages) -> anyhow::Result<()> {
     background
 }
 
-/// The stages of the QEMU boards and the hardware boards, in the foreground while
-/// [`Background`] builds for AArch64.
-fn qemu_and_boards(repo: &Repo, stages: &mut Stages) -> anyhow::Result<()> {
-    stages.run("qemu", |stages| {
-        section("Firmware under QEMU, token-identical to the host (cargo xtask qemu)");
-        qemu::run(repo, tasks::default_args()?, stages)
-    })?;
+/// The stages after the QEMU boards' (kernel-check, snapshots, plan, the hardware boards), in
+/// the foreground while [`Background`] builds for AArch64.
+fn checks_and_boards(repo: &Repo, stages: &mut Stages) -> anyhow::Result<()> {
     stages.run("kernel-check", |stages| {
         section(
             "Integer kernels against the portable ones on the boards' cores, under QEMU \
@@ -234,17 +236,17 @@ fn qemu_and_boards(repo: &Repo, stages: &mut Stages) -> anyhow::Result<()> {
     })
 }
 
-/// The tasks that build for AArch64 Linux, which `cargo xtask ci` runs beside the QEMU and
-/// hardware-board stages: those spend most of their time in one QEMU run or one single-threaded
-/// LTO link, so a core stays idle. Each is a child `xtask` with its output in a log file, printed
+/// The tasks that build for AArch64 Linux, which `cargo xtask ci` runs beside the kernel-check,
+/// snapshot, plan and hardware-board stages: those spend much of their time in one QEMU run or
+/// one single-threaded LTO link, so a core stays idle. Each is a child `xtask` with its output in a log file, printed
 /// when it is joined, and its own target folder, so that no build waits on another's cargo lock.
 const BACKGROUND: [(&str, &[&str]); 2] = [
     (
-        "boards --kind linux: the linux-aarch64 CLI (beside qemu)",
+        "boards --kind linux: the linux-aarch64 CLI (in the background)",
         &["boards", "--kind", "linux"],
     ),
     (
-        "aarch64: NEON and sdot kernels under qemu-user (beside qemu)",
+        "aarch64: NEON and sdot kernels under qemu-user (in the background)",
         &["aarch64"],
     ),
 ];
