@@ -1,8 +1,8 @@
 //! What `cargo xtask boards` needs of the hardware boards' flashing tools, through the tools'
 //! own crates used as libraries: probe-rs's built-in chip list, espflash's chip list and its
 //! app-image writer, and the UF2 writer of elf2uf2-rs. The checks need these few parts alone;
-//! installing the three programs (`cargo install`) would compile three whole command-line
-//! tools, about 14 minutes of a fresh 2-core machine. A user who flashes a board installs the
+//! installing the three programs (`cargo install`) compiles three whole command-line tools,
+//! 614 s of a fresh 2-core machine (BENCHMARKS.md, "The test command"). A user who flashes a board installs the
 //! programs (each board's README says which): `cargo run` runs them.
 
 use std::str::FromStr;

@@ -32,9 +32,9 @@
 //! README).
 //!
 //! Installs what it needs on Debian 12: the Rust targets; gcc-aarch64-linux-gnu and
-//! libc6-dev-arm64-cross with apt (as root, or through sudo). Nothing is flashed: no board is attached here. The firmware builds into target/boards-build, apart from
-//! target/firmware of the QEMU boards, because the firmware's ELF path is the same for every
-//! board of one target.
+//! libc6-dev-arm64-cross with apt (as root, or through sudo). Nothing is flashed: no board is
+//! attached here. The firmware builds into target/boards-build, apart from target/firmware of
+//! the QEMU boards, because the firmware's ELF path is the same for every board of one target.
 
 use std::collections::BTreeSet;
 use std::path::Path;

@@ -23,9 +23,9 @@ use std::fs::File;
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt as _;
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
@@ -238,8 +238,9 @@ fn checks_and_boards(repo: &Repo, stages: &mut Stages) -> anyhow::Result<()> {
 
 /// The tasks that build for AArch64 Linux, which `cargo xtask ci` runs beside the kernel-check,
 /// snapshot, plan and hardware-board stages: those spend much of their time in one QEMU run or
-/// one single-threaded LTO link, so a core stays idle. Each is a child `xtask` with its output in a log file, printed
-/// when it is joined, and its own target folder, so that no build waits on another's cargo lock.
+/// one single-threaded LTO link, so a core stays idle. Each is a child `xtask` with its output
+/// in a log file, printed when it is joined, and its own target folder, so that no build waits
+/// on another's cargo lock.
 const BACKGROUND: [(&str, &[&str]); 2] = [
     (
         "boards --kind linux: the linux-aarch64 CLI (in the background)",
@@ -254,10 +255,31 @@ const BACKGROUND: [(&str, &[&str]); 2] = [
 /// The [`BACKGROUND`] tasks, run in order on a thread.
 struct Background {
     thread: std::thread::JoinHandle<Vec<Finished>>,
-    /// The task running now, so that [`Background::stop`] can end it.
-    running: Arc<Mutex<Option<Child>>>,
-    stopped: Arc<AtomicBool>,
+    running: Arc<Running>,
     log: PathBuf,
+}
+
+/// The background task running now, shared with [`Background::stop`].
+#[derive(Default)]
+struct Running {
+    /// Its process id, which is also its process group's (`run_logged`); 0 when none runs.
+    pid: AtomicU32,
+    /// Set by [`Background::stop`]: end the task running and start no other.
+    stopped: AtomicBool,
+}
+
+impl Running {
+    /// Ends the running task's process group: the child xtask and the cargo and rustc
+    /// processes under it.
+    fn kill(&self) {
+        let pid = self.pid.load(Ordering::SeqCst);
+        if pid != 0 {
+            // A failure means the group has ended already.
+            let _ = Command::new("kill")
+                .args(["-TERM", &format!("-{pid}")])
+                .status();
+        }
+    }
 }
 
 /// A background task that ended.
@@ -273,19 +295,18 @@ impl Background {
         let target_dir = repo.target_dir.join("cross");
         let log = repo.target_dir.join("ci-background.log");
         let file = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
-        let running = Arc::new(Mutex::new(None::<Child>));
-        let stopped = Arc::new(AtomicBool::new(false));
+        let running = Arc::new(Running::default());
         println!(
             "\nin the background, output in {}: {}",
             log.display(),
             BACKGROUND.map(|(name, _)| name).join("; ")
         );
         let thread = {
-            let (running, stopped) = (Arc::clone(&running), Arc::clone(&stopped));
+            let running = Arc::clone(&running);
             std::thread::spawn(move || {
                 let mut finished = Vec::new();
                 for (name, args) in BACKGROUND {
-                    if stopped.load(Ordering::SeqCst) {
+                    if running.stopped.load(Ordering::SeqCst) {
                         break;
                     }
                     let start = Instant::now();
@@ -308,21 +329,14 @@ impl Background {
         Ok(Self {
             thread,
             running,
-            stopped,
             log,
         })
     }
 
     /// Ends the task running now and starts no other.
     fn stop(&self) {
-        self.stopped.store(true, Ordering::SeqCst);
-        if let Some(child) = self.running.lock().ok().as_deref().and_then(Option::as_ref) {
-            // The child leads its own process group (`run_logged`): ending the group ends the
-            // cargo and rustc processes under it too. A failure means the group has ended.
-            let _ = Command::new("kill")
-                .args(["-TERM", &format!("-{}", child.id())])
-                .status();
-        }
+        self.running.stopped.store(true, Ordering::SeqCst);
+        self.running.kill();
     }
 
     /// Waits for the tasks, prints their output and puts their times in `stages`.
@@ -349,36 +363,24 @@ impl Background {
     }
 }
 
-/// Runs `cmd` with its standard output and error appended to `log`, keeping the child in
-/// `running` while it runs.
-fn run_logged(cmd: &mut Command, log: &File, running: &Mutex<Option<Child>>) -> anyhow::Result<()> {
+/// Runs `cmd` in a process group of its own, with its standard output and error appended to
+/// `log`, its process id in `running` while it runs.
+fn run_logged(cmd: &mut Command, log: &File, running: &Running) -> anyhow::Result<()> {
     let what = tasks::describe(cmd);
-    let child = cmd
+    let mut child = cmd
         .stdout(log.try_clone()?)
         .stderr(log.try_clone()?)
         .process_group(0)
         .spawn()
         .with_context(|| format!("starting {what}"))?;
-    let mut slot = running
-        .lock()
-        .map_err(|_| anyhow::anyhow!("the background task's lock"))?;
-    *slot = Some(child);
-    drop(slot);
-    let status = loop {
-        let mut slot = running
-            .lock()
-            .map_err(|_| anyhow::anyhow!("the background task's lock"))?;
-        let child = slot.as_mut().context("the background task vanished")?;
-        if let Some(status) = child
-            .try_wait()
-            .with_context(|| format!("waiting for {what}"))?
-        {
-            *slot = None;
-            break status;
-        }
-        drop(slot);
-        std::thread::sleep(std::time::Duration::from_millis(200));
-    };
+    running.pid.store(child.id(), Ordering::SeqCst);
+    // A stop between the caller's check and the spawn ends this task too.
+    if running.stopped.load(Ordering::SeqCst) {
+        running.kill();
+    }
+    let status = child.wait();
+    running.pid.store(0, Ordering::SeqCst);
+    let status = status.with_context(|| format!("waiting for {what}"))?;
     if !status.success() {
         bail!("{what} failed ({status})");
     }

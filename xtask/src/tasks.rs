@@ -52,8 +52,8 @@ impl Repo {
     }
 
     /// Builds a workspace example (release) and returns its path. The build resolves features
-    /// over the whole workspace, as `cargo test --workspace --release` does (which builds the
-    /// examples too), so after the test build it compiles nothing; `-p <package>` would resolve
+    /// as the test build of `cargo xtask ci` does (`--workspace --exclude xtask`, which builds
+    /// the examples too), so after that build it compiles nothing; `-p <package>` would resolve
     /// them for that package alone and rebuild the shared dependencies.
     pub fn workspace_example(&self, name: &str) -> anyhow::Result<PathBuf> {
         run(Command::new("cargo").args([
@@ -61,6 +61,8 @@ impl Repo {
             "--release",
             "-q",
             "--workspace",
+            "--exclude",
+            "xtask",
             "--example",
             name,
         ]))?;
