@@ -78,6 +78,9 @@ pub struct BoardProfile {
     /// `clock_hz`: the core clock the firmware runs at, which a HAL board checks against what its
     /// HAL reports at boot.
     pub clock_hz: u64,
+    /// `pll_source`: the oscillator that a HAL board crate's build derives its PLL from, to make
+    /// `clock_hz` ([`crate::stm32l4_pll`]); `None` where the board crate sets its clocks itself.
+    pub pll_source: Option<String>,
     /// `clocks`: how that clock is made (oscillator, PLL, voltage scale, flash wait states,
     /// caches), printed at boot; empty if the profile does not say.
     pub clocks: String,
@@ -381,6 +384,7 @@ impl BoardProfile {
             uart_runner: optional_string("uart_runner")?.filter(|r| !r.is_empty()),
             sustained_input,
             clock_hz: int("clock_hz")?,
+            pll_source: optional_string("pll_source")?.filter(|s| !s.is_empty()),
             clocks: optional_string("clocks")?.unwrap_or_default(),
             runner: optional_string("runner")?.unwrap_or_default(),
             transport,

@@ -264,7 +264,10 @@ fn figures_come_from_the_runtime() {
             assert_eq!(s.state_live * lv as u64, s.state_allocated * live as u64);
             assert_eq!(p.flash_total(), n + b.code_reserve);
             assert_eq!(p.stack_estimate(), 4 * 256 + b.stack_reserve);
-            assert_eq!(p.ram_total(), s.arena + OTHER_STATICS + p.stack_estimate());
+            assert_eq!(
+                p.ram_total(),
+                s.arena + other_statics(&p.board) + p.stack_estimate()
+            );
         }
     });
 }
@@ -459,4 +462,73 @@ fn recommends_the_best_measured_setting_that_fits() {
         let p = plan_model(b, m, n, None, Some(2), None).unwrap();
         assert_eq!(recommend(&t, &p, 1024), None);
     });
+}
+
+/// The L475's profile with `clock_hz` and `pll_source` replaced.
+fn l4_board(clock_hz: u64, pll_source: Option<&str>) -> BoardProfile {
+    let mut board = BoardProfile::find(repo("boards/b-l475e-iot01a").to_str().unwrap()).unwrap();
+    board.clock_hz = clock_hz;
+    board.pll_source = pll_source.map(str::to_string);
+    board
+}
+
+#[test]
+fn the_l4_pll_makes_the_shipped_clock_exactly() {
+    let shipped = BoardProfile::find(repo("boards/b-l475e-iot01a").to_str().unwrap()).unwrap();
+    let pll = stm32l4_pll(&shipped).unwrap();
+    let sysclk = pll.source.hz() / u64::from(pll.prediv) * u64::from(pll.mul) / u64::from(pll.divr);
+    assert_eq!(sysclk, shipped.clock_hz);
+    assert_eq!(
+        stm32l4_pll(&l4_board(80_000_000, Some("hsi16"))).unwrap(),
+        Stm32l4Pll {
+            source: Stm32l4PllSource::Hsi16,
+            prediv: 1,
+            mul: 10,
+            divr: 2
+        }
+    );
+    // From MSI at 4 MHz: M = 1, N = 40 (160 MHz VCO), R = 2.
+    let msi = stm32l4_pll(&l4_board(80_000_000, Some("msi4"))).unwrap();
+    assert_eq!((msi.prediv, msi.mul, msi.divr), (1, 40, 2));
+    // 26 MHz: VCO 208 MHz = 16 MHz × 13, R = 8.
+    let odd = stm32l4_pll(&l4_board(26_000_000, Some("hsi16"))).unwrap();
+    assert_eq!((odd.prediv, odd.mul, odd.divr), (1, 13, 8));
+}
+
+#[test]
+fn an_l4_clock_the_chip_cannot_make_names_the_board_and_the_key() {
+    for (clock_hz, source, key, why) in [
+        (
+            100_000_000,
+            Some("hsi16"),
+            "clock_hz = 100000000",
+            "above the STM32L4's SYSCLK limit",
+        ),
+        (
+            79_999_999,
+            Some("hsi16"),
+            "clock_hz = 79999999",
+            "cannot be made",
+        ),
+        // Below the slowest the PLL makes: a 64 MHz VCO divided by 8.
+        (
+            4_000_000,
+            Some("msi4"),
+            "clock_hz = 4000000",
+            "cannot be made",
+        ),
+        (
+            80_000_000,
+            Some("hse"),
+            "pll_source = \"hse\"",
+            "is not one of",
+        ),
+        (80_000_000, None, "pll_source is missing", "one of"),
+    ] {
+        let err = stm32l4_pll(&l4_board(clock_hz, source)).unwrap_err();
+        assert!(err.starts_with("board b-l475e-iot01a ("), "{err}");
+        assert!(err.contains("board.toml): "), "{err}");
+        assert!(err.contains(key), "{err}");
+        assert!(err.contains(why), "{err}");
+    }
 }
