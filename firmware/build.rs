@@ -24,7 +24,8 @@
 //! `Cargo.toml` is a HAL board crate (cfg `hal_board`): its HAL drives `uart` or `usb` (USB
 //! CDC-ACM) and this package's image refuses to build for it. Semihosting (logs on stderr, the
 //! exit code) is compiled in on QEMU boards (`kind = "qemu"`) and wherever it is the transport
-//! (cfg `semihosting`); a hardware board uses none, so it runs without a debug probe.
+//! (cfg `semihosting`); a hardware board uses none, so it runs without a debug probe. A HAL
+//! board crate has it only with feature `defmt-semihosting` (its QEMU build).
 //!
 //! Sizing and the fit check are the memory planner's (`loglinear-planner`, the crate behind
 //! `loglinear plan`): the arena is its `Session::arena_bytes` figure, computed here on the host
@@ -50,7 +51,7 @@ fn main() {
 }
 
 /// The UART drivers of `src/uart.rs`, the values of a board's `uart` key.
-const UART_DRIVERS: &[&str] = &["cmsdk-apb", "ns16550", "nrf51", "stm32l4-usart1"];
+const UART_DRIVERS: &[&str] = &["cmsdk-apb", "ns16550", "nrf51"];
 
 fn run() -> Result<(), String> {
     let manifest = PathBuf::from(env::var("CARGO_MANIFEST_DIR").map_err(|e| e.to_string())?);
@@ -152,9 +153,11 @@ fn run() -> Result<(), String> {
             ))
         }
     };
+    // The kernel-check binary talks over semihosting on every board, a HAL board's too.
+    let kernel_check = env::var_os("CARGO_FEATURE_KERNEL_CHECK").is_some();
     if hal_board {
         println!("cargo:rustc-cfg=hal_board");
-        if transport == Transport::Semihosting {
+        if transport == Transport::Semihosting && !kernel_check {
             return Err(format!(
                 "board {board} is a HAL board crate: its transport is uart or usb, not semihosting"
             ));
@@ -183,7 +186,14 @@ fn run() -> Result<(), String> {
     let (snap_origin, snap_slot) = profile
         .snapshot
         .map_or((0, 0), |s| (s.origin, s.slot_bytes));
-    if profile.kind == "qemu" || transport == Transport::Semihosting {
+    // A HAL board crate has semihosting only in its `defmt-semihosting` build (the image QEMU
+    // runs): the image a user flashes must run without a probe.
+    let semihosting = if hal_board {
+        env::var_os("CARGO_FEATURE_DEFMT_SEMIHOSTING").is_some() || kernel_check
+    } else {
+        profile.kind == "qemu" || transport == Transport::Semihosting
+    };
+    if semihosting {
         println!("cargo:rustc-cfg=semihosting");
     }
     let transport = transport.name();

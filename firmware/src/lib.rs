@@ -21,6 +21,8 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+#[cfg(feature = "defmt-semihosting")]
+mod defmt_stderr;
 mod flash;
 mod fmt;
 #[cfg(feature = "link")]
@@ -43,8 +45,6 @@ use loglinear_runtime::{Sampler, SamplerConfig, Session, SessionConfig};
 
 #[cfg(feature = "defmt-rtt")]
 use defmt_rtt as _;
-#[cfg(feature = "defmt-semihosting")]
-use defmt_semihosting as _;
 
 use crate::fmt::{error, info};
 use loglinear_protocol::{self as protocol, request};

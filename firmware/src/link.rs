@@ -18,6 +18,7 @@ use core::convert::Infallible;
 use crate::fmt::{error, info};
 use core::future::poll_fn;
 use core::task::Poll;
+use portable_atomic::{AtomicBool, Ordering};
 
 use embassy_sync::waitqueue::AtomicWaker;
 use embedded_hal::digital::{OutputPin, PinState};
@@ -39,6 +40,10 @@ static TX_QUEUE: ConstStaticCell<ByteQueue> = ConstStaticCell::new(Queue::new())
 static RX_SPACE: AtomicWaker = AtomicWaker::new();
 /// Woken when the protocol loop has queued bytes to send.
 static TX_DATA: AtomicWaker = AtomicWaker::new();
+/// Set by the driver once it has flushed its HAL's buffer with the send queue empty; cleared
+/// whenever it takes bytes from the queue. [`SerialTx::flush`] waits for it, so that a `QUIT`
+/// reply is on the wire before the chip resets (or QEMU exits).
+static TX_SENT: AtomicBool = AtomicBool::new(true);
 
 /// Both ends of both queues. [`take`] hands it out once.
 pub struct Link {
@@ -46,10 +51,16 @@ pub struct Link {
     pub serial_rx: SerialRx,
     /// What the protocol loop writes.
     pub serial_tx: SerialTx,
+    /// The driver's ends.
+    pub wire: Wire,
+}
+
+/// The driver's ends of the link, which a board's serial task moves bytes through.
+pub struct Wire {
     /// Where the driver puts the bytes it receives.
-    pub wire_rx: WireRx,
+    pub rx: WireRx,
     /// Where the driver takes the bytes it sends.
-    pub wire_tx: WireTx,
+    pub tx: WireTx,
 }
 
 /// The link, the first time; `None` after that (each queue has one producer and one consumer).
@@ -59,10 +70,53 @@ pub fn take() -> Option<Link> {
     Some(Link {
         serial_rx: SerialRx { queue: rx_out },
         serial_tx: SerialTx { queue: tx_in },
-        wire_rx: WireRx { queue: rx_in },
-        wire_tx: WireTx { queue: tx_out },
+        wire: Wire {
+            rx: WireRx { queue: rx_in },
+            tx: WireTx { queue: tx_out },
+        },
     })
 }
+
+/// What a HAL board's `main` does once its HAL is up and its serial executor started: takes the
+/// link, hands the driver's ends to `start_serial` (which spawns the board's serial task for
+/// board.toml's `transport` on that executor), and serves the protocol in thread mode
+/// ([`serve`]).
+pub fn run_board<P: OutputPin>(
+    start_serial: impl FnOnce(Wire),
+    led: ActivityLed<P>,
+    reset: fn() -> Infallible,
+) -> ! {
+    let link = take().expect("the serial link is taken once, here");
+    start_serial(link.wire);
+    serve(link.serial_rx, link.serial_tx, led, reset)
+}
+
+/// Defines `SERIAL_EXECUTOR`, the interrupt executor that runs a Cortex-M HAL board's serial
+/// tasks above the protocol loop, and the handler of `$vector` that runs it: a vector that no
+/// driver of the board enables (a spare UART's, or a software interrupt). `$hal` is the board's
+/// embassy HAL crate, whose `interrupt` attribute binds the handler. Start it with
+/// `SERIAL_EXECUTOR.start(interrupt::$vector)` after setting the vector's priority.
+#[macro_export]
+macro_rules! serial_executor {
+    ($hal:ident, $vector:ident) => {
+        /// Runs the serial tasks, at a priority above thread mode.
+        static SERIAL_EXECUTOR: embassy_executor::InterruptExecutor =
+            embassy_executor::InterruptExecutor::new();
+
+        #[$hal::interrupt]
+        unsafe fn $vector() {
+            // SAFETY: the vector is this executor's alone: no driver of the board enables it,
+            // and `SERIAL_EXECUTOR.start` is given it.
+            unsafe { SERIAL_EXECUTOR.on_interrupt() }
+        }
+    };
+}
+
+/// The sizes of the HAL UART drivers' own ring buffers (the HAL's receive interrupt fills
+/// `UART_RX_BUFFER`; `UART_TX_BUFFER` holds what it still has to send).
+pub const UART_RX_BUFFER: usize = 1024;
+/// See [`UART_RX_BUFFER`].
+pub const UART_TX_BUFFER: usize = 256;
 
 /// Sleeps until an interrupt has run: the driver's, which moves bytes through the queues. An
 /// interrupt between the caller's check and the `WFE` sets the event register, so `WFE` returns
@@ -137,10 +191,10 @@ impl Write for SerialTx {
         }
     }
 
-    /// Waits until the driver has taken every queued byte (it may still be sending the last
-    /// chunk).
+    /// Waits until the driver has sent every queued byte: taken from the queue and flushed
+    /// out of the HAL's own buffer ([`TX_SENT`]).
     fn flush(&mut self) -> Result<(), Infallible> {
-        while !self.queue.is_empty() {
+        while !(self.queue.is_empty() && TX_SENT.load(Ordering::Acquire)) {
             TX_DATA.wake();
             wait_for_interrupt();
         }
@@ -155,18 +209,23 @@ pub struct WireRx {
 
 impl WireRx {
     /// Queues `bytes` for the protocol loop, waiting for space as often as needed: every byte
-    /// gets through.
-    pub async fn deliver(&mut self, mut bytes: &[u8]) {
+    /// gets through. While it waits, `hold` holds the driver's receive back (see
+    /// [`pump_uart`]): it is called with `true` before the wait and `false` after.
+    pub async fn deliver(&mut self, mut bytes: &[u8], hold: &mut impl FnMut(bool)) {
         while !bytes.is_empty() {
-            poll_fn(|cx| {
-                RX_SPACE.register(cx.waker());
-                if self.queue.ready() {
-                    Poll::Ready(())
-                } else {
-                    Poll::Pending
-                }
-            })
-            .await;
+            if !self.queue.ready() {
+                hold(true);
+                poll_fn(|cx| {
+                    RX_SPACE.register(cx.waker());
+                    if self.queue.ready() {
+                        Poll::Ready(())
+                    } else {
+                        Poll::Pending
+                    }
+                })
+                .await;
+                hold(false);
+            }
             while let Some((&byte, rest)) = bytes.split_first() {
                 if self.queue.enqueue(byte).is_err() {
                     break;
@@ -198,6 +257,7 @@ impl WireTx {
             }
         })
         .await;
+        TX_SENT.store(false, Ordering::Release);
         let mut n = 0;
         for slot in buf.iter_mut() {
             let Some(byte) = self.queue.dequeue() else {
@@ -207,6 +267,14 @@ impl WireTx {
             n += 1;
         }
         n
+    }
+
+    /// Records that every byte taken so far is sent, if the queue is empty: call it after the
+    /// HAL's buffer is flushed.
+    fn mark_sent(&self) {
+        if !self.queue.ready() {
+            TX_SENT.store(true, Ordering::Release);
+        }
     }
 }
 
@@ -230,9 +298,12 @@ pub fn cdc_acm_device<'d, D: embassy_usb::driver::Driver<'d>>(
 /// (nobody would read it) so the protocol loop never blocks on a missing host.
 pub async fn pump_cdc_acm<'d, D: embassy_usb::driver::Driver<'d>>(
     class: embassy_usb::class::cdc_acm::CdcAcmClass<'d, D>,
-    mut wire_rx: WireRx,
-    mut wire_tx: WireTx,
+    wire: Wire,
 ) {
+    let Wire {
+        rx: mut wire_rx,
+        tx: mut wire_tx,
+    } = wire;
     let (mut sender, mut receiver) = class.split();
     let inbound = async {
         let mut packet = [0u8; 64];
@@ -240,7 +311,9 @@ pub async fn pump_cdc_acm<'d, D: embassy_usb::driver::Driver<'d>>(
             receiver.wait_connection().await;
             info!("usb: connected");
             while let Ok(n) = receiver.read_packet(&mut packet).await {
-                wire_rx.deliver(packet.get(..n).unwrap_or_default()).await;
+                // USB holds the host back by itself: it NAKs while this waits.
+                let data = packet.get(..n).unwrap_or_default();
+                wire_rx.deliver(data, &mut |_| {}).await;
             }
             info!("usb: disconnected");
         }
@@ -251,14 +324,11 @@ pub async fn pump_cdc_acm<'d, D: embassy_usb::driver::Driver<'d>>(
         loop {
             let chunk = packet.get_mut(..max).unwrap_or_default();
             let n = wire_tx.next_chunk(chunk).await;
-            if sender
+            // An error means no host has the port configured: dropped, see above.
+            let _ = sender
                 .write_packet(chunk.get(..n).unwrap_or_default())
-                .await
-                .is_err()
-            {
-                // Not configured by a host: dropped, see above.
-                continue;
-            }
+                .await;
+            wire_tx.mark_sent();
         }
     };
     embassy_futures::join::join(inbound, outbound).await;
@@ -267,16 +337,31 @@ pub async fn pump_cdc_acm<'d, D: embassy_usb::driver::Driver<'d>>(
 /// Carries the link over an interrupt-driven UART (the HAL's buffered driver, whose receive
 /// interrupt fills its own ring buffer), forever. A receive error (overrun, framing, noise) is
 /// logged and the stream goes on: the protocol's line reader rejects a damaged line.
-pub async fn pump_uart<R, W>(mut rx: R, mut tx: W, mut wire_rx: WireRx, mut wire_tx: WireTx)
+///
+/// `hold_rx(true)` is called when the receive queue is full and bytes wait for it, and
+/// `hold_rx(false)` once it has room again. A board whose HAL empties the data register into
+/// its ring even when the ring is full, dropping what does not fit (embassy-stm32's buffered
+/// USART), masks its receive interrupt there, so that bytes wait in the data register instead:
+/// a UART model then holds input back (QEMU's does), and the chip overruns, as any UART
+/// without flow control does when the host sends faster than the firmware reads. Elsewhere it
+/// does nothing.
+pub async fn pump_uart<R, W>(mut rx: R, mut tx: W, wire: Wire, mut hold_rx: impl FnMut(bool))
 where
     R: embedded_io_async::Read,
     W: embedded_io_async::Write,
 {
+    let Wire {
+        rx: mut wire_rx,
+        tx: mut wire_tx,
+    } = wire;
     let inbound = async {
         let mut buf = [0u8; 64];
         loop {
             match rx.read(&mut buf).await {
-                Ok(n) => wire_rx.deliver(buf.get(..n).unwrap_or_default()).await,
+                Ok(n) => {
+                    let data = buf.get(..n).unwrap_or_default();
+                    wire_rx.deliver(data, &mut hold_rx).await;
+                }
                 Err(e) => error!("uart: receive error {}", kind_name(e.kind())),
             }
         }
@@ -287,6 +372,12 @@ where
             let n = wire_tx.next_chunk(&mut buf).await;
             if let Err(e) = tx.write_all(buf.get(..n).unwrap_or_default()).await {
                 error!("uart: send error {}", kind_name(e.kind()));
+            }
+            if !wire_tx.queue.ready() {
+                if let Err(e) = tx.flush().await {
+                    error!("uart: send error {}", kind_name(e.kind()));
+                }
+                wire_tx.mark_sent();
             }
         }
     };
@@ -381,9 +472,11 @@ impl<P: OutputPin> Read for WithLed<'_, P> {
 }
 
 /// Serves the protocol on the link's serial ends in thread mode: [`crate::run`], then after
-/// `QUIT` the reply flushed and `reset` called (the chip reboots to `READY`; it never returns,
+/// `QUIT` the reply sent and `reset` called (the chip reboots to `READY`; it never returns,
 /// which its `Infallible` says on stable Rust). A start-up failure (the model or the arena) is
-/// logged and the chip halts with the LED lit: a reset would only repeat it.
+/// logged and the chip halts with the LED lit: a reset would only repeat it. Built with
+/// semihosting (cfg `semihosting`: a HAL board crate's `defmt-semihosting` build, the one QEMU
+/// runs), both end through the semihosting exit instead, with the code as QEMU's exit status.
 pub fn serve<P: OutputPin>(
     mut rx: SerialRx,
     mut tx: SerialTx,
@@ -396,16 +489,26 @@ pub fn serve<P: OutputPin>(
         rx: &mut rx,
         led: &mut led,
     };
-    match crate::run(&mut input, &mut tx) {
-        Ok(()) => {
-            let _ = tx.flush();
-            match reset() {}
-        }
+    let code = match crate::run(&mut input, &mut tx) {
+        Ok(()) => 0,
         Err(code) => {
             error!("firmware stopped with exit code {}", code);
-            loop {
-                wait_for_interrupt();
-            }
+            code
+        }
+    };
+    let _ = tx.flush();
+    #[cfg(semihosting)]
+    {
+        let _ = reset;
+        semihosting::process::exit(code)
+    }
+    #[cfg(not(semihosting))]
+    {
+        if code == 0 {
+            match reset() {}
+        }
+        loop {
+            wait_for_interrupt();
         }
     }
 }

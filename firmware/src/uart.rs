@@ -1,6 +1,6 @@
-//! The UART transport of the serial protocol: blocking drivers, polled (but for the STM32L475's
-//! interrupt-driven receive) with no DMA, that implement [`embedded_io::Read`] and [`Write`](embedded_io::Write), one per board, picked
-//! at build time by the board's `uart = "<driver>"` key (cfg `uart`, set by `build.rs` when the
+//! The UART transport of the serial protocol: blocking polled drivers with no DMA, that
+//! implement [`embedded_io::Read`] and [`Write`](embedded_io::Write), one per board, picked at
+//! build time by the board's `uart = "<driver>"` key (cfg `uart`, set by `build.rs` when the
 //! board's `transport` is `uart`). All of them run at 115200 baud, 8 data bits, no parity, one
 //! stop bit, no flow control.
 //!
@@ -9,10 +9,9 @@
 //! | `cmsdk-apb` | `mps2-an386`, `mps2-an500` | CMSDK APB UART0 @0x4000_4000 | QEMU |
 //! | `ns16550` | `riscv-virt` | NS16550A @0x1000_0000 | QEMU |
 //! | `nrf51` | `microbit` | UART0 @0x4000_2000, TX P0.24, RX P0.25 | QEMU |
-//! | `stm32l4-usart1` | `b-l475e-iot01a` | USART1 @0x4001_3800, TX PB6, RX PB7; interrupt-driven receive into a heapless queue | QEMU |
 //!
-//! The real chips (stm32h743, nrf52840, rp2040, esp32c3) have crates of their own in `boards/`,
-//! on their vendors' HALs, with interrupt-driven UARTs and USB (`src/link.rs`).
+//! The real chips (stm32h743, nrf52840, rp2040, esp32c3, b-l475e-iot01a) have crates of their own
+//! in `boards/`, on their vendors' HALs, with interrupt-driven UARTs and USB (`src/link.rs`).
 //!
 //! This is the only module besides the arena and the stack painter that uses `unsafe`: the
 //! volatile accesses of [`Block`], each argued once there. A driver only names a block's base
@@ -57,8 +56,7 @@ impl<const SPAN: usize> Block<SPAN> {
     fn read(self, offset: usize) -> u32 {
         // SAFETY: `new`'s contract makes every address of the block a readable device register;
         // `addr` keeps the access inside the block and 4-aligned. No reference is made and no
-        // Rust object lives there, so an interrupt handler reaching the same register (the
-        // STM32L475 driver's) can only interleave device operations, not break memory safety.
+        // Rust object lives there.
         unsafe { ptr::read_volatile(self.addr::<4>(offset) as *const u32) }
     }
 
@@ -189,154 +187,6 @@ mod driver {
         while UART0.read(STATE) & STATE_TX_FULL != 0 {
             core::hint::spin_loop();
         }
-    }
-}
-
-/// STM32L475 USART1 on PB6 (TX) / PB7 (RX), alternate function 7: the B-L475E-IOT01A's ST-LINK
-/// virtual COM port (UM2153), QEMU `b-l475e-iot01a`'s first serial port. RM0351 (STM32L4x5/L4x6
-/// reference manual): memory map: RCC 0x4002_1000, GPIOB 0x4800_0400, USART1 0x4001_3800; RCC:
-/// AHB2ENR 0x4C (GPIOBEN bit 1), APB2ENR 0x60 (USART1EN bit 14); GPIO: MODER 0x00, AFRL 0x20;
-/// USART: CR1 0x00, BRR 0x0C, ISR 0x1C, ICR 0x20, RDR 0x24, TDR 0x28; USART1's global interrupt
-/// is IRQ 37. The clock stays as reset leaves it: MSI at 4 MHz, so BRR = 4 MHz / 115200 = 35.
-///
-/// Receive is interrupt-driven: the handler moves each byte from RDR into a `heapless` SPSC
-/// queue, which `read_byte` drains. When the queue is full the handler masks the receive
-/// interrupt and leaves the byte in RDR until `read_byte` makes room; a byte that arrives
-/// meanwhile overruns (ORE), which the handler clears; that byte is lost. QEMU's model holds input
-/// back while RDR is full, so under QEMU nothing overruns; on the chip at 115200 baud the queue
-/// covers `RX_QUEUE` byte times (0.36 s) of decoding.
-#[cfg(uart = "stm32l4-usart1")]
-mod driver {
-    use core::cell::RefCell;
-
-    use cortex_m::interrupt::{self, Mutex};
-    use heapless::spsc::{Consumer, Producer, Queue};
-    use portable_atomic::{AtomicBool, Ordering};
-    use static_cell::ConstStaticCell;
-
-    use super::{Block, BAUD};
-
-    // SAFETY: 0x4002_1000..0x4002_1400 is the RCC block (RM0351 memory map).
-    const RCC: Block<0x400> = unsafe { Block::new(0x4002_1000) };
-    // SAFETY: 0x4800_0400..0x4800_0800 is the GPIOB block.
-    const GPIOB: Block<0x400> = unsafe { Block::new(0x4800_0400) };
-    // SAFETY: 0x4001_3800..0x4001_3C00 is the USART1 block.
-    const USART1: Block<0x400> = unsafe { Block::new(0x4001_3800) };
-    const RCC_AHB2ENR: usize = 0x4C;
-    const RCC_APB2ENR: usize = 0x60;
-    const GPIO_MODER: usize = 0x00;
-    const GPIO_AFRL: usize = 0x20;
-    const CR1: usize = 0x00;
-    const BRR: usize = 0x0C;
-    const ISR: usize = 0x1C;
-    const ICR: usize = 0x20;
-    const RDR: usize = 0x24;
-    const TDR: usize = 0x28;
-    const CR1_UE: u32 = 1 << 0;
-    const CR1_RE: u32 = 1 << 2;
-    const CR1_TE: u32 = 1 << 3;
-    const CR1_RXNEIE: u32 = 1 << 5;
-    const ISR_ORE: u32 = 1 << 3;
-    const ISR_RXNE: u32 = 1 << 5;
-    const ISR_TC: u32 = 1 << 6;
-    const ISR_TXE: u32 = 1 << 7;
-    const ICR_ORECF: u32 = 1 << 3;
-    const CLOCK_HZ: u32 = 4_000_000;
-    const USART1_IRQ: u16 = 37;
-
-    /// Bytes the receive queue holds: heapless's `Queue<u8, N>` keeps N - 1.
-    pub const RX_QUEUE: usize = 4096;
-
-    static QUEUE: ConstStaticCell<Queue<u8, RX_QUEUE>> = ConstStaticCell::new(Queue::new());
-    /// The handler's end of the queue.
-    static PRODUCER: Mutex<RefCell<Option<Producer<'static, u8>>>> = Mutex::new(RefCell::new(None));
-    /// `read_byte`'s end.
-    static CONSUMER: Mutex<RefCell<Option<Consumer<'static, u8>>>> = Mutex::new(RefCell::new(None));
-    static STARTED: AtomicBool = AtomicBool::new(false);
-
-    /// USART1's interrupt number, for the NVIC.
-    #[derive(Clone, Copy)]
-    struct Usart1;
-
-    // SAFETY: 37 is USART1's global interrupt on the STM32L475 (RM0351 vector table), a valid
-    // interrupt number of this chip.
-    unsafe impl cortex_m::interrupt::InterruptNumber for Usart1 {
-        fn number(self) -> u16 {
-            USART1_IRQ
-        }
-    }
-
-    pub fn init() {
-        if STARTED.swap(true, Ordering::AcqRel) {
-            return;
-        }
-        if let Some(queue) = QUEUE.try_take() {
-            let (producer, consumer) = queue.split();
-            interrupt::free(|cs| {
-                PRODUCER.borrow(cs).replace(Some(producer));
-                CONSUMER.borrow(cs).replace(Some(consumer));
-            });
-        }
-        RCC.modify(RCC_AHB2ENR, |v| v | 1 << 1);
-        RCC.modify(RCC_APB2ENR, |v| v | 1 << 14);
-        // PB6, PB7: alternate function mode (0b10), AF7.
-        GPIOB.modify(GPIO_MODER, |v| (v & !(0xF << 12)) | (0b1010 << 12));
-        GPIOB.modify(GPIO_AFRL, |v| (v & !(0xFF << 24)) | (0x77 << 24));
-        USART1.write(BRR, CLOCK_HZ.div_ceil(BAUD));
-        USART1.write(CR1, CR1_UE | CR1_RE | CR1_TE | CR1_RXNEIE);
-        // SAFETY: unmasking USART1's interrupt is sound: its handler (below) only moves bytes
-        // into the queue through a critical section, and shares no data with the interrupted
-        // code outside one.
-        unsafe { cortex_m::peripheral::NVIC::unmask(Usart1) };
-    }
-
-    pub fn read_byte() -> Option<u8> {
-        let byte = interrupt::free(|cs| CONSUMER.borrow(cs).borrow_mut().as_mut()?.dequeue());
-        if byte.is_some() {
-            // Room again: let the handler take bytes from RDR.
-            USART1.modify(CR1, |v| v | CR1_RXNEIE);
-        }
-        byte
-    }
-
-    pub fn write_byte(b: u8) {
-        while USART1.read(ISR) & ISR_TXE == 0 {
-            core::hint::spin_loop();
-        }
-        USART1.write(TDR, u32::from(b));
-    }
-
-    pub fn flush() {
-        while USART1.read(ISR) & ISR_TC == 0 {
-            core::hint::spin_loop();
-        }
-    }
-
-    /// Every interrupt without a handler of its own comes here (cortex-m-rt, no device crate):
-    /// USART1's moves received bytes into the queue; any other is unexpected and ignored.
-    #[cortex_m_rt::exception]
-    unsafe fn DefaultHandler(irqn: i16) {
-        if irqn != USART1_IRQ as i16 {
-            return;
-        }
-        let isr = USART1.read(ISR);
-        if isr & ISR_ORE != 0 {
-            USART1.write(ICR, ICR_ORECF);
-        }
-        if isr & ISR_RXNE == 0 {
-            return;
-        }
-        interrupt::free(|cs| {
-            let mut producer = PRODUCER.borrow(cs).borrow_mut();
-            match producer.as_mut() {
-                Some(p) if p.ready() => {
-                    // Reading RDR clears RXNE; the queue has room for the byte.
-                    let _ = p.enqueue(USART1.read(RDR) as u8);
-                }
-                // Full: leave the byte in RDR and stop the interrupt until `read_byte` drains.
-                _ => USART1.modify(CR1, |v| v & !CR1_RXNEIE),
-            }
-        });
     }
 }
 

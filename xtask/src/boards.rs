@@ -45,7 +45,7 @@ use loglinear_planner::{Board, BoardProfile, LinuxBoard, Transport};
 
 use crate::snapshot::{self, Elf};
 use crate::stages::Stages;
-use crate::tasks::{self, FirmwareBuild, Repo};
+use crate::tasks::{self, has_own_crate, BoardCrateBuild, FirmwareBuild, Repo};
 use crate::{board_tools, esp_image, image, system, uf2};
 
 /// The Linux target whose cross linker and C library this task installs, with their Debian
@@ -129,8 +129,9 @@ pub fn run(repo: &Repo, args: Args, stages: &mut Stages) -> Result<()> {
     Ok(())
 }
 
-/// The boards named, or every board that is not a QEMU board: the hardware boards, then the
-/// Linux ones.
+/// The boards named, or every board that is not a QEMU board (a QEMU board with a crate of its
+/// own, whose image is also flashed, counts as a hardware board here): the hardware boards, then
+/// the Linux ones.
 fn select(names: &[String]) -> Result<Vec<Board>> {
     if !names.is_empty() {
         return names
@@ -141,7 +142,7 @@ fn select(names: &[String]) -> Result<Vec<Board>> {
     let mut boards = Vec::new();
     for name in Board::list(Some(Path::new("boards"))) {
         match Board::find(&name).with_context(|| format!("board {name}"))? {
-            Board::Firmware(b) if b.kind == "qemu" => {}
+            Board::Firmware(b) if b.kind == "qemu" && !has_own_crate(&b) => {}
             board => boards.push(board),
         }
     }
@@ -166,18 +167,11 @@ fn firmware_boards(boards: &[Board]) -> impl Iterator<Item = &BoardProfile> {
     })
 }
 
-/// The hardware boards among `boards`.
+/// The boards among `boards` whose image is flashed to a chip: the hardware boards, and the QEMU
+/// boards with a crate of their own (b-l475e-iot01a: QEMU runs its `defmt-semihosting` build,
+/// a user flashes this one).
 fn hardware_boards(boards: &[Board]) -> impl Iterator<Item = &BoardProfile> {
-    firmware_boards(boards).filter(|b| b.kind == "hardware")
-}
-
-/// Whether `board` is built from its own crate, `boards/<board>/Cargo.toml` (a HAL board crate),
-/// rather than from firmware/.
-fn has_own_crate(board: &BoardProfile) -> bool {
-    Path::new("boards")
-        .join(&board.name)
-        .join("Cargo.toml")
-        .is_file()
+    firmware_boards(boards).filter(|b| b.kind == "hardware" || has_own_crate(b))
 }
 
 /// Installs what the boards' builds and checks need: Rust targets, the Linux boards' linkers,
@@ -252,12 +246,9 @@ fn clippy(boards: &[Board], fw_target_dir: &Path) -> Result<()> {
             )
             .with_context(|| format!("{name}: boards/{name} is not formatted"))?;
             tasks::run(
-                Command::new("cargo")
-                    .args(["clippy", "--release", "-q", "--target-dir"])
-                    .arg(fw_target_dir)
-                    .args(["--", "-D", "warnings"])
-                    .env("LOGLINEAR_TRANSPORT", "")
-                    .current_dir(&dir),
+                BoardCrateBuild::new(board, fw_target_dir)
+                    .command("clippy")
+                    .args(["--", "-D", "warnings"]),
             )
             .with_context(|| format!("{name}: clippy of boards/{name}"))?;
             continue;
@@ -360,19 +351,25 @@ fn check_runners(boards: &[Board]) -> Result<()> {
                     board.target
                 )
             })?;
+        // A QEMU board's `runner` is QEMU's; `cargo run` in its crate's folder flashes the chip
+        // that board.toml's `probe_rs_chip` names.
+        let flash_runner = if board.kind == "qemu" {
+            format!("probe-rs run --chip {}", board.probe_rs_chip)
+        } else {
+            board.runner.clone()
+        };
         ensure!(
-            cargo_runner == board.runner,
-            "{name}: {} runs '{cargo_runner}', {} says '{}'",
+            cargo_runner == flash_runner,
+            "{name}: {} runs '{cargo_runner}', {} says '{flash_runner}'",
             config.display(),
             board.path.display(),
-            board.runner
         );
         ensure!(
             !board.probe_rs_chip.is_empty(),
             "{name}: {} names no probe_rs_chip (a hardware board needs one)",
             board.path.display()
         );
-        let (tool, chip) = runner_chip(&board.runner).with_context(|| name.clone())?;
+        let (tool, chip) = runner_chip(&flash_runner).with_context(|| name.clone())?;
         let mut chips = BTreeSet::new();
         chips.insert((ChipTool::ProbeRs, board.probe_rs_chip.as_str()));
         chips.insert((tool, chip));
@@ -494,19 +491,7 @@ fn firmware(
              levels, model {}, transport {transport} ====",
             model.display()
         );
-        tasks::run(
-            Command::new("cargo")
-                .args(["build", "--release", "-q", "--target-dir"])
-                .arg(fw_target_dir)
-                .env("LOGLINEAR_TRANSPORT", "")
-                .current_dir(Path::new("boards").join(name)),
-        )
-        .with_context(|| format!("{name}: building boards/{name}"))?;
-        let built = fw_target_dir
-            .join(target)
-            .join("release")
-            .join(format!("loglinear-{name}"));
-        copy(&built, &elf)?;
+        BoardCrateBuild::new(board, fw_target_dir).build(&elf)?;
     } else {
         println!(
             "==== {name} ({chip}): firmware/, {target}, {state} state, {levels} levels, model \

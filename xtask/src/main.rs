@@ -36,6 +36,7 @@ mod board_tools;
 mod boards;
 mod ci;
 mod count;
+mod defmt_log;
 mod esp_image;
 mod image;
 mod insn;

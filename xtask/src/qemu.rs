@@ -34,9 +34,17 @@
 //!   pty`), ends a line cut short that a previous host left (its sync: a blank line and
 //!   STATUS) and prints what `loglinear generate` prints. Requests go out once the board has
 //!   printed READY (a UART drops what comes before its receiver is on);
+//! * a board with a crate of its own (b-l475e-iot01a, on embassy-stm32): that crate's image,
+//!   built with `--no-default-features --features defmt-semihosting` (target/firmware-uart),
+//!   the image a user flashes but for the defmt transport, runs every check above over its UART
+//!   under `uart_runner` (the hostile input ending with QUIT instead of a line cut by the end of
+//!   input), its defmt log (QEMU's stderr) is decoded with the image's table and must report
+//!   the clock of board.toml's `clock_hz`, and it runs the UART checks below but the semihosting
+//!   cases;
 //! * sustained input (b-l475e-iot01a: `uart_sustained_bytes` in its board.toml): a 64 KiB
-//!   prompt sent at full speed over the STM32L475's interrupt-driven USART, in `GEN n=0` lines,
-//!   then a greedy GEN: every line answered, the token count and the tokens equal the host's;
+//!   prompt sent at full speed over the STM32L475's USART (the HAL's interrupt-driven
+//!   receive), in `GEN n=0` lines, then a greedy GEN: every line answered, the token count and
+//!   the tokens equal the host's;
 //! * activations: a board with `activations = "q8"` under `[firmware]` runs its quantized
 //!   matvecs on Q8 activations (the integer kernels), and the host reference then runs
 //!   `loglinear generate --activations q8`;
@@ -50,6 +58,7 @@
 //! prints the QEMU wall time of every run and `size -A` of every ELF. The outputs of every run
 //! stay in `target/qemu-test/<board>-*.out` and `.err` for a look after a failure.
 
+mod session;
 mod uart;
 
 use std::path::{Path, PathBuf};
@@ -60,9 +69,9 @@ use anyhow::{bail, Context};
 use loglinear_planner::BoardProfile;
 
 use crate::process::{self, read_text, suffixed, QemuRun};
-use crate::reply;
 use crate::stages::Stages;
-use crate::tasks::{self, FirmwareBuild, Repo};
+use crate::tasks::{self, BoardCrateBuild, Defmt, FirmwareBuild, Repo};
+use crate::{defmt_log, reply};
 
 /// Arguments of the task.
 #[derive(clap::Args)]
@@ -98,14 +107,12 @@ const CLIENT_REQUEST: [&str; 6] = ["--prompt", r"JULIET:\n", "-n", "16", "--temp
 /// The clippy runs of the firmware crate: target and board. thumbv7em and riscv32imac build
 /// for their default board (firmware/build.rs: mps2-an386, riscv-virt); thumbv6m has none (the
 /// shipped model fits none of its boards): microbit's; thumbv8m.main has none either:
-/// mps3-an547's (the model in its own flash region); thumbv7em once more as b-l475e-iot01a: its
-/// interrupt-driven USART driver.
-const CLIPPY: [(&str, Option<&str>); 5] = [
+/// mps3-an547's (the model in its own flash region).
+const CLIPPY: [(&str, Option<&str>); 4] = [
     ("thumbv7em-none-eabihf", None),
     ("riscv32imac-unknown-none-elf", None),
     ("thumbv6m-none-eabi", Some("microbit")),
     ("thumbv8m.main-none-eabihf", Some("mps3-an547")),
-    ("thumbv7em-none-eabihf", Some("b-l475e-iot01a")),
 ];
 
 /// What every board's test shares.
@@ -131,9 +138,9 @@ struct Setup {
 }
 
 /// What a hostile-input run must answer.
-struct Hostile {
+struct Hostile<'a> {
     /// The replies, one word each (`reply::reply_summary`).
-    replies: &'static str,
+    replies: &'a str,
     /// The greedy tokens generated between the bad lines.
     greedy_tokens: usize,
     /// The start of the closing STATUS line: the session's counts.
@@ -185,7 +192,9 @@ pub fn run(repo: &Repo, args: Args, stages: &mut Stages) -> anyhow::Result<()> {
 
 /// firmware/ is not a workspace member, so the workspace's fmt and clippy steps do not see it:
 /// `cargo fmt --check` and clippy with `-D warnings` for every target, and once more with the
-/// QEMU board's UART driver (src/uart.rs) where the target's board has one.
+/// QEMU board's UART driver (src/uart.rs) where the target's board has one; and clippy of each
+/// QEMU board's own crate as QEMU runs it (feature `defmt-semihosting`; `cargo xtask boards`
+/// checks its default build and its formatting).
 fn firmware_lints(setup: &Setup) -> anyhow::Result<()> {
     println!("firmware: cargo fmt --check");
     tasks::run(Command::new("cargo").args([
@@ -241,6 +250,19 @@ fn firmware_lints(setup: &Setup) -> anyhow::Result<()> {
         }
         .clippy()?;
     }
+    for board in tasks::qemu_boards()? {
+        if !tasks::has_own_crate(&board) {
+            continue;
+        }
+        let name = &board.name;
+        println!("boards/{name}: cargo clippy -D warnings, feature defmt-semihosting");
+        let lint = BoardCrateBuild {
+            defmt: Defmt::Semihosting,
+            ..BoardCrateBuild::new(&board, &setup.fw_uart_target_dir)
+        };
+        tasks::run(lint.command("clippy").args(["--", "-D", "warnings"]))
+            .with_context(|| format!("{name}: clippy of boards/{name} (defmt-semihosting)"))?;
+    }
     Ok(())
 }
 
@@ -258,20 +280,43 @@ struct BoardTest<'a> {
     board: &'a BoardProfile,
     /// The board's model, on the firmware and on the host.
     model: PathBuf,
-    /// The semihosting image.
+    /// The image: the semihosting image of firmware/, or a HAL board crate's `defmt-semihosting`
+    /// build.
     elf: PathBuf,
+    /// The QEMU command line of the image: board.toml's `runner`, or a HAL board crate's
+    /// `uart_runner` (its protocol is on the UART).
+    runner: String,
+    /// The image is a HAL board crate's ([`tasks::has_own_crate`]).
+    hal: bool,
     /// The deepest `stack_peak_bytes` any STATUS has reported.
     stack_peak: u64,
 }
 
 impl<'a> BoardTest<'a> {
     fn new(setup: &'a Setup, board: &'a BoardProfile) -> Self {
+        let hal = tasks::has_own_crate(board);
+        let runner = if hal {
+            board.uart_runner.clone().unwrap_or_default()
+        } else {
+            board.runner.clone()
+        };
         Self {
             setup,
             board,
             model: board_model(setup, board),
             elf: setup.work.join(format!("{}.elf", board.name)),
+            runner,
+            hal,
             stack_peak: 0,
+        }
+    }
+
+    /// A QEMU run of the board's image under [`BoardTest::runner`]; a HAL image's requests go
+    /// out once it has printed READY on its UART.
+    fn image_run<'r>(&'r self, label: &'r str, base: &'r Path) -> QemuRun<'r> {
+        QemuRun {
+            wait_ready: self.hal,
+            ..self.qemu(label, &self.runner, &self.elf, base)
         }
     }
 
@@ -338,18 +383,28 @@ impl<'a> BoardTest<'a> {
     fn run(mut self) -> anyhow::Result<()> {
         let board = self.board;
         let name = &board.name;
-        if board.runner.is_empty() {
-            bail!("{}: no runner: not a QEMU board", board.path.display());
+        if self.runner.is_empty() {
+            let key = if self.hal { "uart_runner" } else { "runner" };
+            bail!("{}: no {key}: not a QEMU board", board.path.display());
         }
         println!(
-            "\n==== {name}: {}, {} state, {} levels, {} activations, {} ====",
+            "\n==== {name}: {}, {} state, {} levels, {} activations, {}{} ====",
             board.target,
             board.state,
             board.levels,
             board.activations.name(),
-            self.model.display()
+            self.model.display(),
+            if self.hal {
+                format!(", its HAL crate boards/{name} with defmt on semihosting")
+            } else {
+                String::new()
+            }
         );
-        FirmwareBuild::new(board, &self.model, &self.setup.fw_target_dir).build(&self.elf)?;
+        if self.hal {
+            self.build_uart(&self.model, &self.setup.fw_uart_target_dir, &self.elf)?;
+        } else {
+            FirmwareBuild::new(board, &self.model, &self.setup.fw_target_dir).build(&self.elf)?;
+        }
         let plan = tasks::output(
             Command::new(&self.setup.cli)
                 .args(["plan", "--board", name, "--model"])
@@ -360,12 +415,17 @@ impl<'a> BoardTest<'a> {
         self.print_sizes()?;
 
         self.token_identity()?;
+        if self.hal {
+            self.boot_log()?;
+        }
         self.hostile_input()?;
         if name == "mps2-an386" {
             self.session()?;
             self.bpe()?;
         }
-        if board.uart.is_some() && board.uart_runner.is_some() {
+        if self.hal {
+            self.hal_uart_test()?;
+        } else if board.uart.is_some() && board.uart_runner.is_some() {
             self.uart_test()?;
         }
 
@@ -383,85 +443,6 @@ impl<'a> BoardTest<'a> {
         println!(
             "  ok: stack peak {peak} B ≤ planner stack estimate {stack_estimate} B ({} %)",
             peak * 100 / stack_estimate
-        );
-        Ok(())
-    }
-
-    /// A model with a GPT-2 BPE vocabulary (the tests' trained fixture): the board encodes
-    /// the prompt text with the runtime's BPE and `loglinear serial` prints byte for byte what
-    /// `loglinear generate` prints (the host encodes with the `tokenizers` crate); a prompt
-    /// piece longer than the board's encoder takes is refused with an error.
-    fn bpe(&mut self) -> anyhow::Result<()> {
-        let name = &self.board.name;
-        let folder = self.setup.work.join("bpe-model");
-        tasks::run(
-            Command::new(&self.setup.bpe_model)
-                .arg(&folder)
-                .stdout(Stdio::null()),
-        )?;
-        let model = self.setup.work.join("bpe-model-q8_0.gguf");
-        tasks::run(
-            Command::new(&self.setup.cli)
-                .arg("convert")
-                .arg(&folder)
-                .arg("-o")
-                .arg(&model)
-                .args(["--type", "q8_0", "--no-eval"])
-                .stdout(Stdio::null()),
-        )?;
-        let elf = self.work_file("-bpe.elf");
-        FirmwareBuild::new(self.board, &model, &self.setup.fw_target_dir).build(&elf)?;
-        let base = self.work_file("-bpe");
-        let prompt = r"The quick brown fox didn't jump: caf\u{e9}, \u{6771}\u{4eac} 42";
-        let host_out = suffixed(&base, ".host.out");
-        self.host_generate(
-            &model,
-            &["--prompt", prompt, "-n", "24", "--temperature", "0"],
-            &host_out,
-            None,
-        )?;
-        let serial =
-            |prompt: &str, suffix: &str| -> anyhow::Result<(process::Ended, PathBuf, PathBuf)> {
-                let (out, err) = (
-                    suffixed(&base, &format!("{suffix}.out")),
-                    suffixed(&base, &format!("{suffix}.err")),
-                );
-                let mut cmd = Command::new(&self.setup.cli);
-                cmd.args(["serial", "--qemu-board", name, "--elf"])
-                    .arg(&elf)
-                    .args(["--prompt", prompt, "-n", "24", "--temperature", "0"]);
-                let (ended, _) = process::run_timed(&mut cmd, &out, &err, self.setup.limit)?;
-                Ok((ended, out, err))
-            };
-        let (ended, out, err) = serial(prompt, ".client")?;
-        if !ended.success() {
-            bail!(
-                "{name} BPE: loglinear serial {ended}: {}",
-                read_text(&err)?.trim_end()
-            );
-        }
-        if std::fs::read(&out).ok() != std::fs::read(&host_out).ok() {
-            bail!(
-                "{name} BPE: loglinear serial printed other text than loglinear generate \
-                 ({} against {})",
-                out.display(),
-                host_out.display()
-            );
-        }
-        // One letter run over the encoder's 128-byte piece limit.
-        let long = "a".repeat(200);
-        let (ended, _, err) = serial(&long, ".long")?;
-        let err_text = read_text(&err)?;
-        if ended.success() || !err_text.contains("does not encode") {
-            bail!(
-                "{name} BPE: a 200-byte piece was not refused: {}",
-                err_text.trim_end()
-            );
-        }
-        println!(
-            "  ok: BPE model ({}): the board's encoding and text = the host's; an over-long \
-             piece is refused",
-            model.display()
         );
         Ok(())
     }
@@ -506,9 +487,7 @@ impl<'a> BoardTest<'a> {
             .with_context(|| format!("{name} case {i}"))?;
             let label = format!("{name} case {i}");
             let script = format!("GEN {request}\nSTATUS\nQUIT\n");
-            let (out, time) = self
-                .qemu(&label, &self.board.runner, &self.elf, &base)
-                .run(script.as_bytes())?;
+            let (out, time) = self.image_run(&label, &base).run(script.as_bytes())?;
             let g = self.check_identity(&label, &out, &base, &base)?;
             println!(
                 "  ok: case {i}, {g:>2} tokens identical to the host, QEMU {}  [GEN {request}]",
@@ -518,6 +497,46 @@ impl<'a> BoardTest<'a> {
                 println!("      {status}");
             }
         }
+        Ok(())
+    }
+
+    /// A HAL image's defmt log of its first run (QEMU's stderr, decoded with the image's
+    /// table): the clocks the HAL reports are board.toml's `clock_hz`, the QEMU fix-ups are on,
+    /// and nothing was logged as an error.
+    fn boot_log(&self) -> anyhow::Result<()> {
+        let name = &self.board.name;
+        let err = self.work_file("-1.err");
+        let stream = std::fs::read(&err).with_context(|| format!("reading {}", err.display()))?;
+        let log = defmt_log::decode(&self.elf, &stream)?;
+        println!("  defmt log of case 1 ({}):", err.display());
+        for line in &log {
+            println!("      {line}");
+        }
+        let clock = format!("clocks: sys {} Hz,", self.board.clock_hz);
+        let want = [
+            clock.as_str(),
+            "QEMU: PWR, FLASH and USART1's ICR served",
+            "serving the protocol on uart",
+        ];
+        for text in want {
+            if !log
+                .iter()
+                .any(|l| l.level == "INFO" && l.text.starts_with(text))
+            {
+                bail!(
+                    "{name}: no INFO line '{text}...' in the defmt log ({})",
+                    err.display()
+                );
+            }
+        }
+        if let Some(bad) = log.iter().find(|l| l.level == "ERROR" || l.level == "WARN") {
+            bail!("{name}: the defmt log has {bad} ({})", err.display());
+        }
+        println!(
+            "  ok: the HAL brought the clocks up at {} Hz as board.toml says, logged over \
+             defmt",
+            self.board.clock_hz
+        );
         Ok(())
     }
 
@@ -548,20 +567,28 @@ impl<'a> BoardTest<'a> {
         // `a\q`: a backslash that starts no escape.
         script.extend_from_slice(b"GEN prompt=a\\q\nRESET levels=99\nSTATUS now\n");
         script.extend_from_slice(one);
-        // The last line is cut short by the end of input.
-        script.extend_from_slice(b"STATUS\nGEN n=3 prompt=abc");
+        // The last line is cut short by the end of input. A UART has no end of input: there the
+        // image ends with QUIT (`uart_hostile` cuts a line short the UART's way).
+        let last = if self.hal {
+            ("STATUS\nQUIT\n", "STATUS BYE")
+        } else {
+            ("STATUS\nGEN n=3 prompt=abc", "STATUS ERR5")
+        };
+        script.extend_from_slice(last.0.as_bytes());
         let label = format!("{name} hostile input");
-        let (out, time) = self
-            .qemu(&label, &self.board.runner, &self.elf, &base)
-            .run(&script)?;
+        let (out, time) = self.image_run(&label, &base).run(&script)?;
+        let replies = format!(
+            "READY ERR1 TOK DONE ERR2 TOK DONE ERR3 TOK DONE \
+             ERR4 ERR4 ERR4 ERR4 ERR4 ERR4 ERR4 ERR4 TOK DONE {}",
+            last.1
+        );
         self.check_hostile(
             &label,
             &out,
             &base,
             &host_out,
             &Hostile {
-                replies: "READY ERR1 TOK DONE ERR2 TOK DONE ERR3 TOK DONE \
-                    ERR4 ERR4 ERR4 ERR4 ERR4 ERR4 ERR4 ERR4 TOK DONE STATUS ERR5",
+                replies: &replies,
                 greedy_tokens: 4,
                 status: "STATUS tokens=5 generated=4 ",
             },
@@ -621,7 +648,7 @@ impl<'a> BoardTest<'a> {
         out: &str,
         base: &Path,
         host_out: &Path,
-        expect: &Hostile,
+        expect: &Hostile<'_>,
     ) -> anyhow::Result<()> {
         let got = reply::reply_summary(out);
         if got != expect.replies {
@@ -645,77 +672,6 @@ impl<'a> BoardTest<'a> {
             );
         }
         self.note_stack(out);
-        Ok(())
-    }
-
-    /// A session (one board: riscv-virt costs ~0.4 s a token): GEN, STATUS, GEN continuing,
-    /// RESET, GEN again; and the host client, `loglinear serial --qemu-board`.
-    fn session(&mut self) -> anyhow::Result<()> {
-        let name = &self.board.name;
-        let base = self.work_file("-session");
-        let host_out = self.host_reference(&base)?;
-        let gen1 = r"GEN n=8 temperature=0 prompt=JULIET:\n";
-        let script =
-            format!("{gen1}\nSTATUS\nGEN n=8 temperature=0\nSTATUS\nRESET\nSTATUS\n{gen1}\nQUIT\n");
-        let label = format!("{name} session");
-        let (out, time) = self
-            .qemu(&label, &self.board.runner, &self.elf, &base)
-            .run(script.as_bytes())?;
-        let got = reply::reply_kinds(&out);
-        let want = "READY TOK DONE STATUS TOK DONE STATUS OK STATUS TOK DONE BYE";
-        if got != want {
-            bail!("{label}: replies '{got}', expected '{want}'");
-        }
-        let host =
-            std::fs::read(&host_out).with_context(|| format!("reading {}", host_out.display()))?;
-        if reply::tok_ids(&out, 1, 16) != reply::host_ids(&host, 8) {
-            bail!("{label}: GEN + continuing GEN differ from one host run of 16 tokens");
-        }
-        if reply::tok_ids(&out, 17, 8) != reply::tok_ids(&out, 1, 8) {
-            bail!("{label}: GEN after RESET differs from the first GEN");
-        }
-        let counts = reply::status_count_list(&out);
-        if counts != "tokens=16 generated=8 tokens=24 generated=16 tokens=0 generated=0" {
-            bail!(
-                "{label}: STATUS counts: {}",
-                reply::status_lines(&out).join(" / ")
-            );
-        }
-        self.note_stack(&out);
-        println!(
-            "  ok: session GEN, STATUS, GEN continuing (= host), RESET, GEN (= first), QEMU {}",
-            reply::secs(time)
-        );
-
-        let (client_out, client_err) = (
-            suffixed(&base, ".client.out"),
-            suffixed(&base, ".client.err"),
-        );
-        let mut cmd = Command::new(&self.setup.cli);
-        cmd.args(["serial", "--qemu-board", name, "--elf"])
-            .arg(&self.elf)
-            .args(CLIENT_REQUEST)
-            .arg("--status");
-        let (ended, time) =
-            process::run_timed(&mut cmd, &client_out, &client_err, self.setup.limit)?;
-        if !ended.success() {
-            bail!(
-                "{name}: loglinear serial {ended}: {}",
-                read_text(&client_err)?.trim_end()
-            );
-        }
-        if std::fs::read(&client_out).ok() != Some(host) {
-            bail!(
-                "{name}: loglinear serial printed other text than loglinear generate \
-                 ({} against {})",
-                client_out.display(),
-                host_out.display()
-            );
-        }
-        println!(
-            "  ok: loglinear serial --qemu-board prints what loglinear generate prints ({})",
-            reply::secs(time)
-        );
         Ok(())
     }
 }

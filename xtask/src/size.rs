@@ -42,24 +42,6 @@ impl Footprint {
                 .sum(),
         }
     }
-
-    /// The goals this footprint misses, each as a sentence; empty when it meets both.
-    pub fn missed_goals(&self) -> Vec<String> {
-        let mut missed = Vec::new();
-        if self.runtime > RUNTIME_GOAL {
-            missed.push(format!(
-                "the runtime takes {} B, more than the goal of {RUNTIME_GOAL} B",
-                self.runtime
-            ));
-        }
-        if self.without_model > FIRMWARE_GOAL {
-            missed.push(format!(
-                "the image without the model takes {} B, more than the goal of {FIRMWARE_GOAL} B",
-                self.without_model
-            ));
-        }
-        missed
-    }
 }
 
 /// Bytes of code and read-only data of one crate (or a pseudo-crate in brackets).
@@ -172,14 +154,6 @@ mod tests {
                 without_model: 65_100
             }
         );
-        assert!(fp.missed_goals().is_empty());
-        let big = Footprint {
-            runtime: RUNTIME_GOAL + 1,
-            without_model: FIRMWARE_GOAL + 1,
-        };
-        let missed = big.missed_goals();
-        assert_eq!(missed.len(), 2);
-        assert!(missed[0].contains("runtime") && missed[1].contains("without the model"));
     }
 
     #[test]

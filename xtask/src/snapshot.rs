@@ -636,7 +636,9 @@ bss       277256
                 .unwrap_or_else(|| panic!("{}: no model on the first line", path.display()));
             let board = loglinear_planner::BoardProfile::find(&dir.join(&name).to_string_lossy())
                 .unwrap_or_else(|e| panic!("{name}: {e}"));
-            let task = if board.kind == "qemu" {
+            // A board with a crate of its own is `cargo xtask boards`'s, a QEMU board too.
+            let own_crate = dir.join(&name).join("Cargo.toml").is_file();
+            let task = if board.kind == "qemu" && !own_crate {
                 "plan"
             } else {
                 "boards"

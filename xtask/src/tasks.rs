@@ -322,6 +322,99 @@ impl<'a> FirmwareBuild<'a> {
     }
 }
 
+/// Whether `board` is built from its own crate, `boards/<board>/Cargo.toml` (a HAL board crate),
+/// rather than from firmware/.
+pub fn has_own_crate(board: &BoardProfile) -> bool {
+    Path::new("boards")
+        .join(&board.name)
+        .join("Cargo.toml")
+        .is_file()
+}
+
+/// The defmt transport of a HAL board crate's image.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Defmt {
+    /// The crate's default features: RTT, the image a user flashes.
+    Default,
+    /// `--no-default-features --features defmt-semihosting`: the image QEMU runs (logs on
+    /// semihosting stderr, the exit status through semihosting).
+    Semihosting,
+}
+
+/// A build of a HAL board crate (`boards/<board>/Cargo.toml`) from its folder, whose
+/// .cargo/config.toml names the target and the board; the `LOGLINEAR_*` settings other than the
+/// model are the board.toml's.
+pub struct BoardCrateBuild<'a> {
+    /// The board.
+    pub board: &'a BoardProfile,
+    /// `LOGLINEAR_MODEL`: another model than the board's.
+    pub model: Option<&'a Path>,
+    /// The defmt transport.
+    pub defmt: Defmt,
+    /// The cargo profile.
+    pub profile: &'a str,
+    /// The cargo target folder of this build.
+    pub target_dir: &'a Path,
+}
+
+impl<'a> BoardCrateBuild<'a> {
+    /// The build of `board`'s crate with its own settings and the crate's default features.
+    pub fn new(board: &'a BoardProfile, target_dir: &'a Path) -> Self {
+        Self {
+            board,
+            model: None,
+            defmt: Defmt::Default,
+            profile: RELEASE,
+            target_dir,
+        }
+    }
+
+    /// The cargo command (`build` or `clippy`), run in the crate's folder.
+    pub fn command(&self, subcommand: &str) -> Command {
+        let mut cmd = Command::new("cargo");
+        cmd.args([subcommand, "--profile", self.profile, "-q", "--target-dir"])
+            .arg(std::path::absolute(self.target_dir).unwrap_or(self.target_dir.to_path_buf()))
+            .current_dir(Path::new("boards").join(&self.board.name))
+            .env(
+                "LOGLINEAR_MODEL",
+                self.model
+                    .map(|m| std::path::absolute(m).unwrap_or(m.to_path_buf()))
+                    .unwrap_or_default(),
+            )
+            .env("LOGLINEAR_LEVELS", "")
+            .env("LOGLINEAR_STATE", "")
+            .env("LOGLINEAR_TRANSPORT", "")
+            .env("LOGLINEAR_ACTIVATIONS", "")
+            .env("LOGLINEAR_KERNEL", "")
+            .env(
+                "CARGO_ENCODED_RUSTFLAGS",
+                firmware_rustflags(&self.board.rustflags),
+            );
+        if self.defmt == Defmt::Semihosting {
+            cmd.args(["--no-default-features", "--features", "defmt-semihosting"]);
+        }
+        cmd
+    }
+
+    /// Builds the image and copies it to `copy_to`, which it returns.
+    pub fn build(&self, copy_to: &Path) -> anyhow::Result<PathBuf> {
+        let name = &self.board.name;
+        run(&mut self.command("build"))
+            .with_context(|| format!("{name}: building boards/{name}"))?;
+        let built = self
+            .target_dir
+            .join(&self.board.target)
+            .join(self.profile)
+            .join(format!("loglinear-{name}"));
+        if let Some(dir) = copy_to.parent() {
+            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        std::fs::copy(&built, copy_to)
+            .with_context(|| format!("copying {} to {}", built.display(), copy_to.display()))?;
+        Ok(copy_to.to_path_buf())
+    }
+}
+
 /// The rustflags of a firmware build, as `CARGO_ENCODED_RUSTFLAGS`: the board's own, then a
 /// remap of the repository's and cargo home's paths. Panic locations embed those paths in flash,
 /// so without the remap an image's size depends on where the checkout lies: the footprint goals

@@ -32,7 +32,7 @@ use esp_hal::uart::{self, Uart};
 use esp_hal::usb::usb_serial_jtag::UsbSerialJtag;
 use esp_rtos::embassy::InterruptExecutor;
 use loglinear_firmware::board;
-use loglinear_firmware::link::{self, ActivityLed, NoLed, WireRx, WireTx};
+use loglinear_firmware::link::{self, ActivityLed, NoLed, Wire};
 use static_cell::StaticCell;
 
 esp_bootloader_esp_idf::esp_app_desc!();
@@ -44,20 +44,18 @@ fn main() -> ! {
     let timg0 = TimerGroup::new(p.TIMG0);
     esp_rtos::start(timg0.timer0, p.FROM_CPU_INTR0);
 
-    let link = link::take().expect("the serial link is taken once, here");
     static EXECUTOR: StaticCell<InterruptExecutor<1>> = StaticCell::new();
     let executor = EXECUTOR.init(InterruptExecutor::new(p.FROM_CPU_INTR1));
     let spawner = executor.start(Priority::Priority2);
-    if board::TRANSPORT == "usb" {
-        let task = jtag_serial(p.USB_DEVICE, link.wire_rx, link.wire_tx);
-        spawner.spawn(task.expect("one usb task"));
-    } else {
-        let task = uart_serial(p.UART0, p.GPIO20, p.GPIO21, link.wire_rx, link.wire_tx);
-        spawner.spawn(task.expect("one uart task"));
-    }
-    link::serve(
-        link.serial_rx,
-        link.serial_tx,
+    link::run_board(
+        |wire| {
+            if board::TRANSPORT == "usb" {
+                spawner.spawn(jtag_serial(p.USB_DEVICE, wire).expect("one usb task"));
+            } else {
+                let task = uart_serial(p.UART0, p.GPIO20, p.GPIO21, wire);
+                spawner.spawn(task.expect("one uart task"));
+            }
+        },
         ActivityLed::active_high(NoLed),
         reset,
     )
@@ -81,9 +79,9 @@ fn report_clocks() {
 
 /// The USB-Serial-JTAG's CDC-ACM port, interrupt-driven.
 #[embassy_executor::task]
-async fn jtag_serial(usb: USB_DEVICE<'static>, wire_rx: WireRx, wire_tx: WireTx) {
+async fn jtag_serial(usb: USB_DEVICE<'static>, wire: Wire) {
     let (rx, tx) = UsbSerialJtag::new(usb).into_async().split();
-    link::pump_uart(rx, tx, wire_rx, wire_tx).await;
+    link::pump_uart(rx, tx, wire, |_| {}).await;
 }
 
 /// UART0 at 115200 8N1, interrupt-driven from its FIFO.
@@ -92,8 +90,7 @@ async fn uart_serial(
     uart0: UART0<'static>,
     rx_pin: GPIO20<'static>,
     tx_pin: GPIO21<'static>,
-    wire_rx: WireRx,
-    wire_tx: WireTx,
+    wire: Wire,
 ) {
     let config = uart::Config::default().with_baudrate(link::UART_BAUD);
     let uart = match Uart::new(uart0, config) {
@@ -104,5 +101,5 @@ async fn uart_serial(
         }
     };
     let (rx, tx) = uart.split();
-    link::pump_uart(rx, tx, wire_rx, wire_tx).await;
+    link::pump_uart(rx, tx, wire, |_| {}).await;
 }

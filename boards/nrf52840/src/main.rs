@@ -17,7 +17,6 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 use defmt::{error, info};
-use embassy_executor::InterruptExecutor;
 use embassy_nrf::buffered_uarte::{self, BufferedUarte};
 use embassy_nrf::gpio::{Level, Output, OutputDrive};
 use embassy_nrf::interrupt;
@@ -29,7 +28,7 @@ use embassy_nrf::usb::vbus_detect::HardwareVbusDetect;
 use embassy_nrf::{bind_interrupts, uarte, usb, Peri};
 use embassy_usb::class::cdc_acm::State;
 use loglinear_firmware::board;
-use loglinear_firmware::link::{self, ActivityLed, WireRx, WireTx};
+use loglinear_firmware::link::{self, ActivityLed, Wire};
 use panic_probe as _;
 
 bind_interrupts!(struct Irqs {
@@ -38,15 +37,7 @@ bind_interrupts!(struct Irqs {
     UARTE0 => buffered_uarte::InterruptHandler<peripherals::UARTE0>;
 });
 
-/// Runs the serial tasks, at a priority above thread mode.
-static EXECUTOR: InterruptExecutor = InterruptExecutor::new();
-
-#[interrupt]
-unsafe fn EGU0_SWI0() {
-    // SAFETY: EGU0_SWI0 is a software interrupt, this executor's alone (`EXECUTOR.start`
-    // below); no driver here uses EGU0.
-    unsafe { EXECUTOR.on_interrupt() }
-}
+loglinear_firmware::serial_executor!(embassy_nrf, EGU0_SWI0);
 
 #[cortex_m_rt::entry]
 fn main() -> ! {
@@ -57,30 +48,27 @@ fn main() -> ! {
     let p = embassy_nrf::init(config);
     report_clocks();
 
-    let link = link::take().expect("the serial link is taken once, here");
     interrupt::EGU0_SWI0.set_priority(Priority::P6);
-    let spawner = EXECUTOR.start(interrupt::EGU0_SWI0);
-    if board::TRANSPORT == "usb" {
-        let task = usb_serial(p.USBD, link.wire_rx, link.wire_tx);
-        spawner.spawn(task.expect("one usb task"));
-    } else {
-        let uart = UartParts {
-            uarte: p.UARTE0,
-            timer: p.TIMER1,
-            ppi_ch1: p.PPI_CH0,
-            ppi_ch2: p.PPI_CH1,
-            ppi_group: p.PPI_GROUP0,
-            rx_pin: p.P0_08,
-            tx_pin: p.P0_06,
-        };
-        let task = uart_serial(uart, link.wire_rx, link.wire_tx);
-        spawner.spawn(task.expect("one uart task"));
-    }
+    let spawner = SERIAL_EXECUTOR.start(interrupt::EGU0_SWI0);
     // LED1 (P0.13, lit by a low level): lit while the firmware works on a request.
     let led = Output::new(p.P0_13, Level::High, OutputDrive::Standard);
-    link::serve(
-        link.serial_rx,
-        link.serial_tx,
+    link::run_board(
+        |wire| {
+            if board::TRANSPORT == "usb" {
+                spawner.spawn(usb_serial(p.USBD, wire).expect("one usb task"));
+            } else {
+                let uart = UartParts {
+                    uarte: p.UARTE0,
+                    timer: p.TIMER1,
+                    ppi_ch1: p.PPI_CH0,
+                    ppi_ch2: p.PPI_CH1,
+                    ppi_group: p.PPI_GROUP0,
+                    rx_pin: p.P0_08,
+                    tx_pin: p.P0_06,
+                };
+                spawner.spawn(uart_serial(uart, wire).expect("one uart task"));
+            }
+        },
         ActivityLed::active_low(led),
         link::reset_cortex_m,
     )
@@ -108,12 +96,12 @@ fn report_clocks() {
 
 /// USB CDC-ACM on USBD: the device, and the link's pump over its one serial port.
 #[embassy_executor::task]
-async fn usb_serial(usbd: Peri<'static, USBD>, wire_rx: WireRx, wire_tx: WireTx) {
+async fn usb_serial(usbd: Peri<'static, USBD>, wire: Wire) {
     let driver = usb::Driver::new(usbd, Irqs, HardwareVbusDetect::new(Irqs));
     let mut descriptors = link::UsbDescriptors::new();
     let mut state = State::new();
     let (mut device, class) = link::cdc_acm_device(descriptors.builder(driver), &mut state);
-    let pump = link::pump_cdc_acm(class, wire_rx, wire_tx);
+    let pump = link::pump_cdc_acm(class, wire);
     embassy_futures::join::join(device.run(), pump).await;
 }
 
@@ -130,9 +118,9 @@ struct UartParts {
 
 /// UARTE0 at 115200 8N1 into the HAL's ring buffers.
 #[embassy_executor::task]
-async fn uart_serial(parts: UartParts, wire_rx: WireRx, wire_tx: WireTx) {
-    let mut tx_buf = [0u8; 256];
-    let mut rx_buf = [0u8; 1024];
+async fn uart_serial(parts: UartParts, wire: Wire) {
+    let mut tx_buf = [0u8; link::UART_TX_BUFFER];
+    let mut rx_buf = [0u8; link::UART_RX_BUFFER];
     let mut config = uarte::Config::default();
     config.parity = uarte::Parity::Excluded;
     config.baudrate = uarte::Baudrate::Baud115200;
@@ -150,5 +138,5 @@ async fn uart_serial(parts: UartParts, wire_rx: WireRx, wire_tx: WireTx) {
         &mut tx_buf,
     );
     let (rx, tx) = uart.split();
-    link::pump_uart(rx, tx, wire_rx, wire_tx).await;
+    link::pump_uart(rx, tx, wire, |_| {}).await;
 }

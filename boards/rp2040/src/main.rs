@@ -20,7 +20,6 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 use defmt::{error, info};
-use embassy_executor::InterruptExecutor;
 use embassy_rp::gpio::{Level, Output};
 use embassy_rp::interrupt;
 use embassy_rp::interrupt::{InterruptExt, Priority};
@@ -29,7 +28,7 @@ use embassy_rp::uart::{self, BufferedUart};
 use embassy_rp::{bind_interrupts, usb, Peri};
 use embassy_usb::class::cdc_acm::State;
 use loglinear_firmware::board;
-use loglinear_firmware::link::{self, ActivityLed, WireRx, WireTx};
+use loglinear_firmware::link::{self, ActivityLed, Wire};
 use panic_probe as _;
 
 bind_interrupts!(struct Irqs {
@@ -37,15 +36,7 @@ bind_interrupts!(struct Irqs {
     UART0_IRQ => uart::BufferedInterruptHandler<UART0>;
 });
 
-/// Runs the serial tasks, at a priority above thread mode.
-static EXECUTOR: InterruptExecutor = InterruptExecutor::new();
-
-#[interrupt]
-unsafe fn SWI_IRQ_1() {
-    // SAFETY: SWI_IRQ_1 is a software interrupt, this executor's alone (`EXECUTOR.start`
-    // below).
-    unsafe { EXECUTOR.on_interrupt() }
-}
+loglinear_firmware::serial_executor!(embassy_rp, SWI_IRQ_1);
 
 #[cortex_m_rt::entry]
 fn main() -> ! {
@@ -54,21 +45,19 @@ fn main() -> ! {
     let p = embassy_rp::init(embassy_rp::config::Config::default());
     report_clocks();
 
-    let link = link::take().expect("the serial link is taken once, here");
     interrupt::SWI_IRQ_1.set_priority(Priority::P2);
-    let spawner = EXECUTOR.start(interrupt::SWI_IRQ_1);
-    if board::TRANSPORT == "usb" {
-        let task = usb_serial(p.USB, link.wire_rx, link.wire_tx);
-        spawner.spawn(task.expect("one usb task"));
-    } else {
-        let task = uart_serial(p.UART0, p.PIN_0, p.PIN_1, link.wire_rx, link.wire_tx);
-        spawner.spawn(task.expect("one uart task"));
-    }
+    let spawner = SERIAL_EXECUTOR.start(interrupt::SWI_IRQ_1);
     // The Pico's LED (GPIO25): lit while the firmware works on a request.
     let led = Output::new(p.PIN_25, Level::Low);
-    link::serve(
-        link.serial_rx,
-        link.serial_tx,
+    link::run_board(
+        |wire| {
+            if board::TRANSPORT == "usb" {
+                spawner.spawn(usb_serial(p.USB, wire).expect("one usb task"));
+            } else {
+                let task = uart_serial(p.UART0, p.PIN_0, p.PIN_1, wire);
+                spawner.spawn(task.expect("one uart task"));
+            }
+        },
         ActivityLed::active_high(led),
         link::reset_cortex_m,
     )
@@ -95,12 +84,12 @@ fn report_clocks() {
 /// USB CDC-ACM on the RP2040's USB controller: the device, and the link's pump over its one
 /// serial port.
 #[embassy_executor::task]
-async fn usb_serial(usb: Peri<'static, USB>, wire_rx: WireRx, wire_tx: WireTx) {
+async fn usb_serial(usb: Peri<'static, USB>, wire: Wire) {
     let driver = usb::Driver::new(usb, Irqs);
     let mut descriptors = link::UsbDescriptors::new();
     let mut state = State::new();
     let (mut device, class) = link::cdc_acm_device(descriptors.builder(driver), &mut state);
-    let pump = link::pump_cdc_acm(class, wire_rx, wire_tx);
+    let pump = link::pump_cdc_acm(class, wire);
     embassy_futures::join::join(device.run(), pump).await;
 }
 
@@ -110,14 +99,13 @@ async fn uart_serial(
     uart: Peri<'static, UART0>,
     tx_pin: Peri<'static, PIN_0>,
     rx_pin: Peri<'static, PIN_1>,
-    wire_rx: WireRx,
-    wire_tx: WireTx,
+    wire: Wire,
 ) {
-    let mut tx_buf = [0u8; 256];
-    let mut rx_buf = [0u8; 1024];
+    let mut tx_buf = [0u8; link::UART_TX_BUFFER];
+    let mut rx_buf = [0u8; link::UART_RX_BUFFER];
     let mut config = uart::Config::default();
     config.baudrate = link::UART_BAUD;
     let uart = BufferedUart::new(uart, tx_pin, rx_pin, Irqs, &mut tx_buf, &mut rx_buf, config);
     let (tx, rx) = uart.split();
-    link::pump_uart(rx, tx, wire_rx, wire_tx).await;
+    link::pump_uart(rx, tx, wire, |_| {}).await;
 }

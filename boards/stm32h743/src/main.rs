@@ -20,7 +20,6 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 use defmt::{error, info};
-use embassy_executor::InterruptExecutor;
 use embassy_stm32::gpio::{Level, Output, Speed};
 use embassy_stm32::interrupt;
 use embassy_stm32::interrupt::{InterruptExt, Priority};
@@ -29,7 +28,7 @@ use embassy_stm32::usart::{self, BufferedUart};
 use embassy_stm32::{bind_interrupts, usb, Peri};
 use embassy_usb::class::cdc_acm::State;
 use loglinear_firmware::board;
-use loglinear_firmware::link::{self, ActivityLed, WireRx, WireTx};
+use loglinear_firmware::link::{self, ActivityLed, Wire};
 use panic_probe as _;
 
 bind_interrupts!(struct Irqs {
@@ -37,15 +36,7 @@ bind_interrupts!(struct Irqs {
     USART3 => usart::BufferedInterruptHandler<USART3>;
 });
 
-/// Runs the serial tasks, at a priority above thread mode.
-static EXECUTOR: InterruptExecutor = InterruptExecutor::new();
-
-#[interrupt]
-unsafe fn UART4() {
-    // SAFETY: UART4's vector is this executor's alone (`EXECUTOR.start` below); no peripheral
-    // driver enables UART4.
-    unsafe { EXECUTOR.on_interrupt() }
-}
+loglinear_firmware::serial_executor!(embassy_stm32, UART4);
 
 #[cortex_m_rt::entry]
 fn main() -> ! {
@@ -57,24 +48,20 @@ fn main() -> ! {
     core.SCB.enable_dcache(&mut core.CPUID);
     report_clocks(&p.RCC);
 
-    let link = link::take().expect("the serial link is taken once, here");
     interrupt::UART4.set_priority(Priority::P6);
-    let spawner = EXECUTOR.start(interrupt::UART4);
-    if board::TRANSPORT == "usb" {
-        spawner.spawn(
-            usb_serial(p.USB_OTG_FS, p.PA12, p.PA11, link.wire_rx, link.wire_tx)
-                .expect("one usb task"),
-        );
-    } else {
-        spawner.spawn(
-            uart_serial(p.USART3, p.PD9, p.PD8, link.wire_rx, link.wire_tx).expect("one uart task"),
-        );
-    }
+    let spawner = SERIAL_EXECUTOR.start(interrupt::UART4);
     // LD1 (green, PB0): lit while the firmware works on a request.
     let led = Output::new(p.PB0, Level::Low, Speed::Low);
-    link::serve(
-        link.serial_rx,
-        link.serial_tx,
+    link::run_board(
+        |wire| {
+            if board::TRANSPORT == "usb" {
+                let task = usb_serial(p.USB_OTG_FS, p.PA12, p.PA11, wire);
+                spawner.spawn(task.expect("one usb task"));
+            } else {
+                let task = uart_serial(p.USART3, p.PD9, p.PD8, wire);
+                spawner.spawn(task.expect("one uart task"));
+            }
+        },
         ActivityLed::active_high(led),
         link::reset_cortex_m,
     )
@@ -136,8 +123,7 @@ async fn usb_serial(
     otg: Peri<'static, USB_OTG_FS>,
     dp: Peri<'static, PA12>,
     dm: Peri<'static, PA11>,
-    wire_rx: WireRx,
-    wire_tx: WireTx,
+    wire: Wire,
 ) {
     let mut ep_out_buffer = [0u8; 256];
     let mut usb_config = usb::Config::default();
@@ -147,7 +133,7 @@ async fn usb_serial(
     let mut descriptors = link::UsbDescriptors::new();
     let mut state = State::new();
     let (mut device, class) = link::cdc_acm_device(descriptors.builder(driver), &mut state);
-    let pump = link::pump_cdc_acm(class, wire_rx, wire_tx);
+    let pump = link::pump_cdc_acm(class, wire);
     embassy_futures::join::join(device.run(), pump).await;
 }
 
@@ -157,28 +143,16 @@ async fn uart_serial(
     usart: Peri<'static, USART3>,
     rx_pin: Peri<'static, PD9>,
     tx_pin: Peri<'static, PD8>,
-    wire_rx: WireRx,
-    wire_tx: WireTx,
+    wire: Wire,
 ) {
-    let mut tx_buf = [0u8; 256];
-    let mut rx_buf = [0u8; 1024];
+    let tx_buf = &mut [0u8; link::UART_TX_BUFFER];
+    let rx_buf = &mut [0u8; link::UART_RX_BUFFER];
     let mut config = usart::Config::default();
     config.baudrate = link::UART_BAUD;
-    let uart = match BufferedUart::new(
-        usart,
-        rx_pin,
-        tx_pin,
-        &mut tx_buf,
-        &mut rx_buf,
-        Irqs,
-        config,
-    ) {
-        Ok(uart) => uart,
-        Err(_) => {
-            error!("USART3: the configuration was refused");
-            return;
-        }
+    let Ok(uart) = BufferedUart::new(usart, rx_pin, tx_pin, tx_buf, rx_buf, Irqs, config) else {
+        error!("USART3: the configuration was refused");
+        return;
     };
     let (tx, rx) = uart.split();
-    link::pump_uart(rx, tx, wire_rx, wire_tx).await;
+    link::pump_uart(rx, tx, wire, |_| {}).await;
 }

@@ -196,6 +196,7 @@ pub fn run(args: &SerialArgs) -> Res {
     if let Some(path) = &args.snap {
         loglinear_converter::output_file::check_writable(path)?;
     }
+    let mut wait_ready = false;
     let (mut tx, rx, child): (Box<dyn Write>, Box<dyn Read>, Option<Child>) =
         match (&args.port, &args.qemu_board) {
             (Some(port), _) => {
@@ -203,14 +204,26 @@ pub fn run(args: &SerialArgs) -> Res {
                 (tx, rx, None)
             }
             (None, Some(board)) => {
-                let mut child = spawn_qemu(board, args.elf.as_deref())?;
+                let (mut child, uart) = spawn_qemu(board, args.elf.as_deref())?;
                 let stdin = child.stdin.take().ok_or("no stdin pipe")?;
                 let stdout = child.stdout.take().ok_or("no stdout pipe")?;
+                wait_ready = uart;
                 (Box::new(stdin), Box::new(stdout), Some(child))
             }
             (None, None) => return Err("give --port or --qemu-board".into()),
         };
     let mut rx = BufReader::new(rx);
+    // An emulated UART drops what comes before the firmware has switched its receiver on, which
+    // READY says it has.
+    if wait_ready {
+        loop {
+            let line = read_reply(&mut rx)?;
+            eprintln!("[{line}]");
+            if line.starts_with("READY ") {
+                break;
+            }
+        }
+    }
     let prompt = match (&args.prompt, &args.restore) {
         (Some(p), _) => crate::prompt::unescape(p)?,
         (None, Some(_)) => Vec::new(),
@@ -363,36 +376,61 @@ fn read_reply(rx: &mut impl BufRead) -> Res<String> {
     Ok(String::from_utf8_lossy(&buf).into_owned())
 }
 
-/// Starts the board's QEMU runner (its board.toml `runner`, then the ELF) with stdin and stdout
-/// piped; stderr (the firmware's log) goes to ours.
-fn spawn_qemu(board: &str, elf: Option<&Path>) -> Res<Child> {
+/// Starts the board's QEMU runner with the ELF, stdin and stdout piped; stderr (the firmware's
+/// log) goes to ours. The runner is board.toml's `runner` (semihosting stdin/stdout), or for a
+/// board whose `transport` is `uart` its `uart_runner` (the UART on QEMU's stdio); the second
+/// value says which.
+fn spawn_qemu(board: &str, elf: Option<&Path>) -> Res<(Child, bool)> {
     let profile = loglinear_planner::BoardProfile::find(board)?;
-    let (runner, target) = (&profile.runner, &profile.target);
+    let uart = profile.transport == loglinear_planner::Transport::Uart;
+    let (runner, key) = match (&profile.uart_runner, uart) {
+        (Some(runner), true) => (runner, "uart_runner"),
+        _ => (&profile.runner, "runner"),
+    };
     if runner.is_empty() {
-        return Err(format!("{}: no runner", profile.path.display()).into());
+        return Err(format!("{}: no {key}", profile.path.display()).into());
     }
-    let elf = elf.map(Path::to_path_buf).unwrap_or_else(|| {
+    let target = &profile.target;
+    // A board with a crate of its own (boards/<board>/Cargo.toml) builds its image there.
+    let own_crate = profile.path.with_file_name("Cargo.toml").is_file();
+    let default_elf = if own_crate {
+        profile
+            .path
+            .with_file_name("target")
+            .join(target)
+            .join("release")
+            .join(format!("loglinear-{board}"))
+    } else {
         Path::new("target/firmware")
             .join(target)
             .join("release/loglinear-firmware")
-    });
+    };
+    let elf = elf.map(Path::to_path_buf).unwrap_or(default_elf);
     if !elf.is_file() {
-        return Err(format!(
-            "no firmware at {} (build it: LOGLINEAR_BOARD={board} cargo build --release \
-             --manifest-path firmware/Cargo.toml --target {target} --target-dir target/firmware)",
-            elf.display()
-        )
-        .into());
+        let build = if own_crate {
+            format!(
+                "cd {} && cargo build --release --no-default-features --features \
+                 defmt-semihosting",
+                profile.path.with_file_name("").display()
+            )
+        } else {
+            format!(
+                "LOGLINEAR_BOARD={board} cargo build --release --manifest-path \
+                 firmware/Cargo.toml --target {target} --target-dir target/firmware"
+            )
+        };
+        return Err(format!("no firmware at {} (build it: {build})", elf.display()).into());
     }
     let mut words = runner.split_whitespace();
     let program = words.next().ok_or("empty runner")?;
-    Ok(Command::new(program)
+    let child = Command::new(program)
         .args(words)
         .arg(&elf)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
-        .map_err(|e| format!("cannot start {program}: {e}"))?)
+        .map_err(|e| format!("cannot start {program}: {e}"))?;
+    Ok((child, uart))
 }
 
 /// Escapes bytes for a `prompt=` field as the protocol crate does (`loglinear_protocol::escaped`),

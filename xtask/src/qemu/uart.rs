@@ -11,7 +11,7 @@ use anyhow::{bail, Context};
 use super::{BoardTest, Hostile, CASES, CLIENT_REQUEST};
 use crate::process::{self, read_text, suffixed, QemuRun, Timed};
 use crate::reply;
-use crate::tasks::{runner_command, FirmwareBuild};
+use crate::tasks::{runner_command, BoardCrateBuild, Defmt, FirmwareBuild};
 
 /// Bytes of prompt in one `GEN n=0` line of the sustained-input test (the firmware's lines hold
 /// 512 bytes).
@@ -35,13 +35,28 @@ impl BoardTest<'_> {
         }
     }
 
-    /// Builds the UART image (its own target folder) of `model` and copies it to `copy_to`.
-    fn build_uart(&self, model: &Path, target_dir: &Path, copy_to: &Path) -> anyhow::Result<()> {
-        FirmwareBuild {
-            transport: Some("uart"),
-            ..FirmwareBuild::new(self.board, model, target_dir)
+    /// Builds the UART image (its own target folder) of `model` and copies it to `copy_to`:
+    /// firmware/ with the board's UART driver, or a HAL board crate with defmt on semihosting.
+    pub(super) fn build_uart(
+        &self,
+        model: &Path,
+        target_dir: &Path,
+        copy_to: &Path,
+    ) -> anyhow::Result<()> {
+        if self.hal {
+            BoardCrateBuild {
+                model: Some(model),
+                defmt: Defmt::Semihosting,
+                ..BoardCrateBuild::new(self.board, target_dir)
+            }
+            .build(copy_to)?;
+        } else {
+            FirmwareBuild {
+                transport: Some("uart"),
+                ..FirmwareBuild::new(self.board, model, target_dir)
+            }
+            .build(copy_to)?;
         }
-        .build(copy_to)?;
         Ok(())
     }
 
@@ -59,6 +74,17 @@ impl BoardTest<'_> {
             self.sustained_input(runner)?;
         }
         self.pty_client(runner, &uart_elf)
+    }
+
+    /// The UART checks of a HAL board crate's image, whose requests of CASES and hostile input
+    /// have run over its UART already: a line cut short the UART's way, sustained input, and the
+    /// host client on a pty.
+    pub(super) fn hal_uart_test(&mut self) -> anyhow::Result<()> {
+        let (runner, elf) = (self.runner.clone(), self.elf.clone());
+        println!("  -- the HAL's UART driver: {runner}");
+        self.uart_hostile(&runner, &elf)?;
+        self.sustained_input(&runner)?;
+        self.pty_client(&runner, &elf)
     }
 
     /// Token identity: every request of CASES, against the host outputs of the semihosting
