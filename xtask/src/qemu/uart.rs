@@ -189,10 +189,18 @@ impl BoardTest<'_> {
             );
         }
         let elf = self.work_file("-uart-sustained.elf");
-        let target_dir = PathBuf::from(format!(
-            "{}-sustained",
-            self.setup.fw_uart_target_dir.display()
-        ));
+        // A HAL board crate's build shares the main image's folder: another model rebuilds its
+        // last two crates, where a folder of its own would build the HAL and its register
+        // tables once more (a minute on two cores) in every clean run. firmware/'s images have
+        // no such dependencies and keep a folder each, so that a second run rebuilds nothing.
+        let target_dir = if self.hal {
+            self.setup.fw_uart_target_dir.clone()
+        } else {
+            PathBuf::from(format!(
+                "{}-sustained",
+                self.setup.fw_uart_target_dir.display()
+            ))
+        };
         self.build_uart(&model, &target_dir, &elf)?;
         let mut script = Vec::new();
         let mut lines = 0;
