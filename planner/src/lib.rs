@@ -49,8 +49,9 @@ pub const OTHER_STATICS: u64 = 64;
 /// The other statics of an image built by a HAL board crate (`boards/<board>/Cargo.toml`), on top
 /// of [`OTHER_STATICS`]: the serial link's two byte queues (2 × 2048 B), the HAL UART driver's
 /// ring buffers (1,280 B) or the USB device's descriptor and packet buffers, the interrupt
-/// executor's task and the HAL's driver state. Measured at 6,306 B beside the arena on
-/// `b-l475e-iot01a` and 6,497 B on `stm32h743` (`cargo xtask plan`, `cargo xtask boards`);
+/// executor's task and the HAL's driver state: `.bss` + `.data` less the planner's arena, 6,306 B
+/// on `b-l475e-iot01a` (`cargo xtask plan`) and 6,489 B on `stm32h743` (its size.txt against
+/// `loglinear plan`'s arena);
 /// 8 KiB leaves room for a driver's growth, and `cargo xtask plan` fails if the ELF needs more.
 pub const HAL_BOARD_STATICS: u64 = 8192;
 
