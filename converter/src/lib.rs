@@ -6,9 +6,11 @@
 //!   f32/f16/Q8_0/Q4_0 weights;
 //! * [`model_source`]: a model from either a GGUF file or a checkpoint folder;
 //! * [`vocab`]: the tokenizer a model file carries; [`tokenize`]: encoding with it on the host;
-//! * [`output_file`]: the one way the host tools write a file (temporary file, sync, rename).
+//! * [`output_file`]: the one way the host tools write a file (temporary file, sync, rename);
+//!   [`command_paths`]: what each command reads and writes, checked before any work.
 
 pub mod checkpoint;
+pub mod command_paths;
 pub mod config_json;
 pub mod error;
 pub mod export;

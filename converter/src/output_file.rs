@@ -75,6 +75,48 @@ pub fn write_atomic_with(
     path: &Path,
     fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
 ) -> Result<(), OutputFileError> {
+    stage_with(path, fill)?.commit()
+}
+
+/// [`write_atomic_with`] for a library that writes to a path of its own (an image encoder):
+/// `fill` writes the file at the temporary path it is given, which ends as `path` does (the
+/// library may choose its format by the extension). `fill`'s error stops the write and leaves
+/// `path` as it was.
+pub fn write_atomic_via<E: From<OutputFileError>>(
+    path: &Path,
+    fill: impl FnOnce(&Path) -> Result<(), E>,
+) -> Result<(), E> {
+    stage_via(path, fill)?.commit()?;
+    Ok(())
+}
+
+/// An output written in full to a temporary file beside it, not yet in its place. A command
+/// with several outputs stages them all, then commits them, so that a failure while making
+/// any of them leaves every previous output as it was. Dropped without a commit, it removes
+/// the temporary file.
+pub struct StagedFile {
+    tmp: tempfile::NamedTempFile,
+    path: PathBuf,
+    folder: PathBuf,
+}
+
+impl StagedFile {
+    /// The path it will replace.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Renames the temporary file over the output and syncs the folder.
+    pub fn commit(self) -> Result<(), OutputFileError> {
+        persist(self.tmp, &self.path, &self.folder)
+    }
+}
+
+/// Stages `path` with what `fill` writes (see [`write_atomic_with`]).
+pub fn stage_with(
+    path: &Path,
+    fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
+) -> Result<StagedFile, OutputFileError> {
     let folder = folder_of(path);
     let mut tmp = temporary_in(&folder, path, ".tmp")?;
     let write_err = |source| OutputFileError::Write {
@@ -87,17 +129,23 @@ pub fn write_atomic_with(
         w.flush().map_err(write_err)?;
     }
     tmp.as_file().sync_all().map_err(write_err)?;
-    persist(tmp, path, &folder)
+    Ok(StagedFile {
+        tmp,
+        path: path.to_path_buf(),
+        folder,
+    })
 }
 
-/// [`write_atomic_with`] for a library that writes to a path of its own (an image encoder):
-/// `fill` writes the file at the temporary path it is given, which ends as `path` does (the
-/// library may choose its format by the extension). `fill`'s error stops the write and leaves
-/// `path` as it was.
-pub fn write_atomic_via<E: From<OutputFileError>>(
+/// Stages bytes already in memory.
+pub fn stage(path: &Path, bytes: &[u8]) -> Result<StagedFile, OutputFileError> {
+    stage_with(path, |w| w.write_all(bytes))
+}
+
+/// Stages `path` through a library that writes a path of its own (see [`write_atomic_via`]).
+pub fn stage_via<E: From<OutputFileError>>(
     path: &Path,
     fill: impl FnOnce(&Path) -> Result<(), E>,
-) -> Result<(), E> {
+) -> Result<StagedFile, E> {
     let folder = folder_of(path);
     let suffix = path
         .extension()
@@ -110,8 +158,16 @@ pub fn write_atomic_via<E: From<OutputFileError>>(
         path: path.to_path_buf(),
         source,
     })?;
-    persist(tmp, path, &folder)?;
-    Ok(())
+    Ok(StagedFile {
+        tmp,
+        path: path.to_path_buf(),
+        folder,
+    })
+}
+
+/// Commits every staged file, in order.
+pub fn commit_all(staged: Vec<StagedFile>) -> Result<(), OutputFileError> {
+    staged.into_iter().try_for_each(StagedFile::commit)
 }
 
 /// A temporary file in `path`'s folder, or why the folder does not take one.
@@ -190,6 +246,23 @@ pub fn check_writable(path: &Path) -> Result<(), OutputFileError> {
         });
     }
     temporary_in(&folder_of(path), path, ".tmp").map(drop)
+}
+
+/// Checks, before any long work, that the folder `path` can be written later: an existing
+/// folder that takes a new file, or a missing one whose nearest existing ancestor is a folder
+/// that takes one (the folders are made then).
+pub fn check_folder_writable(path: &Path) -> Result<(), OutputFileError> {
+    let existing = path
+        .ancestors()
+        .find(|a| !a.as_os_str().is_empty() && a.exists())
+        .unwrap_or(Path::new("."));
+    if existing.is_file() {
+        return Err(OutputFileError::NotAFolder {
+            path: path.to_path_buf(),
+            folder: existing.to_path_buf(),
+        });
+    }
+    temporary_in(existing, path, ".tmp").map(drop)
 }
 
 /// [`write_atomic_with`] for bytes already in memory.
