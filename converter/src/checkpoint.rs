@@ -51,7 +51,7 @@ impl TensorStore {
     ) -> Result<(Self, HashMap<TensorName, String>), ImportError> {
         let st = SafeTensors::deserialize(bytes).map_err(|e| ImportError::Safetensors {
             path: path.to_path_buf(),
-            message: e.to_string(),
+            message: crate::error::safetensors_problem(&e),
         })?;
         let mut store = TensorStore::default();
         let mut keys = HashMap::new();
@@ -100,7 +100,7 @@ fn to_f32(key: &str, dtype: Dtype, b: &[u8]) -> Result<Vec<f32>, ImportError> {
         other => {
             return Err(ImportError::Dtype {
                 key: key.to_string(),
-                dtype: format!("{other:?}"),
+                dtype: other.to_string(),
             })
         }
     })

@@ -7,6 +7,7 @@
 
 use crate::error::ImportError;
 use crate::layout::Layout;
+use loglinear_runtime::config::ConfigError;
 use loglinear_runtime::{ModelConfig, LAMBDA_LEVELS};
 use serde_json::Value;
 
@@ -67,6 +68,19 @@ fn as_float(v: &Value) -> Option<f64> {
     }
 }
 
+/// The largest dimension a config may give (hidden_size, heads, head widths, vocabulary,
+/// layers, ...): 2^32, the most token ids a u32 holds; every real model is far below it.
+const MAX_DIMENSION: usize = 1 << 32;
+
+/// `a · b`, or an error naming the keys whose product overflows.
+fn product(a: (&str, usize), b: (&str, usize)) -> Result<usize, ImportError> {
+    a.1.checked_mul(b.1)
+        .ok_or_else(|| ImportError::ConfigField {
+            key: a.0.into(),
+            problem: format!("{} = {} times {} = {} overflows", a.0, a.1, b.0, b.1),
+        })
+}
+
 struct Fields<'a>(&'a Value);
 
 impl Fields<'_> {
@@ -74,20 +88,43 @@ impl Fields<'_> {
         self.0.get(key).filter(|v| !v.is_null())
     }
 
+    /// A dimension: a whole number up to [`MAX_DIMENSION`], so that the sizes made of them
+    /// are named by their key when they cannot be.
     fn usize(&self, key: &str, default: Option<usize>) -> Result<usize, ImportError> {
-        match self.get(key) {
+        let n = match self.get(key) {
             None => default.ok_or_else(|| ImportError::ConfigField {
                 key: key.into(),
                 problem: "missing".into(),
-            }),
+            })?,
             Some(v) => v
                 .as_u64()
                 .and_then(|x| usize::try_from(x).ok())
                 .ok_or_else(|| ImportError::ConfigField {
                     key: key.into(),
                     problem: format!("expected a non-negative integer, found {v}"),
-                }),
+                })?,
+        };
+        if n > MAX_DIMENSION {
+            return Err(ImportError::ConfigField {
+                key: key.into(),
+                problem: format!(
+                    "{n} is larger than any model dimension can be ({MAX_DIMENSION} at most)"
+                ),
+            });
         }
+        Ok(n)
+    }
+
+    /// The norm epsilon under `key`: a finite number ≥ 0 once narrowed to f32.
+    fn norm_eps(&self, key: &str, default: f64) -> Result<f32, ImportError> {
+        let eps = self.f64(key, default)? as f32;
+        if !(eps.is_finite() && eps >= 0.0) {
+            return Err(ImportError::ConfigField {
+                key: key.into(),
+                problem: format!("the norm epsilon must be a finite number ≥ 0, found {eps}"),
+            });
+        }
+        Ok(eps)
     }
 
     fn f64(&self, key: &str, default: f64) -> Result<f64, ImportError> {
@@ -129,7 +166,9 @@ fn mlp_intermediate(f: &Fields<'_>, hidden: usize) -> Result<usize, ImportError>
         return f.usize("intermediate_size", None);
     }
     let ratio = f.usize("hidden_ratio", Some(4))?;
-    let raw = hidden * ratio * 2 / 3;
+    let raw = product(("hidden_size", hidden), ("hidden_ratio", ratio))?;
+    let raw = product(("hidden_size", raw), ("2", 2))? / 3;
+    // ⌈raw / 256⌉ · 256 ≤ raw + 255, which fits: raw is at most 2/3 of a product that fitted.
     Ok(raw.div_ceil(256) * 256)
 }
 
@@ -164,13 +203,13 @@ pub fn parse_config(v: &Value) -> Result<(ModelConfig, Layout), ImportError> {
         let heads = f.usize("num_heads", None)?;
         let head_dim = f.usize("head_dim", Some(64))?;
         let expand = f.usize("expand", Some(2))?;
-        if heads * head_dim != expand * hidden {
+        let d_inner = product(("num_heads", heads), ("head_dim", head_dim))?;
+        let expanded = product(("hidden_size", hidden), ("expand", expand))?;
+        if d_inner != expanded {
             return Err(ImportError::ConfigField {
                 key: "num_heads".into(),
                 problem: format!(
-                    "num_heads·head_dim = {} but expand·hidden_size = {}",
-                    heads * head_dim,
-                    expand * hidden
+                    "num_heads·head_dim = {d_inner} but expand·hidden_size = {expanded}"
                 ),
             });
         }
@@ -198,14 +237,13 @@ pub fn parse_config(v: &Value) -> Result<(ModelConfig, Layout), ImportError> {
                 }
             }
         }
-        let d_inner = heads * head_dim;
         ModelConfig {
             arch,
             vocab_size: vocab,
             hidden_size: hidden,
             num_layers: layers,
             intermediate_size: mlp_intermediate(&f, hidden)?,
-            norm_eps: f.f64(eps_key, 1e-5)? as f32,
+            norm_eps: f.norm_eps(eps_key, 1e-5)?,
             num_heads: heads,
             head_k_dim: f.usize("state_size", Some(128))?,
             head_v_dim: head_dim,
@@ -225,10 +263,13 @@ pub fn parse_config(v: &Value) -> Result<(ModelConfig, Layout), ImportError> {
         let head_dim = f.usize("head_dim", None)?;
         let expand_v = f64::from(f.f64("expand_v", 2.0)? as f32);
         let dv = head_dim as f64 * expand_v;
-        if dv.fract() != 0.0 || dv <= 0.0 {
+        if dv.fract() != 0.0 || dv <= 0.0 || dv > MAX_DIMENSION as f64 {
             return Err(ImportError::ConfigField {
                 key: "expand_v".into(),
-                problem: format!("head_dim·expand_v = {dv} is not a positive integer"),
+                problem: format!(
+                    "head_dim·expand_v = {dv} is not a positive integer of at most \
+                     {MAX_DIMENSION}"
+                ),
             });
         }
         f.require_bool("use_gate", true)?;
@@ -244,7 +285,7 @@ pub fn parse_config(v: &Value) -> Result<(ModelConfig, Layout), ImportError> {
             hidden_size: hidden,
             num_layers: layers,
             intermediate_size: mlp_intermediate(&f, hidden)?,
-            norm_eps: f.f64("norm_eps", 1e-6)? as f32,
+            norm_eps: f.norm_eps("norm_eps", 1e-6)?,
             num_heads: heads,
             head_k_dim: head_dim,
             head_v_dim: dv as usize,
@@ -255,10 +296,28 @@ pub fn parse_config(v: &Value) -> Result<(ModelConfig, Layout), ImportError> {
             lambda_levels,
         }
     };
-    config
-        .validate()
-        .map_err(|e| ImportError::Unsupported(e.to_string()))?;
+    config.validate().map_err(|e| match e {
+        ConfigError::ZeroDimension(field) => ImportError::ConfigField {
+            key: json_key(arch.is_mamba2(), field).into(),
+            problem: "is zero: it must be at least 1".into(),
+        },
+        e => ImportError::Unsupported(e.to_string()),
+    })?;
     Ok((config, layout))
+}
+
+/// The `config.json` key a [`ModelConfig`] field is read from.
+fn json_key(mamba2: bool, field: &str) -> &str {
+    match (field, mamba2) {
+        ("num_layers", _) => "num_hidden_layers",
+        ("head_k_dim", true) => "state_size",
+        ("head_k_dim", false) | ("head_v_dim", true) => "head_dim",
+        ("head_v_dim", false) => "expand_v",
+        ("num_groups", true) => "n_groups",
+        ("num_groups", false) => "num_heads",
+        ("conv_kernel", false) => "conv_size",
+        (field, _) => field,
+    }
 }
 
 #[cfg(test)]

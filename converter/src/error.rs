@@ -84,3 +84,55 @@ pub enum ImportError {
         error: ModelError,
     },
 }
+
+/// A safetensors parser error in words: the crate's own message for its JSON header quotes
+/// its Rust types (`expected struct HashMetadata`, `expected usize`), which say nothing to
+/// someone who did not write it.
+pub fn safetensors_problem(e: &safetensors::SafeTensorError) -> String {
+    use safetensors::SafeTensorError as E;
+    match e {
+        E::InvalidHeaderDeserialization(json) | E::JsonError(json) => format!(
+            "the header is not a safetensors header ({}, line {}, column {})",
+            json_problem(json),
+            json.line(),
+            json.column()
+        ),
+        E::InvalidHeader(_) => "the header is not UTF-8 text".to_string(),
+        E::HeaderTooSmall => "the file is shorter than its 8-byte header length".to_string(),
+        E::InvalidHeaderLength => {
+            "the header length is larger than the file, or not a whole header".to_string()
+        }
+        e => e.to_string(),
+    }
+}
+
+/// What serde_json found wrong, without its position (callers give it as they word it) and
+/// with Rust type names put in words.
+pub fn json_problem(e: &serde_json::Error) -> String {
+    let text = e.to_string();
+    let text = match text.rfind(" at line ") {
+        Some(at) => &text[..at],
+        None => &text,
+    };
+    // serde's `expected …` names the Rust type it deserializes into.
+    let words = [
+        ("struct HashMetadata", "an object of tensor entries"),
+        (
+            "struct TensorInfo",
+            "a tensor entry {dtype, shape, data_offsets}",
+        ),
+        ("usize", "a whole number ≥ 0"),
+        ("u64", "a whole number ≥ 0"),
+        ("u32", "a whole number ≥ 0"),
+        ("f64", "a number"),
+        ("f32", "a number"),
+    ];
+    let mut out = text.to_string();
+    for (rust, plain) in words {
+        out = out.replace(&format!("expected {rust}"), &format!("expected {plain}"));
+    }
+    match out.find("expected struct ") {
+        Some(at) => format!("{}expected an object", &out[..at]),
+        None => out,
+    }
+}

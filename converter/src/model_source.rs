@@ -175,20 +175,29 @@ impl<'a> IndexedGguf<'a> {
             path: path.to_path_buf(),
             error,
         })?;
-        match model.first_non_finite() {
-            Some((name, index)) => Err(LoadError::NonFinite {
-                path: path.to_path_buf(),
-                tensor: crate::export::gguf_name(name),
-                index,
-            }),
-            None => Ok(()),
-        }
+        refuse_non_finite(&model, path)
     }
 }
 
 impl WeightSource for IndexedGguf<'_> {
     fn tensor(&self, name: TensorName) -> Option<TensorView<'_>> {
         self.views.get(&name).copied()
+    }
+}
+
+/// Fails, naming the tensor, if a weight of `model` is NaN or infinite (`path` is for the
+/// message): the one finiteness check of every command that loads a GGUF file (`inspect`,
+/// `plan`, `quantize`, `generate`, `eval`, `bench`), so that none calls a model fine that
+/// another refuses. A checkpoint folder gets the same test ([`Model::first_non_finite`]) in
+/// [`Checkpoint::load`], which names the checkpoint's own key.
+pub fn refuse_non_finite(model: &Model<'_>, path: &Path) -> Result<(), LoadError> {
+    match model.first_non_finite() {
+        Some((name, index)) => Err(LoadError::NonFinite {
+            path: path.to_path_buf(),
+            tensor: crate::export::gguf_name(name),
+            index,
+        }),
+        None => Ok(()),
     }
 }
 
@@ -217,6 +226,7 @@ impl ModelSource {
     /// Opens a checkpoint folder, or a GGUF file (anything that is not a folder).
     pub fn open(path: &Path) -> Result<Self, LoadError> {
         if path.is_dir() {
+            // Checkpoint::load refuses non-finite weights itself, naming the checkpoint's key.
             Checkpoint::load(path)
                 .map(|c| ModelSource::Checkpoint(Box::new(c)))
                 .map_err(|source| LoadError::Checkpoint {

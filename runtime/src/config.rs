@@ -103,7 +103,11 @@ impl core::fmt::Display for ConfigError {
                 f,
                 "log-linear models need {LAMBDA_LEVELS} lambda levels, plain ones 0"
             ),
-            ConfigError::Overflow => write!(f, "a tensor size overflows"),
+            ConfigError::Overflow => write!(
+                f,
+                "a tensor size overflows: vocab_size, hidden_size, num_heads, head_k_dim, \
+                 head_v_dim or num_layers is too large"
+            ),
             ConfigError::TooManyLayers => write!(f, "more than {} layers", u16::MAX),
             ConfigError::BadNormEps => {
                 write!(f, "the norm epsilon must be a finite number ≥ 0")

@@ -12,6 +12,7 @@
 //! renamed to `<name>.old/`, the new one into place, and the old one removed. A crash leaves
 //! either the new or the old folder complete, and [`find`] picks whichever exists.
 
+use loglinear_converter::error::safetensors_problem;
 use loglinear_converter::layout::Layout;
 use loglinear_runtime::{Arch, ModelConfig};
 use safetensors::{Dtype, SafeTensors};
@@ -370,15 +371,16 @@ type TensorMap = HashMap<String, (Vec<usize>, Vec<f32>)>;
 /// The f32 tensors of a safetensors file by key, with its metadata.
 fn read_f32_tensors(path: &Path) -> Result<(TensorMap, HashMap<String, String>), CheckpointError> {
     let bytes = read(path)?;
-    let st = SafeTensors::deserialize(&bytes).map_err(|e| format_err(path, e.to_string()))?;
-    let (_, meta) =
-        SafeTensors::read_metadata(&bytes).map_err(|e| format_err(path, e.to_string()))?;
+    let st =
+        SafeTensors::deserialize(&bytes).map_err(|e| format_err(path, safetensors_problem(&e)))?;
+    let (_, meta) = SafeTensors::read_metadata(&bytes)
+        .map_err(|e| format_err(path, safetensors_problem(&e)))?;
     let mut out = HashMap::new();
     for (k, v) in st.tensors() {
         if v.dtype() != Dtype::F32 {
             return Err(format_err(
                 path,
-                format!("tensor `{k}` is {:?}, expected F32", v.dtype()),
+                format!("tensor `{k}` is {}, expected F32", v.dtype()),
             ));
         }
         let data = v

@@ -24,6 +24,13 @@ pub enum ModelFileError {
     },
     /// A metadata key has the wrong type or an unusable value.
     BadValue(&'static str),
+    /// The norm epsilon is negative, NaN or infinite.
+    BadNormEpsilon {
+        /// The architecture prefix (`general.architecture`).
+        arch: &'static str,
+        /// The value found, as f32 bits (so that the error stays `Eq`).
+        value_bits: u32,
+    },
     /// The capacity policy is not one this runtime implements.
     UnsupportedCapacityPolicy,
     /// The file has a tensor this model does not use (index in the file).
@@ -53,6 +60,12 @@ impl core::fmt::Display for ModelFileError {
                 write!(f, "metadata key {arch}.{key} is missing")
             }
             ModelFileError::BadValue(k) => write!(f, "metadata key {k} has a wrong type or value"),
+            ModelFileError::BadNormEpsilon { arch, value_bits } => write!(
+                f,
+                "metadata key {arch}.{} is {}: the norm epsilon must be a finite number ≥ 0",
+                key::NORM_EPSILON,
+                f32::from_bits(*value_bits)
+            ),
             ModelFileError::UnsupportedCapacityPolicy => write!(f, "unsupported capacity_policy"),
             ModelFileError::UnexpectedTensor(i) => {
                 write!(f, "tensor #{i} is not part of this model")
@@ -134,6 +147,12 @@ impl<'a> GgufModel<'a> {
             norm_group_size: dim(key::NORM_GROUP_SIZE)?,
             lambda_levels: dim(key::LAMBDA_LEVELS)?,
         };
+        if !(config.norm_eps.is_finite() && config.norm_eps >= 0.0) {
+            return Err(ModelFileError::BadNormEpsilon {
+                arch: prefix,
+                value_bits: config.norm_eps.to_bits(),
+            });
+        }
         if let Some(v) = file.get_prefixed(prefix, key::CAPACITY_POLICY) {
             if v.as_str() != Some(names::CAPACITY_POLICY_SATURATE) {
                 return Err(ModelFileError::UnsupportedCapacityPolicy);
