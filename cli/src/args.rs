@@ -22,6 +22,14 @@ pub(crate) struct ModelArg {
 }
 
 impl ModelArg {
+    /// The spelling used, for messages: `--model`, or `MODEL` for the positional.
+    pub(crate) fn flag(&self) -> &'static str {
+        match self.flag {
+            Some(_) => "--model",
+            None => "MODEL",
+        }
+    }
+
     /// The path given, by either spelling.
     pub(crate) fn path(&self) -> &Path {
         // The group requires exactly one of the two.
@@ -80,8 +88,9 @@ pub(crate) struct SamplingArgs {
     /// Softmax temperature, a number ≥ 0; 0 picks the most likely token (greedy).
     #[arg(long, default_value_t = 0.8, value_parser = parse_temperature)]
     pub(crate) temperature: f32,
-    /// Sample only among the K most likely tokens, K ≥ 1 (default: no cut).
-    #[arg(long, value_name = "K", value_parser = clap::value_parser!(u32).range(1..))]
+    /// Sample only among the K most likely tokens, K ≥ 1; a K at or above the vocabulary
+    /// keeps every token (default: no cut).
+    #[arg(long, value_name = "K", value_parser = parse_top_k)]
     pub(crate) top_k: Option<u32>,
     /// Sample only among the most likely tokens whose probabilities add up to P, in (0, 1];
     /// 1 keeps every token.
@@ -102,6 +111,28 @@ impl SamplingArgs {
             seed: self.seed,
         }
     }
+}
+
+/// `--top-k`: a whole number ≥ 1. Token ids are u32, so any K from u32::MAX up cuts nothing,
+/// as u32::MAX does: a larger K is taken as that, not refused.
+fn parse_top_k(s: &str) -> Result<u32, String> {
+    match parse_at_most(s) {
+        Ok(k) if k >= 1 => Ok(u32::try_from(k).unwrap_or(u32::MAX)),
+        _ => Err(format!(
+            "{s} is not a top-k: give a whole number ≥ 1 (one at or above the vocabulary \
+             size cuts nothing)"
+        )),
+    }
+}
+
+/// A whole number that is an upper limit (`--bytes`: use at most this many): one too large
+/// for a machine word limits nothing, as usize::MAX does, so it is taken as that.
+pub(crate) fn parse_at_most(s: &str) -> Result<usize, String> {
+    if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("{s} is not a whole number ≥ 0"));
+    }
+    // Only digits: parsing fails on overflow alone.
+    Ok(s.parse::<usize>().unwrap_or(usize::MAX))
 }
 
 /// `--temperature`: a finite number ≥ 0.
@@ -160,6 +191,22 @@ fn find_default_model(roots: impl Iterator<Item = PathBuf>) -> Result<PathBuf, S
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn limits_too_large_for_a_word_are_the_largest_not_refused() {
+        assert_eq!(parse_top_k("18446744073709551615"), Ok(u32::MAX));
+        assert_eq!(parse_top_k("99999999999999999999999999"), Ok(u32::MAX));
+        assert_eq!(parse_top_k("7"), Ok(7));
+        for bad in ["0", "-1", "", "1.5", "k"] {
+            assert!(parse_top_k(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            parse_at_most("123456789012345678901234567890"),
+            Ok(usize::MAX)
+        );
+        assert_eq!(parse_at_most("0"), Ok(0));
+        assert!(parse_at_most("-3").is_err());
+    }
 
     #[test]
     fn the_default_model_is_found_from_the_binary_or_explained() {

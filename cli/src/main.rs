@@ -20,6 +20,7 @@ use cmd::{bench, eval as eval_cli};
 
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
+use loglinear_converter::command_paths::CommandPaths;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -86,12 +87,21 @@ enum CliError {
     },
     #[error("the file just written does not read back: {0}")]
     ReadBack(loglinear_runtime::gguf::ModelFileError),
-    #[error("the prompt must not be empty")]
+    #[error("--prompt: the prompt is empty: give at least one byte")]
     EmptyPrompt,
 }
 
 fn main() -> ExitCode {
-    match run(Cli::parse()) {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // clap says only that some argument is not UTF-8; say which flag's.
+        Err(e) if e.kind() == clap::error::ErrorKind::InvalidUtf8 => {
+            eprintln!("error: {}", not_utf8(std::env::args_os()));
+            return ExitCode::from(2);
+        }
+        Err(e) => e.exit(),
+    };
+    match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) if is_broken_pipe(e.as_ref()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -99,6 +109,33 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Names the flag whose value is not UTF-8 among `args` (the command line), for a flag that
+/// takes text: paths and `--prompt` take any bytes.
+fn not_utf8(args: impl Iterator<Item = std::ffi::OsString>) -> String {
+    let args: Vec<_> = args.collect();
+    let Some(at) = args.iter().position(|a| a.to_str().is_none()) else {
+        return "an argument is not valid UTF-8".to_string();
+    };
+    let bytes = args[at].as_encoded_bytes();
+    let (flag, value) = match bytes.iter().position(|&b| b == b'=') {
+        Some(eq) if bytes.starts_with(b"--") => (
+            String::from_utf8_lossy(&bytes[..eq]).into_owned(),
+            String::from_utf8_lossy(&bytes[eq + 1..]),
+        ),
+        _ => {
+            let flag = match at.checked_sub(1).and_then(|p| args[p].to_str()) {
+                Some(prev) if prev.starts_with('-') && at > 1 => prev.to_string(),
+                _ => "an argument".to_string(),
+            };
+            (flag, String::from_utf8_lossy(bytes))
+        }
+    };
+    format!(
+        "{flag}: `{value}` is not valid UTF-8 (shown with U+FFFD for the bad bytes); this flag \
+         takes text (paths and --prompt take any bytes)"
+    )
 }
 
 type Res<T = ()> = Result<T, Box<dyn std::error::Error>>;
@@ -112,7 +149,26 @@ fn is_broken_pipe(e: &(dyn std::error::Error + 'static)) -> bool {
     })
 }
 
+/// Every path `command` reads and writes, whatever the flag: checked by
+/// [`CommandPaths::check`] before any work.
+fn declared_paths(command: &Command) -> Res<CommandPaths> {
+    Ok(match command {
+        Command::Convert(args) => args.paths(),
+        Command::Quantize(args) => args.paths(),
+        Command::Inspect(args) => args.paths(),
+        Command::Eval(args) => args.paths(),
+        Command::Generate(args) => args.paths()?,
+        Command::Plan(args) => args.paths(),
+        Command::Serial(args) => args.paths(),
+        Command::Bench(args) => args.paths()?,
+        Command::Train(args) => args.paths(),
+        Command::LossPlot(args) => args.paths(),
+        Command::Mqar(args) => args.paths(),
+    })
+}
+
 fn run(cli: Cli) -> Res {
+    declared_paths(&cli.command)?.check()?;
     match cli.command {
         Command::Convert(args) => cmd::convert::convert(args),
         Command::Quantize(args) => cmd::convert::quantize(args),
@@ -150,6 +206,9 @@ fn read_file(path: &Path) -> Result<Vec<u8>, CliError> {
 fn write_file(path: &Path, bytes: &[u8]) -> Result<(), CliError> {
     Ok(loglinear_converter::output_file::write_atomic(path, bytes)?)
 }
+
+#[cfg(test)]
+mod declared_paths_tests;
 
 #[cfg(test)]
 mod tests {

@@ -4,11 +4,15 @@
 //! `epaint_default_fonts`) through `ab_glyph`, so drawing needs no system fonts and no
 //! fontconfig: it works the same on a headless CI machine.
 
+use loglinear_converter::output_file::StagedFile;
 use loglinear_train::per_position::power_of_two_buckets;
 use plotters::coord::ranged1d::ValueFormatter;
 use plotters::coord::CoordTranslate;
+use plotters::drawing::DrawingAreaErrorKind;
 use plotters::prelude::*;
 use plotters::style::{register_font, FontStyle};
+use plotters_backend::DrawingErrorKind;
+use plotters_bitmap::BitMapBackendError;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
@@ -37,7 +41,7 @@ pub const SIZE_RANGE: std::ops::RangeInclusive<u32> = 64..=8192;
 
 /// Parses `--plot-size WIDTHxHEIGHT` (pixels, each in [`SIZE_RANGE`]).
 pub fn parse_size(s: &str) -> Result<(u32, u32), String> {
-    let bad = || format!("expected WIDTHxHEIGHT in pixels (e.g. 960x600), got {s:?}");
+    let bad = || format!("expected WIDTHxHEIGHT in pixels (e.g. 960x600), got `{s}`");
     let (w, h) = s.split_once(['x', 'X']).ok_or_else(bad)?;
     let w = w.trim().parse().map_err(|_| bad())?;
     let h = h.trim().parse().map_err(|_| bad())?;
@@ -82,6 +86,29 @@ pub enum PlotError {
     },
 }
 
+/// What went wrong while drawing or encoding a chart, in words: plotters' own Display of the
+/// bitmap backend's error is its Debug form (`ImageError(IoError(Custom { .. }))`).
+fn draw_message(e: &DrawingAreaErrorKind<BitMapBackendError>) -> String {
+    match e {
+        DrawingAreaErrorKind::BackendError(DrawingErrorKind::DrawingError(b)) => match b {
+            BitMapBackendError::IOError(io) => format!("cannot write the PNG file: {io}"),
+            BitMapBackendError::ImageError(image) => {
+                format!("cannot encode or write the PNG file: {image}")
+            }
+            BitMapBackendError::InvalidBuffer => {
+                "the drawing buffer does not match the chart's size".to_string()
+            }
+        },
+        DrawingAreaErrorKind::BackendError(DrawingErrorKind::FontError(f)) => {
+            format!("the embedded font does not render: {f}")
+        }
+        DrawingAreaErrorKind::SharingError => {
+            "the chart's drawing area is in use by another drawing".to_string()
+        }
+        DrawingAreaErrorKind::LayoutError => "the chart's layout does not fit its size".to_string(),
+    }
+}
+
 /// Checks, before a long evaluation, that `path` can take a PNG chart: a `.png` name in an
 /// existing folder.
 pub fn check_png_path(path: &Path) -> Result<(), PlotError> {
@@ -100,14 +127,14 @@ pub fn check_png_path(path: &Path) -> Result<(), PlotError> {
 }
 
 /// Checks a chart's file name and size and that it has something to draw (`any`), registers
-/// the font its text uses, and writes it: `draw` draws into a temporary file that then
-/// replaces `path`.
-fn write_chart(
+/// the font its text uses, and stages it: `draw` draws into a temporary file that replaces
+/// `path` when the caller commits it.
+fn stage_chart(
     path: &Path,
     opts: &PlotOptions,
     any: bool,
     draw: impl FnOnce(&Path) -> Result<(), PlotError>,
-) -> Result<(), PlotError> {
+) -> Result<StagedFile, PlotError> {
     check_png_path(path)?;
     if !SIZE_RANGE.contains(&opts.width) || !SIZE_RANGE.contains(&opts.height) {
         return Err(PlotError::Size(opts.width, opts.height));
@@ -116,7 +143,7 @@ fn write_chart(
         return Err(PlotError::Empty);
     }
     register_embedded_font()?;
-    loglinear_converter::output_file::write_atomic_via(path, draw)
+    loglinear_converter::output_file::stage_via(path, draw)
 }
 
 /// The font family every text of the chart uses.
@@ -188,10 +215,14 @@ const COLOURS: [RGBColor; 4] = [
 /// a prediction had (position + 1) on a log scale, y bits. Each curve is drawn twice in its
 /// colour: every position, thin and pale (position 0 alone, then noisy), and the means over
 /// the power-of-two buckets `{0}, {1}, {2,3}, {4..7}, …` bold with markers, at each bucket's
-/// geometric centre.
-pub fn draw_png(path: &Path, curves: &[Curve], opts: &PlotOptions) -> Result<(), PlotError> {
+/// geometric centre. The chart replaces `path` when the result is committed.
+pub fn draw_png(
+    path: &Path,
+    curves: &[Curve],
+    opts: &PlotOptions,
+) -> Result<StagedFile, PlotError> {
     let ctx = curves.iter().map(|c| c.mean_bits.len()).max().unwrap_or(0);
-    write_chart(path, opts, ctx > 0, |file| {
+    stage_chart(path, opts, ctx > 0, |file| {
         draw(file, path, curves, opts, ctx)
     })
 }
@@ -204,9 +235,9 @@ fn draw(
     opts: &PlotOptions,
     ctx: usize,
 ) -> Result<(), PlotError> {
-    let draw_err = |e: &dyn std::fmt::Display| PlotError::Draw {
+    let draw_err = |e: &DrawingAreaErrorKind<BitMapBackendError>| PlotError::Draw {
         path: path.to_path_buf(),
-        message: e.to_string(),
+        message: draw_message(e),
     };
 
     let all = curves.iter().flat_map(|c| c.mean_bits.iter().copied());
@@ -315,15 +346,15 @@ fn from_under(points: &[(f64, f64)], y1: f64) -> Vec<(f64, f64)> {
 /// its colour: every step thin and pale, the centred moving average over `smooth` steps bold,
 /// and the validation points as markers joined by a line. The y axis spans the averages and
 /// the validation points after the first tenth of the steps, so the first steps' high loss
-/// does not flatten the rest.
+/// does not flatten the rest. The chart replaces `path` when the result is committed.
 pub fn draw_loss_png(
     path: &Path,
     runs: &[LossCurve],
     smooth: usize,
     opts: &PlotOptions,
-) -> Result<(), PlotError> {
+) -> Result<StagedFile, PlotError> {
     let any = runs.iter().any(|r| !r.train.is_empty());
-    write_chart(path, opts, any, |file| {
+    stage_chart(path, opts, any, |file| {
         draw_loss(file, path, runs, smooth, opts)
     })
 }
@@ -336,9 +367,9 @@ fn draw_loss(
     smooth: usize,
     opts: &PlotOptions,
 ) -> Result<(), PlotError> {
-    let draw_err = |e: &dyn std::fmt::Display| PlotError::Draw {
+    let draw_err = |e: &DrawingAreaErrorKind<BitMapBackendError>| PlotError::Draw {
         path: path.to_path_buf(),
-        message: e.to_string(),
+        message: draw_message(e),
     };
     let averages: Vec<Vec<(f64, f64)>> = runs
         .iter()
@@ -409,4 +440,33 @@ fn draw_loss(
     draw_legend(&mut chart).map_err(|e| draw_err(&e))?;
     root.present().map_err(|e| draw_err(&e))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chart_that_cannot_be_written_is_explained_in_words() {
+        // The image encoder itself fails: the file it is given is in no folder.
+        register_embedded_font().unwrap();
+        let curves = [Curve {
+            label: "m".to_string(),
+            mean_bits: vec![8.0, 4.0, 2.0, 1.5],
+        }];
+        let opts = PlotOptions {
+            width: 200,
+            height: 120,
+            title: "t".to_string(),
+        };
+        let file = Path::new("/nonexistent-loglinear-folder/chart.png");
+        let e = draw(file, Path::new("chart.png"), &curves, &opts, 4)
+            .unwrap_err()
+            .to_string();
+        assert!(e.starts_with("chart.png: cannot "), "{e}");
+        assert!(e.contains("No such file or directory"), "{e}");
+        for internal in ["IoError(", "ImageError(", "Custom {", "kind:", "Os {"] {
+            assert!(!e.contains(internal), "{e}");
+        }
+    }
 }

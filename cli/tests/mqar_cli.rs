@@ -182,7 +182,11 @@ fn tiny_runs_learn_and_resume() {
         &format!("{o},{}", dir.join("none.json").display()),
     ]);
     assert!(!r.status.success());
-    assert!(String::from_utf8_lossy(&r.stderr).contains("cannot read"));
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(
+        err.contains("--merge") && err.contains("none.json: no such file"),
+        "{err}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

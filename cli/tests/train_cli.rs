@@ -409,7 +409,7 @@ fn bad_input_is_a_clear_error() {
     let plot = |run: &str, out: &str, want: &str| {
         fails(&dir, &["loss-plot", run, "-o", out], want);
     };
-    plot("nowhere", "c.png", "cannot read nowhere");
+    plot("nowhere", "c.png", "RUN nowhere: no such file");
     plot(
         "train.txt",
         "c.png",
@@ -428,7 +428,11 @@ fn bad_input_is_a_clear_error() {
     )
     .unwrap();
     plot("log.csv", "c.svg", "c.svg: the plot is written as PNG");
-    plot("log.csv", "no/c.png", "no: no such folder");
+    plot(
+        "log.csv",
+        "no/c.png",
+        "--output: cannot write no/c.png: no such folder no",
+    );
     assert!(!dir.join("c.png").exists());
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -1,5 +1,6 @@
 //! `loglinear train`'s options; the loop is [`run`](crate::run).
 
+use loglinear_converter::command_paths::{CommandPaths, Reads, Writes};
 use loglinear_converter::export::parse_dtype;
 use loglinear_runtime::DType;
 use std::path::PathBuf;
@@ -110,7 +111,32 @@ pub struct TrainArgs {
     pub export_type: DType,
 }
 
+/// What `--output` holds: the checkpoint (and the siblings it is saved through) and the log.
+pub const OUTPUT_HOLDS: &[&str] = &[
+    "checkpoint",
+    "checkpoint.tmp",
+    "checkpoint.old",
+    "train_log.csv",
+];
+
 impl TrainArgs {
+    /// Every path the run reads and writes, checked before any work.
+    pub fn paths(&self) -> CommandPaths {
+        CommandPaths::new()
+            .reads("--config", self.config.as_deref(), Reads::File)
+            .reads("--model", self.init.as_deref(), Reads::Model)
+            .reads("--data", Some(&self.data), Reads::File)
+            .reads("--val", self.val.as_deref(), Reads::File)
+            .writes(
+                "--output",
+                Some(&self.out),
+                Writes::Folder {
+                    holds: OUTPUT_HOLDS,
+                },
+            )
+            .writes("--export", self.export.as_deref(), Writes::File)
+    }
+
     /// The floor of the cosine: --min-lr, or a tenth of --lr (the recipe's 2e-3 → 2e-4).
     pub fn min_lr(&self) -> f64 {
         self.min_lr.unwrap_or(self.lr / 10.0)

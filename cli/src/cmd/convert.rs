@@ -3,6 +3,7 @@
 
 use super::table::{human_bytes, print_tensor_table, report_rows};
 use crate::{progress_bar, read_file, write_file, CliError, ModelArg, Res};
+use loglinear_converter::command_paths::{CommandPaths, Reads, Writes};
 use loglinear_converter::export::{expected_tensors, parse_dtype, ExportedModel, TensorReport};
 use loglinear_converter::model_source::{AlignedBytes, IndexedGguf, LoadError};
 use loglinear_converter::tokenize::HostTokenizer;
@@ -77,8 +78,8 @@ pub(crate) struct QualityArgs {
     /// Hamlet, which is in the shipped models' validation split).
     #[arg(long)]
     eval_text: Option<PathBuf>,
-    /// Bytes of the evaluation text to use.
-    #[arg(long, default_value_t = 8192)]
+    /// Bytes of the evaluation text to use (at most).
+    #[arg(long, default_value_t = 8192, value_parser = crate::args::parse_at_most)]
     eval_bytes: usize,
     /// Predictions per evaluation window (each window starts from an empty state).
     #[arg(long, value_name = "TOKENS", alias = "eval-ctx", default_value_t = 512)]
@@ -88,14 +89,49 @@ pub(crate) struct QualityArgs {
     no_eval: bool,
 }
 
-/// Refuses, before any work, an output that is the model input or the evaluation text by any
-/// spelling (writing it would destroy the input), or that cannot be written.
-fn refuse_inputs_as_output(output: &Path, model: &Path, quality: &QualityArgs) -> Res {
-    let mut inputs = vec![model];
-    inputs.extend(quality.eval_text.as_deref());
-    loglinear_converter::output_file::refuse_input_as_output(output, &inputs)?;
-    loglinear_converter::output_file::check_writable(output)?;
-    Ok(())
+impl ConvertArgs {
+    /// What `convert` reads and writes.
+    pub(crate) fn paths(&self) -> CommandPaths {
+        let c = &self.checkpoint;
+        CommandPaths::new()
+            .reads(c.flag(), Some(c.path()), Reads::Folder)
+            .reads(
+                "--eval-text",
+                self.quality.eval_text.as_deref(),
+                Reads::File,
+            )
+            .writes("--output", Some(&self.output), Writes::File)
+    }
+}
+
+impl QuantizeArgs {
+    /// What `quantize` reads and writes.
+    pub(crate) fn paths(&self) -> CommandPaths {
+        let m = &self.input;
+        CommandPaths::new()
+            .reads(m.flag(), Some(m.path()), Reads::File)
+            .reads(
+                "--eval-text",
+                self.quality.eval_text.as_deref(),
+                Reads::File,
+            )
+            .writes("--output", Some(&self.output), Writes::File)
+    }
+}
+
+impl QualityArgs {
+    /// Refuses, before any work, a measurement that cannot run.
+    fn check(&self) -> Res {
+        if !self.no_eval && self.eval_context == 0 {
+            return Err(format!(
+                "--eval-context {}: the measurement's windows need at least 1 token \
+                 (or give --no-eval)",
+                self.eval_context
+            )
+            .into());
+        }
+        Ok(())
+    }
 }
 
 /// The evaluation text of `convert`/`quantize`: (description, bytes).
@@ -130,8 +166,9 @@ fn print_comparison(c: &Comparison, reference: &str, unit: &str) -> Res {
     Ok(())
 }
 
-/// Writes the export, reads the file back with the runtime's reader, and measures it against
-/// `reference` unless every tensor is stored exactly as in the reference.
+/// Reads the export back with the runtime's reader and measures it against `reference`
+/// (unless every tensor is stored exactly as in the reference), then writes it: a failed
+/// measurement leaves the previous output as it was.
 fn finish_export(
     exported: &ExportedModel,
     output: &Path,
@@ -141,14 +178,7 @@ fn finish_export(
     quality: &QualityArgs,
 ) -> Res {
     let bytes = exported.to_gguf()?;
-    write_file(output, &bytes)?;
     print_tensor_table(&report_rows(exported.report()), "shape")?;
-    outln!(
-        "wrote {} ({}, {} bytes)",
-        output.display(),
-        human_bytes(bytes.len()),
-        bytes.len()
-    );
     let aligned = AlignedBytes::from_slice(&bytes);
     let file = IndexedGguf::parse(aligned.as_bytes());
     let candidate = match &file {
@@ -166,13 +196,43 @@ fn finish_export(
             exported.model()?
         }
     };
-    if quality.no_eval {
-        return Ok(());
+    let measured = match (quality.no_eval, lossless) {
+        (true, _) => None,
+        (false, true) => Some(Measured::Lossless),
+        (false, false) => Some(measure(&aligned, reference, &candidate, quality)?),
+    };
+    write_file(output, &bytes)?;
+    outln!(
+        "wrote {} ({}, {} bytes)",
+        output.display(),
+        human_bytes(bytes.len()),
+        bytes.len()
+    );
+    match measured {
+        None => {}
+        Some(Measured::Lossless) => {
+            outln!("quality: every tensor is stored exactly as in the {reference_name}")
+        }
+        Some(Measured::Compared(c, unit)) => print_comparison(&c, reference_name, unit)?,
     }
-    if lossless {
-        outln!("quality: every tensor is stored exactly as in the {reference_name}");
-        return Ok(());
-    }
+    Ok(())
+}
+
+/// What the quality measurement found.
+enum Measured {
+    /// Every tensor is stored as in the reference: nothing to measure.
+    Lossless,
+    /// The comparison, and what a prediction predicts ("byte" or "token").
+    Compared(Comparison, &'static str),
+}
+
+/// Measures `candidate` (the file `aligned` holds) against `reference` on the quality text.
+fn measure(
+    aligned: &AlignedBytes,
+    reference: &Model<'_>,
+    candidate: &Model<'_>,
+    quality: &QualityArgs,
+) -> Res<Measured> {
     let (what, text) = quality_text(quality)?;
     // The text as the model reads it: bytes, or the BPE vocabulary's tokens.
     let vocabulary = GgufFile::parse(aligned.as_bytes())
@@ -188,19 +248,20 @@ fn finish_export(
         ),
         _ => (text.iter().map(|&b| u32::from(b)).collect(), "byte"),
     };
+    eval::check(&tokens, quality.eval_context)
+        .map_err(|e| format!("--eval-context {}: {what}: {e}", quality.eval_context))?;
     let windows = eval::window_count(tokens.len(), quality.eval_context);
     outln!("measuring quality on {what}");
     let pb = progress_bar(windows, "evaluating");
     let c = eval::compare(
         reference,
-        &candidate,
+        candidate,
         &tokens,
         quality.eval_context,
         &mut |w| pb.set_position(w as u64),
     )?;
     pb.finish_and_clear();
-    print_comparison(&c, reference_name, unit)?;
-    Ok(())
+    Ok(Measured::Compared(c, unit))
 }
 
 fn export_with_bar(
@@ -225,7 +286,7 @@ pub(crate) fn convert(args: ConvertArgs) -> Res {
         quality,
     } = args;
     let (checkpoint, output, quality) = (checkpoint.path(), &output, &quality);
-    refuse_inputs_as_output(output, checkpoint, quality)?;
+    quality.check()?;
     let ckpt = Checkpoint::load(checkpoint).map_err(|source| LoadError::Checkpoint {
         path: checkpoint.to_path_buf(),
         source,
@@ -267,10 +328,10 @@ pub(crate) fn quantize(args: QuantizeArgs) -> Res {
         quality,
     } = args;
     let (input, output, quality) = (input.path(), &output, &quality);
+    quality.check()?;
     let matrix_type = types.matrix_type.ok_or(
         "quantize needs --type: the storage type of the weight matrices (f32, f16, q8_0 or q4_0)",
     )?;
-    refuse_inputs_as_output(output, input, quality)?;
     let bytes = AlignedBytes::read(input)?;
     let src = IndexedGguf::parse(bytes.as_bytes())
         .map_err(|error| LoadError::model_file(input, bytes.as_bytes(), error))?;

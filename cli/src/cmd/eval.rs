@@ -5,7 +5,9 @@ use crate::args::parse_threads;
 use crate::plot::{self, Curve, PlotOptions};
 use crate::{progress_bar, read_file, ActivationsArg, ModelArg, Res};
 use clap::ValueEnum;
+use loglinear_converter::command_paths::{CommandPaths, Reads, Writes};
 use loglinear_converter::model_source::ModelSource;
+use loglinear_converter::output_file;
 use loglinear_converter::tokenize::HostTokenizer;
 use loglinear_runtime::quant::Activations;
 use loglinear_train::eval;
@@ -27,7 +29,7 @@ pub struct EvalArgs {
     #[arg(long, value_name = "TOKENS", alias = "ctx", default_value_t = 512)]
     context: usize,
     /// Use only the first this many bytes of the text.
-    #[arg(long)]
+    #[arg(long, value_parser = crate::args::parse_at_most)]
     bytes: Option<usize>,
     /// Inputs of quantized matvecs: f32, or Q8 through the integer kernels.
     #[arg(long, value_enum, default_value = "f32")]
@@ -79,11 +81,21 @@ enum RunnerArg {
     Chunkwise,
 }
 
+impl EvalArgs {
+    /// What `eval` reads and writes.
+    pub(crate) fn paths(&self) -> CommandPaths {
+        let m = &self.model;
+        CommandPaths::new()
+            .reads(m.flag(), Some(m.path()), Reads::Model)
+            .reads("--text", Some(&self.text), Reads::File)
+            .reads("--baseline", self.baseline.as_deref(), Reads::Model)
+            .writes("--per-position", self.per_position.as_deref(), Writes::File)
+            .writes("--plot", self.plot.as_deref(), Writes::File)
+    }
+}
+
 /// Runs `loglinear eval`.
 pub fn run(args: &EvalArgs) -> Res {
-    if let Some(csv) = &args.per_position {
-        loglinear_converter::output_file::check_writable(csv)?;
-    }
     if let Some(png) = &args.plot {
         plot::check_png_path(png)?;
     }
@@ -116,9 +128,13 @@ pub fn run(args: &EvalArgs) -> Res {
     // Both models are opened and the text tokenized and checked for each before either is
     // evaluated, so a bad baseline or a short text fails at once, with nothing printed.
     let model_path = args.model.path();
-    let (source, tokens) = open_model(model_path, &bytes, args.context)?;
+    let text = Text {
+        path: &args.text,
+        bytes: &bytes,
+    };
+    let (source, tokens) = open_model(model_path, &text, args.context)?;
     let baseline_source = match &args.baseline {
-        Some(path) => Some((path, open_model(path, &bytes, args.context)?)),
+        Some(path) => Some((path, open_model(path, &text, args.context)?)),
         None => None,
     };
 
@@ -131,10 +147,6 @@ pub fn run(args: &EvalArgs) -> Res {
     if !args.json {
         print_result("", &model)?;
     }
-    if let Some(csv) = &args.per_position {
-        crate::write_file(csv, model.loss.to_csv().as_bytes())?;
-        eprintln!("wrote {} ({} positions)", csv.display(), model.loss.ctx());
-    }
     let baseline = match &baseline_source {
         Some((path, (src, tokens))) => {
             let b = evaluate(path, src, tokens, &run)?;
@@ -145,6 +157,25 @@ pub fn run(args: &EvalArgs) -> Res {
         }
         None => None,
     };
+    // Every output is made before any replaces its file, so that a failure leaves them all as
+    // they were.
+    let mut staged = Vec::new();
+    if let Some(csv) = &args.per_position {
+        staged.push(output_file::stage(csv, model.loss.to_csv().as_bytes())?);
+    }
+    if let Some(png) = &args.plot {
+        staged.push(draw_plot(png, args, &model, baseline.as_ref())?);
+    }
+    for file in staged {
+        let path = file.path().to_path_buf();
+        file.commit()?;
+        match &args.per_position {
+            Some(csv) if *csv == path => {
+                eprintln!("wrote {} ({} positions)", csv.display(), model.loss.ctx())
+            }
+            _ => eprintln!("wrote {}", path.display()),
+        }
+    }
     if args.json {
         let baseline = match (&args.baseline, &baseline) {
             (Some(path), Some(b)) => result_json(path, b),
@@ -155,31 +186,37 @@ pub fn run(args: &EvalArgs) -> Res {
         v["baseline"] = baseline;
         outln!("{v:#}");
     }
-    if let Some(png) = &args.plot {
-        let mut curves = vec![Curve {
-            label: model_name(model_path),
-            mean_bits: model.loss.mean_bits(),
-        }];
-        if let (Some(path), Some(b)) = (&args.baseline, &baseline) {
-            curves.push(Curve {
-                label: model_name(path),
-                mean_bits: b.loss.mean_bits(),
-            });
-        }
-        let opts = PlotOptions {
-            width: args.plot_size.0,
-            height: args.plot_size.1,
-            title: format!(
-                "Loss by position: {} windows of {} tokens of {}",
-                model.loss.windows,
-                args.context,
-                model_name(&args.text)
-            ),
-        };
-        plot::draw_png(png, &curves, &opts)?;
-        eprintln!("wrote {}", png.display());
-    }
     Ok(())
+}
+
+/// Draws the loss-by-position chart of `model` (and `baseline`) into a staged `png`.
+fn draw_plot(
+    png: &Path,
+    args: &EvalArgs,
+    model: &Outcome,
+    baseline: Option<&Outcome>,
+) -> Res<output_file::StagedFile> {
+    let mut curves = vec![Curve {
+        label: model_name(args.model.path()),
+        mean_bits: model.loss.mean_bits(),
+    }];
+    if let (Some(path), Some(b)) = (&args.baseline, baseline) {
+        curves.push(Curve {
+            label: model_name(path),
+            mean_bits: b.loss.mean_bits(),
+        });
+    }
+    let opts = PlotOptions {
+        width: args.plot_size.0,
+        height: args.plot_size.1,
+        title: format!(
+            "Loss by position: {} windows of {} tokens of {}",
+            model.loss.windows,
+            args.context,
+            model_name(&args.text)
+        ),
+    };
+    Ok(plot::draw_png(png, &curves, &opts)?)
 }
 
 /// The last component of a path, for legends and titles.
@@ -244,11 +281,19 @@ struct Outcome {
     predicted_bytes: usize,
 }
 
+/// The evaluation text: its file, and the bytes used.
+struct Text<'a> {
+    path: &'a Path,
+    bytes: &'a [u8],
+}
+
 /// A model, and the text as its tokens, checked against the context.
-fn open_model(path: &Path, text: &[u8], ctx: usize) -> Res<(ModelSource, Tokens)> {
+fn open_model(path: &Path, text: &Text<'_>, ctx: usize) -> Res<(ModelSource, Tokens)> {
     let source = ModelSource::open(path)?;
-    let tokens = Tokens::of(&source.host_tokenizer(path)?, text)?;
-    eval::check(&tokens.ids, ctx).map_err(|e| format!("--context {ctx}: {e}"))?;
+    let tokens = Tokens::of(&source.host_tokenizer(path)?, text.bytes)
+        .map_err(|e| format!("--text {}: {e}", text.path.display()))?;
+    eval::check(&tokens.ids, ctx)
+        .map_err(|e| format!("--context {ctx}: --text {}: {e}", text.path.display()))?;
     Ok((source, tokens))
 }
 

@@ -3,6 +3,7 @@
 
 use crate::{snapshot_file, ActivationsArg, CliError, Res, SamplingArgs, StateDtype};
 use clap::ValueEnum;
+use loglinear_converter::command_paths::{CommandPaths, Reads, Writes};
 use loglinear_converter::model_source::ModelSource;
 use loglinear_converter::tokenize::HostTokenizer;
 use loglinear_runtime::sampler::{Sampler, SamplerConfig};
@@ -20,9 +21,11 @@ pub(crate) struct GenerateArgs {
     /// of the repository that holds this binary].
     #[arg(short = 'm', long)]
     pub model: Option<PathBuf>,
-    /// Prompt text, with C-style escapes: \n \t \r \0 \\ \xHH (any byte) \u{H…}.
-    #[arg(long, default_value = "ROMEO:\\n")]
-    pub prompt: String,
+    /// Prompt text, with C-style escapes: \n \t \r \0 \\ \xHH (any byte) \u{H…}; taken
+    /// as the bytes given, UTF-8 or not [default: `ROMEO:\n`; with --resume, none: a prompt
+    /// given there is fed after the restored session, token by token].
+    #[arg(long, value_parser = clap::builder::OsStringValueParser::new())]
+    pub prompt: Option<std::ffi::OsString>,
     /// Tokens to generate.
     #[arg(short = 'n', long, default_value_t = 300)]
     pub tokens: usize,
@@ -53,11 +56,29 @@ pub(crate) struct GenerateArgs {
     /// PRNG, model fingerprint) to FILE, atomically, for `--resume` here or on a board.
     #[arg(long, value_name = "FILE")]
     pub save_snapshot: Option<PathBuf>,
-    /// Resume a saved session (from `--save-snapshot` or a board's `SNAP`) instead of
-    /// feeding the prompt: state type and levels come from the snapshot; pass the same
-    /// sampling settings to continue the same stream bit-identically.
+    /// Resume a saved session (from `--save-snapshot` or a board's `SNAP`): state type and
+    /// levels come from the snapshot; a `--prompt` is fed after it, token by token; pass the
+    /// same sampling settings to continue the same stream bit-identically.
     #[arg(long, value_name = "FILE")]
     pub resume: Option<PathBuf>,
+}
+
+impl GenerateArgs {
+    /// What `generate` reads and writes (the shipped model when no `--model` is given).
+    pub(crate) fn paths(&self) -> Res<CommandPaths> {
+        let model = match &self.model {
+            Some(path) => path.clone(),
+            None => crate::args::default_model()?,
+        };
+        Ok(CommandPaths::new()
+            .reads("--model", Some(&model), Reads::Model)
+            .reads("--resume", self.resume.as_deref(), Reads::File)
+            .writes(
+                "--save-snapshot",
+                self.save_snapshot.as_deref(),
+                Writes::File,
+            ))
+    }
 }
 
 /// Runs `loglinear generate`.
@@ -86,19 +107,28 @@ pub(crate) fn run(args: GenerateArgs) -> Res {
             "--threads sets the workers of --prefill chunkwise: add it, or drop --threads".into(),
         );
     }
-    if let Some(path) = &save_snapshot {
-        loglinear_converter::output_file::check_writable(path)?;
-    }
     let model = match model {
         Some(path) => path,
         None => crate::args::default_model()?,
     };
     let source = ModelSource::open(&model)?;
     let tokenizer = source.host_tokenizer(&model)?;
-    let prompt = crate::prompt::unescape(&prompt)?;
+    let prompt = match (&prompt, &resume) {
+        (Some(p), _) => crate::prompt::unescape_arg(p)?,
+        (None, Some(_)) => Vec::new(),
+        (None, None) => DEFAULT_PROMPT.to_vec(),
+    };
+    // A restored session goes on from its state; the chunk prefills start from an empty one.
+    if resume.is_some() && !prompt.is_empty() && prefill != Prefill::Cpu {
+        return Err(
+            "--prefill chunkwise and --prefill gpu start from an empty state: a prompt after \
+             --resume is fed token by token (drop --prefill, or --prompt)"
+                .into(),
+        );
+    }
     let prompt_tokens = tokenizer
         .encode_bytes(&prompt)
-        .map_err(|e| format!("the prompt: {e}"))?;
+        .map_err(|e| format!("--prompt: {e}"))?;
     let sampler = sampling.config();
     let mut cfg = SessionConfig {
         levels,
@@ -134,12 +164,9 @@ pub(crate) fn run(args: GenerateArgs) -> Res {
         state = Some(saved_state);
         snap.resume = Some((path.clone(), bytes));
     }
-    // Resuming: the snapshot holds the prompt already.
-    let (prompt, prompt_tokens) = match snap.resume {
-        Some(_) => (Vec::new(), Vec::new()),
-        None if prompt.is_empty() => return Err(CliError::EmptyPrompt.into()),
-        None => (prompt, prompt_tokens),
-    };
+    if snap.resume.is_none() && prompt.is_empty() {
+        return Err(CliError::EmptyPrompt.into());
+    }
     let job = Job {
         prompt: &prompt,
         prompt_tokens: &prompt_tokens,
@@ -156,9 +183,12 @@ pub(crate) fn run(args: GenerateArgs) -> Res {
     })?
 }
 
+/// The prompt of a run that gives none and resumes nothing.
+const DEFAULT_PROMPT: &[u8] = b"ROMEO:\n";
+
 /// What one `generate` run does, besides the model.
 struct Job<'a> {
-    /// The prompt's bytes, echoed to stdout (empty when resuming).
+    /// The prompt's bytes, echoed to stdout (fed after the restored session when resuming).
     prompt: &'a [u8],
     /// Its tokens.
     prompt_tokens: &'a [u32],

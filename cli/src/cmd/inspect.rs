@@ -3,9 +3,11 @@
 
 use super::table::{human_bytes, print_tensor_table, Row};
 use crate::{CliError, ModelArg, Res};
-use loglinear_converter::model_source::AlignedBytes;
+use loglinear_converter::command_paths::{CommandPaths, Reads};
+use loglinear_converter::model_source::{AlignedBytes, IndexedGguf, LoadError};
 use loglinear_runtime::gguf::format::{self, ValueType};
-use loglinear_runtime::gguf::{GgufFile, GgufModel, MetaArray, MetaValue};
+use loglinear_runtime::gguf::{GgufFile, MetaArray, MetaValue};
+use loglinear_runtime::ModelConfig;
 use serde_json::{json, Value};
 
 /// `loglinear inspect`'s arguments.
@@ -18,6 +20,14 @@ pub(crate) struct InspectArgs {
     /// strings and arrays), tensors, and the runtime's verdict.
     #[arg(long)]
     pub json: bool,
+}
+
+impl InspectArgs {
+    /// What `inspect` reads.
+    pub(crate) fn paths(&self) -> CommandPaths {
+        let m = &self.model;
+        CommandPaths::new().reads(m.flag(), Some(m.path()), Reads::File)
+    }
 }
 
 fn meta_type(v: &MetaValue<'_>) -> String {
@@ -41,12 +51,18 @@ fn meta_text(v: &MetaValue<'_>) -> String {
         MetaValue::I32(x) => x.to_string(),
         MetaValue::F32(x) => format!("{x:e}"),
         MetaValue::Bool(x) => x.to_string(),
-        MetaValue::Str(s) => format!("{s:?}"),
+        MetaValue::Str(s) => quoted(s),
         MetaValue::Array(a) => array_text(a),
         MetaValue::U64(x) => x.to_string(),
         MetaValue::I64(x) => x.to_string(),
         MetaValue::F64(x) => format!("{x:e}"),
     }
+}
+
+/// A metadata string in double quotes, with quotes, backslashes and control characters
+/// escaped as JSON writes them, so that it reads on one line.
+fn quoted(s: &str) -> String {
+    serde_json::Value::from(s).to_string()
 }
 
 fn array_text(a: &MetaArray<'_>) -> String {
@@ -75,6 +91,19 @@ fn meta_json(v: &MetaValue<'_>) -> Value {
     }
 }
 
+/// Whether the runtime loads the file, through the same checks as every command that runs a
+/// model (its finiteness check included): its config, or why not.
+fn verdict(path: &std::path::Path, bytes: &AlignedBytes) -> Result<ModelConfig, String> {
+    let file = IndexedGguf::parse(bytes.as_bytes()).map_err(|e| e.to_string())?;
+    match file.refuse_non_finite(path) {
+        Ok(()) => Ok(*file.config()),
+        Err(LoadError::NonFinite { tensor, index, .. }) => Err(format!(
+            "tensor {tensor} holds a NaN or an infinity (element {index})"
+        )),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// Runs `loglinear inspect`.
 pub(crate) fn run(args: &InspectArgs) -> Res {
     let path = args.model.path();
@@ -83,7 +112,7 @@ pub(crate) fn run(args: &InspectArgs) -> Res {
         path: path.to_path_buf(),
         error,
     })?;
-    let verdict = GgufModel::parse(bytes.as_bytes()).map(|m| *m.config());
+    let verdict = verdict(path, &bytes);
     let refused = |e: &dyn std::fmt::Display| -> Box<dyn std::error::Error> {
         format!(
             "{}: the runtime would refuse this file: {e}",

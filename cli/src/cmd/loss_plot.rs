@@ -3,6 +3,7 @@
 
 use crate::plot::{self, LossCurve, PlotOptions};
 use crate::Res;
+use loglinear_converter::command_paths::{CommandPaths, Reads, Writes};
 use loglinear_train::train_log::{self, LogRow};
 use std::path::{Path, PathBuf};
 
@@ -64,6 +65,18 @@ fn log_path(path: &Path) -> PathBuf {
     }
 }
 
+impl LossPlotArgs {
+    /// What `loss-plot` reads and writes.
+    pub(crate) fn paths(&self) -> CommandPaths {
+        let mut paths = CommandPaths::new();
+        for run in &self.runs {
+            let log = log_path(&label_and_path(run).1);
+            paths = paths.reads("RUN", Some(&log), Reads::File);
+        }
+        paths.writes("--output", Some(&self.out), Writes::File)
+    }
+}
+
 /// Runs `loglinear loss-plot`.
 pub fn run(args: &LossPlotArgs) -> Res {
     plot::check_png_path(&args.out)?;
@@ -84,7 +97,7 @@ pub fn run(args: &LossPlotArgs) -> Res {
         height: args.plot_size.1,
         title: args.title.clone(),
     };
-    plot::draw_loss_png(&args.out, &curves, smooth, &opts)?;
+    plot::draw_loss_png(&args.out, &curves, smooth, &opts)?.commit()?;
     eprintln!("wrote {}", args.out.display());
     for line in table(&runs, &curves, smooth) {
         outln!("{line}");

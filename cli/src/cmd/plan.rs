@@ -3,6 +3,7 @@
 //! does: its flags, and planning a checkpoint folder by converting it in memory.
 
 use loglinear_converter::checkpoint::{Checkpoint, ImportError};
+use loglinear_converter::command_paths::{CommandPaths, Reads};
 use loglinear_converter::export::{parse_dtype, ExportError, ExportOptions, ExportedModel};
 use loglinear_converter::model_source::{AlignedBytes, LoadError};
 use loglinear_runtime::gguf::GgufModel;
@@ -99,6 +100,7 @@ pub fn plan(args: &PlanArgs) -> Result<Plan, PlanError> {
         path: path.clone(),
         error,
     })?;
+    loglinear_converter::model_source::refuse_non_finite(&model, path)?;
     Ok(plan_model(
         &board,
         &model,
@@ -231,6 +233,16 @@ fn plan_json(plan: &Plan, advice: Option<&Advice>) -> Value {
         "context_limit": context_limit,
         "recommendations": advice,
     })
+}
+
+impl PlanArgs {
+    /// What `plan` reads (the board's profile is found and read by the planner, which names
+    /// it in its errors).
+    pub(crate) fn paths(&self) -> CommandPaths {
+        CommandPaths::new()
+            .reads("--model", Some(&self.model), Reads::Model)
+            .reads("--levels-table", self.levels_table.as_deref(), Reads::File)
+    }
 }
 
 /// Runs `loglinear plan`: prints the plan and any advice; fails when the model does not fit.

@@ -3,6 +3,7 @@
 //! USB CDC-ACM or UART port, or the pty of a QEMU UART chardev), or to a QEMU process running a
 //! board's firmware with semihosting stdin/stdout piped.
 
+use loglinear_converter::command_paths::{CommandPaths, Reads, Writes};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -40,8 +41,8 @@ pub struct SerialArgs {
     /// Prompt text, with C-style escapes: \n \t \r \0 \\ \xHH (any byte) \u{H…}
     /// (default `ROMEO:\n`; none with --restore, which
     /// continues the uploaded snapshot).
-    #[arg(long)]
-    prompt: Option<String>,
+    #[arg(long, value_parser = clap::builder::OsStringValueParser::new())]
+    prompt: Option<std::ffi::OsString>,
     /// Tokens to generate.
     #[arg(short = 'n', long, default_value_t = 32)]
     tokens: usize,
@@ -187,15 +188,27 @@ fn list_ports() -> Res {
     Ok(())
 }
 
+impl SerialArgs {
+    /// What `serial` reads and writes: the port is opened both ways, and declared as an input
+    /// so that no output is written over it.
+    pub(crate) fn paths(&self) -> CommandPaths {
+        if self.list_ports {
+            return CommandPaths::new();
+        }
+        CommandPaths::new()
+            .reads("--port", self.port.as_deref(), Reads::Device)
+            .reads("--elf", self.elf.as_deref(), Reads::File)
+            .reads("--restore", self.restore.as_deref(), Reads::File)
+            .writes("--snap", self.snap.as_deref(), Writes::File)
+    }
+}
+
 /// Runs `loglinear serial`.
 pub fn run(args: &SerialArgs) -> Res {
     if args.list_ports {
         return list_ports();
     }
     let gen = gen_params(args)?;
-    if let Some(path) = &args.snap {
-        loglinear_converter::output_file::check_writable(path)?;
-    }
     let mut wait_ready = false;
     let (mut tx, rx, child): (Box<dyn Write>, Box<dyn Read>, Option<Child>) =
         match (&args.port, &args.qemu_board) {
@@ -225,7 +238,7 @@ pub fn run(args: &SerialArgs) -> Res {
         }
     }
     let prompt = match (&args.prompt, &args.restore) {
-        (Some(p), _) => crate::prompt::unescape(p)?,
+        (Some(p), _) => crate::prompt::unescape_arg(p)?,
         (None, Some(_)) => Vec::new(),
         (None, None) => b"ROMEO:\n".to_vec(),
     };
@@ -356,8 +369,16 @@ fn fetch_snapshot(tx: &mut impl Write, rx: &mut impl BufRead, path: &Path) -> Re
             eprintln!("[{line}]");
         }
     }
-    if want != Some(bytes.len()) {
-        return Err(format!("SNAP announced {want:?} bytes, {} arrived", bytes.len()).into());
+    match want {
+        Some(n) if n == bytes.len() => {}
+        Some(n) => return Err(format!("SNAP announced {n} bytes, {} arrived", bytes.len()).into()),
+        None => {
+            return Err(format!(
+                "SNAP did not announce its size (no bytes= field), {} bytes arrived",
+                bytes.len()
+            )
+            .into())
+        }
     }
     loglinear_converter::output_file::write_atomic(path, &bytes)?;
     eprintln!("[snapshot: {} bytes to {}]", bytes.len(), path.display());

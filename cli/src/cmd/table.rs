@@ -90,7 +90,13 @@ pub(crate) fn report_rows(reports: &[TensorReport]) -> Vec<Row> {
             shape: match r.shape.as_slice() {
                 [n] => format!("{n}"),
                 [a, b] => format!("{a}x{b}"),
-                s => format!("{s:?}"),
+                s => format!(
+                    "[{}]",
+                    s.iter()
+                        .map(usize::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
             },
             dtype: r.dtype,
             elements: r.elements,

@@ -85,6 +85,7 @@
 //! read is an error naming the folder (never discarded); a recorded run's checkpoint is
 //! removed.
 
+use loglinear_converter::command_paths::{CommandPaths, Reads, Writes};
 use std::path::PathBuf;
 
 pub mod data;
@@ -349,6 +350,28 @@ pub struct MqarArgs {
     /// Tokens per example (Zoology: 256; smaller for tests).
     #[arg(long = "context", alias = "seq-len", value_name = "TOKENS", default_value_t = crate::mqar::data::ZOOLOGY_SEQ_LEN, hide = true)]
     pub seq_len: usize,
+}
+
+impl MqarArgs {
+    /// Every path the command reads and writes, checked before any work: the results file and
+    /// the paused run's checkpoint folder beside it, the table, and with `--merge` the results
+    /// files it reads (it then writes only `--md`).
+    pub fn paths(&self) -> CommandPaths {
+        let mut paths = CommandPaths::new();
+        for merged in &self.merge {
+            paths = paths.reads("--merge", Some(merged), Reads::File);
+        }
+        if self.merge.is_empty() {
+            paths = paths
+                .writes("--output", Some(&self.out), Writes::File)
+                .writes(
+                    "--output's checkpoint folder",
+                    Some(&resume::run_dir(&self.out)),
+                    Writes::Folder { holds: &[] },
+                );
+        }
+        paths.writes("--md", self.md.as_deref(), Writes::File)
+    }
 }
 
 /// Runs `loglinear mqar`.

@@ -30,7 +30,9 @@ use output::*;
 use qemu::*;
 
 use crate::cmd::generate::PrefillArg;
+use crate::Res;
 use clap::ValueEnum;
+use loglinear_converter::command_paths::{CommandPaths, Reads};
 use loglinear_converter::model_source::ModelSource;
 use loglinear_cpu_prefill::{PrefillError, PrefillOptions};
 use loglinear_runtime::quant::{self, Activations, KernelPath};
@@ -111,6 +113,20 @@ pub struct BenchArgs {
 }
 
 impl BenchArgs {
+    /// What `bench` reads (the shipped model when no `--model` is given; it writes only to
+    /// stdout).
+    pub(crate) fn paths(&self) -> Res<CommandPaths> {
+        let mut paths = CommandPaths::new();
+        if self.models.is_empty() {
+            let model = crate::args::default_model()?;
+            paths = paths.reads("--model", Some(&model), Reads::Model);
+        }
+        for model in &self.models {
+            paths = paths.reads("--model", Some(model), Reads::Model);
+        }
+        Ok(paths.reads("--qemu-table", self.qemu_table.as_deref(), Reads::File))
+    }
+
     /// Whether the `pp` test measures `prefill` (`--prefill`, or its default).
     fn measures(&self, prefill: PrefillArg) -> bool {
         match (self.prefill.is_empty(), prefill) {
