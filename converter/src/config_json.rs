@@ -117,11 +117,16 @@ impl Fields<'_> {
 
     /// The norm epsilon under `key`: a finite number ≥ 0 once narrowed to f32.
     fn norm_eps(&self, key: &str, default: f64) -> Result<f32, ImportError> {
-        let eps = self.f64(key, default)? as f32;
+        let given = self.f64(key, default)?;
+        let eps = given as f32;
         if !(eps.is_finite() && eps >= 0.0) {
+            let found = match eps.is_infinite() && given.is_finite() {
+                true => format!("{given}, beyond f32"),
+                false => given.to_string(),
+            };
             return Err(ImportError::ConfigField {
                 key: key.into(),
-                problem: format!("the norm epsilon must be a finite number ≥ 0, found {eps}"),
+                problem: format!("the norm epsilon must be a finite number ≥ 0, found {found}"),
             });
         }
         Ok(eps)
@@ -299,7 +304,7 @@ pub fn parse_config(v: &Value) -> Result<(ModelConfig, Layout), ImportError> {
     config.validate().map_err(|e| match e {
         ConfigError::ZeroDimension(field) => ImportError::ConfigField {
             key: json_key(arch.is_mamba2(), field).into(),
-            problem: "is zero: it must be at least 1".into(),
+            problem: "0: it must be at least 1".into(),
         },
         e => ImportError::Unsupported(e.to_string()),
     })?;

@@ -14,7 +14,7 @@ use loglinear_runtime::Model;
 #[derive(Debug, thiserror::Error)]
 pub enum EvalError {
     /// The text is shorter than one window.
-    #[error("the text is {len} tokens long, shorter than one window of a {ctx}-token context plus 1: give a context of {} or less", len.saturating_sub(1))]
+    #[error("{}", too_short(*len, *ctx))]
     TooShort {
         /// Tokens of text (bytes, for a byte-level model).
         len: usize,
@@ -74,6 +74,20 @@ pub struct Comparison {
 /// Number of whole windows of `ctx` predictions in `len` bytes.
 pub fn window_count(len: usize, ctx: usize) -> usize {
     len.saturating_sub(1).checked_div(ctx).unwrap_or(0)
+}
+
+/// [`EvalError::TooShort`]'s message: the largest context that fits, where one does.
+fn too_short(len: usize, ctx: usize) -> String {
+    match len {
+        0 | 1 => {
+            format!("the text is {len} tokens long: one prediction needs 2 (a token and the next)")
+        }
+        _ => format!(
+            "the text is {len} tokens long, shorter than one window of a {ctx}-token context \
+             plus 1: give a context of {} or less",
+            len - 1
+        ),
+    }
 }
 
 /// `−log2 softmax(logits)[target]`.

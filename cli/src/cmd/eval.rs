@@ -292,8 +292,11 @@ fn open_model(path: &Path, text: &Text<'_>, ctx: usize) -> Res<(ModelSource, Tok
     let source = ModelSource::open(path)?;
     let tokens = Tokens::of(&source.host_tokenizer(path)?, text.bytes)
         .map_err(|e| format!("--text {}: {e}", text.path.display()))?;
-    eval::check(&tokens.ids, ctx)
-        .map_err(|e| format!("--context {ctx}: --text {}: {e}", text.path.display()))?;
+    // Too short for any context is the text's fault; for this one, the context's.
+    eval::check(&tokens.ids, ctx).map_err(|e| match tokens.ids.len() {
+        0 | 1 => format!("--text {}: {e}", text.path.display()),
+        _ => format!("--context {ctx}: --text {}: {e}", text.path.display()),
+    })?;
     Ok((source, tokens))
 }
 
