@@ -9,7 +9,7 @@
 //! * an input that does not exist, is not the kind of thing its flag reads, or cannot be read.
 //!
 //! Each refusal names the flag and the path as the user gave them. Outputs are then written
-//! only through [`output_file`](crate::output_file), after the work, so a command that fails
+//! only through [`crate::output_file`], after the work, so a command that fails
 //! leaves every previous output as it was.
 
 use std::path::{Path, PathBuf};
