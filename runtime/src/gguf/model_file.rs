@@ -60,12 +60,22 @@ impl core::fmt::Display for ModelFileError {
                 write!(f, "metadata key {arch}.{key} is missing")
             }
             ModelFileError::BadValue(k) => write!(f, "metadata key {k} has a wrong type or value"),
-            ModelFileError::BadNormEpsilon { arch, value_bits } => write!(
-                f,
-                "metadata key {arch}.{} is {}: the norm epsilon must be a finite number ≥ 0",
-                key::NORM_EPSILON,
-                f32::from_bits(*value_bits)
-            ),
+            ModelFileError::BadNormEpsilon { arch, value_bits } => {
+                // Said in words: formatting the f32 would link float printing (about 19 KB of
+                // flash) into every firmware image.
+                let value = f32::from_bits(*value_bits);
+                let what = match (value.is_nan(), value.is_infinite()) {
+                    (true, _) => "NaN",
+                    (_, true) => "infinite",
+                    _ => "negative",
+                };
+                write!(
+                    f,
+                    "metadata key {arch}.{} is {what}: the norm epsilon must be a finite \
+                     number ≥ 0",
+                    key::NORM_EPSILON
+                )
+            }
             ModelFileError::UnsupportedCapacityPolicy => write!(f, "unsupported capacity_policy"),
             ModelFileError::UnexpectedTensor(i) => {
                 write!(f, "tensor #{i} is not part of this model")
