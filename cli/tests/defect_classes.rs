@@ -158,6 +158,26 @@ fn an_output_over_an_input_through_another_flag_is_refused_and_the_input_kept() 
         "{}",
         stderr(&out)
     );
+    // A device as an output: a file renamed over it would replace it (root may).
+    let out = loglinear(&[
+        "generate",
+        "--model",
+        s(&model),
+        "-n",
+        "2",
+        "--save-snapshot",
+        "/dev/null",
+    ]);
+    assert!(
+        stderr(&out).contains("a device or a pipe, not a file"),
+        "{}",
+        stderr(&out)
+    );
+    use std::os::unix::fs::FileTypeExt;
+    assert!(std::fs::metadata("/dev/null")
+        .unwrap()
+        .file_type()
+        .is_char_device());
 }
 
 #[test]

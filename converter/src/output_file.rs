@@ -58,6 +58,13 @@ pub enum OutputFileError {
         /// The output path.
         path: PathBuf,
     },
+    /// The output path is a device, a pipe or a socket: renaming a file over it would replace
+    /// it (`/dev/null` among them, for root), and writing into it is not writing a file.
+    #[error("cannot write {}: it is a device or a pipe, not a file; give a file path", path.display())]
+    NotAFile {
+        /// The output path.
+        path: PathBuf,
+    },
     /// The output is one of the command's inputs.
     #[error("the output {} is the input {}: give another output path", output.display(), input.display())]
     OutputIsInput {
@@ -117,6 +124,7 @@ pub fn stage_with(
     path: &Path,
     fill: impl FnOnce(&mut dyn Write) -> std::io::Result<()>,
 ) -> Result<StagedFile, OutputFileError> {
+    refuse_special(path)?;
     let folder = folder_of(path);
     let mut tmp = temporary_in(&folder, path, ".tmp")?;
     let write_err = |source| OutputFileError::Write {
@@ -146,6 +154,7 @@ pub fn stage_via<E: From<OutputFileError>>(
     path: &Path,
     fill: impl FnOnce(&Path) -> Result<(), E>,
 ) -> Result<StagedFile, E> {
+    refuse_special(path)?;
     let folder = folder_of(path);
     let suffix = path
         .extension()
@@ -237,15 +246,26 @@ fn persist(
     Ok(())
 }
 
-/// Checks, before any long work, that `path` can be written later: it is not a folder, and
-/// its folder takes a new file (one is created there and removed).
+/// Checks, before any long work, that `path` can be written later: it is not a folder, a
+/// device or a pipe, and its folder takes a new file (one is created there and removed).
 pub fn check_writable(path: &Path) -> Result<(), OutputFileError> {
     if path.is_dir() {
         return Err(OutputFileError::IsFolder {
             path: path.to_path_buf(),
         });
     }
+    refuse_special(path)?;
     temporary_in(&folder_of(path), path, ".tmp").map(drop)
+}
+
+/// Refuses an existing `path` (links followed) that is neither a regular file nor a folder.
+fn refuse_special(path: &Path) -> Result<(), OutputFileError> {
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() && !m.is_dir() => Err(OutputFileError::NotAFile {
+            path: path.to_path_buf(),
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// Checks, before any long work, that the folder `path` can be written later: an existing
@@ -411,6 +431,15 @@ mod tests {
             check_writable(&d),
             Err(OutputFileError::IsFolder { .. })
         ));
+        // A device: renaming over it would replace it.
+        #[cfg(unix)]
+        {
+            let null = Path::new("/dev/null");
+            let err = check_writable(null).unwrap_err();
+            assert!(matches!(err, OutputFileError::NotAFile { .. }), "{err}");
+            let err = write_atomic(null, b"x").unwrap_err();
+            assert!(matches!(err, OutputFileError::NotAFile { .. }), "{err}");
+        }
         let err = check_writable(&d.join("missing").join("new.bin")).unwrap_err();
         assert!(matches!(err, OutputFileError::NoFolder { .. }), "{err}");
         let want = format!("no such folder {}", d.join("missing").display());
