@@ -50,8 +50,8 @@ fn fixture(name: &str) -> PathBuf {
 /// A command line per subcommand (two where flags exclude each other), every path flag given.
 fn samples(d: &Path) -> Vec<Vec<String>> {
     let p = |f: &str| d.join(f).display().to_string();
-    let lines: Vec<Vec<String>> = vec![
-        vec![
+    vec![
+        line(&[
             "convert",
             "--model",
             &p("ckpt"),
@@ -59,11 +59,8 @@ fn samples(d: &Path) -> Vec<Vec<String>> {
             &p("text.txt"),
             "--output",
             &p("out.gguf"),
-        ]
-        .into_iter()
-        .map(String::from)
-        .collect(),
-        vec![
+        ]),
+        line(&[
             "quantize",
             "--model",
             &p("model.gguf"),
@@ -73,15 +70,9 @@ fn samples(d: &Path) -> Vec<Vec<String>> {
             &p("out.gguf"),
             "--type",
             "q8_0",
-        ]
-        .into_iter()
-        .map(String::from)
-        .collect(),
-        vec!["inspect", "--model", &p("model.gguf")]
-            .into_iter()
-            .map(String::from)
-            .collect(),
-        vec![
+        ]),
+        line(&["inspect", "--model", &p("model.gguf")]),
+        line(&[
             "eval",
             "--model",
             &p("model.gguf"),
@@ -93,11 +84,8 @@ fn samples(d: &Path) -> Vec<Vec<String>> {
             &p("out.csv"),
             "--plot",
             &p("out.png"),
-        ]
-        .into_iter()
-        .map(String::from)
-        .collect(),
-        vec![
+        ]),
+        line(&[
             "generate",
             "--model",
             &p("model.gguf"),
@@ -105,11 +93,8 @@ fn samples(d: &Path) -> Vec<Vec<String>> {
             &p("snap.bin"),
             "--save-snapshot",
             &p("out.snap"),
-        ]
-        .into_iter()
-        .map(String::from)
-        .collect(),
-        vec![
+        ]),
+        line(&[
             "plan",
             "--board",
             "mps2-an386",
@@ -117,11 +102,8 @@ fn samples(d: &Path) -> Vec<Vec<String>> {
             &p("model.gguf"),
             "--levels-table",
             &p("levels.csv"),
-        ]
-        .into_iter()
-        .map(String::from)
-        .collect(),
-        vec![
+        ]),
+        line(&[
             "serial",
             "--port",
             &p("port"),
@@ -129,11 +111,8 @@ fn samples(d: &Path) -> Vec<Vec<String>> {
             &p("snap.bin"),
             "--snap",
             &p("out.snap"),
-        ]
-        .into_iter()
-        .map(String::from)
-        .collect(),
-        vec![
+        ]),
+        line(&[
             "serial",
             "--qemu-board",
             "mps2-an386",
@@ -143,11 +122,8 @@ fn samples(d: &Path) -> Vec<Vec<String>> {
             &p("snap.bin"),
             "--snap",
             &p("out.snap"),
-        ]
-        .into_iter()
-        .map(String::from)
-        .collect(),
-        vec![
+        ]),
+        line(&[
             "bench",
             "--model",
             &p("model.gguf"),
@@ -155,11 +131,8 @@ fn samples(d: &Path) -> Vec<Vec<String>> {
             &p("base.gguf"),
             "--qemu-table",
             &p("count.txt"),
-        ]
-        .into_iter()
-        .map(String::from)
-        .collect(),
-        vec![
+        ]),
+        line(&[
             "train",
             "--config",
             &p("config.json"),
@@ -171,11 +144,8 @@ fn samples(d: &Path) -> Vec<Vec<String>> {
             &p("out-run"),
             "--export",
             &p("out.gguf"),
-        ]
-        .into_iter()
-        .map(String::from)
-        .collect(),
-        vec![
+        ]),
+        line(&[
             "train",
             "--model",
             &p("ckpt"),
@@ -183,35 +153,27 @@ fn samples(d: &Path) -> Vec<Vec<String>> {
             &p("text.txt"),
             "--output",
             &p("out-run"),
-        ]
-        .into_iter()
-        .map(String::from)
-        .collect(),
-        vec![
+        ]),
+        line(&[
             "loss-plot",
             &p("run/train_log.csv"),
             "--output",
             &p("out.png"),
-        ]
-        .into_iter()
-        .map(String::from)
-        .collect(),
-        vec![
+        ]),
+        line(&[
             "mqar",
             "--output",
             &p("results.json"),
             "--md",
             &p("table.md"),
-        ]
-        .into_iter()
-        .map(String::from)
-        .collect(),
-        vec!["mqar", "--merge", &p("merge.json"), "--md", &p("table.md")]
-            .into_iter()
-            .map(String::from)
-            .collect(),
-    ];
-    lines
+        ]),
+        line(&["mqar", "--merge", &p("merge.json"), "--md", &p("table.md")]),
+    ]
+}
+
+/// A command line's arguments as owned strings.
+fn line(args: &[&str]) -> Vec<String> {
+    args.iter().map(|a| a.to_string()).collect()
 }
 
 /// Every file under `d`, with its bytes.

@@ -264,10 +264,14 @@ fn overlaps(output: &Declared<Writes>, path: &Path) -> bool {
     }
     match output.kind {
         // An output folder's entries: `path` is one of them, or inside one.
-        Writes::Folder { holds } => holds.iter().any(|entry| {
-            let entry = output.path.join(entry);
-            place(path).ancestors().any(|a| a == place(&entry)) || same_place(&entry, path)
-        }),
+        Writes::Folder { holds } => {
+            let at = place(path);
+            holds.iter().any(|entry| {
+                let entry = output.path.join(entry);
+                let entry_at = place(&entry);
+                at.ancestors().any(|a| a == entry_at) || same_place(&entry, path)
+            })
+        }
         Writes::File => output_file::refuse_input_as_output(&output.path, &[path]).is_err(),
     }
 }

@@ -92,31 +92,29 @@ pub(crate) struct QualityArgs {
 impl ConvertArgs {
     /// What `convert` reads and writes.
     pub(crate) fn paths(&self) -> CommandPaths {
-        let c = &self.checkpoint;
-        CommandPaths::new()
-            .reads(c.flag(), Some(c.path()), Reads::Folder)
-            .reads(
-                "--eval-text",
-                self.quality.eval_text.as_deref(),
-                Reads::File,
-            )
-            .writes("--output", Some(&self.output), Writes::File)
+        export_paths(&self.checkpoint, Reads::Folder, &self.quality, &self.output)
     }
 }
 
 impl QuantizeArgs {
     /// What `quantize` reads and writes.
     pub(crate) fn paths(&self) -> CommandPaths {
-        let m = &self.input;
-        CommandPaths::new()
-            .reads(m.flag(), Some(m.path()), Reads::File)
-            .reads(
-                "--eval-text",
-                self.quality.eval_text.as_deref(),
-                Reads::File,
-            )
-            .writes("--output", Some(&self.output), Writes::File)
+        export_paths(&self.input, Reads::File, &self.quality, &self.output)
     }
+}
+
+/// The paths of `convert` and `quantize`: the source (a checkpoint folder or a GGUF file), the
+/// evaluation text, the new file.
+fn export_paths(
+    source: &ModelArg,
+    kind: Reads,
+    quality: &QualityArgs,
+    output: &Path,
+) -> CommandPaths {
+    CommandPaths::new()
+        .reads(source.flag(), Some(source.path()), kind)
+        .reads("--eval-text", quality.eval_text.as_deref(), Reads::File)
+        .writes("--output", Some(output), Writes::File)
 }
 
 impl QualityArgs {
