@@ -11,11 +11,17 @@
 //! those cores (for which LLVM enables the extension) or `-C target-feature=+dsp` enables the
 //! same kernels, and a Cortex-M55 or M85 (or `+mve`) also gets `cfg(loglinear_arm_mve)`, the
 //! Helium kernels of `src/quant/arm_mve.rs`.
+//!
+//! Every `eabihf` target of those two families (`thumbv7em-*-eabihf`,
+//! `thumbv8m.main-*-eabihf`) has an FPU that converts f16 ↔ f32 in one instruction (FPv4-SP,
+//! FPv5, the Armv8-M floating-point extension): `cfg(loglinear_arm_f16cvt)`, which
+//! `src/half_convert.rs` uses for the f16 state.
 
 fn main() {
     println!("cargo::rustc-check-cfg=cfg(loglinear_arm_dsp)");
     println!("cargo::rustc-check-cfg=cfg(loglinear_arm_m0)");
     println!("cargo::rustc-check-cfg=cfg(loglinear_arm_mve)");
+    println!("cargo::rustc-check-cfg=cfg(loglinear_arm_f16cvt)");
     println!("cargo:rerun-if-changed=build.rs");
     let target = std::env::var("TARGET").unwrap_or_default();
     println!("cargo:rerun-if-env-changed=CARGO_ENCODED_RUSTFLAGS");
@@ -32,6 +38,11 @@ fn main() {
             .any(|f| enables(f, MVE_CORES, "+mve"));
     if (target.starts_with("thumbv7em-") && target.ends_with("eabihf")) || v8m_dsp {
         println!("cargo:rustc-cfg=loglinear_arm_dsp");
+    }
+    if (target.starts_with("thumbv7em-") || target.starts_with("thumbv8m.main-"))
+        && target.ends_with("eabihf")
+    {
+        println!("cargo:rustc-cfg=loglinear_arm_f16cvt");
     }
     if target.starts_with("thumbv6m-") {
         println!("cargo:rustc-cfg=loglinear_arm_m0");

@@ -4,8 +4,7 @@
 //! layout), in f32 or f16 ([`StateElem`]). Arithmetic is always f32; f16 only narrows what is
 //! stored between steps.
 
-use half::slice::HalfFloatSliceExt;
-
+use crate::half_convert;
 use crate::level::LevelPolicy;
 
 /// A scalar type the state can be stored in.
@@ -86,8 +85,8 @@ impl StateElem for f32 {
 impl StateElem for half::f16 {
     const NAME: &'static str = "f16";
     // `half` has vector slice conversions on these (F16C, fp16; chosen at run time with
-    // `std`); on the boards' Arm M-profile and RISC-V targets it converts element by element
-    // in software whatever the block, so the narrow blocks cost nothing there.
+    // `std`); the boards' cores convert a value per instruction or in software whatever the
+    // block, so the narrow blocks cost nothing there.
     const WIDE_BLOCKS: bool = cfg!(any(
         target_arch = "x86",
         target_arch = "x86_64",
@@ -95,22 +94,19 @@ impl StateElem for half::f16 {
     ));
     #[inline(always)]
     fn load(self) -> f32 {
-        self.to_f32()
+        half_convert::widen(self)
     }
     #[inline(always)]
     fn store(x: f32) -> Self {
-        half::f16::from_f32(x)
+        half_convert::narrow(x)
     }
     #[inline(always)]
     fn load_slice(src: &[Self], dst: &mut [f32]) {
-        // On x86 hosts with `std`: one F16C check and 8-wide conversions per call, instead of
-        // a check and a scalar conversion per element in `to_f32`.
-        src.convert_to_f32_slice(dst);
+        half_convert::widen_slice(src, dst);
     }
     #[inline(always)]
     fn store_slice(src: &mut [f32], dst: &mut [Self]) {
-        dst.convert_from_f32_slice(src);
-        dst.convert_to_f32_slice(src);
+        half_convert::narrow_slice_read_back(src, dst);
     }
 }
 

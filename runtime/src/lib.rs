@@ -7,6 +7,7 @@
 //!
 //! * [`level`]: the Fenwick level of a (query, key) pair and the capacity policy.
 //! * [`fenwick`]: the fixed-capacity per-level state and the exact decode step (§4.2).
+//! * [`half_convert`]: f16 ↔ f32 of the f16 state, in hardware where the core has it.
 //! * [`tensor`]: read-only weight views and the [`WeightSource`] trait a model file plugs into.
 //! * [`config`], [`model`]: the model description and its validated weights.
 //! * [`session`]: one decoding stream over a caller-provided byte arena.
@@ -14,8 +15,9 @@
 //! * [`snapshot`], [`slot_store`]: saving and resuming a session; power-safe A/B flash slots.
 #![cfg_attr(not(feature = "std"), no_std)]
 #![deny(missing_docs)]
-// `unsafe` is denied everywhere but in the per-architecture SIMD kernels (`quant::*`), which
-// allow it module by module, each use with a `// SAFETY:` argument. Never in the parsers.
+// `unsafe` is denied everywhere but in the per-architecture SIMD kernels (`quant::*`) and the
+// f16 conversion instructions (`half_convert`), which allow it module by module, each use with
+// a `// SAFETY:` argument. Never in the parsers.
 #![deny(unsafe_code)]
 
 mod fmt;
@@ -25,6 +27,7 @@ pub mod chunk;
 pub mod config;
 pub mod fenwick;
 pub mod gguf;
+pub mod half_convert;
 pub mod layers;
 pub mod level;
 pub mod math;

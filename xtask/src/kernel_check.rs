@@ -1,7 +1,9 @@
 //! `cargo xtask kernel-check`: the integer matvec kernels on the boards themselves, under QEMU.
 //! Every kernel path a board's core runs (portable; arm-dsp on the Cortex-M4F/M7/M33/M55,
 //! helium on the M55, arm-m0 on the Cortex-M0) against `portable`, bit for bit, for Q8_0 and
-//! Q4_0 weights on random shapes (firmware/src/bin/kernel_check.rs); a few seconds a board.
+//! Q4_0 weights on random shapes, and the f16 ↔ f32 conversions of the state against `half`
+//! (exhaustive widening, every rounding boundary of narrowing; in hardware on the cores with an
+//! FPU, which the check requires) (firmware/src/bin/kernel_check.rs); a few seconds a board.
 //!
 //! ```text
 //! cargo xtask kernel-check [BOARD...]          (default: every Arm QEMU board)
@@ -180,6 +182,23 @@ fn check(
         bail!(
             "{}: no PASS in {} ({replay}): {}",
             board.name,
+            out.display(),
+            insn::last_lines(&text, 20)
+        );
+    }
+    // The FPU cores must convert the state's halves in hardware: a build that fell back to
+    // software would pass the comparison and lose the speed.
+    let f16_hardware = board.target.ends_with("eabihf");
+    let want = if f16_hardware {
+        "ok f16 hardware "
+    } else {
+        "ok f16 software "
+    };
+    if !text.lines().any(|l| l.starts_with(want)) {
+        bail!(
+            "{}: no `{}` line in {} ({replay}): {}",
+            board.name,
+            want.trim_end(),
             out.display(),
             insn::last_lines(&text, 20)
         );

@@ -9,13 +9,20 @@
 //!   random vectors of random magnitude, some all zero, some saturated at ±127). Every kernel
 //!   path the target runs is compared with `portable`, bit for bit, for Q8_0 and Q4_0, and
 //!   entries of `out` past the rows must stay untouched. Prints `ok <path> <cases>` per path
-//!   and `PASS`, or `FAIL ...`; exits 0 or 1.
+//!   and `PASS`, or `FAIL ...`; exits 0 or 1. Then the f16 ↔ f32 conversions of the state
+//!   (`half_convert`, VCVTB/VCVTT where the core has them) against `half`'s software ones, bit
+//!   for bit: every one of the 65,536 halves widened, and, for every pair of neighbouring
+//!   finite halves of either sign, f32 values at the lower one and at, one ulp below and one
+//!   ulp above their midpoint narrowed (the rounding boundaries), with infinities, NaNs of
+//!   every kind and f32 subnormals; each one value at a time and a block at a time. Prints
+//!   `ok f16 hardware|software <widened> <narrowed>`.
 //! * `bench q8_0|q4_0 PATH ROWS BLOCKS REPS`: REPS matvecs of a ROWS × 32·BLOCKS matrix on
 //!   PATH (a `KernelPath` name). Instructions per MAC = the difference of the instruction
 //!   counts of REPS and 0 repetitions / (REPS · ROWS · 32 · BLOCKS).
 #![no_std]
 #![no_main]
 
+use loglinear_runtime::half_convert;
 use loglinear_runtime::quant::{
     self, portable, quantize_activations, ActBlock, BlockQ4_0, BlockQ8_0, KernelPath, QK,
 };
@@ -176,6 +183,154 @@ fn check(cases: u32, seed: u32) -> bool {
     failed.iter().all(|&f| f == 0)
 }
 
+/// Values per block of the slice conversions: odd, so that each block has pairs and a last
+/// single value.
+const F16_BLOCK: usize = 15;
+
+/// `half_convert` against `half`'s software conversion (module doc).
+fn check_f16() -> bool {
+    let mut failed = 0u32;
+    // f16 → f32: every half, scalar and a block at a time.
+    let mut halves = [half::f16::ZERO; F16_BLOCK];
+    let mut wide = [0f32; F16_BLOCK];
+    let mut widened = 0u32;
+    let mut next = 0u32;
+    while next <= 0xFFFF {
+        let n = (0x1_0000 - next).min(F16_BLOCK as u32) as usize;
+        for (i, h) in halves[..n].iter_mut().enumerate() {
+            *h = half::f16::from_bits((next + i as u32) as u16);
+        }
+        half_convert::widen_slice(&halves[..n], &mut wide[..n]);
+        for (h, w) in halves[..n].iter().zip(&wide[..n]) {
+            let want = h.to_f32().to_bits();
+            let one = half_convert::widen(*h).to_bits();
+            if one != want || w.to_bits() != want {
+                if failed < 10 {
+                    println!(
+                        "FAIL f16 widen {:#06x}: half {:#010x}, one {:#010x}, block {:#010x}",
+                        h.to_bits(),
+                        want,
+                        one,
+                        w.to_bits()
+                    );
+                }
+                failed += 1;
+            }
+        }
+        widened += n as u32;
+        next += n as u32;
+    }
+    // f32 → f16: a block of test values at a time.
+    let mut narrowed = 0u32;
+    let mut block = F32Block::default();
+    for sign in [0u16, 0x8000] {
+        for h in 0..0x7C00u16 {
+            let lo = half::f16::from_bits(sign | h).to_f32();
+            let hi = if h == 0x7BFF {
+                // The next value past the largest half, where an infinity rounds from.
+                if sign == 0 {
+                    65536.0
+                } else {
+                    -65536.0
+                }
+            } else {
+                half::f16::from_bits(sign | (h + 1)).to_f32()
+            };
+            let mid = (lo + hi) * 0.5;
+            for x in [
+                lo,
+                f32::from_bits(mid.to_bits() - 1),
+                mid,
+                f32::from_bits(mid.to_bits() + 1),
+            ] {
+                block.push(x, &mut failed);
+            }
+        }
+    }
+    const SPECIAL: [u32; 16] = [
+        0x7F80_0000,
+        0xFF80_0000, // infinities
+        0x7FC0_0000,
+        0xFFC0_0000,
+        0x7FFF_FFFF,
+        0x7FC0_2001, // quiet NaNs, payloads
+        0x7F80_0001,
+        0x7FA0_0000,
+        0xFF80_2000,
+        0x7FBF_FFFF, // signalling NaNs
+        0x0000_0001,
+        0x807F_FFFF,
+        0x0080_0000, // f32 subnormals, the smallest normal
+        0x7F7F_FFFF,
+        0x4780_0000,
+        0x477F_F000, // the largest f32, 65536, 65520 (a tie: to inf)
+    ];
+    for bits in SPECIAL {
+        block.push(f32::from_bits(bits), &mut failed);
+    }
+    block.flush(&mut failed);
+    narrowed += block.tested;
+    let mode = if half_convert::HARDWARE {
+        "hardware"
+    } else {
+        "software"
+    };
+    if failed == 0 {
+        println!(
+            "ok f16 {} {} widened {} narrowed bit-identical to half",
+            mode, widened, narrowed
+        );
+    } else {
+        println!("FAIL f16 {} {} conversions differ from half", mode, failed);
+    }
+    failed == 0
+}
+
+/// f32 values collected for [`half_convert::narrow_slice_read_back`], checked a block at a time.
+#[derive(Default)]
+struct F32Block {
+    x: [f32; F16_BLOCK],
+    len: usize,
+    tested: u32,
+}
+
+impl F32Block {
+    fn push(&mut self, x: f32, failed: &mut u32) {
+        self.x[self.len] = x;
+        self.len += 1;
+        if self.len == F16_BLOCK {
+            self.flush(failed);
+        }
+    }
+
+    /// Narrows the block's values scalar and as a slice, and compares both and the values read
+    /// back with `half`.
+    fn flush(&mut self, failed: &mut u32) {
+        let n = self.len;
+        let mut back = self.x;
+        let mut halves = [half::f16::ZERO; F16_BLOCK];
+        half_convert::narrow_slice_read_back(&mut back[..n], &mut halves[..n]);
+        for ((x, h), b) in self.x[..n].iter().zip(&halves[..n]).zip(&back[..n]) {
+            let want = half::f16::from_f32(*x);
+            let one = half_convert::narrow(*x);
+            let ok = one.to_bits() == want.to_bits()
+                && h.to_bits() == want.to_bits()
+                && b.to_bits() == want.to_f32().to_bits();
+            if !ok {
+                if *failed < 10 {
+                    println!(
+                        "FAIL f16 narrow {:#010x}: half {:#06x}, one {:#06x}, block {:#06x} read back {:#010x}",
+                        x.to_bits(), want.to_bits(), one.to_bits(), h.to_bits(), b.to_bits()
+                    );
+                }
+                *failed += 1;
+            }
+        }
+        self.tested += n as u32;
+        self.len = 0;
+    }
+}
+
 fn bench(kind: &str, path: &str, rows: usize, blocks: usize, reps: u32) -> bool {
     let Some(path) = KernelPath::ALL.iter().copied().find(|p| p.name() == path) else {
         println!("FAIL unknown path {}", path);
@@ -258,7 +413,9 @@ fn run() -> bool {
         Some("check") => {
             let n = num(&mut args);
             let seed = num(&mut args);
-            check(n, seed)
+            // Both, so that a kernel failure still shows the conversions' result.
+            let kernels = check(n, seed);
+            check_f16() && kernels
         }
         Some("bench") => {
             let kind = args.next().unwrap_or("");
