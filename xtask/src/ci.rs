@@ -18,6 +18,9 @@
 //!     their flashable images (`boards --kind hardware`, each board a stage); and beside all but
 //!     the QEMU stage, in the background ([`BACKGROUND`]), the linux-aarch64 build (`boards
 //!     --kind linux`) and the AArch64 NEON/sdot kernels under qemu-user (`aarch64`)
+//!
+//! Build output that no later stage reads is removed when its stage has passed (`disk.rs`):
+//! a clean run otherwise peaks at about 15 GB.
 
 use std::fs::File;
 use std::io::{BufRead, BufReader};
@@ -32,7 +35,7 @@ use anyhow::{bail, Context};
 
 use crate::stages::{Stages, BUDGET_SECS};
 use crate::tasks::{self, Repo};
-use crate::{boards, kernel_check, plan, qemu, session_snapshots};
+use crate::{boards, disk, kernel_check, plan, qemu, session_snapshots};
 
 /// The bare-metal targets the runtime builds for without `std` or `alloc`.
 pub const NO_STD_TARGETS: [&str; 4] = [
@@ -68,6 +71,8 @@ pub fn run(repo: &Repo, _args: Args) -> anyhow::Result<()> {
     let result = every_stage(repo, &mut stages);
     section("Stage timings");
     print!("{}", stages.table());
+    // Next to a failure's error: a build that ran out of space shows only cargo's exit status.
+    println!("disk: {}", disk::space_left(&repo.target_dir));
     if let Some(warning) = stages.over_budget(BUDGET_SECS) {
         println!("{warning}");
     }
@@ -168,10 +173,11 @@ fn every_stage(repo: &Repo, stages: &mut Stages) -> anyhow::Result<()> {
         })?;
     }
 
+    let mut test_executables = Vec::new();
     stages.run("cargo test build", |_| {
         section("cargo test --workspace --release: build");
         for args in TEST_RUNS {
-            tasks::run(cargo(args).arg("--no-run"))?;
+            test_executables.extend(disk::built_test_executables(cargo(args).arg("--no-run"))?);
         }
         Ok(())
     })?;
@@ -185,7 +191,8 @@ fn every_stage(repo: &Repo, stages: &mut Stages) -> anyhow::Result<()> {
         for line in &ignored {
             println!("  {line}");
         }
-        Ok(())
+        // No later stage runs them: about a third of the run's build output.
+        disk::free("the test executables", &test_executables, &repo.target_dir)
     })?;
 
     stages.run("gguf-py", |_| {
@@ -197,7 +204,13 @@ fn every_stage(repo: &Repo, stages: &mut Stages) -> anyhow::Result<()> {
     // and a build beside it made that one QEMU run four times as long.
     stages.run("qemu", |stages| {
         section("Firmware under QEMU, token-identical to the host (cargo xtask qemu)");
-        qemu::run(repo, tasks::default_args()?, stages)
+        qemu::run(repo, tasks::default_args()?, stages)?;
+        // The UART images' own build folder: only the QEMU stage builds there.
+        disk::free(
+            "target/firmware-uart",
+            &[repo.target_dir.join("firmware-uart")],
+            &repo.target_dir,
+        )
     })?;
     let background = Background::start(repo)?;
     let foreground = checks_and_boards(repo, stages);
@@ -217,7 +230,12 @@ fn checks_and_boards(repo: &Repo, stages: &mut Stages) -> anyhow::Result<()> {
             "Integer kernels against the portable ones on the boards' cores, under QEMU \
              (cargo xtask kernel-check)",
         );
-        kernel_check::run(repo, tasks::default_args()?, stages)
+        kernel_check::run(repo, tasks::default_args()?, stages)?;
+        disk::free(
+            "target/firmware-kernel-check",
+            &[repo.target_dir.join("firmware-kernel-check")],
+            &repo.target_dir,
+        )
     })?;
     stages.run("session-snapshots", |_| {
         section("Session snapshots under QEMU (cargo xtask session-snapshots)");

@@ -37,6 +37,7 @@ mod boards;
 mod ci;
 mod count;
 mod defmt_log;
+mod disk;
 mod esp_image;
 mod image;
 mod insn;
