@@ -11,8 +11,15 @@
 //!     activations, the fastest path)
 //! cargo xtask count --model target/ll-gdn-mcu-q4_0.gguf   (env MODEL: another model file)
 //! cargo xtask count --profile release-small    (env PROFILE: the firmware's cargo profile)
+//! cargo xtask count --at 16368 mps2-an386      (env AT: the tokens decoded from position 16368
+//!     on, where every level of a 15-level state is live; boards with a `[snapshot]` store)
 //! cargo xtask count --plugin-only              (only build the plugin)
 //! ```
+//!
+//! With `--at P` the host CLI first reads P bytes of text with the board's model, state type,
+//! levels and activations (`loglinear generate -n 0 --save-snapshot`), and both counted runs
+//! start by uploading that session (`RESTORE`, docs/serial-protocol.md), so that QEMU need not
+//! step P tokens; the upload is the same in both runs and cancels out of the difference.
 //!
 //! `--qemu-timeout` (env `QEMU_TIMEOUT`, default 300 s) limits each QEMU run.
 //!
@@ -40,6 +47,7 @@ use loglinear_runtime::gguf::GgufFile;
 
 use crate::insn::{self, Counted};
 use crate::process::Stderr;
+use crate::session_snapshots;
 use crate::tasks::{self, runner_command, FirmwareBuild, Repo};
 
 /// Arguments of the task.
@@ -67,6 +75,10 @@ pub struct Args {
     /// Time limit of one QEMU run, in seconds.
     #[arg(long, env = "QEMU_TIMEOUT", default_value_t = 300)]
     qemu_timeout: u64,
+    /// Count the tokens decoded from this position on (from a restored session; see the module
+    /// doc); default: from the start, after a one-byte prompt.
+    #[arg(long, env = "AT")]
+    at: Option<u64>,
     /// Board names (folders under boards/); default: mps2-an386 mps2-an500 riscv-virt.
     boards: Vec<String>,
 }
@@ -123,6 +135,10 @@ pub fn run(repo: &Repo, args: Args) -> anyhow::Result<()> {
         }
         .build(&work.join(format!("{name}.elf")))?;
 
+        let start = match args.at {
+            Some(at) => Start::Restore(restored_session(repo, board, &model, acts, at, &work)?),
+            None => Start::Prompt,
+        };
         let count = |n: u64| -> anyhow::Result<u64> {
             let out = work.join(format!("{name}-n{n}.out"));
             let err = work.join(format!("{name}-n{n}.err"));
@@ -137,7 +153,7 @@ pub fn run(repo: &Repo, args: Args) -> anyhow::Result<()> {
             };
             let done = format!("DONE {n}");
             counted.count(
-                &format!("GEN n={n} temperature=0 prompt={PROMPT}\nQUIT\n"),
+                &format!("{}QUIT\n", start.request(n)),
                 |l| l == done,
                 &format!("'{done}' line"),
             )
@@ -149,10 +165,7 @@ pub fn run(repo: &Repo, args: Args) -> anyhow::Result<()> {
         let status_out = work.join(format!("{name}-status.out"));
         let mut cmd = runner_command(&board.runner, &elf)
             .with_context(|| format!("{name}: the board's runner"))?;
-        let request = format!(
-            "GEN n={} temperature=0 prompt={PROMPT}\nSTATUS\nQUIT\n",
-            args.tokens
-        );
+        let request = format!("{}STATUS\nQUIT\n", start.request(args.tokens));
         let status = insn::run_logged(
             name,
             &mut cmd,
@@ -196,10 +209,18 @@ pub fn run(repo: &Repo, args: Args) -> anyhow::Result<()> {
     }
 
     println!();
-    println!(
-        "Runs: `GEN n=0` and `GEN n={}`, temperature 0, prompt \"{PROMPT}\".",
-        args.tokens
-    );
+    match args.at {
+        None => println!(
+            "Runs: `GEN n=0` and `GEN n={}`, temperature 0, prompt \"{PROMPT}\".",
+            args.tokens
+        ),
+        Some(at) => println!(
+            "Runs: `RESTORE` of a session at position {at}, then `GEN n=0` and `GEN n={}`, \
+             temperature 0: positions {at} to {}.",
+            args.tokens,
+            at + args.tokens - 1
+        ),
+    }
     println!();
     println!(
         "| board | core | model | weight MACs / token | activations | integer kernels | state | \
@@ -215,6 +236,92 @@ pub fn run(repo: &Repo, args: Args) -> anyhow::Result<()> {
         println!("{row}");
     }
     Ok(())
+}
+
+/// How the counted runs begin.
+enum Start {
+    /// `GEN` with the one-byte [`PROMPT`].
+    Prompt,
+    /// `RESTORE` of these snapshot bytes (a session at some position), then `GEN`.
+    Restore(Vec<u8>),
+}
+
+impl Start {
+    /// The requests of a run that decodes `n` tokens.
+    fn request(&self, n: u64) -> String {
+        match self {
+            Self::Prompt => format!("GEN n={n} temperature=0 prompt={PROMPT}\n"),
+            Self::Restore(snap) => format!(
+                "RESTORE bytes={}\n{}END\nGEN n={n} temperature=0\n",
+                snap.len(),
+                session_snapshots::hex_lines(snap)
+            ),
+        }
+    }
+}
+
+/// The host's session after reading `at` bytes of text with the board's model, state and
+/// activations: the snapshot file's bytes.
+fn restored_session(
+    repo: &Repo,
+    board: &BoardProfile,
+    model: &Path,
+    activations: &str,
+    at: u64,
+    work: &Path,
+) -> anyhow::Result<Vec<u8>> {
+    let name = &board.name;
+    if board.snapshot.is_none() {
+        bail!(
+            "{name}: --at restores a session with RESTORE, which needs a [snapshot] store in \
+             boards/{name}/board.toml, and this board has none"
+        );
+    }
+    if at == 0 {
+        bail!("--at 0 is the start of a sequence: leave --at out to count from there");
+    }
+    let cli = repo.host_cli()?;
+    let snap = work.join(format!("{name}-at{at}.snap"));
+    eprintln!("{name}: the host reads {at} bytes of text to make the session at position {at}");
+    let out = std::process::Command::new(&cli)
+        .arg("generate")
+        .arg("--model")
+        .arg(model)
+        .arg("--prompt")
+        .arg(prompt_text(&repo.root, at as usize)?)
+        .args(["-n", "0", "--temperature", "0", "--state"])
+        .arg(board.state.to_string())
+        .arg("--levels")
+        .arg(board.levels.to_string())
+        .args(["--activations", activations, "--save-snapshot"])
+        .arg(&snap)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .with_context(|| format!("starting {}", cli.display()))?;
+    if !out.status.success() {
+        bail!(
+            "{name}: loglinear generate for the session at {at} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim_end()
+        );
+    }
+    std::fs::read(&snap).with_context(|| format!("reading {}", snap.display()))
+}
+
+/// `len` bytes of English text: the repository's README, repeated, with its backslashes left
+/// out (`--prompt` reads them as escapes).
+fn prompt_text(root: &Path, len: usize) -> anyhow::Result<String> {
+    let readme = root.join("README.md");
+    let text = std::fs::read_to_string(&readme)
+        .with_context(|| format!("reading {}", readme.display()))?;
+    let text: String = text
+        .chars()
+        .filter(|c| c.is_ascii() && *c != '\\')
+        .collect();
+    if text.is_empty() {
+        bail!("{} has no ASCII text for the prompt", readme.display());
+    }
+    Ok(text.chars().cycle().take(len).collect())
 }
 
 /// Weight MACs per token of a model file: rows × columns of every 2-D tensor but

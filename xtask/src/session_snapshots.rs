@@ -451,7 +451,7 @@ fn hex_decode(hex: &str) -> anyhow::Result<Vec<u8>> {
 }
 
 /// `HEX` lines of 64 bytes each (the upload format of docs/serial-protocol.md).
-fn hex_lines(bytes: &[u8]) -> String {
+pub(crate) fn hex_lines(bytes: &[u8]) -> String {
     let mut s = String::with_capacity(bytes.len() * 2 + bytes.len() / 64 * 5 + 5);
     for chunk in bytes.chunks(64) {
         s.push_str("HEX ");
