@@ -4,9 +4,8 @@
 //! The Cortex-M4F and M7 (FPv4-SP, FPv5) and the Armv8-M cores with an FPU (M33, M55, M85)
 //! convert between half and single precision in one instruction, VCVTB/VCVTT (bottom or top
 //! half of an S register). `half` has no Arm M-profile path and converts in software there,
-//! some 20–40 instructions a value, which is most of a token's state cost
-//! (`cargo xtask count`, BENCHMARKS.md). `runtime/build.rs` sets `cfg(loglinear_arm_f16cvt)`
-//! for those targets.
+//! which cost the M4F 2.4 instructions per weight-MAC of a token (`cargo xtask count`,
+//! BENCHMARKS.md). `runtime/build.rs` sets `cfg(loglinear_arm_f16cvt)` for those targets.
 //!
 //! The hardware conversion rounds to nearest even (FPSCR.RMode at its reset value), keeps
 //! subnormal halves exact (FZ does not apply to half-precision conversions), and quiets a NaN
