@@ -13,6 +13,8 @@
 //! cargo xtask count --profile release-small    (env PROFILE: the firmware's cargo profile)
 //! cargo xtask count --at 16368 mps2-an386      (env AT: the tokens decoded from position 16368
 //!     on, where every level of a 15-level state is live; boards with a `[snapshot]` store)
+//! cargo xtask count --breakdown mps2-an386     (env BREAKDOWN=1: also where each token's
+//!     instructions go, part by part; `breakdown.rs`)
 //! cargo xtask count --plugin-only              (only build the plugin)
 //! ```
 //!
@@ -45,6 +47,7 @@ use anyhow::{bail, Context};
 use loglinear_planner::BoardProfile;
 use loglinear_runtime::gguf::GgufFile;
 
+use crate::breakdown::{self, Breakdown, Histogram};
 use crate::insn::{self, Counted};
 use crate::process::Stderr;
 use crate::session_snapshots;
@@ -75,6 +78,10 @@ pub struct Args {
     /// Time limit of one QEMU run, in seconds.
     #[arg(long, env = "QEMU_TIMEOUT", default_value_t = 300)]
     qemu_timeout: u64,
+    /// Also split each token's instructions by part (matvecs, state, gates, ...), counted per
+    /// address with the `pc_histogram` plugin and attributed through the firmware's DWARF.
+    #[arg(long, env = "BREAKDOWN")]
+    breakdown: bool,
     /// Count the tokens decoded from this position on (from a restored session; see the module
     /// doc); default: from the start, after a one-byte prompt.
     #[arg(long, env = "AT")]
@@ -101,7 +108,12 @@ pub fn run(repo: &Repo, args: Args) -> anyhow::Result<()> {
         .map(|name| tasks::qemu_board(name))
         .collect::<anyhow::Result<Vec<_>>>()?;
     tasks::qemu_setup(true)?;
-    let plugin = insn::ensure_plugin(&insn::plugin_dir(&repo.target_dir))?;
+    let plugin_dir = insn::plugin_dir(&repo.target_dir);
+    let plugin = if args.breakdown {
+        insn::ensure_histogram_plugin(&plugin_dir)?
+    } else {
+        insn::ensure_plugin(&plugin_dir)?
+    };
     if args.plugin_only {
         return Ok(());
     }
@@ -114,6 +126,7 @@ pub fn run(repo: &Repo, args: Args) -> anyhow::Result<()> {
     let kernel = args.kernel.as_deref().filter(|k| !k.is_empty());
 
     let mut rows = Vec::new();
+    let mut breakdowns = Vec::new();
     for board in &boards {
         let name = &board.name;
         let model = match &args.model {
@@ -139,14 +152,25 @@ pub fn run(repo: &Repo, args: Args) -> anyhow::Result<()> {
             Some(at) => Start::Restore(restored_session(repo, board, &model, acts, at, &work)?),
             None => Start::Prompt,
         };
+        let code = if args.breakdown {
+            Some(breakdown::code_range(&elf)?)
+        } else {
+            None
+        };
+        let histogram = |n: u64| work.join(format!("{name}-n{n}.hist"));
         let count = |n: u64| -> anyhow::Result<u64> {
             let out = work.join(format!("{name}-n{n}.out"));
             let err = work.join(format!("{name}-n{n}.err"));
+            let plugin_args = match code {
+                Some(range) => breakdown::plugin_args(range, &histogram(n)),
+                None => insn::INLINE.to_string(),
+            };
             let counted = Counted {
                 board: name,
                 runner: &board.runner,
                 elf: &elf,
                 plugin: &plugin,
+                plugin_args: &plugin_args,
                 stdout: &out,
                 stderr: &err,
                 timeout,
@@ -161,6 +185,16 @@ pub fn run(repo: &Repo, args: Args) -> anyhow::Result<()> {
         let i0 = count(0)?;
         let i1 = count(args.tokens)?;
         let per_tok = per_token(i0, i1, args.tokens);
+        if args.breakdown {
+            let b = Breakdown::of(
+                &elf,
+                &Histogram::read(&histogram(0))?,
+                &Histogram::read(&histogram(args.tokens))?,
+                args.tokens,
+            )
+            .with_context(|| format!("{name}: the breakdown"))?;
+            breakdowns.push((name.clone(), acts.to_string(), macs, b));
+        }
 
         let status_out = work.join(format!("{name}-status.out"));
         let mut cmd = runner_command(&board.runner, &elf)
@@ -234,6 +268,21 @@ pub fn run(repo: &Repo, args: Args) -> anyhow::Result<()> {
     );
     for row in rows {
         println!("{row}");
+    }
+    for (name, acts, macs, b) in breakdowns {
+        println!();
+        println!("{name} ({acts} activations), per token:");
+        println!();
+        print!("{}", b.table(macs));
+        if !b.other.is_empty() {
+            let names: Vec<String> = b
+                .other
+                .iter()
+                .map(|(n, c)| format!("{n} ({c:.0})"))
+                .collect();
+            println!();
+            println!("Most of \"other\": {}", names.join("; "));
+        }
     }
     Ok(())
 }

@@ -24,6 +24,9 @@ use crate::tasks::{describe, output, run, runner_command};
 /// The deb-src entry written when no source entry for bookworm-backports exists.
 const BACKPORTS_SRC: &str = "/etc/apt/sources.list.d/bookworm-backports-src.sources";
 
+/// The `insn` plugin's arguments: an inline add per instruction, no callback.
+pub const INLINE: &str = ",inline=on";
+
 /// The plugin's folder under the target folder.
 pub fn plugin_dir(target_dir: &Path) -> PathBuf {
     target_dir.join("qemu-plugin")
@@ -35,6 +38,36 @@ pub fn ensure_plugin(dir: &Path) -> anyhow::Result<PathBuf> {
     if plugin.is_file() {
         return Ok(plugin);
     }
+    let src = qemu_sources(dir)?;
+    compile(
+        &src,
+        &src.join("tests/tcg/plugins/insn.c"),
+        &plugin,
+        "QEMU's insn plugin",
+    )?;
+    Ok(plugin)
+}
+
+/// `dir/libpc_histogram.so`, the per-address counter of `count --breakdown`
+/// (`xtask/plugins/pc_histogram.c`), built first if it is missing or older than its source;
+/// returns its path.
+pub fn ensure_histogram_plugin(dir: &Path) -> anyhow::Result<PathBuf> {
+    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("plugins/pc_histogram.c");
+    let plugin = dir.join("libpc_histogram.so");
+    let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    if let (Some(built), Some(written)) = (modified(&plugin), modified(&source)) {
+        if built >= written {
+            return Ok(plugin);
+        }
+    }
+    let src = qemu_sources(dir)?;
+    compile(&src, &source, &plugin, "the pc_histogram plugin")?;
+    Ok(plugin)
+}
+
+/// The folder `dir/src` holding `include/qemu/qemu-plugin.h` and `tests/tcg/plugins/insn.c`
+/// from QEMU's upstream tarball (downloaded first if needed), with glib's headers installed.
+fn qemu_sources(dir: &Path) -> anyhow::Result<PathBuf> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let has_glib = Command::new("pkg-config")
         .args(["--exists", "glib-2.0"])
@@ -52,13 +85,17 @@ pub fn ensure_plugin(dir: &Path) -> anyhow::Result<PathBuf> {
             ])
             .args(["--no-install-recommends", "libglib2.0-dev", "pkg-config"])
             .stdout(Stdio::null()))
-        .context("installing libglib2.0-dev for the insn plugin")?;
+        .context("installing libglib2.0-dev for the QEMU plugins")?;
+    }
+    let src = dir.join("src");
+    let wanted = ["include/qemu/qemu-plugin.h", "tests/tcg/plugins/insn.c"];
+    if wanted.iter().all(|f| src.join(f).is_file()) {
+        return Ok(src);
     }
     let tarball = match find_tarball(dir)? {
         Some(t) => t,
         None => download_tarball(dir)?,
     };
-    let src = dir.join("src");
     if src.exists() {
         std::fs::remove_dir_all(&src).with_context(|| format!("removing {}", src.display()))?;
     }
@@ -69,25 +106,31 @@ pub fn ensure_plugin(dir: &Path) -> anyhow::Result<PathBuf> {
         .arg("-C")
         .arg(&src)
         .args(["--strip-components=1", "--wildcards"])
-        .args(["*/include/qemu/qemu-plugin.h", "*/tests/tcg/plugins/insn.c"]))
+        .args(wanted.map(|f| format!("*/{f}"))))
     .context("unpacking the plugin's sources from QEMU's tarball")?;
+    eprintln!(
+        "unpacked QEMU's plugin header from {}",
+        tarball.file_name().unwrap_or_default().to_string_lossy()
+    );
+    Ok(src)
+}
+
+/// Compiles the plugin `source` against the header in `src` into `plugin` (through a temporary
+/// file); `what` names it in messages.
+fn compile(src: &Path, source: &Path, plugin: &Path, what: &str) -> anyhow::Result<()> {
     let glib = output(Command::new("pkg-config").args(["--cflags", "glib-2.0"]))?;
-    let tmp = dir.join("libinsn.so.tmp");
+    let tmp = plugin.with_extension("so.tmp");
     run(Command::new("gcc")
         .args(["-O2", "-shared", "-fPIC"])
         .arg(format!("-I{}", src.join("include/qemu").display()))
         .args(glib.split_whitespace())
         .arg("-o")
         .arg(&tmp)
-        .arg(src.join("tests/tcg/plugins/insn.c")))
-    .context("compiling QEMU's insn plugin")?;
-    std::fs::rename(&tmp, &plugin).with_context(|| format!("writing {}", plugin.display()))?;
-    eprintln!(
-        "built {} from {}",
-        plugin.display(),
-        tarball.file_name().unwrap_or_default().to_string_lossy()
-    );
-    Ok(plugin)
+        .arg(source))
+    .with_context(|| format!("compiling {what}"))?;
+    std::fs::rename(&tmp, plugin).with_context(|| format!("writing {}", plugin.display()))?;
+    eprintln!("built {} from {}", plugin.display(), source.display());
+    Ok(())
 }
 
 /// QEMU's upstream tarball (`qemu_*.orig.tar.*`) in `dir`, if one was downloaded.
@@ -258,6 +301,8 @@ pub struct Counted<'a> {
     pub elf: &'a Path,
     /// The plugin library.
     pub plugin: &'a Path,
+    /// The plugin's arguments, each after a comma (`,inline=on` for `insn`).
+    pub plugin_args: &'a str,
     /// The file of QEMU's standard output (the firmware's replies).
     pub stdout: &'a Path,
     /// The file of QEMU's standard error (the firmware's log and the plugin's count).
@@ -267,8 +312,8 @@ pub struct Counted<'a> {
 }
 
 impl Counted<'_> {
-    /// Runs `request` under `-icount shift=0 -plugin libinsn.so,inline=on -d plugin` and
-    /// returns the plugin's `total insns`. The run must succeed and print a line for which
+    /// Runs `request` under `-icount shift=0 -plugin PLUGIN,ARGS -d plugin` and returns the
+    /// plugin's `total insns`. The run must succeed and print a line for which
     /// `done` holds (`what` names that line in messages).
     pub fn count(
         &self,
@@ -279,7 +324,7 @@ impl Counted<'_> {
         let mut cmd = runner_command(self.runner, self.elf)
             .with_context(|| format!("{}: the board's runner", self.board))?;
         cmd.args(["-icount", "shift=0", "-plugin"])
-            .arg(format!("{},inline=on", self.plugin.display()))
+            .arg(format!("{}{}", self.plugin.display(), self.plugin_args))
             .args(["-d", "plugin"]);
         let shown = request.trim_end().replace('\n', "; ");
         let status = run_logged(

@@ -112,6 +112,7 @@ pub fn run(repo: &Repo, args: Args, stages: &mut Stages) -> anyhow::Result<()> {
                         runner: &board.runner,
                         elf: &elf,
                         plugin,
+                        plugin_args: insn::INLINE,
                         stdout: &work.join("bench.out"),
                         stderr: &work.join("bench.err"),
                         timeout,

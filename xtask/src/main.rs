@@ -34,6 +34,7 @@
 mod aarch64;
 mod board_tools;
 mod boards;
+mod breakdown;
 mod ci;
 mod count;
 mod defmt_log;
