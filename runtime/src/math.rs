@@ -54,6 +54,38 @@ pub fn silu(x: f32) -> f32 {
     x * sigmoid(x)
 }
 
+/// `roundf(x) as i8` (half away from zero, then saturating, NaN to 0) in a few instructions:
+/// `libm::roundf` is a call per value, and quantizing a token's activations calls it thousands
+/// of times. Exact: `x - trunc(x)` is exact for every finite f32, and beyond ±2^31 the
+/// saturated truncation saturates the same way.
+#[inline]
+pub fn round_to_i8(x: f32) -> i8 {
+    let t = x as i32;
+    let frac = x - t as f32;
+    let r = if frac >= 0.5 {
+        t.saturating_add(1)
+    } else if frac <= -0.5 {
+        t.saturating_sub(1)
+    } else {
+        t
+    };
+    r.clamp(i8::MIN as i32, i8::MAX as i32) as i8
+}
+
+/// max |x| over a slice, NaNs ignored as `f32::max` ignores them, 0 for an empty one; a
+/// comparison per value, where `f32::max` is a libm call (`fmaxf`) on cores without VMAXNM.
+#[inline]
+pub fn max_abs(x: &[f32]) -> f32 {
+    let mut m = 0.0f32;
+    for v in x {
+        let a = v.abs();
+        if a > m {
+            m = a;
+        }
+    }
+    m
+}
+
 /// Dot product of two equal-length slices.
 #[inline]
 pub fn dot(a: &[f32], b: &[f32]) -> f32 {
@@ -83,5 +115,70 @@ pub fn l2norm_in_place(x: &mut [f32]) {
     let r = 1.0 / sqrt(x.iter().map(|v| v * v).sum::<f32>() + 1e-6);
     for v in x {
         *v *= r;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The values the quantizers feed `round_to_i8`: every f32 from −300 to 300 at and one ulp
+    /// either side of each half-integer, a sweep of bit patterns over the whole range, and the
+    /// specials; each must equal `roundf(x) as i8`.
+    #[test]
+    fn round_to_i8_is_roundf_then_as() {
+        let check = |x: f32| {
+            assert_eq!(
+                round_to_i8(x),
+                libm::roundf(x) as i8,
+                "{x:e} ({:#x})",
+                x.to_bits()
+            )
+        };
+        for h in -600..=600 {
+            let x = h as f32 * 0.5;
+            for y in [
+                x,
+                f32::from_bits(x.to_bits().wrapping_add(1)),
+                f32::from_bits(x.to_bits().wrapping_sub(1)),
+            ] {
+                check(y);
+                check(-y);
+            }
+        }
+        for bits in (0..=u32::MAX).step_by(4099) {
+            check(f32::from_bits(bits));
+        }
+        for x in [
+            0.0,
+            -0.0,
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            f32::MAX,
+            f32::MIN,
+            f32::MIN_POSITIVE,
+            2147483520.0,
+            2147483648.0,
+            -2147483648.0,
+            -2147483904.0,
+            0.49999997,
+            -0.49999997,
+            127.49999,
+            -127.5,
+            -128.5,
+        ] {
+            check(x);
+        }
+    }
+
+    #[test]
+    fn max_abs_is_the_fold_of_max() {
+        let xs = [0.5f32, -3.0, f32::NAN, 2.0, -0.0];
+        let fold = |x: &[f32]| x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        assert_eq!(max_abs(&xs), fold(&xs));
+        assert_eq!(max_abs(&[]), 0.0);
+        assert_eq!(max_abs(&[f32::NAN]).to_bits(), fold(&[f32::NAN]).to_bits());
+        assert_eq!(max_abs(&[-f32::INFINITY, 1.0]), f32::INFINITY);
     }
 }

@@ -249,8 +249,13 @@ impl<'a> GgufModel<'a> {
 
 impl WeightSource for GgufModel<'_> {
     fn tensor(&self, name: TensorName) -> Option<TensorView<'_>> {
-        self.file
-            .find_tensor(|n| names::name_bytes_match(n, name.layer, name.role))
-            .and_then(|t| t.view())
+        let mut buf = [0u8; names::MAX_TENSOR_NAME];
+        let info = match names::tensor_name_bytes(name.layer, name.role, &mut buf) {
+            Some(wanted) => self.file.find_tensor(|n| n == wanted),
+            None => self
+                .file
+                .find_tensor(|n| names::name_bytes_match(n, name.layer, name.role)),
+        };
+        info.and_then(|t| t.view())
     }
 }

@@ -134,6 +134,49 @@ pub fn name_bytes_match(name: &[u8], layer: Option<u16>, role: Role) -> bool {
     }
 }
 
+/// Bytes of the longest name [`tensor_name_bytes`] writes.
+pub const MAX_TENSOR_NAME: usize = 64;
+
+/// The one GGUF name that [`name_bytes_match`] accepts for `(layer, role)`, written into
+/// `buf`: `blk.{layer}.{suffix}` or the model-level suffix. `None` when no name can match (a
+/// block role without a layer or the reverse) or the name would not fit. Comparing names whole
+/// lets a lookup reject most tensors on their length alone.
+pub fn tensor_name_bytes(
+    layer: Option<u16>,
+    role: Role,
+    buf: &mut [u8; MAX_TENSOR_NAME],
+) -> Option<&[u8]> {
+    let suffix = tensor_suffix(role).as_bytes();
+    let mut len = 0;
+    let mut push = |bytes: &[u8]| -> Option<()> {
+        buf.get_mut(len..len + bytes.len())?.copy_from_slice(bytes);
+        len += bytes.len();
+        Some(())
+    };
+    match layer {
+        None if is_model_level(role) => push(suffix)?,
+        Some(l) if !is_model_level(role) => {
+            let mut digits = [0u8; 5];
+            let mut n = l;
+            let mut at = digits.len();
+            loop {
+                at -= 1;
+                digits[at] = b'0' + (n % 10) as u8;
+                n /= 10;
+                if n == 0 {
+                    break;
+                }
+            }
+            push(b"blk.")?;
+            push(&digits[at..])?;
+            push(b".")?;
+            push(suffix)?;
+        }
+        _ => return None,
+    }
+    Some(&buf[..len])
+}
+
 /// The `(layer, role)` a GGUF tensor name stands for.
 pub fn parse_tensor_name(name: &str) -> Option<(Option<u16>, Role)> {
     if let Some(rest) = name.strip_prefix("blk.") {
@@ -165,6 +208,32 @@ fn parse_index(s: &str) -> Option<u16> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_written_name_is_the_one_that_matches() {
+        let mut buf = [0u8; MAX_TENSOR_NAME];
+        for role in ALL_ROLES {
+            for layer in [None, Some(0), Some(7), Some(10), Some(65535)] {
+                let written = tensor_name_bytes(layer, role, &mut buf).map(<[u8]>::to_vec);
+                match written {
+                    Some(name) => {
+                        assert!(name_bytes_match(&name, layer, role), "{layer:?} {role:?}")
+                    }
+                    None => assert_eq!(is_model_level(role), layer.is_some(), "{layer:?} {role:?}"),
+                }
+            }
+        }
+        assert_eq!(
+            tensor_name_bytes(Some(12), Role::MlpGate, &mut buf),
+            Some(&b"blk.12.ffn_gate.weight"[..])
+        );
+        // Only the canonical spelling matches, so comparing whole names finds the same tensor.
+        assert!(!name_bytes_match(
+            b"blk.012.ffn_gate.weight",
+            Some(12),
+            Role::MlpGate
+        ));
+    }
 
     #[test]
     fn names_round_trip() {

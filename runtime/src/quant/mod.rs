@@ -76,12 +76,12 @@ const _: () = assert!(core::mem::align_of::<BlockQ4_0>() == 2);
 impl BlockQ8_0 {
     /// Quantizes 32 weights as ggml's `quantize_row_q8_0_ref`: d = max|x| / 127, q = round(x / d).
     pub fn quantize(x: &[f32; QK]) -> Self {
-        let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let amax = crate::math::max_abs(x);
         let d = amax / 127.0;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
         let mut qs = [0i8; QK];
         for (q, v) in qs.iter_mut().zip(x) {
-            *q = libm::roundf(v * id) as i8;
+            *q = crate::math::round_to_i8(v * id);
         }
         Self {
             d: f16::from_f32(d),
@@ -175,14 +175,14 @@ impl ActBlock {
     #[inline]
     pub fn quantize(x: &[f32]) -> Self {
         let x = &x[..QK];
-        let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let amax = crate::math::max_abs(x);
         let d = amax / 127.0;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
         let mut qs = [0i8; QK];
         let mut sum = 0i32;
         for (q, v) in qs.iter_mut().zip(x) {
-            // |v · id| ≤ 127 up to rounding, and `as` saturates: never out of range.
-            *q = libm::roundf(v * id) as i8;
+            // |v · id| ≤ 127 up to rounding, and the conversion saturates: never out of range.
+            *q = crate::math::round_to_i8(v * id);
             sum += *q as i32;
         }
         Self { d, sum, qs }
