@@ -6,6 +6,7 @@
 
 use crate::half_convert;
 use crate::level::LevelPolicy;
+use crate::state_kernels::{self, RowOp};
 
 /// A scalar type the state can be stored in.
 pub trait StateElem: Copy + Default + bytemuck::Pod + 'static {
@@ -49,6 +50,26 @@ pub trait StateElem: Copy + Default + bytemuck::Pod + 'static {
         if let Some(src) = src.get(..W) {
             Self::load_slice(src, dst);
         }
+    }
+
+    /// Whether [`kernel_pass`](Self::kernel_pass) can run in this build.
+    const KERNEL: bool = false;
+
+    /// One level's pass of the fused step over a block of [`state_kernels::COLS`] columns in
+    /// the core's own instructions ([`state_kernels::level_pass`]); `None`, touching nothing,
+    /// where this type and build have no kernel or the arguments do not fit it.
+    #[inline(always)]
+    fn kernel_pass(
+        s: &mut [Self],
+        stride: usize,
+        k: &[f32],
+        q: &[f32],
+        lam: f32,
+        op: RowOp<'_>,
+        out: &mut [f32; state_kernels::COLS],
+    ) -> Option<()> {
+        let _ = (s, stride, k, q, lam, op, out);
+        None
     }
 
     /// [`store_slice`](Self::store_slice) into the first `W` elements of `dst` (nothing is done
@@ -107,6 +128,19 @@ impl StateElem for half::f16 {
     #[inline(always)]
     fn store_slice(src: &mut [f32], dst: &mut [Self]) {
         half_convert::narrow_slice_read_back(src, dst);
+    }
+    const KERNEL: bool = state_kernels::AVAILABLE;
+    #[inline(always)]
+    fn kernel_pass(
+        s: &mut [Self],
+        stride: usize,
+        k: &[f32],
+        q: &[f32],
+        lam: f32,
+        op: RowOp<'_>,
+        out: &mut [f32; state_kernels::COLS],
+    ) -> Option<()> {
+        state_kernels::level_pass(s, stride, k, q, lam, op, out)
     }
 }
 
@@ -443,6 +477,13 @@ impl<E: StateElem> FenwickState<'_, E> {
             dv,
             j0: 0,
         };
+        if E::KERNEL {
+            while inp.j0 + state_kernels::COLS <= dv
+                && self.kernel_block(t, head, inp, &lam, v_out).is_some()
+            {
+                inp.j0 += state_kernels::COLS;
+            }
+        }
         if E::WIDE_BLOCKS {
             while inp.j0 + WIDE_BLOCK <= dv {
                 self.fused_block::<WIDE_BLOCK>(t, head, inp, &lam, v_out);
@@ -457,6 +498,66 @@ impl<E: StateElem> FenwickState<'_, E> {
             self.fused_block::<1>(t, head, inp, &lam, v_out);
             inp.j0 += 1;
         }
+    }
+
+    /// [`fused_block`](Self::fused_block) of [`state_kernels::COLS`] columns through
+    /// [`StateElem::kernel_pass`]. `None`, before touching anything, where the kernel does not
+    /// fit: a single level (transition, then insert, on one matrix), an odd row length or
+    /// first column, or storage that is not 4-aligned. Once the first level fits, every level
+    /// does: their matrices start an even number of elements apart.
+    #[inline(always)]
+    fn kernel_block(
+        &mut self,
+        t: u64,
+        head: usize,
+        inp: BlockInputs<'_>,
+        lam: &Lambdas,
+        v_out: &mut [f32],
+    ) -> Option<()> {
+        const W: usize = state_kernels::COLS;
+        let BlockInputs { tr, k, q, dv, j0 } = inp;
+        if self.policy.levels() == 1
+            || dv % 2 != 0
+            || j0 % 2 != 0
+            || (self.data.as_ptr() as usize) % 4 != 0
+        {
+            return None;
+        }
+        let cols = j0..j0 + W;
+        let v: [f32; W] = v_out.get(cols.clone())?.try_into().ok()?;
+        let mut out = [0.0f32; W];
+        let r = self.matrix_range(0, head);
+        let insert = RowOp::Insert {
+            beta: tr.insert_beta(),
+            v: &v,
+        };
+        E::kernel_pass(
+            &mut self.data[r.start + j0..r.end],
+            dv,
+            k,
+            q,
+            lam.get(0),
+            insert,
+            &mut out,
+        )?;
+        let op = match tr {
+            Transition::Delta { alpha, beta } => RowOp::Delta { alpha, beta },
+            Transition::Decay { alpha } => RowOp::Decay { alpha },
+        };
+        for l in self.policy.live_upper_levels(t) {
+            let r = self.matrix_range(l, head);
+            E::kernel_pass(
+                &mut self.data[r.start + j0..r.end],
+                dv,
+                k,
+                q,
+                lam.get(l),
+                op,
+                &mut out,
+            )?;
+        }
+        v_out[cols].copy_from_slice(&out);
+        Some(())
     }
 
     /// Columns `j0..j0 + W` of one head through every live level. Level order and, within a

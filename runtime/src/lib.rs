@@ -8,6 +8,7 @@
 //! * [`level`]: the Fenwick level of a (query, key) pair and the capacity policy.
 //! * [`fenwick`]: the fixed-capacity per-level state and the exact decode step (§4.2).
 //! * [`half_convert`]: f16 ↔ f32 of the f16 state, in hardware where the core has it.
+//! * [`state_kernels`]: a level's pass of the fused step in the core's own instructions.
 //! * [`tensor`]: read-only weight views and the [`WeightSource`] trait a model file plugs into.
 //! * [`config`], [`model`]: the model description and its validated weights.
 //! * [`session`]: one decoding stream over a caller-provided byte arena.
@@ -15,9 +16,9 @@
 //! * [`snapshot`], [`slot_store`]: saving and resuming a session; power-safe A/B flash slots.
 #![cfg_attr(not(feature = "std"), no_std)]
 #![deny(missing_docs)]
-// `unsafe` is denied everywhere but in the per-architecture SIMD kernels (`quant::*`) and the
-// f16 conversion instructions (`half_convert`), which allow it module by module, each use with
-// a `// SAFETY:` argument. Never in the parsers.
+// `unsafe` is denied everywhere but in the per-architecture SIMD kernels (`quant::*`), the f16
+// conversion instructions (`half_convert`) and the f16 state passes (`state_kernels`), which
+// allow it module by module, each use with a `// SAFETY:` argument. Never in the parsers.
 #![deny(unsafe_code)]
 
 mod fmt;
@@ -38,6 +39,7 @@ pub mod sampler;
 pub mod session;
 pub mod slot_store;
 pub mod snapshot;
+pub mod state_kernels;
 pub mod tensor;
 pub mod tokenizer;
 

@@ -62,7 +62,7 @@ impl Part {
             Part::Quantize => "activations quantized to q8",
             Part::StateConvert => "state: f16 ↔ f32 conversion",
             Part::StateMerge => "state: merge",
-            Part::StateStep => "state: transition, insert and read (fused)",
+            Part::StateStep => "state: transition, insert, read (fused)",
             Part::Gates => "norms, activations, gates, conv (layers, math)",
             Part::WeightLookup => "weights looked up by name (gguf, model)",
             Part::Session => "session: embedding, residuals, head",
@@ -91,6 +91,10 @@ pub enum Verdict {
 /// path): the first whose pattern the name contains gives the verdict. More specific patterns
 /// come before the paths that contain them.
 pub const RULES: &[(&str, Verdict)] = &[
+    (
+        "loglinear_runtime::state_kernels::",
+        Verdict::Part(Part::StateStep),
+    ),
     (
         "loglinear_runtime::half_convert::",
         Verdict::Helper(Part::StateConvert),

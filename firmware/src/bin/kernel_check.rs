@@ -15,17 +15,27 @@
 //!   finite halves of either sign, f32 values at the lower one and at, one ulp below and one
 //!   ulp above their midpoint narrowed (the rounding boundaries), with infinities, NaNs of
 //!   every kind and f32 subnormals; each one value at a time and a block at a time. Prints
-//!   `ok f16 hardware|software <widened> <narrowed>`.
+//!   `ok f16 hardware|software <widened> <narrowed>`. Then, where the build has them, the
+//!   f16 state's pass kernels (`state_kernels`): a fused decode step (`step_delta`,
+//!   `step_decay`) against the plain separate steps (transition, insert, read), bit for bit
+//!   in the state and the readout, over 40 tokens of random keys, queries, values, gates and
+//!   level weights (small enough for subnormal halves too) on a 5-level state, for row
+//!   lengths that the kernel covers whole (32, 24), in part (12) and not at all (7), and with
+//!   the state a word aligned and off a word (where the kernel declines). Prints
+//!   `ok state kernels <cases> steps` or `ok state kernels: none in this build`.
 //! * `bench q8_0|q4_0 PATH ROWS BLOCKS REPS`: REPS matvecs of a ROWS × 32·BLOCKS matrix on
 //!   PATH (a `KernelPath` name). Instructions per MAC = the difference of the instruction
 //!   counts of REPS and 0 repetitions / (REPS · ROWS · 32 · BLOCKS).
 #![no_std]
 #![no_main]
 
+use loglinear_runtime::fenwick::{state_len, FenwickState, HeadStep};
 use loglinear_runtime::half_convert;
 use loglinear_runtime::quant::{
     self, portable, quantize_activations, ActBlock, BlockQ4_0, BlockQ8_0, KernelPath, QK,
 };
+use loglinear_runtime::state_kernels;
+use loglinear_runtime::LevelPolicy;
 use semihosting::io::Read as _;
 use semihosting::println;
 
@@ -181,6 +191,124 @@ fn check(cases: u32, seed: u32) -> bool {
         }
     }
     failed.iter().all(|&f| f == 0)
+}
+
+/// Shapes of the state check, (heads, dk, dv): rows of 32 and 24 columns are whole kernel
+/// blocks, 12 is one block and a rest for the Rust pass, 7 (odd) has no kernel at all.
+const STATE_SHAPES: [(usize, usize, usize); 4] = [(2, 8, 32), (1, 16, 24), (2, 5, 12), (1, 4, 7)];
+/// Levels of the state check: 40 tokens fill the 4 exact levels and saturate the top one.
+const STATE_LEVELS: usize = 5;
+const STATE_TOKENS: u64 = 40;
+/// Elements of the largest state of the check.
+const STATE_MAX: usize = STATE_LEVELS * 2 * 8 * 32;
+
+/// f16 storage that starts on a word, so that an offset of one element starts off one.
+#[repr(C, align(4))]
+struct Halves([half::f16; STATE_MAX + 1]);
+
+/// The state kernels against the plain steps (module doc).
+fn check_state() -> bool {
+    if !state_kernels::AVAILABLE {
+        println!("ok state kernels: none in this build");
+        return true;
+    }
+    check_state_kernels()
+}
+
+/// A random f32 in ±mag.
+fn signed(rng: &mut Rng, mag: f32) -> f32 {
+    (rng.next() as i32 >> 8) as f32 / (1u32 << 23) as f32 * mag
+}
+
+// Not inlined, so that the two states take stack only on the boards that run it.
+#[inline(never)]
+fn check_state_kernels() -> bool {
+    let mut rng = Rng(0x5eed_1234);
+    let mut fused = Halves([half::f16::ZERO; STATE_MAX + 1]);
+    let mut plain = Halves([half::f16::ZERO; STATE_MAX + 1]);
+    let (mut steps, mut failed) = (0u32, 0u32);
+    let policy = LevelPolicy::new(STATE_LEVELS).expect("5 levels");
+    for &(heads, dk, dv) in &STATE_SHAPES {
+        for offset in [0usize, 1] {
+            for delta in [true, false] {
+                let n = state_len(STATE_LEVELS, heads, dk, dv);
+                let a = &mut fused.0[offset..offset + n];
+                let b = &mut plain.0[offset..offset + n];
+                a.fill(half::f16::ZERO);
+                b.fill(half::f16::ZERO);
+                let mut sa = FenwickState::new(a, policy, heads, dk, dv).expect("sized");
+                let mut sb = FenwickState::new(b, policy, heads, dk, dv).expect("sized");
+                for t in 0..STATE_TOKENS {
+                    sa.merge(t);
+                    sb.merge(t);
+                    for head in 0..heads {
+                        // Now and then tiny values, whose products narrow to subnormal halves.
+                        let mag = if rng.below(4) == 0 { 1.0e-4 } else { 1.0 };
+                        let mut k = [0f32; 16];
+                        let mut q = [0f32; 16];
+                        let mut v = [0f32; 32];
+                        let mut lams = [0f32; STATE_LEVELS];
+                        k.iter_mut().for_each(|x| *x = signed(&mut rng, mag));
+                        q.iter_mut().for_each(|x| *x = signed(&mut rng, 1.0));
+                        v.iter_mut().for_each(|x| *x = signed(&mut rng, 2.0));
+                        lams.iter_mut().for_each(|x| *x = signed(&mut rng, 1.5));
+                        let alpha = 0.5 + signed(&mut rng, 0.5).abs();
+                        let beta = signed(&mut rng, 1.0).abs();
+                        let (k, q) = (&k[..dk], &q[..dk]);
+                        let lambda = |l: u32| lams[l as usize];
+                        let mut got = v;
+                        let step = HeadStep {
+                            t,
+                            head,
+                            k,
+                            q,
+                            lambda,
+                            v_out: &mut got[..dv],
+                        };
+                        let mut want = [0f32; 32];
+                        let mut u = [0f32; 32];
+                        if delta {
+                            sa.step_delta(step, alpha, beta);
+                            sb.transition_delta(t, head, alpha, beta, k, &mut u);
+                            sb.insert(head, k, &v[..dv], beta);
+                        } else {
+                            sa.step_decay(step, alpha);
+                            sb.transition_decay(t, head, alpha);
+                            sb.insert(head, k, &v[..dv], 1.0);
+                        }
+                        sb.read(t, head, q, lambda, &mut want[..dv]);
+                        let out_ok = got[..dv]
+                            .iter()
+                            .zip(&want[..dv])
+                            .all(|(x, y)| x.to_bits() == y.to_bits());
+                        let state_ok = sa
+                            .as_slice()
+                            .iter()
+                            .zip(sb.as_slice())
+                            .all(|(x, y)| x.to_bits() == y.to_bits());
+                        if !(out_ok && state_ok) {
+                            failed += 1;
+                            if failed <= 5 {
+                                println!(
+                                    "FAIL state {} {heads}x{dk}x{dv} offset {offset} t {t} head {head}: readout {} state {}",
+                                    if delta { "delta" } else { "decay" },
+                                    if out_ok { "same" } else { "differs" },
+                                    if state_ok { "same" } else { "differs" },
+                                );
+                            }
+                        }
+                        steps += 1;
+                    }
+                }
+            }
+        }
+    }
+    if failed == 0 {
+        println!("ok state kernels {steps} steps");
+    } else {
+        println!("FAIL state kernels: {failed} of {steps} steps differ");
+    }
+    failed == 0
 }
 
 /// Values per block of the slice conversions: odd, so that each block has pairs and a last
@@ -415,7 +543,8 @@ fn run() -> bool {
             let seed = num(&mut args);
             // Both, so that a kernel failure still shows the conversions' result.
             let kernels = check(n, seed);
-            check_f16() && kernels
+            let f16 = check_f16();
+            check_state() && f16 && kernels
         }
         Some("bench") => {
             let kind = args.next().unwrap_or("");
