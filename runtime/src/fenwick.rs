@@ -72,6 +72,14 @@ pub trait StateElem: Copy + Default + bytemuck::Pod + 'static {
         None
     }
 
+    /// The merge of [`state_kernels::COLS`] columns in the core's own instructions
+    /// ([`state_kernels::merge_block`]); `None`, touching nothing, where there is no kernel.
+    #[inline(always)]
+    fn kernel_merge(low: &[Self], levels: usize, level_len: usize, dst: &mut [Self]) -> Option<()> {
+        let _ = (low, levels, level_len, dst);
+        None
+    }
+
     /// [`store_slice`](Self::store_slice) into the first `W` elements of `dst` (nothing is done
     /// if `dst` is shorter).
     #[inline(always)]
@@ -141,6 +149,10 @@ impl StateElem for half::f16 {
         out: &mut [f32; state_kernels::COLS],
     ) -> Option<()> {
         state_kernels::level_pass(s, stride, k, q, lam, op, out)
+    }
+    #[inline(always)]
+    fn kernel_merge(low: &[Self], levels: usize, level_len: usize, dst: &mut [Self]) -> Option<()> {
+        state_kernels::merge_block(low, levels, level_len, dst)
     }
 }
 
@@ -230,6 +242,13 @@ impl<'a, E: StateElem> FenwickState<'a, E> {
         // per level and f16 converts a block per call. Same order as the reference:
         // S[target] += (0 + S[0] + … + S[target-1]).
         let mut start = 0;
+        if E::KERNEL {
+            while start + state_kernels::COLS <= n
+                && E::kernel_merge(&low[start..], target, n, &mut dst[start..]).is_some()
+            {
+                start += state_kernels::COLS;
+            }
+        }
         if E::WIDE_BLOCKS {
             while start + WIDE_BLOCK <= n {
                 merge_block::<E, WIDE_BLOCK>(low, n, dst, start);

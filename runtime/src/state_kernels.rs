@@ -83,6 +83,41 @@ pub fn level_pass(
     }
 }
 
+/// The merge of [`COLS`] columns (§4.2 step 1, as `fenwick`'s `merge_block`): `dst` +=
+/// (0 + `low` level 0 + … + level `levels − 1`), the levels `level_len` halves apart, each
+/// column summed in level order, and `dst` narrowed back. `None`, touching nothing, where
+/// this build has no kernel or the arguments do not fit it (`low` or `dst` not 4-aligned, an
+/// odd `level_len`, no level, too short a slice).
+#[inline(always)]
+pub fn merge_block(
+    low: &[half::f16],
+    levels: usize,
+    level_len: usize,
+    dst: &mut [half::f16],
+) -> Option<()> {
+    let fits = levels > 0
+        && level_len % 2 == 0
+        && (low.as_ptr() as usize) % 4 == 0
+        && (dst.as_ptr() as usize) % 4 == 0
+        && dst.len() >= COLS
+        && (levels - 1)
+            .checked_mul(level_len)
+            .and_then(|n| n.checked_add(COLS))
+            .is_some_and(|n| n <= low.len());
+    if !fits {
+        return None;
+    }
+    #[cfg(loglinear_arm_f16cvt)]
+    {
+        arm::merge_block(low, levels, level_len, dst);
+        Some(())
+    }
+    #[cfg(not(loglinear_arm_f16cvt))]
+    {
+        None
+    }
+}
+
 /// Whether this build has the kernels.
 pub const AVAILABLE: bool = cfg!(loglinear_arm_f16cvt);
 
@@ -126,6 +161,64 @@ mod arm {
              vmla.f32 s30, s4, s14\n vmla.f32 s31, s4, s15\n \
              add {p}, {p}, {stride}\n subs {n}, {n}, #1\n"
         };
+    }
+
+    pub fn merge_block(low: &[half::f16], levels: usize, level_len: usize, dst: &mut [half::f16]) {
+        let zeros = [0.0f32; COLS];
+        // SAFETY: the caller (`super::merge_block`) checked that `low` and `dst` are
+        // 4-aligned, `level_len` even, and that `low` holds `levels` ≥ 1 blocks of `COLS`
+        // halves `level_len` apart and `dst` one: every VLDMIA/VSTMIA of four words is aligned
+        // and inside its slice; `zeros` is 8 floats. S registers, stack, flags and FPSCR as
+        // in `level_pass`.
+        unsafe {
+            asm!(
+                "vpush {{s16-s31}}",
+                "vpush {{s0-s15}}",
+                // acc = 0, then acc += each level's block, in order.
+                "vldmia {z}, {{s16-s23}}",
+                "2:",
+                "vldmia {p}, {{s0-s3}}",
+                widen_row!(),
+                "vadd.f32 s16, s16, s8",
+                "vadd.f32 s17, s17, s9",
+                "vadd.f32 s18, s18, s10",
+                "vadd.f32 s19, s19, s11",
+                "vadd.f32 s20, s20, s12",
+                "vadd.f32 s21, s21, s13",
+                "vadd.f32 s22, s22, s14",
+                "vadd.f32 s23, s23, s15",
+                "add {p}, {p}, {stride}",
+                "subs {n}, {n}, #1",
+                "bne 2b",
+                // dst = dst + acc, narrowed.
+                "vldmia {d}, {{s0-s3}}",
+                widen_row!(),
+                "vadd.f32 s8, s8, s16",
+                "vadd.f32 s9, s9, s17",
+                "vadd.f32 s10, s10, s18",
+                "vadd.f32 s11, s11, s19",
+                "vadd.f32 s12, s12, s20",
+                "vadd.f32 s13, s13, s21",
+                "vadd.f32 s14, s14, s22",
+                "vadd.f32 s15, s15, s23",
+                "vcvtb.f16.f32 s0, s8",
+                "vcvtt.f16.f32 s0, s9",
+                "vcvtb.f16.f32 s1, s10",
+                "vcvtt.f16.f32 s1, s11",
+                "vcvtb.f16.f32 s2, s12",
+                "vcvtt.f16.f32 s2, s13",
+                "vcvtb.f16.f32 s3, s14",
+                "vcvtt.f16.f32 s3, s15",
+                "vstmia {d}, {{s0-s3}}",
+                "vpop {{s0-s15}}",
+                "vpop {{s16-s31}}",
+                p = inout(reg) low.as_ptr() => _,
+                n = inout(reg) levels => _,
+                d = in(reg) dst.as_mut_ptr(),
+                z = in(reg) zeros.as_ptr(),
+                stride = in(reg) level_len * 2,
+            );
+        }
     }
 
     pub fn level_pass(

@@ -91,6 +91,7 @@ pub enum Verdict {
 /// path): the first whose pattern the name contains gives the verdict. More specific patterns
 /// come before the paths that contain them.
 pub const RULES: &[(&str, Verdict)] = &[
+    ("merge_block", Verdict::Part(Part::StateMerge)),
     (
         "loglinear_runtime::state_kernels::",
         Verdict::Part(Part::StateStep),
@@ -108,7 +109,6 @@ pub const RULES: &[(&str, Verdict)] = &[
     ("::quantize", Verdict::Part(Part::Quantize)),
     ("loglinear_runtime::quant::", Verdict::Part(Part::Matvec)),
     ("loglinear_runtime::tensor::", Verdict::Part(Part::Matvec)),
-    ("merge_block", Verdict::Part(Part::StateMerge)),
     ("FenwickState<E>>::merge", Verdict::Part(Part::StateMerge)),
     (
         "FenwickState$LT$E$GT$::merge",
@@ -430,6 +430,14 @@ mod tests {
         assert_eq!(
             part_of_name("loglinear_runtime::fenwick::merge_block"),
             Some(Part::StateMerge)
+        );
+        assert_eq!(
+            part_of_name("loglinear_runtime::state_kernels::arm::merge_block"),
+            Some(Part::StateMerge)
+        );
+        assert_eq!(
+            part_of_name("loglinear_runtime::state_kernels::arm::level_pass"),
+            Some(Part::StateStep)
         );
         assert_eq!(
             part_of_name("loglinear_runtime::fenwick::FenwickState<E>>::merge"),

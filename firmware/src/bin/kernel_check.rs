@@ -17,7 +17,8 @@
 //!   every kind and f32 subnormals; each one value at a time and a block at a time. Prints
 //!   `ok f16 hardware|software <widened> <narrowed>`. Then, where the build has them, the
 //!   f16 state's pass kernels (`state_kernels`): a fused decode step (`step_delta`,
-//!   `step_decay`) against the plain separate steps (transition, insert, read), bit for bit
+//!   `step_decay`) and merge against the plain separate steps (transition, insert, read) and
+//!   an element-by-element merge, bit for bit
 //!   in the state and the readout, over 40 tokens of random keys, queries, values, gates and
 //!   level weights (small enough for subnormal halves too) on a 5-level state, for row
 //!   lengths that the kernel covers whole (32, 24), in part (12) and not at all (7), and with
@@ -215,6 +216,24 @@ fn check_state() -> bool {
     check_state_kernels()
 }
 
+/// §4.2's merge one element at a time, as `FenwickState::merge` states it (S[target] +=
+/// 0 + S[0] + … + S[target − 1], then the lower levels zeroed), without its kernel.
+fn plain_merge(data: &mut [half::f16], policy: LevelPolicy, t: u64, level_len: usize) {
+    let Some(target) = policy.merge_target(t) else {
+        return;
+    };
+    let target = target as usize;
+    let (low, high) = data.split_at_mut(target * level_len);
+    for (j, d) in high[..level_len].iter_mut().enumerate() {
+        let mut acc = 0.0f32;
+        for level in low.chunks_exact(level_len) {
+            acc += half_convert::widen(level[j]);
+        }
+        *d = half_convert::narrow(half_convert::widen(*d) + acc);
+    }
+    low.fill(half::f16::ZERO);
+}
+
 /// A random f32 in ±mag.
 fn signed(rng: &mut Rng, mag: f32) -> f32 {
     (rng.next() as i32 >> 8) as f32 / (1u32 << 23) as f32 * mag
@@ -240,7 +259,7 @@ fn check_state_kernels() -> bool {
                 let mut sb = FenwickState::new(b, policy, heads, dk, dv).expect("sized");
                 for t in 0..STATE_TOKENS {
                     sa.merge(t);
-                    sb.merge(t);
+                    plain_merge(sb.as_mut_slice(), policy, t, heads * dk * dv);
                     for head in 0..heads {
                         // Now and then tiny values, whose products narrow to subnormal halves.
                         let mag = if rng.below(4) == 0 { 1.0e-4 } else { 1.0 };
