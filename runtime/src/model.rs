@@ -124,12 +124,155 @@ impl<'w> Model<'w> {
         crate::quant::act_blocks(c.hidden_size.max(c.intermediate_size).max(c.d_inner()))
     }
 
+    /// Tensors looked up together, in one pass over a source that scans; taken one by one
+    /// with [`Found::view`] and [`Found::small`].
+    fn find<const N: usize>(&self, names: [TensorName; N]) -> Found<'w, N> {
+        let mut views = [None; N];
+        self.source.tensors_into(&names, &mut views);
+        Found {
+            config: self.config,
+            names,
+            views,
+        }
+    }
+
+    /// Embedding, final norm and LM head.
+    pub fn globals(&self) -> Result<GlobalWeights<'w>, ModelError> {
+        let n = TensorName::model;
+        let f = self.find([n(Role::Embedding), n(Role::FinalNorm), n(Role::LmHead)]);
+        Ok(GlobalWeights {
+            embedding: f.view(n(Role::Embedding))?,
+            final_norm: f.small(n(Role::FinalNorm))?,
+            lm_head: f.view(n(Role::LmHead))?,
+        })
+    }
+
+    /// The two pre-norms of block `layer`.
+    pub fn norms(&self, layer: usize) -> Result<BlockNorms<'w>, ModelError> {
+        let n = |r| TensorName::block(layer, r);
+        let f = self.find([n(Role::MixerNorm), n(Role::MlpNorm)]);
+        Ok(BlockNorms {
+            mixer: f.small(n(Role::MixerNorm))?,
+            mlp: f.small(n(Role::MlpNorm))?,
+        })
+    }
+
+    /// The SwiGLU MLP of block `layer`.
+    pub fn mlp(&self, layer: usize) -> Result<MlpWeights<'w>, ModelError> {
+        let n = |r| TensorName::block(layer, r);
+        let f = self.find([n(Role::MlpGate), n(Role::MlpUp), n(Role::MlpDown)]);
+        Ok(MlpWeights {
+            gate: f.view(n(Role::MlpGate))?,
+            up: f.view(n(Role::MlpUp))?,
+            down: f.view(n(Role::MlpDown))?,
+        })
+    }
+
+    /// The (Log-Linear) Mamba-2 mixer of block `layer`.
+    pub fn mamba2(&self, layer: usize) -> Result<Mamba2Weights<'w>, ModelError> {
+        let c = &self.config;
+        let n = |r| TensorName::block(layer, r);
+        let f = self.find([
+            n(Role::InProj),
+            n(Role::Conv),
+            n(Role::ConvBias),
+            n(Role::DtBias),
+            n(Role::ALog),
+            n(Role::DSkip),
+            n(Role::LambdaScale),
+            n(Role::OutNorm),
+            n(Role::OutProj),
+        ]);
+        Ok(Mamba2Weights {
+            in_proj: f.view(n(Role::InProj))?,
+            conv: f.small(n(Role::Conv))?,
+            conv_bias: if c.conv_bias {
+                Some(f.small(n(Role::ConvBias))?)
+            } else {
+                None
+            },
+            dt_bias: f.small(n(Role::DtBias))?,
+            a_log: f.small(n(Role::ALog))?,
+            d_skip: f.small(n(Role::DSkip))?,
+            lambda_scale: self.lambda_scale(&f, layer)?,
+            norm: f.small(n(Role::OutNorm))?,
+            out_proj: f.view(n(Role::OutProj))?,
+        })
+    }
+
+    /// The (Log-Linear) Gated DeltaNet mixer of block `layer`.
+    pub fn gdn(&self, layer: usize) -> Result<GdnWeights<'w>, ModelError> {
+        let c = &self.config;
+        let n = |r| TensorName::block(layer, r);
+        let f = self.find([
+            n(Role::QProj),
+            n(Role::KProj),
+            n(Role::VProj),
+            n(Role::AProj),
+            n(Role::BProj),
+            n(Role::GProj),
+            n(Role::LProj),
+            n(Role::QConv),
+            n(Role::KConv),
+            n(Role::VConv),
+            n(Role::ALog),
+            n(Role::DtBias),
+            n(Role::LambdaScale),
+            n(Role::OutNorm),
+            n(Role::OutProj),
+        ]);
+        Ok(GdnWeights {
+            q_proj: f.view(n(Role::QProj))?,
+            k_proj: f.view(n(Role::KProj))?,
+            v_proj: f.view(n(Role::VProj))?,
+            a_proj: f.view(n(Role::AProj))?,
+            b_proj: f.view(n(Role::BProj))?,
+            g_proj: f.view(n(Role::GProj))?,
+            l_proj: if c.arch.is_log_linear() {
+                Some(f.view(n(Role::LProj))?)
+            } else {
+                None
+            },
+            q_conv: f.small(n(Role::QConv))?,
+            k_conv: f.small(n(Role::KConv))?,
+            v_conv: f.small(n(Role::VConv))?,
+            a_log: f.small(n(Role::ALog))?,
+            dt_bias: f.small(n(Role::DtBias))?,
+            lambda_scale: self.lambda_scale(&f, layer)?,
+            o_norm: f.small(n(Role::OutNorm))?,
+            o_proj: f.view(n(Role::OutProj))?,
+        })
+    }
+
+    fn lambda_scale<const N: usize>(
+        &self,
+        f: &Found<'w, N>,
+        layer: usize,
+    ) -> Result<Option<&'w [f32]>, ModelError> {
+        if self.config.arch.is_log_linear() {
+            Ok(Some(f.small(TensorName::block(layer, Role::LambdaScale))?))
+        } else {
+            Ok(None)
+        }
+    }
+}
+
+/// Tensors [`Model::find`] looked up together.
+struct Found<'w, const N: usize> {
+    config: ModelConfig,
+    names: [TensorName; N],
+    views: [Option<TensorView<'w>>; N],
+}
+
+impl<'w, const N: usize> Found<'w, N> {
     /// A tensor, checked against the shape the config implies.
     fn view(&self, name: TensorName) -> Result<TensorView<'w>, ModelError> {
         let (rows, cols) = self.config.tensor_shape(name.role);
         let v = self
-            .source
-            .tensor(name)
+            .names
+            .iter()
+            .position(|n| *n == name)
+            .and_then(|i| self.views[i])
             .ok_or(ModelError::MissingTensor(name))?;
         if (v.rows, v.cols) != (rows, cols) {
             return Err(ModelError::ShapeMismatch {
@@ -144,91 +287,6 @@ impl<'w> Model<'w> {
     /// A tensor the recurrence needs in full precision.
     fn small(&self, name: TensorName) -> Result<&'w [f32], ModelError> {
         self.view(name)?.as_f32().ok_or(ModelError::NotF32(name))
-    }
-
-    /// Embedding, final norm and LM head.
-    pub fn globals(&self) -> Result<GlobalWeights<'w>, ModelError> {
-        Ok(GlobalWeights {
-            embedding: self.view(TensorName::model(Role::Embedding))?,
-            final_norm: self.small(TensorName::model(Role::FinalNorm))?,
-            lm_head: self.view(TensorName::model(Role::LmHead))?,
-        })
-    }
-
-    /// The two pre-norms of block `layer`.
-    pub fn norms(&self, layer: usize) -> Result<BlockNorms<'w>, ModelError> {
-        Ok(BlockNorms {
-            mixer: self.small(TensorName::block(layer, Role::MixerNorm))?,
-            mlp: self.small(TensorName::block(layer, Role::MlpNorm))?,
-        })
-    }
-
-    /// The SwiGLU MLP of block `layer`.
-    pub fn mlp(&self, layer: usize) -> Result<MlpWeights<'w>, ModelError> {
-        let n = |r| TensorName::block(layer, r);
-        Ok(MlpWeights {
-            gate: self.view(n(Role::MlpGate))?,
-            up: self.view(n(Role::MlpUp))?,
-            down: self.view(n(Role::MlpDown))?,
-        })
-    }
-
-    /// The (Log-Linear) Mamba-2 mixer of block `layer`.
-    pub fn mamba2(&self, layer: usize) -> Result<Mamba2Weights<'w>, ModelError> {
-        let c = &self.config;
-        let n = |r| TensorName::block(layer, r);
-        Ok(Mamba2Weights {
-            in_proj: self.view(n(Role::InProj))?,
-            conv: self.small(n(Role::Conv))?,
-            conv_bias: if c.conv_bias {
-                Some(self.small(n(Role::ConvBias))?)
-            } else {
-                None
-            },
-            dt_bias: self.small(n(Role::DtBias))?,
-            a_log: self.small(n(Role::ALog))?,
-            d_skip: self.small(n(Role::DSkip))?,
-            lambda_scale: self.lambda_scale(layer)?,
-            norm: self.small(n(Role::OutNorm))?,
-            out_proj: self.view(n(Role::OutProj))?,
-        })
-    }
-
-    /// The (Log-Linear) Gated DeltaNet mixer of block `layer`.
-    pub fn gdn(&self, layer: usize) -> Result<GdnWeights<'w>, ModelError> {
-        let c = &self.config;
-        let n = |r| TensorName::block(layer, r);
-        Ok(GdnWeights {
-            q_proj: self.view(n(Role::QProj))?,
-            k_proj: self.view(n(Role::KProj))?,
-            v_proj: self.view(n(Role::VProj))?,
-            a_proj: self.view(n(Role::AProj))?,
-            b_proj: self.view(n(Role::BProj))?,
-            g_proj: self.view(n(Role::GProj))?,
-            l_proj: if c.arch.is_log_linear() {
-                Some(self.view(n(Role::LProj))?)
-            } else {
-                None
-            },
-            q_conv: self.small(n(Role::QConv))?,
-            k_conv: self.small(n(Role::KConv))?,
-            v_conv: self.small(n(Role::VConv))?,
-            a_log: self.small(n(Role::ALog))?,
-            dt_bias: self.small(n(Role::DtBias))?,
-            lambda_scale: self.lambda_scale(layer)?,
-            o_norm: self.small(n(Role::OutNorm))?,
-            o_proj: self.view(n(Role::OutProj))?,
-        })
-    }
-
-    fn lambda_scale(&self, layer: usize) -> Result<Option<&'w [f32]>, ModelError> {
-        let c = &self.config;
-        if c.arch.is_log_linear() {
-            let name = TensorName::block(layer, Role::LambdaScale);
-            Ok(Some(self.small(name)?))
-        } else {
-            Ok(None)
-        }
     }
 }
 

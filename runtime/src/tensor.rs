@@ -413,4 +413,12 @@ impl<'a> MatvecInput<'a> {
 pub trait WeightSource {
     /// The tensor with this name, or `None` if there is none.
     fn tensor(&self, name: TensorName) -> Option<TensorView<'_>>;
+
+    /// [`tensor`](Self::tensor) of each name, into `out` (as far as the shorter of the two
+    /// goes). A source that finds tensors by scanning can find them all in one pass.
+    fn tensors_into<'s>(&'s self, names: &[TensorName], out: &mut [Option<TensorView<'s>>]) {
+        for (name, o) in names.iter().zip(out) {
+            *o = self.tensor(*name);
+        }
+    }
 }

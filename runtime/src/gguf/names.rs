@@ -118,63 +118,77 @@ pub fn name_matches(name: &str, layer: Option<u16>, role: Role) -> bool {
 
 /// [`name_matches`] on raw bytes, for walking a validated file without re-checking UTF-8.
 pub fn name_bytes_match(name: &[u8], layer: Option<u16>, role: Role) -> bool {
-    let suffix = tensor_suffix(role).as_bytes();
-    match layer {
-        None => is_model_level(role) && name == suffix,
-        Some(l) => {
-            let Some(rest) = name.strip_prefix(b"blk.") else {
-                return false;
-            };
-            let Some(dot) = rest.iter().position(|&b| b == b'.') else {
-                return false;
-            };
-            let (idx, tail) = (&rest[..dot], &rest[dot + 1..]);
-            tail == suffix && core::str::from_utf8(idx).ok().and_then(parse_index) == Some(l)
-        }
+    split_name(name).is(layer, role)
+}
+
+/// A tensor name read as [`name_bytes_match`] reads it: split once, so that a scan can test
+/// it against several wanted tensors.
+#[derive(Clone, Copy, Debug)]
+pub enum SplitName<'a> {
+    /// `blk.{layer}.{suffix}`, the layer written canonically.
+    Block(u16, &'a [u8]),
+    /// A name without the `blk.` prefix: a model-level tensor's suffix, if any.
+    Model(&'a [u8]),
+    /// A `blk.` name without a canonical layer index: no tensor's name.
+    Neither,
+}
+
+/// Splits a tensor name (see [`SplitName`]).
+pub fn split_name(name: &[u8]) -> SplitName<'_> {
+    let Some(rest) = name.strip_prefix(b"blk.") else {
+        return SplitName::Model(name);
+    };
+    let Some(dot) = rest.iter().position(|&b| b == b'.') else {
+        return SplitName::Neither;
+    };
+    let (idx, tail) = (&rest[..dot], &rest[dot + 1..]);
+    match parse_index_bytes(idx) {
+        Some(l) => SplitName::Block(l, tail),
+        None => SplitName::Neither,
     }
 }
 
-/// Bytes of the longest name [`tensor_name_bytes`] writes.
-pub const MAX_TENSOR_NAME: usize = 64;
-
-/// The one GGUF name that [`name_bytes_match`] accepts for `(layer, role)`, written into
-/// `buf`: `blk.{layer}.{suffix}` or the model-level suffix. `None` when no name can match (a
-/// block role without a layer or the reverse) or the name would not fit. Comparing names whole
-/// lets a lookup reject most tensors on their length alone.
-pub fn tensor_name_bytes(
-    layer: Option<u16>,
-    role: Role,
-    buf: &mut [u8; MAX_TENSOR_NAME],
-) -> Option<&[u8]> {
-    let suffix = tensor_suffix(role).as_bytes();
-    let mut len = 0;
-    let mut push = |bytes: &[u8]| -> Option<()> {
-        buf.get_mut(len..len + bytes.len())?.copy_from_slice(bytes);
-        len += bytes.len();
-        Some(())
-    };
-    match layer {
-        None if is_model_level(role) => push(suffix)?,
-        Some(l) if !is_model_level(role) => {
-            let mut digits = [0u8; 5];
-            let mut n = l;
-            let mut at = digits.len();
-            loop {
-                at -= 1;
-                digits[at] = b'0' + (n % 10) as u8;
-                n /= 10;
-                if n == 0 {
-                    break;
-                }
-            }
-            push(b"blk.")?;
-            push(&digits[at..])?;
-            push(b".")?;
-            push(suffix)?;
-        }
-        _ => return None,
+/// A layer index written canonically (decimal digits, no leading zero, at most 65535), digit
+/// by digit: a scan splits every tensor name it passes, and UTF-8 validation and `str::parse`
+/// cost more than the rest of the scan.
+fn parse_index_bytes(s: &[u8]) -> Option<u16> {
+    if s.is_empty() || s.len() > 5 || (s.len() > 1 && s[0] == b'0') {
+        return None;
     }
-    Some(&buf[..len])
+    let mut v: u32 = 0;
+    for &b in s {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        v = v * 10 + u32::from(b - b'0');
+    }
+    u16::try_from(v).ok()
+}
+
+impl SplitName<'_> {
+    /// The layer this names a tensor of: `Some(None)` for a model-level name, `None` for no
+    /// tensor's name.
+    pub fn layer(&self) -> Option<Option<u16>> {
+        match self {
+            SplitName::Block(l, _) => Some(Some(*l)),
+            SplitName::Model(_) => Some(None),
+            SplitName::Neither => None,
+        }
+    }
+
+    /// Whether this is the name of `(layer, role)`.
+    pub fn is(&self, layer: Option<u16>, role: Role) -> bool {
+        // The layer first: in a scan most names are of another layer.
+        match (*self, layer) {
+            (SplitName::Model(name), None) => {
+                is_model_level(role) && name == tensor_suffix(role).as_bytes()
+            }
+            (SplitName::Block(l, tail), Some(want)) => {
+                l == want && tail == tensor_suffix(role).as_bytes()
+            }
+            _ => false,
+        }
+    }
 }
 
 /// The `(layer, role)` a GGUF tensor name stands for.
@@ -196,13 +210,7 @@ pub fn parse_tensor_name(name: &str) -> Option<(Option<u16>, Role)> {
 
 /// A canonical decimal index: digits only, no leading zero, fits u16.
 fn parse_index(s: &str) -> Option<u16> {
-    if s.is_empty() || s.len() > 5 || (s.len() > 1 && s.starts_with('0')) {
-        return None;
-    }
-    if !s.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    s.parse().ok()
+    parse_index_bytes(s.as_bytes())
 }
 
 #[cfg(test)]
@@ -210,29 +218,38 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_written_name_is_the_one_that_matches() {
-        let mut buf = [0u8; MAX_TENSOR_NAME];
-        for role in ALL_ROLES {
-            for layer in [None, Some(0), Some(7), Some(10), Some(65535)] {
-                let written = tensor_name_bytes(layer, role, &mut buf).map(<[u8]>::to_vec);
-                match written {
-                    Some(name) => {
-                        assert!(name_bytes_match(&name, layer, role), "{layer:?} {role:?}")
-                    }
-                    None => assert_eq!(is_model_level(role), layer.is_some(), "{layer:?} {role:?}"),
-                }
-            }
+    fn byte_indices_parse_as_str_indices() {
+        for s in [
+            "0", "7", "10", "00", "01", "65535", "65536", "99999", "123456", "", "1a", "-1", "+1",
+            " 1",
+        ] {
+            assert_eq!(parse_index_bytes(s.as_bytes()), parse_index(s), "{s:?}");
         }
-        assert_eq!(
-            tensor_name_bytes(Some(12), Role::MlpGate, &mut buf),
-            Some(&b"blk.12.ffn_gate.weight"[..])
-        );
-        // Only the canonical spelling matches, so comparing whole names finds the same tensor.
-        assert!(!name_bytes_match(
-            b"blk.012.ffn_gate.weight",
-            Some(12),
-            Role::MlpGate
-        ));
+        for v in 0..=70_000u32 {
+            let s = v.to_string();
+            assert_eq!(parse_index_bytes(s.as_bytes()), parse_index(&s), "{s}");
+        }
+    }
+
+    #[test]
+    fn a_split_name_matches_what_its_parts_say() {
+        let split = split_name(b"blk.12.ffn_gate.weight");
+        assert!(split.is(Some(12), Role::MlpGate));
+        assert!(!split.is(Some(1), Role::MlpGate));
+        assert!(!split.is(None, Role::MlpGate));
+        assert!(!split.is(Some(12), Role::MlpUp));
+        assert!(split_name(b"output_norm.weight").is(None, Role::FinalNorm));
+        assert!(!split_name(b"output_norm.weight").is(Some(0), Role::FinalNorm));
+        // Only canonical indices name a layer.
+        for bad in [
+            &b"blk.012.ffn_gate.weight"[..],
+            b"blk.x.ffn_gate.weight",
+            b"blk.3",
+        ] {
+            assert!(ALL_ROLES.iter().all(|&r| !split_name(bad).is(Some(12), r)
+                && !split_name(bad).is(Some(3), r)
+                && !split_name(bad).is(None, r)));
+        }
     }
 
     #[test]

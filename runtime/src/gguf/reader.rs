@@ -528,24 +528,58 @@ impl<'a> GgufFile<'a> {
     /// [`GgufFile::tensors`]: only the matching header is fully decoded, the others are skipped
     /// by their lengths (the file was validated by [`GgufFile::parse`]).
     pub fn find_tensor(&self, pred: impl Fn(&[u8]) -> bool) -> Option<TensorInfo<'a>> {
+        let mut first = None;
+        self.visit_tensors(
+            |name| pred(name).then_some(0),
+            |_, info| {
+                first = Some(info);
+                true
+            },
+        );
+        first
+    }
+
+    /// One pass over the tensor headers in file order: each tensor whose name bytes `pick`
+    /// maps to an index is decoded and given to `found` with that index, until `found` returns
+    /// `true` or a header does not decode. As [`find_tensor`](Self::find_tensor),
+    /// the others are skipped by their lengths, so that one pass finds several tensors.
+    pub fn visit_tensors(
+        &self,
+        mut pick: impl FnMut(&[u8]) -> Option<usize>,
+        mut found: impl FnMut(usize, TensorInfo<'a>) -> bool,
+    ) {
         let mut c = Cursor {
             bytes: self.bytes,
             pos: self.tensors_start,
         };
         for _ in 0..self.n_tensors {
             let start = c.pos;
-            let n = c.len("tensor name").ok()?;
-            let name = c.take(n, "tensor name").ok()?;
-            let n_dims = c.u32("tensor dimension count").ok()? as usize;
-            if pred(name) {
+            let Ok(n) = c.len("tensor name") else { return };
+            let Ok(name) = c.take(n, "tensor name") else {
+                return;
+            };
+            let Ok(n_dims) = c.u32("tensor dimension count") else {
+                return;
+            };
+            if let Some(i) = pick(name) {
                 c.pos = start;
-                return self.info(&read_tensor_header(&mut c).ok()?);
+                let info = read_tensor_header(&mut c).ok().and_then(|h| self.info(&h));
+                match info {
+                    Some(info) if !found(i, info) => continue,
+                    _ => return,
+                }
             }
             // dims (8 bytes each), type (4) and offset (8).
-            c.take(n_dims.checked_mul(8)?.checked_add(12)?, "tensor header")
-                .ok()?;
+            let Some(skip) = (n_dims as usize)
+                .checked_mul(8)
+                .and_then(|d| d.checked_add(12))
+            else {
+                return;
+            };
+            if c.take(skip, "tensor header").is_err() {
+                return;
+            }
         }
-        None
     }
 
     /// The tensor called `name`, if present.
