@@ -29,8 +29,15 @@ pub fn conv_step(
         .zip(weight.chunks_exact(width))
         .enumerate()
     {
-        row.copy_within(1.., 0);
-        row[width - 1] = *xc;
+        // Width 4 (every shipped model) shifts in registers; `copy_within` is a memmove call
+        // per channel.
+        match <&mut [f32; 4]>::try_from(&mut *row) {
+            Ok(r) => *r = [r[1], r[2], r[3], *xc],
+            Err(_) => {
+                row.copy_within(1.., 0);
+                row[width - 1] = *xc;
+            }
+        }
         let mut y = crate::math::dot(row, wrow);
         if let Some(b) = bias {
             y += b[c];
