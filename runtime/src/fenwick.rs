@@ -109,6 +109,23 @@ impl StateElem for f32 {
         // f32 storage keeps the value exactly: nothing to read back.
         dst.copy_from_slice(src);
     }
+    const KERNEL: bool = state_kernels::AVAILABLE;
+    #[inline(always)]
+    fn kernel_pass(
+        s: &mut [Self],
+        stride: usize,
+        k: &[f32],
+        q: &[f32],
+        lam: f32,
+        op: RowOp<'_>,
+        out: &mut [f32; state_kernels::COLS],
+    ) -> Option<()> {
+        state_kernels::level_pass(s, stride, k, q, lam, op, out)
+    }
+    #[inline(always)]
+    fn kernel_merge(low: &[Self], levels: usize, level_len: usize, dst: &mut [Self]) -> Option<()> {
+        state_kernels::merge_block(low, levels, level_len, dst)
+    }
 }
 
 impl StateElem for half::f16 {

@@ -3,9 +3,9 @@
 //! helium on the M55, arm-m0 on the Cortex-M0) against `portable`, bit for bit, for Q8_0 and
 //! Q4_0 weights on random shapes, and the f16 ↔ f32 conversions of the state against `half`
 //! (exhaustive widening, every rounding boundary of narrowing; in hardware on the cores with an
-//! FPU, which the check requires), and there the f16 state's pass kernels (`state_kernels`)
-//! against the plain steps, also required (firmware/src/bin/kernel_check.rs); a few seconds a
-//! board.
+//! FPU, which the check requires), and there the state's pass kernels (`state_kernels`, f16
+//! and f32) against the plain steps, also required (firmware/src/bin/kernel_check.rs); a few
+//! seconds a board.
 //!
 //! ```text
 //! cargo xtask kernel-check [BOARD...]          (default: every Arm QEMU board)
@@ -208,13 +208,17 @@ fn check(
     }
     // The same cores run the f16 state's passes with `state_kernels`, checked against the
     // plain steps: a build without them would pass and lose the speed.
-    if f16_hardware && !text.lines().any(|l| l.starts_with("ok state kernels ")) {
-        bail!(
-            "{}: no `ok state kernels` line in {} ({replay}): {}",
-            board.name,
-            out.display(),
-            insn::last_lines(&text, 20)
-        );
+    for kind in ["f16", "f32"] {
+        let want = format!("ok state kernels {kind} ");
+        if f16_hardware && !text.lines().any(|l| l.starts_with(&want)) {
+            bail!(
+                "{}: no `{}` line in {} ({replay}): {}",
+                board.name,
+                want.trim_end(),
+                out.display(),
+                insn::last_lines(&text, 20)
+            );
+        }
     }
     for line in text.lines().filter(|l| *l != "PASS") {
         println!("  {}: {line}", board.name);

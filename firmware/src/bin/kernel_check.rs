@@ -22,15 +22,16 @@
 //!   in the state and the readout, over 40 tokens of random keys, queries, values, gates and
 //!   level weights (small enough for subnormal halves too) on a 5-level state, for row
 //!   lengths that the kernel covers whole (32, 24), in part (12) and not at all (7), and with
-//!   the state a word aligned and off a word (where the kernel declines). Prints
-//!   `ok state kernels <cases> steps` or `ok state kernels: none in this build`.
+//!   the state a word aligned and off a word (where the f16 kernel declines), for f16 and f32
+//!   storage. Prints `ok state kernels f16|f32 <cases> steps` or `ok state kernels: none in
+//!   this build`.
 //! * `bench q8_0|q4_0 PATH ROWS BLOCKS REPS`: REPS matvecs of a ROWS × 32·BLOCKS matrix on
 //!   PATH (a `KernelPath` name). Instructions per MAC = the difference of the instruction
 //!   counts of REPS and 0 repetitions / (REPS · ROWS · 32 · BLOCKS).
 #![no_std]
 #![no_main]
 
-use loglinear_runtime::fenwick::{state_len, FenwickState, HeadStep};
+use loglinear_runtime::fenwick::{state_len, FenwickState, HeadStep, StateElem};
 use loglinear_runtime::half_convert;
 use loglinear_runtime::quant::{
     self, portable, quantize_activations, ActBlock, BlockQ4_0, BlockQ8_0, KernelPath, QK,
@@ -207,18 +208,36 @@ const STATE_MAX: usize = STATE_LEVELS * 2 * 8 * 32;
 #[repr(C, align(4))]
 struct Halves([half::f16; STATE_MAX + 1]);
 
-/// The state kernels against the plain steps (module doc).
+/// The state kernels against the plain steps (module doc), for f16 and f32 storage.
 fn check_state() -> bool {
     if !state_kernels::AVAILABLE {
         println!("ok state kernels: none in this build");
         return true;
     }
-    check_state_kernels()
+    let f16 = check_state_f16();
+    let f32 = check_state_f32();
+    f16 && f32
+}
+
+// Not inlined, so that the states take stack only on the boards that run them, one type at
+// a time.
+#[inline(never)]
+fn check_state_f16() -> bool {
+    let mut fused = Halves([half::f16::ZERO; STATE_MAX + 1]);
+    let mut plain = Halves([half::f16::ZERO; STATE_MAX + 1]);
+    check_state_of(&mut fused.0, &mut plain.0)
+}
+
+#[inline(never)]
+fn check_state_f32() -> bool {
+    let mut fused = [0f32; STATE_MAX + 1];
+    let mut plain = [0f32; STATE_MAX + 1];
+    check_state_of(&mut fused, &mut plain)
 }
 
 /// §4.2's merge one element at a time, as `FenwickState::merge` states it (S[target] +=
 /// 0 + S[0] + … + S[target − 1], then the lower levels zeroed), without its kernel.
-fn plain_merge(data: &mut [half::f16], policy: LevelPolicy, t: u64, level_len: usize) {
+fn plain_merge<E: StateElem>(data: &mut [E], policy: LevelPolicy, t: u64, level_len: usize) {
     let Some(target) = policy.merge_target(t) else {
         return;
     };
@@ -227,11 +246,11 @@ fn plain_merge(data: &mut [half::f16], policy: LevelPolicy, t: u64, level_len: u
     for (j, d) in high[..level_len].iter_mut().enumerate() {
         let mut acc = 0.0f32;
         for level in low.chunks_exact(level_len) {
-            acc += half_convert::widen(level[j]);
+            acc += level[j].load();
         }
-        *d = half_convert::narrow(half_convert::widen(*d) + acc);
+        *d = E::store(d.load() + acc);
     }
-    low.fill(half::f16::ZERO);
+    low.fill(E::default());
 }
 
 /// A random f32 in ±mag.
@@ -239,22 +258,19 @@ fn signed(rng: &mut Rng, mag: f32) -> f32 {
     (rng.next() as i32 >> 8) as f32 / (1u32 << 23) as f32 * mag
 }
 
-// Not inlined, so that the two states take stack only on the boards that run it.
-#[inline(never)]
-fn check_state_kernels() -> bool {
+/// The fused steps and merge on `fused` against the plain ones on `plain` (module doc).
+fn check_state_of<E: StateElem>(fused: &mut [E], plain: &mut [E]) -> bool {
     let mut rng = Rng(0x5eed_1234);
-    let mut fused = Halves([half::f16::ZERO; STATE_MAX + 1]);
-    let mut plain = Halves([half::f16::ZERO; STATE_MAX + 1]);
     let (mut steps, mut failed) = (0u32, 0u32);
     let policy = LevelPolicy::new(STATE_LEVELS).expect("5 levels");
     for &(heads, dk, dv) in &STATE_SHAPES {
         for offset in [0usize, 1] {
             for delta in [true, false] {
                 let n = state_len(STATE_LEVELS, heads, dk, dv);
-                let a = &mut fused.0[offset..offset + n];
-                let b = &mut plain.0[offset..offset + n];
-                a.fill(half::f16::ZERO);
-                b.fill(half::f16::ZERO);
+                let a = &mut fused[offset..offset + n];
+                let b = &mut plain[offset..offset + n];
+                a.fill(E::default());
+                b.fill(E::default());
                 let mut sa = FenwickState::new(a, policy, heads, dk, dv).expect("sized");
                 let mut sb = FenwickState::new(b, policy, heads, dk, dv).expect("sized");
                 for t in 0..STATE_TOKENS {
@@ -300,16 +316,19 @@ fn check_state_kernels() -> bool {
                             .iter()
                             .zip(&want[..dv])
                             .all(|(x, y)| x.to_bits() == y.to_bits());
+                        // Widening is exact and one-to-one, so equal bits after it are
+                        // equal stored bits.
                         let state_ok = sa
                             .as_slice()
                             .iter()
                             .zip(sb.as_slice())
-                            .all(|(x, y)| x.to_bits() == y.to_bits());
+                            .all(|(x, y)| x.load().to_bits() == y.load().to_bits());
                         if !(out_ok && state_ok) {
                             failed += 1;
                             if failed <= 5 {
                                 println!(
-                                    "FAIL state {} {heads}x{dk}x{dv} offset {offset} t {t} head {head}: readout {} state {}",
+                                    "FAIL state {} {} {heads}x{dk}x{dv} offset {offset} t {t} head {head}: readout {} state {}",
+                                    E::NAME,
                                     if delta { "delta" } else { "decay" },
                                     if out_ok { "same" } else { "differs" },
                                     if state_ok { "same" } else { "differs" },
@@ -323,9 +342,12 @@ fn check_state_kernels() -> bool {
         }
     }
     if failed == 0 {
-        println!("ok state kernels {steps} steps");
+        println!("ok state kernels {} {steps} steps", E::NAME);
     } else {
-        println!("FAIL state kernels: {failed} of {steps} steps differ");
+        println!(
+            "FAIL state kernels {}: {failed} of {steps} steps differ",
+            E::NAME
+        );
     }
     failed == 0
 }
