@@ -13,7 +13,8 @@
 //!  5. gguf-py (ggml's reference Python reader) reads and dequantizes model files written by
 //!     `loglinear convert` at every tensor type
 //!  6. the firmware under QEMU (`qemu`, each board a stage), the integer kernels on the boards'
-//!     cores (`kernel-check`), session snapshots (`session-snapshots`), the memory planner
+//!     cores (`kernel-check`), instructions per token against the boards' snapshots (`count
+//!     --check`), session snapshots (`session-snapshots`), the memory planner
 //!     against the linked images and the size snapshots (`plan`), the real-chip board builds and
 //!     their flashable images (`boards --kind hardware`, each board a stage); and beside all but
 //!     the QEMU stage, in the background ([`BACKGROUND`]), the linux-aarch64 build (`boards
@@ -35,7 +36,7 @@ use anyhow::{bail, Context};
 
 use crate::stages::{Stages, BUDGET_SECS};
 use crate::tasks::{self, Repo};
-use crate::{boards, disk, kernel_check, plan, qemu, session_snapshots};
+use crate::{boards, count, disk, kernel_check, plan, qemu, session_snapshots};
 
 /// The bare-metal targets the runtime builds for without `std` or `alloc`.
 pub const NO_STD_TARGETS: [&str; 4] = [
@@ -236,6 +237,13 @@ fn checks_and_boards(repo: &Repo, stages: &mut Stages) -> anyhow::Result<()> {
             &[repo.target_dir.join("firmware-kernel-check")],
             &repo.target_dir,
         )
+    })?;
+    stages.run("count --check", |_| {
+        section(
+            "Instructions per token against boards/<board>/insns.txt, within 5 % \
+             (cargo xtask count --check)",
+        );
+        count::run(repo, tasks::task_args(&["--check"])?)
     })?;
     stages.run("session-snapshots", |_| {
         section("Session snapshots under QEMU (cargo xtask session-snapshots)");

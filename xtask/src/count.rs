@@ -15,6 +15,10 @@
 //!     on, where every level of a 15-level state is live; boards with a `[snapshot]` store)
 //! cargo xtask count --breakdown mps2-an386     (env BREAKDOWN=1: also where each token's
 //!     instructions go, part by part; `breakdown.rs`)
+//! cargo xtask count --check [BOARD...]         (the test command: each board against its
+//!     `boards/<board>/insns.txt`, `count_snapshot.rs`; default: every QEMU board built from
+//!     firmware/)
+//! cargo xtask count --update [BOARD...]        (rewrite those snapshots)
 //! cargo xtask count --plugin-only              (only build the plugin)
 //! ```
 //!
@@ -48,6 +52,7 @@ use loglinear_planner::BoardProfile;
 use loglinear_runtime::gguf::GgufFile;
 
 use crate::breakdown::{self, Breakdown, Histogram};
+use crate::count_snapshot;
 use crate::insn::{self, Counted};
 use crate::process::Stderr;
 use crate::session_snapshots;
@@ -78,6 +83,13 @@ pub struct Args {
     /// Time limit of one QEMU run, in seconds.
     #[arg(long, env = "QEMU_TIMEOUT", default_value_t = 300)]
     qemu_timeout: u64,
+    /// Check each board's instructions per token against `boards/<board>/insns.txt` (within
+    /// 5 %), with the snapshot's settings: the board's own, 4 tokens.
+    #[arg(long, conflicts_with_all = ["update", "at", "model", "activations", "kernel"])]
+    check: bool,
+    /// Rewrite `boards/<board>/insns.txt` from a count with the snapshot's settings.
+    #[arg(long, conflicts_with_all = ["at", "model", "activations", "kernel"])]
+    update: bool,
     /// Also split each token's instructions by part (matvecs, state, gates, ...), counted per
     /// address with the `pc_histogram` plugin and attributed through the firmware's DWARF.
     #[arg(long, env = "BREAKDOWN")]
@@ -97,11 +109,22 @@ const DEFAULT_BOARDS: [&str; 3] = ["mps2-an386", "mps2-an500", "riscv-virt"];
 const PROMPT: &str = "X";
 
 /// Runs the task.
-pub fn run(repo: &Repo, args: Args) -> anyhow::Result<()> {
-    let names: Vec<String> = if args.boards.is_empty() {
-        DEFAULT_BOARDS.iter().map(|b| b.to_string()).collect()
-    } else {
-        args.boards.clone()
+pub fn run(repo: &Repo, mut args: Args) -> anyhow::Result<()> {
+    let snapshots = args.check || args.update;
+    if snapshots {
+        if args.profile != tasks::RELEASE {
+            bail!("--check and --update count the boards' images as shipped (profile release)");
+        }
+        args.tokens = count_snapshot::TOKENS;
+    }
+    let names: Vec<String> = match (args.boards.is_empty(), snapshots) {
+        (false, _) => args.boards.clone(),
+        (true, false) => DEFAULT_BOARDS.iter().map(|b| b.to_string()).collect(),
+        (true, true) => tasks::qemu_boards()?
+            .into_iter()
+            .filter(|b| !tasks::has_own_crate(b))
+            .map(|b| b.name)
+            .collect(),
     };
     let boards = names
         .iter()
@@ -127,6 +150,7 @@ pub fn run(repo: &Repo, args: Args) -> anyhow::Result<()> {
 
     let mut rows = Vec::new();
     let mut breakdowns = Vec::new();
+    let mut off_snapshot = Vec::new();
     for board in &boards {
         let name = &board.name;
         let model = match &args.model {
@@ -185,6 +209,27 @@ pub fn run(repo: &Repo, args: Args) -> anyhow::Result<()> {
         let i0 = count(0)?;
         let i1 = count(args.tokens)?;
         let per_tok = per_token(i0, i1, args.tokens);
+        let snap = count_snapshot::path(&board.path);
+        if args.update {
+            let tmp = snap.with_extension("txt.tmp");
+            std::fs::write(&tmp, count_snapshot::render(per_tok))
+                .with_context(|| format!("writing {}", tmp.display()))?;
+            std::fs::rename(&tmp, &snap).with_context(|| format!("writing {}", snap.display()))?;
+            eprintln!("{name}: wrote {} ({per_tok} per token)", snap.display());
+        } else if args.check {
+            let text = std::fs::read_to_string(&snap).with_context(|| {
+                format!(
+                    "{name}: reading {} (`cargo xtask count --update {name}` writes it)",
+                    snap.display()
+                )
+            })?;
+            let want = count_snapshot::parse(&text)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", snap.display()))?;
+            match count_snapshot::check(want, per_tok) {
+                Ok(()) => eprintln!("{name}: {per_tok} per token, snapshot {want}: ok"),
+                Err(e) => off_snapshot.push((name.clone(), format!("{}: {e}", snap.display()))),
+            }
+        }
         if args.breakdown {
             let b = Breakdown::of(
                 &elf,
@@ -268,6 +313,15 @@ pub fn run(repo: &Repo, args: Args) -> anyhow::Result<()> {
     );
     for row in rows {
         println!("{row}");
+    }
+    if !off_snapshot.is_empty() {
+        let (boards, why): (Vec<String>, Vec<String>) = off_snapshot.into_iter().unzip();
+        bail!(
+            "instructions per token off their snapshots:\n  {}\nIf the change is meant, \
+             `cargo xtask count --update {}` records it.",
+            why.join("\n  "),
+            boards.join(" ")
+        );
     }
     for (name, acts, macs, b) in breakdowns {
         println!();

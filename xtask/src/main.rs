@@ -37,6 +37,7 @@ mod boards;
 mod breakdown;
 mod ci;
 mod count;
+mod count_snapshot;
 mod defmt_log;
 mod disk;
 mod esp_image;
