@@ -254,7 +254,7 @@ impl WeightSource for GgufModel<'_> {
         out[0]
     }
 
-    /// One pass over the file's tensor headers for up to [`BATCH`] names at a time: a token
+    /// One pass over the file's tensor headers for up to 16 names at a time: a token
     /// looks its weights up layer by layer, and a scan per tensor cost the M4F 0.15
     /// instructions per weight-MAC (`cargo xtask count --breakdown`).
     fn tensors_into<'s>(&'s self, names: &[TensorName], out: &mut [Option<TensorView<'s>>]) {
