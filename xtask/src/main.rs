@@ -19,7 +19,8 @@
 //!   QEMU, bit for bit against the portable ones; `--bench` counts their instructions per MAC
 //!   (`kernel_check.rs`).
 //! * `count [BOARD...]`: instructions per generated token, counted under QEMU with its `insn`
-//!   plugin (`count.rs`).
+//!   plugin (`count.rs`); `--breakdown` splits them by part (`breakdown.rs`), `--check` and
+//!   `--update` keep them in `boards/<board>/insns.txt` (`count_snapshot.rs`).
 //! * `boards [--update] [BOARD...]`: the real-chip board crates and the Linux board build, their
 //!   flashable images check, their sizes match the snapshots (`boards.rs`).
 //! * `plan [--update] [BOARD...]`: the memory planner against the linked QEMU firmware (arena,
