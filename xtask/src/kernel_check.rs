@@ -189,28 +189,20 @@ fn check(
             insn::last_lines(&text, 20)
         );
     }
-    // The FPU cores must convert the state's halves in hardware: a build that fell back to
-    // software would pass the comparison and lose the speed.
-    let f16_hardware = board.target.ends_with("eabihf");
-    let want = if f16_hardware {
-        "ok f16 hardware "
+    // The FPU cores must convert the state's halves in hardware and run its passes with
+    // `state_kernels`: a build that fell back to software would pass the comparisons and lose
+    // the speed.
+    let required: &[&str] = if board.target.ends_with("eabihf") {
+        &[
+            "ok f16 hardware ",
+            "ok state kernels f16 ",
+            "ok state kernels f32 ",
+        ]
     } else {
-        "ok f16 software "
+        &["ok f16 software "]
     };
-    if !text.lines().any(|l| l.starts_with(want)) {
-        bail!(
-            "{}: no `{}` line in {} ({replay}): {}",
-            board.name,
-            want.trim_end(),
-            out.display(),
-            insn::last_lines(&text, 20)
-        );
-    }
-    // The same cores run the f16 state's passes with `state_kernels`, checked against the
-    // plain steps: a build without them would pass and lose the speed.
-    for kind in ["f16", "f32"] {
-        let want = format!("ok state kernels {kind} ");
-        if f16_hardware && !text.lines().any(|l| l.starts_with(&want)) {
+    for want in required {
+        if !text.lines().any(|l| l.starts_with(want)) {
             bail!(
                 "{}: no `{}` line in {} ({replay}): {}",
                 board.name,
