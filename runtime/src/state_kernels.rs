@@ -6,10 +6,12 @@
 //! Why by hand: written in Rust, the f16 pass widens a row of the block into a stack buffer
 //! (`half_convert`'s asm cannot return values in float registers, see there), reloads it,
 //! and with 16 columns spills the block's kᵀS and output. `cargo xtask count --breakdown`
-//! measured about 23 instructions per element and live level on the M4F. Here a row of 8
-//! values goes from memory into S registers (VLDM; f16 then widened), is updated, stored
-//! (f16 narrowed first) from registers, and kᵀS and the output stay in registers for the
-//! whole level: about 9 instructions per element and level in f16, 5 in f32.
+//! measured about 23 instructions per element and live level on the M4F (the part's count at
+//! position 16368 over the elements of the 11 to 15 live levels). Here a row of 8 values goes
+//! from memory into S registers (VLDM; f16 then widened), is updated, stored (f16 narrowed
+//! first) from registers, and kᵀS and the output stay in registers for the whole level: about
+//! 9 instructions per element and live level in f16, counted the same way (BENCHMARKS.md,
+//! "Where a token goes").
 //!
 //! Bit-identical to the Rust passes: the same operations in the same order, each rounded as
 //! Rust rounds it (VMLA and VMLS are multiply-then-add with the product rounded, as LLVM
